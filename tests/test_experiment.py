@@ -1,0 +1,61 @@
+import textwrap
+
+import pytest
+
+from ablate.experiment import ExperimentError, load_experiment
+from conftest import TINY, run_cli
+
+
+def write(tmp_path, body: str):
+    path = tmp_path / "exp.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_loads_variants_and_seeds():
+    runs = load_experiment(TINY, seeds=[0, 1], overrides={"train.max_steps": "3"})
+    assert [(r.name, r.train.seed) for r in runs] == [("mha", 0), ("mha", 1), ("mqa", 0), ("mqa", 1)]
+    assert all(r.train.max_steps == 3 and r.experiment == "tiny" for r in runs)
+    assert [r.name for r in load_experiment(TINY, only=["mqa"])] == ["mqa"]
+
+
+def test_experiment_name_defaults_to_file_stem(tmp_path):
+    path = write(tmp_path, """
+        from ablate import RunConfig
+        runs = [RunConfig(name="a")]
+    """)
+    assert load_experiment(path)[0].experiment == "exp"
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("runs = [\n", r"exp.py:\d+: syntax error"),
+    ("from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(n_layer=2))]\n",
+     r"exp.py:2: ModelConfig: unknown field 'n_layer'; allowed: .*n_layers"),
+    ("from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(n_layers='2'))]\n",
+     r"variant 'base': model.n_layers: got '2' \(str\); allowed: int"),
+    ("from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(d_model=100, n_heads=3))]\n",
+     r"model.n_heads: 3 does not divide model.d_model=100"),
+    ("from ablate import RunConfig, DataConfig\nruns = [RunConfig(data=DataConfig(source='/nope/x.jsonl'))]\n",
+     r"data.source"),
+    ("from ablate import RunConfig, variant\nruns = [variant(RunConfig(), 'g', {'model.n_kv_heads': 3})]\n",
+     r"exp.py:2: ConfigError: model.n_kv_heads: 3 does not divide"),
+    ("runs = 3\n", r"must define `runs`"),
+    ("from ablate import RunConfig\nruns = [RunConfig(), RunConfig()]\n", r"repeated: \['base'\]"),
+])
+def test_bad_files_fail_with_one_clear_message(tmp_path, body, expected):
+    with pytest.raises(ExperimentError, match=expected):
+        load_experiment(write(tmp_path, body))
+
+
+def test_bad_cli_choices():
+    with pytest.raises(ExperimentError, match=r"--only gqa: no such variant .* allowed: \['mha', 'mqa'\]"):
+        load_experiment(TINY, only=["gqa"])
+    with pytest.raises(ExperimentError, match="model.ffn: cannot read 'mish'"):
+        load_experiment(TINY, overrides={"model.ffn": "mish"})
+
+
+def test_cli_reports_error_before_compute(tmp_path):
+    result = run_cli("run", str(TINY), "--out", str(tmp_path), "--set", "model.n_heads=3", check=False)
+    assert result.returncode == 2
+    assert "model.n_heads: 3 does not divide model.d_model=32" in result.stderr
+    assert not any(tmp_path.iterdir())  # nothing was created: no compute started

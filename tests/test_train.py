@@ -1,0 +1,115 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from ablate.config import ConfigError, apply_overrides
+from ablate.experiment import load_experiment
+from ablate.train import run_dir_for, train
+from conftest import REPO, TINY, run_cli
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_losses(run_dir):
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir) if "loss" in r}
+
+
+def val_losses(run_dir):
+    return {r["step"]: r["val/loss"] for r in read_metrics(run_dir) if "val/loss" in r}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "12"})[0]
+    return run, out, train(run, out)
+
+
+def test_run_folder_holds_everything(tiny_run):
+    run, out, summary = tiny_run
+    run_dir = run_dir_for(out, run)
+    assert run_dir == out / "tiny" / "mha" / "seed0"
+    for key in ("final_loss", "final_val_loss", "steps", "tokens", "params", "wall_seconds", "tokens_per_second"):
+        assert key in summary
+    assert summary["steps"] == 12 and summary["tokens"] == 12 * 8 * 32
+    assert summary["params"] == sum(p.numel() for p in torch.nn.Embedding(512, 32).parameters()) + 2 * (
+        4 * 32 * 32 + 3 * 32 * 96 + 2 * 32) + 32  # embedding (tied) + 2 blocks + final norm
+    losses = train_losses(run_dir)
+    assert sorted(losses) == list(range(1, 13))
+    assert losses[12] < losses[1] - 0.1  # it learns
+    assert summary["final_loss"] == losses[12] and summary["final_val_loss"] == val_losses(run_dir)[12]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["identity"] == run.identity() and config["config"]["model"]["d_model"] == 32
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_8", "step_12"] or \
+        sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_12", "step_8"]
+
+
+def test_tensorboard_has_the_curves(tiny_run):
+    run, out, _ = tiny_run
+    events = EventAccumulator(str(run_dir_for(out, run) / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second", "train/mfu",
+                "train/memory_bytes", "val/loss"):
+        assert tag in tags
+    assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 13))
+    assert all(0 < e.value < 1 for e in events.Scalars("train/mfu"))
+
+
+def test_finished_run_is_not_redone(tiny_run):
+    run, out, summary = tiny_run
+    run_dir = run_dir_for(out, run)
+    before = (run_dir / "metrics.jsonl").stat().st_mtime_ns
+    assert train(run, out) == json.loads((run_dir / "summary.json").read_text())
+    assert (run_dir / "metrics.jsonl").stat().st_mtime_ns == before
+
+
+def test_other_config_in_same_folder_is_refused(tiny_run):
+    run, out, _ = tiny_run
+    with pytest.raises(ConfigError, match="holds a run of a different config"):
+        train(apply_overrides(run, {"optim.lr": 1e-4}), out)
+
+
+def test_kill_9_then_resume_matches_uninterrupted(tmp_path):
+    args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=40", "--set", "train.ckpt_every=10"]
+    run_cli(*args, "--out", str(tmp_path / "straight"))
+    killed_dir = tmp_path / "killed" / "tiny" / "mha" / "seed0"
+    cmd = [sys.executable, "-m", "ablate", *args, "--out", str(tmp_path / "killed")]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 240
+    while not (killed_dir / "checkpoints" / "step_10" / "meta.json").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read().decode()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed_dir / "summary.json").exists(), "the run ended before it could be killed"
+    resumed = run_cli(*args, "--out", str(tmp_path / "killed"))
+    assert "resumed from" in resumed.stdout
+    straight_dir = tmp_path / "straight" / "tiny" / "mha" / "seed0"
+    assert train_losses(killed_dir) == train_losses(straight_dir)  # bit-exact, every step once
+    assert val_losses(killed_dir) == val_losses(straight_dir)
+    assert sorted(train_losses(killed_dir)) == list(range(1, 41))
+
+
+def test_two_gloo_processes_match_one(tmp_path):
+    """Equal global batch (8): one process accumulates 2 micro-batches of 4, two processes take 4 each."""
+    args = ["run", str(TINY), "--only", "mqa", "--set", "train.max_steps=10", "--set", "train.ckpt_every=5"]
+    run_cli(*args, "--out", str(tmp_path / "one"))
+    run_cli(*args, "--out", str(tmp_path / "two"), torchrun_procs=2)
+    one, two = (train_losses(tmp_path / o / "tiny" / "mqa" / "seed0") for o in ("one", "two"))
+    assert sorted(two) == list(range(1, 11))
+    worst = max(abs(one[s] - two[s]) for s in one)
+    print(f"largest loss difference, 2 gloo ranks vs 1 process, over 10 steps: {worst:.2e}")
+    assert worst < 1e-4
+    summary = json.loads((tmp_path / "two" / "tiny" / "mqa" / "seed0" / "summary.json").read_text())
+    assert summary["world_size"] == 2
