@@ -113,3 +113,24 @@ def test_two_gloo_processes_match_one(tmp_path):
     assert worst < 1e-4
     summary = json.loads((tmp_path / "two" / "tiny" / "mqa" / "seed0" / "summary.json").read_text())
     assert summary["world_size"] == 2
+
+
+def test_load_model_reproduces_logged_val_losses(tiny_run):
+    from ablate.data import prepare_data
+    from ablate.load import load_model
+
+    run, out, summary = tiny_run
+    run_dir = run_dir_for(out, run)
+    loaded = load_model(run_dir)
+    assert loaded.step == 12 and loaded.checkpoint.name == "step_12" and loaded.tokenizer_path.is_file()
+    items = [json.loads(line) for line in (run_dir / "eval_items" / "step_0000012" / "val_loss.jsonl").open()]
+    assert len(items) == run.train.val_batches * run.train.micro_batch
+    data = prepare_data(run.data, run.model.vocab_size)
+    inputs, targets, _ = data.val.batch([items[0]["id"], items[5]["id"]], run.data.seq_len)
+    with torch.no_grad():
+        logits = loaded.model(inputs)
+    per_seq = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(1)
+    assert per_seq.tolist() == pytest.approx([items[0]["loss"], items[5]["loss"]], abs=1e-5)
+    assert sum(i["loss"] for i in items) / len(items) == pytest.approx(summary["final_val_loss"], abs=1e-9)
+    # the same from a checkpoint folder, an older one
+    assert load_model(run_dir / "checkpoints" / "step_8").step == 8

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -118,8 +117,12 @@ class Validation(Hook):
     def after_step(self, trainer) -> None:
         if _due(trainer.step, trainer.run.train.val_every, trainer.max_steps):
             start = time.perf_counter()
-            trainer.last_val_loss = trainer.validation_loss()
+            losses = trainer.validation_losses()
+            trainer.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
             self.logger.write({"step": trainer.step, "tokens": trainer.tokens, "val/loss": trainer.last_val_loss})
+            if trainer.dist.is_main:  # per-sequence losses: the items of paired comparisons between variants
+                write_items(trainer.run_dir, trainer.step, "val_loss",
+                            [{"id": i, "loss": loss} for i, loss in sorted(losses.items())])
             trainer.pause_seconds += time.perf_counter() - start
             if trainer.dist.is_main:
                 print(f"[{trainer.run.name} seed{trainer.run.train.seed}] step {trainer.step} "
@@ -154,5 +157,10 @@ class NonFiniteGuard(Hook):
                                      f"set model.z_loss or model.qk_norm, or check the data")
 
 
-def echo(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+def write_items(run_dir: Path, step: int, name: str, rows: list[dict]) -> Path:
+    """Per-item results of one evaluation: eval_items/step_<N>/<name>.jsonl, one JSON line per item."""
+    folder = run_dir / "eval_items" / f"step_{step:07d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path

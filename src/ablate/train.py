@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import platform
+import shutil
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -133,22 +134,28 @@ class Trainer:
         self.tokens += self.tokens_per_step
 
     @torch.no_grad()
-    def validation_loss(self) -> float:
-        """Mean loss over a fixed set of held-out sequences, split over ranks."""
+    def validation_losses(self) -> dict[int, float]:
+        """Loss of each of a fixed set of held-out sequences ({sequence index: mean token loss}), split over ranks
+        for the forward passes and gathered on every rank. Every rank runs the same number of forward passes, as
+        FSDP2 needs."""
         t, d = self.run.train, self.dist
         count = min(self.data.val.num_sequences(self.seq_len), t.val_batches * t.micro_batch * d.world)
         mine = list(range(d.rank, count, d.world))
-        total = torch.zeros(2, dtype=torch.float64, device=d.device)
+        passes = -(-count // (t.micro_batch * d.world))
+        losses = {}
         self.model.eval()
-        for start in range(0, len(mine), t.micro_batch):
-            inputs, targets, doc_ids = self._to_device(*self.data.val.batch(mine[start:start + t.micro_batch],
-                                                                            self.seq_len))
+        for k in range(passes):
+            chunk = mine[k * t.micro_batch:(k + 1) * t.micro_batch] or [0]  # a rank with nothing left repeats item 0
+            inputs, targets, doc_ids = self._to_device(*self.data.val.batch(chunk, self.seq_len))
             with self.autocast:
-                _, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
-            total += torch.tensor([ce.item() * len(inputs), len(inputs)], dtype=torch.float64, device=d.device)
+                logits = self.model(inputs, doc_ids if self.run.data.doc_mask else None).float()
+            per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+            if mine[k * t.micro_batch:(k + 1) * t.micro_batch]:
+                losses.update(zip(chunk, per_token.mean(dim=1).tolist()))
         self.model.train()
-        torch.distributed.all_reduce(total)
-        return (total[0] / total[1]).item() if total[1] > 0 else math.nan
+        gathered = [None] * d.world
+        torch.distributed.all_gather_object(gathered, losses)
+        return {i: loss for part in gathered for i, loss in part.items()}
 
     def fit(self) -> dict:
         self.start_time = time.perf_counter()
@@ -208,7 +215,10 @@ def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
                                            "torch": torch.__version__, "python": platform.python_version(),
                                            "config": run.to_dict()}, indent=1))
     d.barrier()
-    summary = Trainer(run, run_dir, d).fit()
+    trainer = Trainer(run, run_dir, d)
+    if d.is_main:  # the run folder carries its tokenizer, so eval and export need nothing from the data cache
+        shutil.copyfile(trainer.data.tokenizer_path, run_dir / "tokenizer.json")
+    summary = trainer.fit()
     if d.is_main:
         summary_path.write_text(json.dumps(summary, indent=1))
     d.barrier()
