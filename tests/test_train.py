@@ -134,3 +134,16 @@ def test_load_model_reproduces_logged_val_losses(tiny_run):
     assert sum(i["loss"] for i in items) / len(items) == pytest.approx(summary["final_val_loss"], abs=1e-9)
     # the same from a checkpoint folder, an older one
     assert load_model(run_dir / "checkpoints" / "step_8").step == 8
+
+
+def test_compile_and_bf16_autocast_switches_train_like_eager(tmp_path):
+    args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=4", "--set", "train.ckpt_every=0"]
+    eager = run_cli(*args, "--out", str(tmp_path / "eager"))
+    assert "done mha" in eager.stdout
+    run_cli(*args, "--out", str(tmp_path / "compiled"), "--set", "train.compile=true")
+    run_cli(*args, "--out", str(tmp_path / "bf16"), "--set", "train.dtype=bf16")
+    eager_losses, compiled, bf16 = (train_losses(tmp_path / o / "tiny" / "mha" / "seed0")
+                                    for o in ("eager", "compiled", "bf16"))
+    assert max(abs(eager_losses[s] - compiled[s]) for s in eager_losses) < 1e-4
+    assert max(abs(eager_losses[s] - bf16[s]) for s in eager_losses) < 0.05  # bf16 rounding, same training
+    assert bf16 != eager_losses
