@@ -108,40 +108,54 @@ class MetricsLogger(Hook):
             self.writer.close()
 
 
-class Validation(Hook):
+class PeriodicHook(Hook):
+    """Work done every `interval(trainer)` steps and at the last step; its time is left out of tokens/s."""
+
+    def interval(self, trainer) -> int:
+        raise NotImplementedError
+
+    def run(self, trainer) -> None:
+        raise NotImplementedError
+
+    def after_step(self, trainer) -> None:
+        if _due(trainer.step, self.interval(trainer), trainer.max_steps):
+            start = time.perf_counter()
+            self.run(trainer)
+            trainer.pause_seconds += time.perf_counter() - start
+
+
+class Validation(PeriodicHook):
     """Held-out loss every `val_every` steps and at the end, logged through the MetricsLogger."""
 
     def __init__(self, logger: MetricsLogger):
         self.logger = logger
 
-    def after_step(self, trainer) -> None:
-        if _due(trainer.step, trainer.run.train.val_every, trainer.max_steps):
-            start = time.perf_counter()
-            losses = trainer.validation_losses()
-            trainer.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
-            self.logger.write({"step": trainer.step, "tokens": trainer.tokens, "val/loss": trainer.last_val_loss})
-            if trainer.dist.is_main:  # per-sequence losses: the items of paired comparisons between variants
-                write_items(trainer.run_dir, trainer.step, "val_loss",
-                            [{"id": i, "loss": loss} for i, loss in sorted(losses.items())])
-            trainer.pause_seconds += time.perf_counter() - start
-            if trainer.dist.is_main:
-                print(f"[{trainer.run.name} seed{trainer.run.train.seed}] step {trainer.step} "
-                      f"val_loss {trainer.last_val_loss:.4f}", flush=True)
+    def interval(self, trainer) -> int:
+        return trainer.run.train.val_every
+
+    def run(self, trainer) -> None:
+        losses = trainer.validation_losses()
+        trainer.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
+        self.logger.write({"step": trainer.step, "tokens": trainer.tokens, "val/loss": trainer.last_val_loss})
+        if trainer.dist.is_main:  # per-sequence losses: the items of paired comparisons between variants
+            write_items(trainer.run_dir, trainer.step, "val_loss",
+                        [{"id": i, "loss": loss} for i, loss in sorted(losses.items())])
+            print(f"[{trainer.run.name} seed{trainer.run.train.seed}] step {trainer.step} "
+                  f"val_loss {trainer.last_val_loss:.4f}", flush=True)
 
 
-class Checkpointer(Hook):
+class Checkpointer(PeriodicHook):
     """DCP checkpoint every `ckpt_every` steps and at the end."""
 
     def __init__(self, ckpt_root: Path):
         self.ckpt_root = ckpt_root
 
-    def after_step(self, trainer) -> None:
-        if _due(trainer.step, trainer.run.train.ckpt_every, trainer.max_steps):
-            start = time.perf_counter()
-            t = trainer.run.train
-            save_checkpoint(self.ckpt_root, trainer.step, trainer.model, trainer.optimizer, trainer.resume_state(),
-                            trainer.dist, keep=t.keep_checkpoints)
-            trainer.pause_seconds += time.perf_counter() - start
+    def interval(self, trainer) -> int:
+        return trainer.run.train.ckpt_every
+
+    def run(self, trainer) -> None:
+        save_checkpoint(self.ckpt_root, trainer.step, trainer.model, trainer.optimizer, trainer.resume_state(),
+                        trainer.dist, keep=trainer.run.train.keep_checkpoints)
 
 
 class NonFiniteGuard(Hook):
