@@ -17,6 +17,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from ablate.config import ConfigError
+
 
 @dataclass
 class Dist:
@@ -84,12 +86,49 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool) -> nn.Module:
-    """fully_shard each transformer block, then the root (embedding, final norm, output projection).
+FLOAT8_MIN_CAPABILITY = (8, 9)  # float8 tensor cores: Ada (8.9), Hopper (9.0) and newer
+
+
+def check_float8(device: torch.device) -> None:
+    """Refuse train.float8 before any compute where float8 matmuls do not exist, or torchao is missing."""
+    if device.type != "cuda":
+        raise ConfigError(f"train.float8: float8 training needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper "
+                          f"or newer), but this run is on {device.type}; allowed here: False")
+    capability = torch.cuda.get_device_capability(device)
+    if capability < FLOAT8_MIN_CAPABILITY:
+        raise ConfigError(f"train.float8: float8 training needs compute capability >= 8.9, but "
+                          f"{torch.cuda.get_device_name(device)} has {capability[0]}.{capability[1]}; "
+                          f"allowed here: False")
+    try:
+        import torchao.float8  # noqa: F401
+    except ModuleNotFoundError:
+        raise ConfigError("train.float8: needs torchao; install it with pip install 'ablate[float8]'") from None
+
+
+def float8_filter(module: nn.Module, fqn: str) -> bool:
+    """The linears that get float8 matmuls: those inside blocks whose both dims are multiples of 16 (what float8
+    kernels need). The output projection never does: the chunked loss uses its weight directly."""
+    return isinstance(module, nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+
+def apply_float8(model: nn.Module) -> None:
+    """Swap the blocks' linears for torchao's float8 training linears (dynamic scaling), in place."""
+    from torchao.float8 import convert_to_float8_training
+
+    convert_to_float8_training(model.layers, module_filter_fn=float8_filter)
+
+
+def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool,
+                float8: bool = False) -> nn.Module:
+    """float8 linears if asked, then fully_shard each transformer block, then the root (embedding, final norm,
+    output projection).
 
     Mixed precision (bf16 params in compute, fp32 gradient reduction) is FSDP2's policy on GPU; on CPU the
     trainer uses autocast instead, so param_dtype is None there.
     """
+    if float8:
+        check_float8(d.device)
+        apply_float8(model)
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else \
         MixedPrecisionPolicy()
     for i, block in enumerate(model.layers):

@@ -1,0 +1,121 @@
+"""Plain-torch references: the semantics every Triton kernel must match, and what runs off CUDA.
+
+Each function has the same signature as its Triton twin. The linear+cross-entropy here is already chunked: the
+output projection and the loss are computed a chunk of rows at a time, and the gradients of hidden states and
+weight are formed in the same pass, so the full (tokens x vocab) logits never exist, on CPU as on GPU. The Triton
+version reuses this driver and only swaps the per-chunk loss step.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dim, computed in fp32, returned in x's dtype."""
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, elementwise."""
+    return F.silu(gate) * up
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first 2*cos.shape[-1] dims of x (B, H, S, D) in half-split pairs (rotate_half style); the rest pass
+    through. cos/sin: (max_seq, rotary // 2) tables indexed by position along dim -2, or (B, 1, S, rotary // 2)
+    already gathered at each token's position."""
+    rotary = 2 * cos.shape[-1]
+    x_rot, x_pass = x[..., :rotary], x[..., rotary:]
+    x1, x2 = x_rot.float().chunk(2, dim=-1)
+    cos, sin = cos[..., : x.shape[-2], :], sin[..., : x.shape[-2], :]
+    rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+    return torch.cat((rotated, x_pass), dim=-1) if x_pass.numel() else rotated
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# chunked linear + cross-entropy
+
+
+def cross_entropy_chunk(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float,
+                        write_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk's loss step: per-row (cross-entropy, logsumexp^2) in fp32, both 0 on ignored rows. With write_grad,
+    `logits` (rows, vocab) is overwritten by d(sum of row losses)/d(logits):
+    softmax * (1 + 2 * z_loss * lse) - onehot(target), zero on ignored rows (the caller divides by the count)."""
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)
+    valid = targets != ignore_index
+    safe_targets = torch.where(valid, targets, 0)
+    ce_rows = (lse - x.gather(1, safe_targets[:, None])[:, 0]) * valid
+    z_rows = lse.square() * valid
+    if write_grad:
+        grad = torch.softmax(x, dim=-1).mul_((1 + 2 * z_loss * lse)[:, None])
+        grad.scatter_add_(1, safe_targets[:, None], -torch.ones_like(grad[:, :1]))
+        logits.copy_(grad.mul_(valid[:, None]))
+    return ce_rows, z_rows
+
+
+def default_chunk_rows(n_rows: int, width: int, vocab: int) -> int:
+    """Rows per chunk so that a chunk's logits are about as large as the hidden states they come from."""
+    return max(1, min(n_rows, math.ceil(n_rows * width / vocab)))
+
+
+def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads):
+    """(loss sum, ce sum, valid count, grad_hidden, grad_weight) of hidden (N, D) @ weight (V, D).T, a chunk of rows
+    at a time. Gradients are of the *sums*: the caller divides by the count. ce_chunk is the per-chunk loss step."""
+    n = hidden.shape[0]
+    valid_count = (targets != ignore_index).sum()
+    ce_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    z_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    grad_hidden = torch.empty_like(hidden) if with_grads else None
+    # fp32 accumulator over chunks, whatever the weight's dtype (a bf16 sum of many chunks would lose bits)
+    grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grads else None
+    for start in range(0, n, chunk_rows):
+        rows = hidden[start:start + chunk_rows]
+        logits = rows @ weight.T  # (rows, vocab): the only vocab-sized buffer, one chunk at a time
+        ce_rows, z_rows = ce_chunk(logits, targets[start:start + chunk_rows], ignore_index, z_loss, with_grads)
+        ce_sum += ce_rows.sum()
+        z_sum += z_rows.sum()
+        if with_grads:  # `logits` now holds d(loss sum)/d(logits) for this chunk
+            grad_hidden[start:start + chunk_rows] = logits @ weight
+            if logits.dtype == grad_weight.dtype:
+                grad_weight.addmm_(logits.T, rows)  # in place: no weight-sized temporary per chunk
+            else:  # bf16 logits (autocast or bf16 weights) into the fp32 accumulator
+                grad_weight += logits.T @ rows
+    loss_sum = ce_sum + z_loss * z_sum if z_loss else ce_sum
+    return loss_sum, ce_sum, valid_count, grad_hidden, grad_weight
+
+
+class LinearCrossEntropyFunction(torch.autograd.Function):
+    """Gradients are computed in forward, chunk by chunk, and only scaled in backward: nothing vocab-sized is saved."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk):
+        loss_sum, ce_sum, count, grad_hidden, grad_weight = chunked_linear_cross_entropy(
+            hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True)
+        ctx.save_for_backward(grad_hidden.div_(count), grad_weight.div_(count).to(weight.dtype))
+        ce = ce_sum / count
+        ctx.mark_non_differentiable(ce)
+        return loss_sum / count, ce
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_ce):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
+                         z_loss: float = 0.0, chunk_rows: int | None = None,
+                         ce_chunk=cross_entropy_chunk) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy + z_loss * mean(logsumexp^2), mean cross-entropy detached) over tokens whose target is not
+    ignore_index, for logits = hidden (..., D) @ weight (V, D).T, never holding more than a chunk of logits."""
+    flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return LinearCrossEntropyFunction.apply(flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows,
+                                                ce_chunk)
+    loss_sum, ce_sum, count, _, _ = chunked_linear_cross_entropy(
+        flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=False)
+    return loss_sum / count, ce_sum / count
