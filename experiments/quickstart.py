@@ -2,7 +2,7 @@
 
     ablate run experiments/quickstart.py
 """
-from ablate import DataConfig, ModelConfig, RunConfig, ScheduleConfig, TrainConfig
+from ablate import DataConfig, EvalConfig, ModelConfig, RunConfig, ScheduleConfig, TrainConfig
 
 runs = [
     RunConfig(
@@ -11,5 +11,7 @@ runs = [
         data=DataConfig(source="default", seq_len=256),
         schedule=ScheduleConfig(name="cosine", warmup=0.05),
         train=TrainConfig(max_steps=250, global_batch=16, micro_batch=16, val_every=125, ckpt_every=125),
+        # a small, fast slice of the cloze suite at the end (~30 s); `ablate eval RUN` scores all of it
+        eval=EvalConfig(tasks="arc_easy,hellaswag,piqa,copa", limit=200),
     )
 ]

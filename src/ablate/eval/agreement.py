@@ -1,0 +1,70 @@
+"""ablate's scores against lm-eval's HF backend on the same exported model and items (the agreement test and
+scripts/bench_eval.py use this)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ablate.eval.suite import TaskResult
+
+
+@dataclass
+class LmEvalRun:
+    items: dict[str, dict[str, dict]]  # task -> item id -> {"lls": [...], "lengths": [...], "multiple_input": bool}
+    accuracy: dict[str, dict[str, float]]  # task -> {"acc": ..., "acc_norm": ...}
+    seconds: float
+
+
+def run_lm_eval_hf(hf_dir: str, tasks: list[str], fmt: str = "cf", limit: int | None = None,
+                   batch_size: int | str = 1) -> LmEvalRun:
+    """lm-eval's own HF backend on ablate's lm-eval task configs; per-item log-likelihoods from its samples."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from ablate_evals.lm_eval_tasks import PATH
+    from ablate_evals.lm_eval_tasks.utils import doc_to_choice
+
+    names = {f"ablate_{t}" + ("_mcf" if fmt == "mcf" else ""): t for t in tasks}
+    start = time.perf_counter()
+    out = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},dtype=float32", tasks=list(names),
+                                  limit=limit, batch_size=batch_size, device="cpu", log_samples=True,
+                                  task_manager=TaskManager(include_path=str(PATH), include_defaults=False))
+    seconds = time.perf_counter() - start
+    items, accuracy = {}, {}
+    for lm_name, task in names.items():
+        per_item = {}
+        for sample in out["samples"][lm_name]:
+            doc = sample["doc"]
+            per_item[doc["id"]] = {"lls": [float(r[0]) for r in sample["filtered_resps"]],
+                                   "lengths": [len(c) for c in doc_to_choice(doc)],
+                                   "multiple_input": len(doc["contexts"]) > 1}
+        items[task] = per_item
+        res = out["results"][lm_name]
+        accuracy[task] = {"acc": res["acc,none"], "acc_norm": res["acc_norm,none"]}
+    return LmEvalRun(items, accuracy, seconds)
+
+
+def compare(results: list[TaskResult], reference: LmEvalRun) -> dict[str, dict[str, float]]:
+    """Per task: share of items whose chosen answer is the same (raw and per-char argmax; raw only where choices
+    differ in context), and accuracy differences in points."""
+    report = {}
+    for r in results:
+        ref = reference.items[r.task]
+        mine = {str(s["id"]): s["predictions"] for s in r.samples if s["type"] == "item"}
+        same_raw, same_char, n_char = 0, 0, 0
+        for item_id, ref_item in ref.items():
+            lls = np.asarray(ref_item["lls"])
+            same_raw += mine[item_id]["raw"] == int(np.argmax(lls))
+            if not ref_item["multiple_input"]:  # lm-eval's acc_norm divides by the contexts' lengths there
+                n_char += 1
+                same_char += mine[item_id]["per_char"] == int(np.argmax(lls / np.asarray(ref_item["lengths"])))
+        row = {"items": len(ref), "same_raw": same_raw / len(ref),
+               "acc_raw_diff_points": 100 * abs(r.metrics["acc_raw"] - reference.accuracy[r.task]["acc"])}
+        if n_char:
+            row.update(same_per_char=same_char / n_char,
+                       acc_per_char_diff_points=100 * abs(r.metrics["acc_per_char"]
+                                                          - reference.accuracy[r.task]["acc_norm"]))
+        report[r.task] = row
+    return report

@@ -1,0 +1,44 @@
+"""lm-eval's `ablate` model: a run folder or checkpoint scored by ablate's engine inside lm-eval.
+
+    ablate-lm-eval --model ablate --model_args path=runs/x/base/seed0 --tasks ablate_arc_easy,ablate_hellaswag
+
+lm-eval 0.4 finds third-party models only through `@register_model` in an imported module (it has no entry-point
+group for them), so `ablate-lm-eval` (ablate.lm_eval_cli) imports this module before handing over to lm-eval's CLI.
+"""
+from __future__ import annotations
+
+import lm_eval.models  # noqa: F401  lm-eval fills its model registry only when it is empty: fill it first
+import torch
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from ablate.eval import engine
+from ablate.eval.tasks import Request
+
+
+@register_model("ablate")
+class AblateLM(LM):
+    def __init__(self, path: str, batch_size: int | str = 32, device: str = "cpu", **_):
+        super().__init__()
+        from ablate.load import load_model
+
+        if not device or (str(device).startswith("cuda") and not torch.cuda.is_available()):
+            device = "cpu"  # lm-eval's CLI asks for cuda by default
+        self.loaded = load_model(path, device=device)
+        self.tokenizer = self.loaded.tokenizer()
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 32  # "auto" -> the engine's default
+        self.lm = engine.for_transformer(self.loaded.model, max_len=self.loaded.run.data.seq_len, device=device)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        pairs = [Request(*r.args) for r in requests]
+        with torch.no_grad():
+            scored = engine.score(self.lm, engine.encode(self.tokenizer, pairs), self.batch_size)
+        return [(s.logprob, s.greedy) for s in scored]
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError("ablate's lm-eval model scores multiple-choice (loglikelihood) tasks only; "
+                                  "loglikelihood_rolling (perplexity tasks) is not implemented")
+
+    def generate_until(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError("ablate's lm-eval model scores multiple-choice (loglikelihood) tasks only; "
+                                  "generation is not implemented (pre-training ablations use cloze scoring)")
