@@ -2,11 +2,11 @@
 
 The public API is what an experiment file imports from here.
 """
-from ablate.config import (ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, ScheduleConfig, TrainConfig,
-                           grid, variant)
+from ablate.config import (ConfigError, DataConfig, EvalConfig, ModelConfig, OptimConfig, RunConfig, ScheduleConfig,
+                           TrainConfig, grid, variant)
 
-__all__ = ["RunConfig", "ModelConfig", "DataConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "variant", "grid",
-           "ConfigError", "train"]
+__all__ = ["RunConfig", "ModelConfig", "DataConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "EvalConfig",
+           "variant", "grid", "ConfigError", "train"]
 __version__ = "0.1.0"
 
 

@@ -40,6 +40,67 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _bad_input(fn):
+    """Eval/export mistakes (unknown task, bad format, not a run, unexportable model) as one-line errors."""
+    def wrapped(args) -> int:
+        try:
+            return fn(args)
+        except (ValueError, FileNotFoundError, ModuleNotFoundError, NotImplementedError) as exc:
+            raise ConfigError(str(exc)) from exc
+    return wrapped
+
+
+@_bad_input
+def cmd_eval(args) -> int:
+    from ablate.eval import engine, suite
+    from ablate.load import load_model
+
+    tasks = suite.parse_tasks(args.tasks) if args.tasks else list(suite.all_tasks())
+    suite.check_format(args.format)
+    loaded = load_model(args.path, device=args.device)
+    lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=args.device)
+    results = suite.evaluate(lm, loaded.tokenizer(), tasks, args.format, args.limit or None, args.batch_size,
+                             log_samples=bool(args.log_samples))
+    print(f"{loaded.checkpoint} (step {loaded.step}, {loaded.tokens} tokens)")
+    print(suite.format_table(results))
+    if not args.no_write:
+        suite.write_results(loaded.run_dir, loaded.step, loaded.tokens, results)
+        print(f"appended to {loaded.run_dir / 'evals.jsonl'}")
+    if args.log_samples:
+        suite.write_samples(args.log_samples, results)
+        print(f"samples: {args.log_samples}")
+    return 0
+
+
+@_bad_input
+def cmd_export(args) -> int:
+    from ablate.export import export_hf
+
+    out = export_hf(args.checkpoint, args.hf)
+    print(f"wrote a transformers model to {out}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    import time
+
+    from ablate.report import Options, ReportError, write_report
+
+    start = time.perf_counter()
+    opts = Options(alpha=args.alpha, min_monotonicity=args.min_monotonicity, min_tau=args.min_tau, min_z=args.min_z,
+                   min_snr=args.min_snr, last_k=args.last_k, early_fraction=args.early_fraction,
+                   bootstrap=args.bootstrap, scale=[f for f in (args.scale or "").split(",") if f])
+    out = args.out or args.runs_dir
+    try:
+        report = write_report(args.runs_dir, out, opts)
+    except ReportError as exc:
+        print(f"ablate: error: {exc}", file=sys.stderr)
+        return 2
+    print(report["headline"]["text"])
+    print(f"wrote {out}/report.html, report.md, report.json in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ablate", description="Pre-training ablations: train variants, compare them.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -51,6 +112,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                      help="override a config field, e.g. --set train.max_steps=20 (repeatable)")
     run.set_defaults(func=cmd_run)
+    ev = sub.add_parser("eval", help="score a run or checkpoint on the cloze task suite")
+    ev.add_argument("path", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
+    ev.add_argument("--tasks", help="comma-separated task names (default: all)")
+    ev.add_argument("--limit", type=int, default=1000, help="items per task, a fixed-seed subsample; 0: all")
+    ev.add_argument("--format", default="cf", help="cf (cloze) or mcf (multiple-choice letters)")
+    ev.add_argument("--batch-size", type=int, default=32, help="rows per forward pass")
+    ev.add_argument("--device", default="cpu", help="cpu or cuda")
+    ev.add_argument("--log-samples", metavar="FILE", help="write one JSON line per request and per item")
+    ev.add_argument("--no-write", action="store_true", help="print only; leave evals.jsonl and eval_items/ alone")
+    ev.set_defaults(func=cmd_eval)
+    ex = sub.add_parser("export", help="write a checkpoint as a transformers model (safetensors + config + tokenizer)")
+    ex.add_argument("checkpoint", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
+    ex.add_argument("--hf", required=True, metavar="DIR", help="output folder")
+    ex.set_defaults(func=cmd_export)
+    rep = sub.add_parser("report", help="compare the runs of one experiment: report.html, report.md, report.json")
+    rep.add_argument("runs_dir", help="runs/<experiment>/ holding <variant>/seed<k>/ run folders")
+    rep.add_argument("--out", help="folder for the report files (default: RUNS_DIR)")
+    rep.add_argument("--scale", help="config field(s) forming a scale axis, e.g. model.d_model (comma-separated)")
+    rep.add_argument("--alpha", type=float, default=0.05, help="significance level of pairwise tests (0.05)")
+    rep.add_argument("--min-monotonicity", type=float, default=0.5, help="early-signal threshold on Spearman rho")
+    rep.add_argument("--min-tau", type=float, default=0.6, help="threshold on Kendall tau over the second half")
+    rep.add_argument("--min-z", type=float, default=2.0, help="standard errors past chance to count as above it")
+    rep.add_argument("--min-snr", type=float, help="optional threshold on the signal-to-noise ratio (off)")
+    rep.add_argument("--last-k", type=int, default=3, help="last checkpoints whose spread is a run's noise (3)")
+    rep.add_argument("--early-fraction", type=float, default=0.25,
+                     help="share of training of the 'early' checkpoint for decision accuracy (0.25)")
+    rep.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates for CIs (2000)")
+    rep.set_defaults(func=cmd_report)
     return parser
 
 

@@ -39,6 +39,9 @@ class ModelConfig:
     init_std: float = 0.02
     z_loss: float = 0.0  # weight of mean(logsumexp(logits)^2) added to the loss
     dropout: float = 0.0
+    # RMSNorm, SwiGLU, RoPE and the chunked output projection + loss: Triton kernels on CUDA, else the torch
+    # references (ablate.kernels); the same math either way
+    kernels: Literal["torch", "triton"] = "torch"
 
     @property
     def kv_heads(self) -> int:
@@ -107,6 +110,18 @@ class TrainConfig:
     ckpt_every: int = 100  # 0: only at the end
     keep_checkpoints: int = 2
     peak_flops: float | None = None  # per device, for MFU; None: measured once on CPU, looked up on known GPUs
+    float8: bool = False  # torchao float8 matmuls in the blocks' linears; GPUs of compute capability >= 8.9 only
+
+
+@dataclass
+class EvalConfig:
+    """The cloze task suite during training (ablate.eval); it never changes the training numbers."""
+    tasks: str = ""  # comma-separated task names (see evals/), "" for none
+    every: int = 0  # steps between evals; 0: only at the end
+    every_tokens: int = 0  # or tokens between evals (either may trigger); 0: off
+    limit: int = 1000  # items per task (a fixed-seed subsample); 0: the full set
+    format: Literal["cf", "mcf"] = "cf"  # cloze or multiple-choice
+    batch_size: int = 32  # rows per forward pass
 
 
 @dataclass
@@ -118,6 +133,7 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -142,11 +158,12 @@ class RunConfig:
         for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops"):
             d["train"].pop(bookkeeping)
         d["data"].pop("cache_dir")
+        d.pop("eval")  # evaluation never changes the trained weights
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
-             "train": TrainConfig}
+             "train": TrainConfig, "eval": EvalConfig}
 
 
 def _build(section_cls, value: Any, where: str):
@@ -249,10 +266,26 @@ def validate(run: RunConfig) -> RunConfig:
     _require(t.global_batch % t.micro_batch == 0, "train.global_batch",
              f"{t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}")
     _require(t.peak_flops is None or t.peak_flops > 0, "train.peak_flops", "must be None or > 0")
+    _validate_eval(run.eval)
     for name in (run.experiment, run.name):
         _require(bool(name) and "/" not in name and not name.startswith("."), "name/experiment",
                  f"{name!r} must be a non-empty folder name")
     return run
+
+
+def _validate_eval(e: EvalConfig) -> None:
+    for name in ("every", "every_tokens", "limit"):
+        _require(getattr(e, name) >= 0, f"eval.{name}", "must be >= 0 (0: off / only at the end / the full set)")
+    _require(e.batch_size > 0, "eval.batch_size", "must be > 0")
+    names = [t.strip() for t in e.tasks.split(",") if t.strip()]
+    if names:
+        try:
+            from ablate_evals import TASKS
+        except ModuleNotFoundError as exc:
+            raise ConfigError(f"eval.tasks: the task suite (package ablate_evals) is not installed: {exc}") from None
+        unknown = [n for n in names if n not in TASKS]
+        _require(not unknown, "eval.tasks", f"unknown task {unknown[0]!r}; allowed: {', '.join(TASKS)}"
+                 if unknown else "")
 
 
 # ---------------------------------------------------------------------------------------------------------------

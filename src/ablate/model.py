@@ -12,11 +12,25 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.config import ModelConfig
+# The fused ops go through one dispatch (Triton on CUDA when cfg.kernels="triton", torch references otherwise);
+# apply_rope is re-exported here with kernels="torch" as its default.
+from ablate.kernels import apply_rope, linear_cross_entropy, rms_norm, swiglu
+
+
+class RMSNorm(nn.RMSNorm):
+    """nn.RMSNorm (same parameter, same checkpoints) computed through the kernels dispatch."""
+
+    def __init__(self, dim: int, eps: float, kernels: str):
+        super().__init__(dim, eps=eps)
+        self.kernels = kernels
+
+    def forward(self, x):
+        return rms_norm(x, self.weight, self.eps, kernels=self.kernels)
 
 
 def make_norm(cfg: ModelConfig, dim: int) -> nn.Module:
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(dim, eps=cfg.norm_eps)
+        return RMSNorm(dim, cfg.norm_eps, cfg.kernels)
     return nn.LayerNorm(dim, eps=cfg.norm_eps)
 
 
@@ -27,21 +41,11 @@ def rope_tables(head_dim: int, rotary_dim: int, seq_len: int, base: float) -> tu
     return angles.cos().float(), angles.sin().float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first 2*cos.shape[-1] dims of x (B, H, S, D) in half-split pairs; the rest pass through."""
-    rotary = 2 * cos.shape[-1]
-    x_rot, x_pass = x[..., :rotary], x[..., rotary:]
-    x1, x2 = x_rot.float().chunk(2, dim=-1)
-    cos, sin = cos[: x.shape[-2]], sin[: x.shape[-2]]
-    rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
-    return torch.cat((rotated, x_pass), dim=-1) if x_pass.numel() else rotated
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, use_rope: bool):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
-        self.use_rope = use_rope
+        self.use_rope, self.kernels = use_rope, cfg.kernels
         self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
@@ -53,13 +57,14 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, attn_mask=None):
         batch, seq, _ = x.shape
-        q = self.q_proj(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(batch, seq, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        if self.q_norm is not None:
+        if self.q_norm is not None:  # per head, before the transpose: contiguous rows for the norm kernel
             q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, S, head_dim)
         if self.use_rope:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(q, cos, sin, kernels=self.kernels), apply_rope(k, cos, sin, kernels=self.kernels)
         if self.n_kv_heads != self.n_heads:  # GQA/MQA: each kv head serves a group of query heads
             repeat = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
@@ -72,7 +77,7 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.kind = cfg.ffn
+        self.kind, self.kernels = cfg.ffn, cfg.kernels
         hidden = cfg.ffn_dim
         self.up_proj = nn.Linear(cfg.d_model, hidden, bias=False)
         self.gate_proj = nn.Linear(cfg.d_model, hidden, bias=False) if cfg.ffn == "swiglu" else None
@@ -80,7 +85,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         if self.kind == "swiglu":
-            h = F.silu(self.gate_proj(x)) * self.up_proj(x)
+            h = swiglu(self.gate_proj(x), self.up_proj(x), kernels=self.kernels)
         elif self.kind == "gelu":
             h = F.gelu(self.up_proj(x), approximate="tanh")
         else:
@@ -142,31 +147,38 @@ class Transformer(nn.Module):
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
 
-    def hidden_states(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
-        attn_mask = None
+    def hidden_states(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
+                      positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`positions` (B, S) and a boolean `attn_mask` (B, 1, S, S), True = may attend, let the eval engine pack
+        several continuations after one shared context; training uses neither."""
         if doc_ids is not None:  # causal and within one document: (B, 1, S, S) boolean, True = may attend
             seq = tokens.shape[1]
             causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
             attn_mask = ((doc_ids[:, :, None] == doc_ids[:, None, :]) & causal)[:, None]
+        cos, sin = self.rope_cos, self.rope_sin
+        if positions is not None:
+            cos, sin = cos[positions][:, None], sin[positions][:, None]
         x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x, self.rope_cos, self.rope_sin, attn_mask)
+            x = layer(x, cos, sin, attn_mask)
         return self.norm(x)
 
-    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Token ids (B, S) -> logits (B, S, vocab)."""
-        return self.lm_head(self.hidden_states(tokens, doc_ids))
+    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
+                positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
+                targets: torch.Tensor | None = None, ignore_index: int = -100):
+        """Token ids (B, S) -> logits (B, S, vocab); with `targets`, (loss, cross-entropy) as in `loss` instead."""
+        hidden = self.hidden_states(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
+        if targets is None:
+            return self.lm_head(hidden)
+        # The output projection and the loss a chunk of tokens at a time: the full logits are never held.
+        return linear_cross_entropy(hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss,
+                                    kernels=self.cfg.kernels)
 
     def loss(self, tokens, targets, doc_ids=None, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss to backpropagate: cross-entropy + z-loss, cross-entropy alone for logging)."""
-        logits = self(tokens, doc_ids).float()  # through __call__, so FSDP2 hooks gather the root parameters
-        flat_logits, flat_targets = logits.view(-1, logits.shape[-1]), targets.reshape(-1)
-        ce = F.cross_entropy(flat_logits, flat_targets, ignore_index=ignore_index)
-        if self.cfg.z_loss == 0:
-            return ce, ce.detach()
-        keep = flat_targets != ignore_index
-        z = torch.logsumexp(flat_logits[keep], dim=-1)
-        return ce + self.cfg.z_loss * (z**2).mean(), ce.detach()
+        """(loss to backpropagate: mean cross-entropy + z_loss * mean(logsumexp^2), cross-entropy alone for
+        logging), over targets other than ignore_index."""
+        # through __call__, so FSDP2's hooks gather the root parameters (the output projection among them)
+        return self(tokens, doc_ids, targets=targets, ignore_index=ignore_index)
 
     def num_params(self, exclude_embedding: bool = False) -> int:
         total = sum(p.numel() for p in self.parameters())  # parameters() yields a tied weight once

@@ -23,7 +23,7 @@ from ablate.config import ConfigError, RunConfig, validate
 from ablate.data import PreparedData, SequenceSampler, check_data_config, prepare_data
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
-from ablate.parallel import Dist, init_distributed, parallelize, peak_flops_for, seed_everything
+from ablate.parallel import Dist, check_float8, init_distributed, parallelize, peak_flops_for, seed_everything
 
 
 def run_dir_for(out_root: str | Path, run: RunConfig) -> Path:
@@ -68,6 +68,7 @@ class Trainer:
         self.last_loss = self.last_lr = self.last_grad_norm = self.last_val_loss = math.nan
         self.pause_seconds = 0.0  # time spent in validation/checkpoints, left out of tokens/s
         self.throughput: list[float] = []
+        self.final_evals: dict = {}  # the eval hook's results at the last step, for summary.json
 
     def _build_model(self, param_dtype) -> Transformer:
         """Meta-device model -> FSDP2 -> real storage -> weights initialised once on rank 0 and broadcast, so every
@@ -75,7 +76,7 @@ class Trainer:
         run, d = self.run, self.dist
         with torch.device("meta"):
             model = Transformer(run.model, max_seq_len=self.seq_len)
-        parallelize(model, d, param_dtype=param_dtype, compile_model=run.train.compile)
+        parallelize(model, d, param_dtype=param_dtype, compile_model=run.train.compile, float8=run.train.float8)
         model.to_empty(device=d.device)
         full_state = {}
         if d.is_main:
@@ -170,6 +171,10 @@ class Trainer:
                       flush=True)
         logger = hooks.MetricsLogger(self.run_dir, self, start_step=self.step)
         run_hooks = [logger, hooks.Validation(logger), hooks.Checkpointer(ckpt_root), hooks.NonFiniteGuard()]
+        if self.run.eval.tasks.strip():  # the cloze task suite, for experiments that opt in
+            from ablate.eval.hook import EvalHook
+
+            run_hooks.insert(2, EvalHook(self, logger, start_step=self.step))
         try:
             self.model.train()
             while self.step < self.max_steps:
@@ -193,13 +198,15 @@ class Trainer:
                 "mfu": tokens_per_second / self.dist.world * self.flops_per_token / self.peak_flops,
                 "peak_flops": self.peak_flops, "skipped_steps": self.skipped_steps,
                 "peak_memory_bytes": hooks.peak_memory_bytes(self.dist.device), "world_size": self.dist.world,
-                "data": self.data.stats}
+                "data": self.data.stats, **({"evals": self.final_evals} if self.final_evals else {})}
 
 
 def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
     """Train one run (resuming if its folder has a checkpoint); return its summary. Rank 0 writes the files."""
     check_data_config(run.data, run.model.vocab_size)
     d = init_distributed(run.train.device)
+    if run.train.float8:  # refused here, before a run folder or any data exists, where it cannot run
+        check_float8(d.device)
     run_dir = run_dir_for(out_root, run)
     summary_path, config_path = run_dir / "summary.json", run_dir / "config.json"
     if config_path.exists():

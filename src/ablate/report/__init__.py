@@ -1,0 +1,30 @@
+"""`ablate report`: many small runs -> which variant wins, how sure, and which tasks to trust.
+
+    load.py     run folders -> runs, tasks, scale groups
+    stats.py    bootstrap CIs, paired tests, Spearman, Kendall, SNR, decision accuracy (numpy/scipy)
+    analyze.py  every figure, as one JSON-ready dict (report.json)
+    render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ablate.report.analyze import Options, build_report
+from ablate.report.load import ReportError
+from ablate.report.render import to_html, to_json, to_markdown
+
+__all__ = ["Options", "ReportError", "build_report", "write_report"]
+
+
+def write_report(runs_dir: str | Path, out_dir: str | Path | None = None, opts: Options | None = None) -> dict:
+    """Write report.json, report.md and report.html into out_dir (default: runs_dir); return the report as read
+    back from report.json, which is what the markdown and HTML are rendered from."""
+    text = to_json(build_report(runs_dir, opts))
+    out = Path(out_dir or runs_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(text)
+    report = json.loads(text)
+    (out / "report.md").write_text(to_markdown(report))
+    (out / "report.html").write_text(to_html(report))
+    return report

@@ -1,0 +1,262 @@
+"""Run folders -> plain Python tables for the report. Reads files only, never live objects.
+
+RUNS_DIR is runs/<experiment>/ holding <variant>/seed<k>/ folders (see README "Each run writes"). Each task is keyed
+"<task>:<format>" (e.g. "arc_easy:cf"); validation loss is the task "val_loss" with the one metric "loss".
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VAL_TASK = "val_loss"
+LOWER_IS_BETTER = {"loss", "gold_bpb"}  # every other metric (accuracies, margins, logprob, prob) is higher-is-better
+BASELINE_METRICS = {"acc_choices_only"}  # answer-prior baselines: shown, never recommended as a signal
+ZERO_CHANCE_METRICS = {"margin_pmi"}  # a model that knows nothing about the task scores 0 in expectation
+# Accuracies whose normalization already divides out answer priors: past chance is enough, the choices-only
+# baseline is shown but not required.
+PRIOR_CONTROLLED = {"acc_pmi"}
+
+
+class ReportError(ValueError):
+    """A runs folder the report cannot read; the message says what was expected."""
+
+
+def direction(metric: str) -> int:
+    """+1 when higher is better, -1 when lower is better."""
+    return -1 if metric in LOWER_IS_BETTER else 1
+
+
+@dataclass
+class Point:
+    step: int
+    tokens: int
+    value: float
+    stderr: float | None
+
+
+@dataclass
+class TaskInfo:
+    key: str  # "arc_easy:cf", or "val_loss"
+    primary: str  # the metric headlines and curves use
+    metrics: list[str]
+    chance: float | None  # chance accuracy (accuracy metrics); ln(vocab) for val_loss
+    items_stem: str  # eval_items/step_N/<items_stem>.jsonl
+    n: int | None = None
+
+    def chance_for(self, metric: str) -> float | None:
+        """The score of a model that knows nothing, where one is defined. None for gold_bpb, gold_logprob, gold_prob
+        and the raw margin: their no-knowledge level depends on answer lengths and priors (and they improve with
+        general LM quality), so they are compared between variants but never taken for task-specific signal."""
+        if metric.startswith("acc_") or metric == "loss":
+            return self.chance
+        return 0.0 if metric in ZERO_CHANCE_METRICS else None
+
+
+@dataclass
+class Run:
+    variant: str
+    seed: int
+    path: Path
+    config: dict  # config.json's "config" section
+    summary: dict | None  # None: the run never finished
+    status: str  # "finished" | "unfinished" | "failed"
+    note: str
+    last_step: int
+    train_loss: list[Point] = field(default_factory=list)
+    scores: dict[tuple[str, str], list[Point]] = field(default_factory=dict)  # (task key, metric) -> by step
+    _items: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant}/seed{self.seed}"
+
+    def items(self, task: TaskInfo, step: int) -> dict[str, dict] | None:
+        """Per-item rows {id: row} of one evaluation, or None when the run has no such file."""
+        key = (task.items_stem, step)
+        if key not in self._items:
+            path = self.path / "eval_items" / f"step_{step:07d}" / f"{task.items_stem}.jsonl"
+            self._items[key] = {str(row["id"]): row for row in _read_jsonl(path)} if path.is_file() else None
+        return self._items[key]
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by a killed run
+                continue
+    return rows
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def get_dotted(config: dict, path: str):
+    value = config
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ReportError(f"--scale {path}: no such config field (e.g. model.d_model)")
+        value = value[part]
+    return value
+
+
+def _status(summary: dict | None, train_loss: list[Point], max_steps) -> tuple[str, str, int]:
+    last = train_loss[-1].step if train_loss else 0
+    if summary is not None:
+        return "finished", "", int(summary.get("steps", last))
+    if train_loss and not math.isfinite(train_loss[-1].value):
+        return "failed", f"non-finite loss at step {last}", last
+    return "unfinished", f"no summary.json: stopped at step {last} of {max_steps} (failed or still running)", last
+
+
+def load_run(path: Path, variant: str) -> Run:
+    held = json.loads((path / "config.json").read_text())
+    config = held.get("config", {})
+    summary_path = path / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    name = path.name
+    seed = int(name[4:]) if name[4:].isdigit() else int(config.get("train", {}).get("seed", 0))
+
+    # Last line wins for a repeated step (a resumed run may log a step twice).
+    train_by_step, val_by_step = {}, {}
+    for row in _read_jsonl(path / "metrics.jsonl"):
+        if "loss" in row and isinstance(row["loss"], (int, float)):
+            train_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["loss"]), None)
+        if _finite(row.get("val/loss")):
+            val_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/loss"]), None)
+    train_loss = [train_by_step[s] for s in sorted(train_by_step)]
+    status, note, last_step = _status(summary, train_loss, config.get("train", {}).get("max_steps"))
+    run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss)
+
+    if val_by_step:
+        run.scores[(VAL_TASK, "loss")] = [val_by_step[s] for s in sorted(val_by_step)]
+    evals = {}
+    for row in _read_jsonl(path / "evals.jsonl"):
+        evals[(row["step"], row["task"], row.get("format", "cf"))] = row
+    for (step, task, fmt), row in sorted(evals.items()):
+        stderr = row.get("stderr") or {}
+        for metric, value in (row.get("metrics") or {}).items():
+            if _finite(value):
+                se = stderr.get(metric)
+                run.scores.setdefault((f"{task}:{fmt}", metric), []).append(
+                    Point(step, row.get("tokens", 0), float(value), float(se) if _finite(se) else None))
+    return run
+
+
+def task_infos(runs: list[Run]) -> dict[str, TaskInfo]:
+    """One TaskInfo per task key seen in any run, in a stable order (val_loss first)."""
+    tasks: dict[str, TaskInfo] = {}
+    for run in runs:
+        if any(key == (VAL_TASK, "loss") for key in run.scores) and VAL_TASK not in tasks:
+            vocab = run.config.get("model", {}).get("vocab_size")
+            tasks[VAL_TASK] = TaskInfo(VAL_TASK, "loss", ["loss"], math.log(vocab) if vocab else None, VAL_TASK)
+    for run in runs:
+        for row in _read_jsonl(run.path / "evals.jsonl"):
+            key = f"{row['task']}:{row.get('format', 'cf')}"
+            info = tasks.setdefault(key, TaskInfo(key, row.get("primary", ""), [], row.get("chance"),
+                                                  f"{row['task']}_{row.get('format', 'cf')}", row.get("n")))
+            for metric in row.get("metrics") or {}:
+                if metric not in info.metrics:
+                    info.metrics.append(metric)
+            if not info.primary or info.primary not in info.metrics:
+                info.primary = row.get("primary") or (info.metrics[0] if info.metrics else "")
+    ordered = {k: tasks[k] for k in ([VAL_TASK] if VAL_TASK in tasks else []) + sorted(set(tasks) - {VAL_TASK})}
+    for info in ordered.values():  # val_loss stderr from its items, when the contract's files are there
+        if info.key == VAL_TASK:
+            for run in runs:
+                _val_loss_stderr(run, info)
+    return ordered
+
+
+def _val_loss_stderr(run: Run, info: TaskInfo) -> None:
+    import numpy as np
+
+    for point in run.scores.get((VAL_TASK, "loss"), []):
+        rows = run.items(info, point.step)
+        if rows and len(rows) >= 2:
+            losses = np.array([r["loss"] for r in rows.values()], dtype=float)
+            point.stderr = float(losses.std(ddof=1) / np.sqrt(len(losses)))
+            info.n = len(losses)
+
+
+def load_runs(runs_dir: str | Path) -> tuple[list[Run], list[str]]:
+    """Every <variant>/seed<k>/ run under runs_dir, and notes on folders that could not be read."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        raise ReportError(f"{root}: not a folder; expected runs/<experiment>/ holding <variant>/seed<k>/ runs")
+    runs, skipped = [], []
+    for variant_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for seed_dir in sorted(p for p in variant_dir.iterdir() if p.is_dir() and p.name.startswith("seed")):
+            if not (seed_dir / "config.json").is_file():
+                skipped.append(f"{variant_dir.name}/{seed_dir.name}: no config.json")
+                continue
+            try:
+                runs.append(load_run(seed_dir, variant_dir.name))
+            except (json.JSONDecodeError, KeyError, ValueError) as exc:
+                skipped.append(f"{variant_dir.name}/{seed_dir.name}: unreadable ({exc})")
+    if not runs:
+        hint = " (pass runs/<experiment>, not runs/)" if any(root.glob("*/*/seed*/config.json")) else ""
+        raise ReportError(f"{root}: no run folders <variant>/seed<k>/config.json found{hint}")
+    runs.sort(key=lambda r: (r.variant, r.seed))
+    return runs, skipped
+
+
+def _flatten(config: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[object, dict[str, list[Run]]]]:
+    """[(scale, {variant label: runs})] from the smallest scale to the largest.
+
+    Without a scale axis: one group, labelled by variant folder name. With one (config fields such as
+    model.d_model), runs of the same method at different scales have different folder names; a method's label is
+    its folder name with the scale removed ("mqa@d64" -> "mqa", "d_model=64,n_kv_heads=1" -> "n_kv_heads=1"), or,
+    when that is ambiguous, the config fields that set the methods apart.
+    """
+    if not scale_fields:
+        groups: dict[str, list[Run]] = {}
+        for run in runs:
+            groups.setdefault(run.variant, []).append(run)
+        return [(None, groups)]
+    leaves = {f.split(".")[-1] for f in scale_fields}
+    scale_of = {id(r): tuple(get_dotted(r.config, f) for f in scale_fields) for r in runs}
+    dropped = {"experiment", "name", "train.seed", *scale_fields}
+    method_of = {id(r): json.dumps(sorted((k, v) for k, v in _flatten(r.config).items() if k not in dropped),
+                                   default=str) for r in runs}
+
+    def strip(name: str) -> str:
+        return ",".join(p for p in name.split("@")[0].split(",") if p.split("=")[0] not in leaves)
+
+    names = {}
+    for run in runs:
+        names.setdefault(method_of[id(run)], set()).add(strip(run.variant))
+    by_name = all(len(n) == 1 and next(iter(n)) for n in names.values()) and \
+        len({next(iter(n)) for n in names.values()}) == len(names)
+    if by_name:
+        label = {m: next(iter(n)) for m, n in names.items()}
+    else:  # name the methods by the fields that differ between them
+        flats = {m: dict(json.loads(m)) for m in names}
+        differing = sorted(k for k in set().union(*flats.values())
+                           if len({json.dumps(f.get(k), default=str) for f in flats.values()}) > 1)
+        label = {m: ",".join(f"{k.split('.')[-1]}={flats[m].get(k)}" for k in differing) or "base" for m in names}
+    scales: dict[tuple, dict[str, list[Run]]] = {}
+    for run in runs:
+        scales.setdefault(scale_of[id(run)], {}).setdefault(label[method_of[id(run)]], []).append(run)
+
+    def order(scale):
+        return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in scale)
+
+    return [(scale[0] if len(scale) == 1 else list(scale), scales[scale]) for scale in sorted(scales, key=order)]

@@ -1,0 +1,63 @@
+"""Plots for report.html, drawn from report.json's curves only, as base64 PNGs.
+
+Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend switch), so it runs headless and
+leaves a caller's matplotlib state alone.
+"""
+from __future__ import annotations
+
+import base64
+import io
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def _png(fig: Figure) -> str:
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def curves_png(title: str, ylabel: str, curves: dict[str, dict], chance: float | None = None) -> str | None:
+    """Mean per variant against tokens, with a band from the lowest to the highest seed."""
+    if not any(c["steps"] for c in curves.values()):
+        return None
+    fig = Figure(figsize=(5.2, 3.2))
+    ax = fig.add_subplot()
+    for variant, c in curves.items():
+        if not c["steps"]:
+            continue
+        (line,) = ax.plot(c["tokens"], c["mean"], label=variant, marker="." if len(c["steps"]) < 30 else None)
+        if c["std"] is not None:
+            ax.fill_between(c["tokens"], c["min"], c["max"], color=line.get_color(), alpha=0.2, linewidth=0)
+    values = [v for c in curves.values() for v in c["min"] + c["max"]]
+    span = max(values) - min(values) if values else 0
+    if chance is not None and values and min(values) - span <= chance <= max(values) + span:  # else it squashes
+        ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label="chance")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def ranking_png(series: list[dict]) -> str | None:
+    """Kendall tau of each task's ranking (primary metric) against its final ranking, over training."""
+    rows = [(s["task"], s["quality"]["ranking"]["by_checkpoint"]) for s in series]
+    rows = [(task, [r for r in points if r["tau"] is not None]) for task, points in rows]
+    rows = [(task, points) for task, points in rows if points]
+    if not rows:
+        return None
+    fig = Figure(figsize=(5.2, 3.2))
+    ax = fig.add_subplot()
+    for task, points in rows:
+        ax.plot([r["tokens"] for r in points], [r["tau"] for r in points], marker=".", label=task)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_title("ranking vs final ranking (Kendall tau)", fontsize=10)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("tau")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)

@@ -1,0 +1,288 @@
+"""report.json -> report.md and report.html. Every figure shown is read from the report dict (after a JSON
+round trip), so what a reader sees is what report.json holds.
+
+The content is built once as neutral sections (titles, paragraphs, tables of plain strings, images); the markdown
+and HTML writers only escape and lay out.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+from ablate.report import plots
+
+
+@dataclass
+class Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # (caption, header, rows)
+    images: list[tuple[str, str]] = field(default_factory=list)  # (caption, base64 PNG), HTML only
+    bullets: list[str] = field(default_factory=list)
+
+
+def fmt(x, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if abs(x) < 1e-12:  # float rounding of an exact zero
+        return "0"
+    return f"{x:.{digits}g}"
+
+
+def fmt_p(p) -> str:
+    return "n/a" if p is None else "0 (no spread)" if p == 0 else f"{p:.2g}"
+
+
+def fmt_ci(ci) -> str:
+    return "n/a" if not ci else f"[{fmt(ci[0])}, {fmt(ci[1])}]"
+
+
+def fmt_seconds(s) -> str:
+    if s is None:
+        return "n/a"
+    return f"{s:.1f}s" if s < 120 else f"{s / 60:.1f}min" if s < 7200 else f"{s / 3600:.1f}h"
+
+
+def _group_title(group: dict, groups: list[dict]) -> str:
+    return "" if len(groups) == 1 and group["scale"] is None else f" (scale {group['scale']})"
+
+
+def _overview(report: dict) -> Section:
+    o = report["overview"]
+    finished = sum(r["status"] == "finished" for r in o["runs"])
+    sec = Section("Overview", [f"Experiment {report['experiment']}: variants {', '.join(o['variants'])}; seeds "
+                               f"{', '.join(str(s) for s in o['seeds'])}; {len(o['runs'])} runs, {finished} finished; "
+                               f"total training time {fmt_seconds(o['total_wall_seconds'])}."])
+    rows = [[r["run"], r["status"], f"{fmt(r['steps'])}/{fmt(r['max_steps'])}", fmt(r["tokens"]), fmt(r["params"]),
+             fmt_seconds(r["wall_seconds"]), fmt(r["final_val_loss"]), r["note"]] for r in o["runs"]]
+    sec.tables.append(("Runs", ["run", "status", "steps", "tokens", "params", "wall time", "final val loss", "note"],
+                       rows))
+    if o["not_analyzed"]:
+        sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o["not_analyzed"]))
+    if o["skipped_folders"]:
+        sec.paragraphs.append("Folders that could not be read: " + "; ".join(o["skipped_folders"]))
+    return sec
+
+
+def _final_scores(group: dict, suffix: str, alpha: float) -> Section:
+    sec = Section(f"Final scores{suffix}", [
+        "Mean over seeds of each run's last evaluation; 95% CI: two-level bootstrap over seeds and items. Pairwise: "
+        "diff = a - b; p (items): paired t-test over items of the seed-averaged difference; CI: bootstrap over seed "
+        f"pairs and items; significant: p < {alpha:g} and the CI excludes 0."])
+    for s in group["series"]:
+        if not s["primary"]:
+            continue
+        name = f"{s['task']} [{s['metric']}, {s['direction']} is better]"
+        rows = [[v, fmt(f["mean"]), fmt(f["seed_std"]), fmt_ci(f["ci"]), str(len(f["seeds"])), fmt(f["n_items"]),
+                 "best" if v == s["best"] else ""] for v, f in s["final"].items()]
+        sec.tables.append((name, ["variant", "mean", "seed sd", "95% CI", "seeds", "items", ""], rows))
+        if s["pairwise"]:
+            rows = [[f"{p['a']} vs {p['b']}", fmt(p["diff"]), fmt_ci(p["ci"]), fmt_p(p["p_items"]),
+                     fmt_p(p["p_seeds"]),
+                     "n/a" if p["seeds_agree"] is None else f"{p['seeds_agree']}/{p['n_seeds']}",
+                     fmt(p["significant"]), p["better"] or "tie", p["note"]] for p in s["pairwise"]]
+            sec.tables.append((f"{name}: pairwise", ["pair", "diff", "95% CI", "p (items)", "p (seeds)",
+                                                      "seeds agreeing", "significant", "better", "note"], rows))
+    variants = group["variants"]
+    rows = []
+    for s in group["series"]:
+        significant = [f"{p['better']}>{p['b'] if p['better'] == p['a'] else p['a']}" for p in s["pairwise"]
+                       if p["significant"]]
+        rows.append([s["task"], s["metric"], s["direction"]] + [fmt(s["final"][v]["mean"]) if v in s["final"] else ""
+                                                               for v in variants]
+                    + [s["best"] or "tie", ", ".join(significant)])
+    sec.tables.append(("Every metric: final mean per variant", ["task", "metric", "better"] + variants
+                       + ["best", f"significant (p < {alpha:g})"], rows))
+    return sec
+
+
+def _curves(group: dict, suffix: str, with_images: bool) -> Section:
+    sec = Section(f"Curves{suffix}", ["Mean per variant against tokens; the band spans the lowest to the highest "
+                                      "seed. The curve data is in report.json (groups[].series[].curve)."])
+    if not with_images:
+        sec.paragraphs.append("Plots are embedded in report.html.")
+        return sec
+    images = [("training loss", plots.curves_png("training loss", "loss", group["train_loss"]))]
+    for s in group["series"]:
+        if s["primary"]:
+            images.append((f"{s['task']} [{s['metric']}]", plots.curves_png(
+                f"{s['task']} [{s['metric']}]", s["metric"], s["curve"], s["chance"])))
+    images.append(("ranking consistency", plots.ranking_png([s for s in group["series"] if s["primary"]])))
+    sec.images = [(caption, png) for caption, png in images if png]
+    return sec
+
+
+def _verdict(s: dict) -> str:
+    q = s["quality"]
+    if s["baseline"]:
+        return "baseline (answer priors)"
+    if q["passes"]:
+        return "PASS"
+    parts = [f"fails {k}" for k, ok in q["criteria"].items() if ok is False]
+    if s["chance"] is None:
+        parts.append("no chance level: compared, not a task signal")
+    parts += [f"{k} not computable" for k, ok in q["criteria"].items() if ok is None and k != "above_chance"]
+    if q["criteria"]["above_chance"] is None and s["chance"] is not None:
+        parts.append("above_chance not computable")
+    return "; ".join(parts)
+
+
+def _quality(group: dict, suffix: str, report: dict) -> Section:
+    o = report["options"]
+    sec = Section(f"Task quality{suffix}", [
+        f"Per task and metric. mono: Spearman rho of score vs step, mean over runs (oriented: + = improving). seed sd: "
+        f"spread of final scores over seeds. ckpt sd: spread over a run's last {o['last_k']} checkpoints. SNR: "
+        "relative spread of the variants' final scores over the mean relative std of the last checkpoints "
+        "(Signal-and-Noise). z chance: final score past chance in standard errors; first sig: first checkpoint "
+        f"where z >= {o['min_z']:g}. vs choices-only: accuracy gain over the choices-only baseline (z). tau 2nd "
+        "half: mean Kendall tau of the ranking at each checkpoint in the second half vs the final ranking. "
+        f"consistent from: share of training after which tau stays >= {o['min_tau']:g}. DA early: decision "
+        f"accuracy at the first checkpoint past {o['early_fraction']:g} of training."])
+    rows = []
+    for s in group["series"]:
+        q, c, r = s["quality"], s["quality"]["chance"], s["quality"]["ranking"]
+        gain = "" if c["gain_over_choices_only"] is None else \
+            f"{fmt(c['gain_over_choices_only'], 3)} (z {fmt(c['gain_z'], 3)})"
+        first = "n/a" if c["chance"] is None else \
+            ("never" if c["first_significant_tokens"] is None else fmt(c["first_significant_tokens"]))
+        rows.append([s["task"], s["metric"], fmt(q["monotonicity"], 3), fmt(q["seed_spread"], 3),
+                     fmt(q["checkpoint_spread"], 3), fmt(q["snr"], 3), fmt(c["z_final"], 3), first, gain,
+                     fmt(r["tau_second_half"], 3), fmt(r["consistent_from_fraction"], 2),
+                     fmt(r["early_decision_accuracy"], 3), _verdict(s)])
+    sec.tables.append(("Early-signal criteria", ["task", "metric", "mono", "seed sd", "ckpt sd", "SNR", "z chance",
+                                                 "first sig (tokens)", "vs choices-only", "tau 2nd half",
+                                                 "consistent from", "DA early", "verdict"], rows))
+    for s in group["series"]:
+        by = s["quality"]["ranking"]["by_checkpoint"]
+        if s["primary"] and by:
+            sec.tables.append((f"{s['task']} [{s['metric']}]: ranking at each checkpoint vs final",
+                               ["step", "tokens", "Kendall tau", "decision accuracy"],
+                               [[fmt(x["step"]), fmt(x["tokens"]), fmt(x["tau"], 3), fmt(x["decision_accuracy"], 3)]
+                                for x in by]))
+    return sec
+
+
+def _across_scales(report: dict) -> Section | None:
+    if not report["across_scales"]:
+        return None
+    rows = [[a["task"], a["metric"], str(r["scale"]), ", ".join(r["variants"]), fmt(r["decision_accuracy"], 3),
+             fmt(r["tau"], 3)] for a in report["across_scales"] for r in a["by_scale"]]
+    return Section("Across scales", [f"Order of the variants' final scores at each smaller scale vs the largest "
+                                     f"({report['groups'][-1]['scale']})."],
+                   tables=[("Decision accuracy vs the largest scale", ["task", "metric", "scale", "variants",
+                                                                        "decision accuracy", "Kendall tau"], rows)])
+
+
+def _recommendation(report: dict) -> Section:
+    rec = report["recommendation"]
+    t = rec["thresholds"]
+    snr = "" if t["min_snr"] is None else f", SNR >= {t['min_snr']:g}"
+    sec = Section("Recommendation", [
+        f"Thresholds: monotonicity >= {t['min_monotonicity']:g}, final score >= {t['min_z']:g} standard errors past "
+        f"chance (and past the choices-only baseline for accuracies other than acc_pmi; metrics without a chance "
+        f"level are compared but never recommended), "
+        f"Kendall tau over the second half >= {t['min_tau']:g}{snr}."])
+    if rec["suite"]:
+        sec.bullets = [f"{e['task']}: use {e['metric']} ({e['direction']} is better); passing metrics: "
+                       f"{', '.join(e['passing_metrics'])}" for e in rec["suite"]]
+        sec.paragraphs.append("Early-signal suite for this setup:")
+    else:
+        sec.paragraphs.append("No task passed: no early-signal suite for this setup.")
+    if rec["aggregate"]:
+        rows = [[v, fmt(a["mean_z"], 3), fmt(a["mean_rank"], 3), str(a["tasks"])] for v, a in
+                sorted(rec["aggregate"].items(), key=lambda kv: -(kv[1]["mean_z"] or 0))]
+        sec.tables.append(("Aggregate over the suite (z: each task's variant means standardised, oriented so higher "
+                           "is better; rank 1 = best)", ["variant", "mean z", "mean rank", "tasks"], rows))
+    if rec["rejected"]:
+        sec.tables.append(("Not in the suite (primary metric)", ["task", "metric", "failed", "not computable"],
+                           [[r["task"], r["metric"], ", ".join(r["failed"]), ", ".join(r["not_computable"])]
+                            for r in rec["rejected"]]))
+    return sec
+
+
+def sections(report: dict, with_images: bool) -> list[Section]:
+    groups = report["groups"]
+    out = [Section("Headline", [report["headline"]["text"]]), _overview(report)]
+    for group in reversed(groups):  # largest scale first
+        suffix = _group_title(group, groups)
+        out += [_final_scores(group, suffix, report["options"]["alpha"]), _curves(group, suffix, with_images),
+                _quality(group, suffix, report)]
+    across = _across_scales(report)
+    if across:
+        out.append(across)
+    out.append(_recommendation(report))
+    out.append(Section("Cannot compute", [] if report["cannot_compute"] else ["Nothing: every figure was computed."],
+                       bullets=report["cannot_compute"]))
+    return out
+
+
+def _md_escape(text: str) -> str:
+    """Names are data: keep them from opening HTML tags or breaking table cells; leave "p < 0.05" readable."""
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return re.sub(r"<(?=[A-Za-z/!?])", r"\\<", text)
+
+
+def to_markdown(report: dict) -> str:
+    lines = [f"# Ablation report: {_md_escape(report['experiment'])}", ""]
+    for sec in sections(report, with_images=False):
+        lines += [f"## {_md_escape(sec.title)}", ""]
+        for p in sec.paragraphs:
+            lines += [_md_escape(p), ""]
+        if sec.bullets:
+            lines += [f"- {_md_escape(b)}" for b in sec.bullets] + [""]
+        for caption, header, rows in sec.tables:
+            lines += [f"**{_md_escape(caption)}**", "", "| " + " | ".join(_md_escape(h) for h in header) + " |",
+                      "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+            lines.append("")
+    lines.append(f"_Analysis took {report['seconds']:.1f}s over {_md_escape(report['runs_dir'])}; every figure is "
+                 f"in report.json._")
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}
+th{background:#f2f2f2}caption{text-align:left;font-weight:600;padding:4px 0}.headline{font-size:17px;
+background:#eef5ff;padding:10px;border-left:4px solid #36c}img{margin:4px;border:1px solid #ddd}"""
+
+
+def to_html(report: dict) -> str:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report['experiment'])}"
+             f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report['experiment'])}</h1>"]
+    for sec in sections(report, with_images=True):
+        parts.append(f"<h2>{e(sec.title)}</h2>")
+        for p in sec.paragraphs:
+            parts.append(f"<p class='headline'>{e(p)}</p>" if sec.title == "Headline" else f"<p>{e(p)}</p>")
+        if sec.bullets:
+            parts.append("<ul>" + "".join(f"<li>{e(b)}</li>" for b in sec.bullets) + "</ul>")
+        for caption, header, rows in sec.tables:
+            parts.append(f"<table><caption>{e(caption)}</caption><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
+                         + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
+                                             for row in rows) + "</table>")
+        for caption, png in sec.images:
+            parts.append(f"<img alt='{e(caption, quote=True)}' title='{e(caption, quote=True)}' "
+                         f"src='data:image/png;base64,{png}'>")
+    parts.append(f"<p><em>Analysis took {report['seconds']:.1f}s over {e(report['runs_dir'])}; every figure is in "
+                 f"report.json.</em></p></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def to_json(report: dict) -> str:
+    """Strict JSON: non-finite floats become null (the report says "n/a" for them)."""
+    def clean(x):
+        if isinstance(x, float):
+            return x if math.isfinite(x) else None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+    return json.dumps(clean(report), indent=1, allow_nan=False)

@@ -1,0 +1,91 @@
+"""Synthetic run folders whose report figures are known in advance (the run-folder contract of README "Reports")."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+STEPS = [10, 20, 30, 40]
+N_ITEMS = 100
+
+# Mean accuracy of each variant at each step on the task "toy" (chance 0.25). Designed so that, against the final
+# order A > B > C, the ranking at step 10 is reversed (tau -1, no pair right), at step 20 is B > A > C (tau 1/3,
+# 2 of 3 pairs right) and from step 30 on is final (tau 1). A and B rise monotonically (rho 1); C's ranks over
+# steps are 4,1,2,3 (rho -0.2), so the mean Spearman rho over the six runs is (4 x 1 + 2 x -0.2) / 6 = 0.6.
+TOY = {"A": [0.30, 0.40, 0.60, 0.70], "B": [0.35, 0.45, 0.55, 0.60], "C": [0.50, 0.35, 0.40, 0.45]}
+SEED_OFFSET = {0: 0.01, 1: -0.01}  # cancels in the mean over seeds, keeps every run's own order
+VAL = {"A": [5.0, 4.5, 4.0, 3.8], "B": [5.1, 4.6, 4.1, 3.9], "C": [5.2, 4.7, 4.2, 4.0]}
+VAL_SLOPE = {"A": 0.010, "B": 0.012, "C": 0.014}  # per-item loss offsets, zero mean: the item mean is the VAL value
+FLAT_START = {"A": 0, "B": 2, "C": 1}  # "flat": every run gets 50 items right, A and B on items that differ by 2+2
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def write_run(root: Path, variant: str, seed: int, steps: list[int], val: list[float], tasks: dict,
+              finished: bool = True, config_extra: dict | None = None, val_slope: float = 0.01) -> Path:
+    """tasks: {task: {"chance": c, "primary": m, "items": {step: [{"id", metric: value...}]}}}."""
+    run = root / variant / f"seed{seed}"
+    run.mkdir(parents=True)
+    config = {"experiment": root.name, "name": variant, "model": {"vocab_size": 512, "d_model": 32},
+              "data": {"source": "default"}, "train": {"max_steps": steps[-1], "seed": seed}}
+    for dotted, value in (config_extra or {}).items():
+        section, key = dotted.split(".")
+        config[section][key] = value
+    (run / "config.json").write_text(json.dumps({"identity": f"{variant}-{seed}", "world_size": 1,
+                                                 "config": config}))
+    metrics = []
+    for step, loss in zip(steps, val):
+        metrics.append({"step": step, "tokens": step * 100, "loss": loss + 0.2, "lr": 1e-3, "grad_norm": 1.0,
+                        "tokens_per_second": 1e4, "mfu": 0.1, "memory_bytes": 1})
+        metrics.append({"step": step, "tokens": step * 100, "val/loss": loss})
+        _write_jsonl(run / "eval_items" / f"step_{step:07d}" / "val_loss.jsonl",
+                     [{"id": i, "loss": loss + val_slope * (i - 9.5)} for i in range(20)])
+    _write_jsonl(run / "metrics.jsonl", metrics)
+    evals = []
+    for task, spec in tasks.items():
+        for step, items in spec["items"].items():
+            n = len(items)
+            names = [k for k in items[0] if k not in ("id", "gold")]
+            values = {m: sum(r[m] for r in items) / n for m in names}
+            evals.append({"step": step, "tokens": step * 100, "task": task, "format": "cf", "n": n,
+                          "chance": spec["chance"], "primary": spec["primary"], "metrics": values,
+                          "stderr": {m: math.sqrt(v * (1 - v) / n) for m, v in values.items()},
+                          "truncated": 0, "seconds": 0.1})
+            _write_jsonl(run / "eval_items" / f"step_{step:07d}" / f"{task}_cf.jsonl", items)
+    _write_jsonl(run / "evals.jsonl", evals)
+    if finished:
+        (run / "summary.json").write_text(json.dumps({
+            "final_loss": val[-1] + 0.2, "final_val_loss": val[-1], "steps": steps[-1], "tokens": steps[-1] * 100,
+            "params": 12345, "wall_seconds": 12.5, "tokens_per_second": 1e4, "mfu": 0.1}))
+    return run
+
+
+def accuracy_items(correct: set[int], extra: dict[str, set[int]] | None = None) -> list[dict]:
+    rows = []
+    for i in range(N_ITEMS):
+        row = {"id": f"q{i}", "gold": 0, "acc_per_char": float(i in correct)}
+        for metric, right in (extra or {}).items():
+            row[metric] = float(i in right)
+        rows.append(row)
+    return rows
+
+
+def build_toy_experiment(root: Path, unfinished: bool = True) -> Path:
+    """Variants A, B, C x seeds 0, 1 (plus an unfinished A/seed2) on val_loss, "toy" and "flat"."""
+    for variant in TOY:
+        for seed, offset in SEED_OFFSET.items():
+            toy = {step: accuracy_items(set(range(round((TOY[variant][k] + offset) * N_ITEMS))),
+                                        {"acc_choices_only": set(range(25))}) for k, step in enumerate(STEPS)}
+            flat = {step: [{"id": f"f{i}", "gold": 1, "acc_raw": float(FLAT_START[variant] <= i
+                                                                      < FLAT_START[variant] + 50)}
+                           for i in range(N_ITEMS)] for step in STEPS}
+            val = [v + offset / 2 for v in VAL[variant]]
+            write_run(root, variant, seed, STEPS, val,
+                      {"toy": {"chance": 0.25, "primary": "acc_per_char", "items": toy},
+                       "flat": {"chance": 0.25, "primary": "acc_raw", "items": flat}}, val_slope=VAL_SLOPE[variant])
+    if unfinished:  # stopped after two checkpoints: named in the overview, left out of the figures
+        write_run(root, "A", 2, STEPS[:2], VAL["A"][:2], {}, finished=False, config_extra={"train.max_steps": 40})
+    return root
