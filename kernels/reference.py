@@ -72,6 +72,10 @@ def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, 
     grad_hidden = torch.empty_like(hidden) if with_grads else None
     # fp32 accumulator over chunks, whatever the weight's dtype (a bf16 sum of many chunks would lose bits)
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grads else None
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):  # cast once here, not once per chunk and matmul (a third of the time)
+        dtype = torch.get_autocast_dtype(device_type)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
     for start in range(0, n, chunk_rows):
         rows = hidden[start:start + chunk_rows]
         logits = rows @ weight.T  # (rows, vocab): the only vocab-sized buffer, one chunk at a time

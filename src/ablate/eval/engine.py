@@ -23,6 +23,10 @@ import torch.distributed as dist
 from ablate.eval.tasks import Request
 
 
+SCORE_CHUNK = 256  # scored positions per vocabulary projection
+MIN_SHARED_CONTEXT = 8  # context tokens that make a packed row worth its tree mask (measured: 4.8 s -> 4.3 s)
+
+
 @dataclass
 class LogitsModel:
     """What the engine needs from a model. `forward(tokens (B, S), positions (B, S) | None, attn_mask (B, 1, S, S)
@@ -114,10 +118,13 @@ def build_rows(encoded: Sequence[tuple[list[int], list[int]]], max_len: int, sha
     rows = []
     row_cap = 2 * max_len  # a packed row's length (its positions stay below max_len)
     for ctx, members in groups.items():
+        # Packing saves the context's tokens but needs a tree mask (a slower attention path than a causal row):
+        # worth it for long contexts, not for the short unconditional ones ("Answer:").
+        share = shares_prefix and len(ctx) >= MIN_SHARED_CONTEXT
         row = None
         for index, cont in members:
             extra = len(cont) - 1  # the last token is only ever a target
-            if row is None or (extra and (not shares_prefix and any(s for s in row.segments)
+            if row is None or (extra and (not share and any(s for s in row.segments)
                                           or len(row.tokens) + extra > row_cap)):
                 row = _Row(list(ctx), list(range(len(ctx))), [0] * len(ctx))
                 rows.append(row)
@@ -167,14 +174,19 @@ def _score_batch(lm: LogitsModel, batch: list[_Row], results: dict[int, list]) -
     p_idx = torch.tensor([w[1] for w in where], device=lm.device)
     wanted = torch.tensor([w[2] for w in where], device=lm.device)
     picked = logits[b_idx, p_idx]
-    if lm.head is not None:
-        with lm.autocast:
-            picked = lm.head(picked)
-    picked = picked.float()
-    target = picked.gather(1, wanted[:, None])[:, 0]
-    # logsumexp and max rather than log_softmax and argmax: no (targets x vocab) output is written
-    logprobs = (target - torch.logsumexp(picked, -1)).tolist()
-    greedy = (target >= picked.max(-1).values).tolist()
+    logprobs, greedy = [], []
+    # A few hundred scored positions at a time: their vocab-wide logits stay in cache, which makes the logsumexp
+    # ~3x faster on CPU than over all of them at once; logsumexp and amax rather than log_softmax and argmax, so
+    # no (targets x vocab) output is written.
+    for start in range(0, len(wanted), SCORE_CHUNK):
+        chunk = picked[start:start + SCORE_CHUNK]
+        if lm.head is not None:
+            with lm.autocast:
+                chunk = lm.head(chunk)
+        chunk = chunk.float()
+        target = chunk.gather(1, wanted[start:start + SCORE_CHUNK, None])[:, 0]
+        logprobs += (target - torch.logsumexp(chunk, -1)).tolist()
+        greedy += (target >= chunk.amax(-1)).tolist()
     for (_, _, _, req), lp, g in zip(where, logprobs, greedy):
         acc = results.setdefault(req, [0.0, True, 0])
         acc[0] += lp
