@@ -141,23 +141,26 @@ def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, comp
     return model
 
 
-def measure_peak_flops(device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 1.0) -> float:
-    """The best matmul throughput seen on `device` for `dtype` (FLOP/s): the peak that MFU is measured against."""
+def measure_peak_flops(device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048),
+                       seconds: float = 0.75) -> float:
+    """The best square-matmul throughput seen on `device` for `dtype` (FLOP/s), over a few sizes for `seconds`
+    each: the peak that MFU is measured against (training logs and scripts/bench_train.py use the same)."""
     import time
 
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
     best = 0.0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(4):
-            torch.mm(a, b)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
+    for size in sizes:
+        a = torch.randn(size, size, device=device).to(dtype)
+        b = torch.randn(size, size, device=device).to(dtype)
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(4):
+                torch.mm(a, b)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
     return best
 
 
