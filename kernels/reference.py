@@ -57,9 +57,14 @@ def cross_entropy_chunk(logits: torch.Tensor, targets: torch.Tensor, ignore_inde
     return ce_rows, z_rows
 
 
+MIN_CHUNK_ROWS = 256
+
+
 def default_chunk_rows(n_rows: int, width: int, vocab: int) -> int:
-    """Rows per chunk so that a chunk's logits are about as large as the hidden states they come from."""
-    return max(1, min(n_rows, math.ceil(n_rows * width / vocab)))
+    """Rows per chunk so that a chunk's logits are about as large as the hidden states they come from, but at least
+    MIN_CHUNK_ROWS: thinner matmuls waste time (measured on CPU, 4096 x 256 -> 16384: 64 rows 527 ms, 256 rows
+    482 ms for forward + backward)."""
+    return max(1, min(n_rows, max(MIN_CHUNK_ROWS, math.ceil(n_rows * width / vocab))))
 
 
 def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads):
