@@ -1,4 +1,4 @@
-"""Quickstart: a ~3M-parameter model trained for ~1M tokens on the embedded corpus (about 3 minutes on 2 CPU cores).
+"""Quickstart: a 1.9M-parameter model trained on 1M tokens of the embedded corpus (about 2 minutes on 2 CPU cores).
 
     ablate run experiments/quickstart.py
 """
