@@ -44,3 +44,12 @@ def test_schedule_is_pure_function_of_progress():
     cfg = ScheduleConfig(name="wsd")
     # same share of the run, same factor: a run branched at any step recomputes its lr from (step, total)
     assert lr_factor(850, 1000, cfg) == pytest.approx(lr_factor(85, 100, cfg))
+
+
+@pytest.mark.parametrize("total", [7, 100, 125, 250, 1000])
+@pytest.mark.parametrize("name", ["cosine", "wsd", "constant"])
+def test_lr_never_exceeds_peak_and_reaches_it(total, name):
+    for warmup in (0.0, 0.02, 0.05, 0.1):
+        cfg = ScheduleConfig(name=name, warmup=warmup)
+        values = [lr_factor(s, total, cfg) for s in range(total)]
+        assert max(values) == pytest.approx(1.0) and all(v <= 1.0 + 1e-12 for v in values)

@@ -147,3 +147,17 @@ def test_compile_and_bf16_autocast_switches_train_like_eager(tmp_path):
     assert max(abs(eager_losses[s] - compiled[s]) for s in eager_losses) < 1e-4
     assert max(abs(eager_losses[s] - bf16[s]) for s in eager_losses) < 0.05  # bf16 rounding, same training
     assert bf16 != eager_losses
+
+
+def test_resume_from_the_last_checkpoint_keeps_the_summary(tiny_run, tmp_path):
+    """A run killed after its final checkpoint but before summary.json: resuming takes no step and must still
+    report the final losses and speed it had reached."""
+    import shutil
+
+    run, out, summary = tiny_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (run_dir_for(copy, run) / "summary.json").unlink()
+    again = train(run, copy)
+    for key in ("final_loss", "final_val_loss", "steps", "tokens", "tokens_per_second"):
+        assert again[key] == summary[key], key

@@ -155,7 +155,7 @@ class RunConfig:
         """A stable hash of everything that changes the numbers (names and bookkeeping left out)."""
         d = self.to_dict()
         d.pop("experiment"), d.pop("name")
-        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops"):
+        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops", "val_every", "val_batches"):
             d["train"].pop(bookkeeping)
         d["data"].pop("cache_dir")
         d.pop("eval")  # evaluation never changes the trained weights

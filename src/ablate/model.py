@@ -120,11 +120,11 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
-        rotary_dim = int(cfg.head_dim * cfg.rope_fraction) // 2 * 2
-        cos, sin = rope_tables(cfg.head_dim, max(rotary_dim, 2), max_seq_len, cfg.rope_base)
+        rotary_pairs = max(int(cfg.head_dim * cfg.rope_fraction) // 2, 1)
         # Not persistent: recomputed from the config, so they never enter checkpoints (and survive to_empty).
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope_cos", torch.empty(max_seq_len, rotary_pairs), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(max_seq_len, rotary_pairs), persistent=False)
+        self.reset_buffers()
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
         """Normal(0, init_std) for matrices; output projections scaled by 1/sqrt(2*n_layers) (GPT-2)."""

@@ -22,11 +22,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             if id(param) in seen or not param.requires_grad:
                 continue
             seen.add(id(param))
+            # A tied output projection is the embedding, met first (as an Embedding) and so never decayed.
             is_matrix = isinstance(module, nn.Linear) and name == "weight"
-            # A tied output projection shares the embedding: it stays without decay.
-            is_tied = getattr(model, "cfg", None) is not None and model.cfg.tie_embeddings \
-                and param is getattr(model, "embed").weight
-            (decay if is_matrix and not is_tied else no_decay).append(param)
+            (decay if is_matrix else no_decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -43,8 +41,9 @@ def lr_factor(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
     """Multiplier of the peak lr at optimizer step `step` (0-based) of `total_steps`."""
     progress = step / max(total_steps, 1)
     warmup = cfg.warmup
-    if progress < warmup:
-        return (step + 1) / max(round(warmup * total_steps), 1)
+    warmup_steps = math.ceil(warmup * total_steps)  # ceil: the last warmup step reaches the peak, never passes it
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
     floor = cfg.min_lr_ratio
     if cfg.name == "constant":
         return 1.0

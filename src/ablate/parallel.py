@@ -172,7 +172,7 @@ KNOWN_GPU_PEAKS = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "A10": 125e12
 def peak_flops_for(device: torch.device, dtype: torch.dtype) -> float:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        for key, peak in KNOWN_GPU_PEAKS.items():
+        for key in sorted(KNOWN_GPU_PEAKS, key=len, reverse=True):  # "L40" before "L4"
             if key in name:
-                return peak
+                return KNOWN_GPU_PEAKS[key]
     return measure_peak_flops(device, dtype)

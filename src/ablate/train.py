@@ -91,13 +91,17 @@ class Trainer:
     def resume_state(self) -> dict:
         """What a checkpoint stores beside model/optimizer/RNG: small, and the same on every rank."""
         return {"tokens": self.tokens, "sampler": self.sampler.state_dict(), "skipped_steps": self.skipped_steps,
-                "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time}
+                "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
+                # what summary.json reports, should the run be killed after its last checkpoint and resumed
+                "last_loss": self.last_loss, "last_val_loss": self.last_val_loss, "throughput": self.throughput}
 
     def restore(self, ckpt: Path) -> None:
         meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
         self.step, self.tokens = meta["step"], meta["tokens"]
         self.sampler.load_state_dict(meta["sampler"])
         self.skipped_steps, self.wall_seconds_before = meta["skipped_steps"], meta["wall_seconds"]
+        self.last_loss, self.last_val_loss = meta["last_loss"], meta["last_val_loss"]
+        self.throughput = list(meta["throughput"])
 
     def _to_device(self, *tensors):
         return [x.to(self.dist.device, non_blocking=True) for x in tensors]
