@@ -165,9 +165,13 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
                 positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                targets: torch.Tensor | None = None, ignore_index: int = -100):
-        """Token ids (B, S) -> logits (B, S, vocab); with `targets`, (loss, cross-entropy) as in `loss` instead."""
+                targets: torch.Tensor | None = None, ignore_index: int = -100,
+                select: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """Token ids (B, S) -> logits (B, S, vocab); with `select` (batch index, position index), the logits (T, vocab)
+        at those positions only (eval scores a few); with `targets`, (loss, cross-entropy) as in `loss` instead."""
         hidden = self.hidden_states(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
+        if select is not None:
+            hidden = hidden[select]
         if targets is None:
             return self.lm_head(hidden)
         # The output projection and the loss a chunk of tokens at a time: the full logits are never held.

@@ -38,12 +38,14 @@ class LogitsModel:
     autocast: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     head: Callable[[torch.Tensor], torch.Tensor] | None = None  # if set, forward returns hidden states and this
     # maps the few that are scored to logits (the vocabulary projection is most of a small model's cost)
+    selects: bool = False  # forward(..., select=(batch index, position index)) returns logits at those only
 
 
 def for_transformer(model, max_len: int | None = None, device=None, autocast=None) -> LogitsModel:
     """An ablate Transformer (plain or FSDP-wrapped): continuations share their context's pass."""
-    def forward(tokens, positions=None, attn_mask=None):
-        return model(tokens, positions=positions, attn_mask=attn_mask)  # through __call__, for FSDP's hooks
+    def forward(tokens, positions=None, attn_mask=None, select=None):
+        # through __call__, for FSDP's hooks; the vocabulary projection only at the scored positions
+        return model(tokens, positions=positions, attn_mask=attn_mask, select=select)
 
     def hidden(tokens, positions=None, attn_mask=None):
         return model.hidden_states(tokens, positions=positions, attn_mask=attn_mask)
@@ -51,7 +53,7 @@ def for_transformer(model, max_len: int | None = None, device=None, autocast=Non
     device = device or next(model.parameters()).device
     sharded = hasattr(model, "unshard")  # FSDP2 gathers the output projection only inside the root's forward
     return LogitsModel(forward if sharded else hidden, max_len or model.max_seq_len, torch.device(device), True,
-                       autocast or contextlib.nullcontext(), head=None if sharded else model.lm_head)
+                       autocast or contextlib.nullcontext(), head=None if sharded else model.lm_head, selects=sharded)
 
 
 def for_logits_fn(fn: Callable[[torch.Tensor], torch.Tensor], max_len: int, device="cpu") -> LogitsModel:
@@ -162,18 +164,16 @@ def _score_batch(lm: LogitsModel, batch: list[_Row], results: dict[int, list]) -
         segments[b, :n] = torch.tensor(row.segments)
     packed = lm.shares_prefix and any(max(r.segments) > 0 for r in batch)  # else one continuation: causal
     tokens = tokens.to(lm.device)
-    with lm.autocast:
-        if packed:
-            logits = lm.forward(tokens, positions.to(lm.device), _tree_mask(segments.to(lm.device)))
-        else:
-            logits = lm.forward(tokens, None, None)
     where = [(b, pos, tok, req) for b, row in enumerate(batch) for pos, tok, req in row.targets]
+    b_idx = torch.tensor([w[0] for w in where], dtype=torch.long, device=lm.device)
+    p_idx = torch.tensor([w[1] for w in where], dtype=torch.long, device=lm.device)
+    wanted = torch.tensor([w[2] for w in where], dtype=torch.long, device=lm.device)
+    args = (tokens, positions.to(lm.device), _tree_mask(segments.to(lm.device))) if packed else (tokens, None, None)
+    with lm.autocast:  # a batch without targets still runs its forward: FSDP's gathers need every rank
+        out = lm.forward(*args, select=(b_idx, p_idx)) if lm.selects else lm.forward(*args)
     if not where:
         return
-    b_idx = torch.tensor([w[0] for w in where], device=lm.device)
-    p_idx = torch.tensor([w[1] for w in where], device=lm.device)
-    wanted = torch.tensor([w[2] for w in where], device=lm.device)
-    picked = logits[b_idx, p_idx]
+    picked = out if lm.selects else out[b_idx, p_idx]
     logprobs, greedy = [], []
     # A few hundred scored positions at a time: their vocab-wide logits stay in cache, which makes the logsumexp
     # ~3x faster on CPU than over all of them at once; logsumexp and amax rather than log_softmax and argmax, so
