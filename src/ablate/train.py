@@ -220,6 +220,7 @@ def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
                               f"{run.identity()}); pass another --out or remove the folder")
     if summary_path.exists():
         return json.loads(summary_path.read_text())
+    d.barrier()  # every rank has read the folder before rank 0 writes into it (a slow rank once read a half file)
     if d.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         config_path.write_text(json.dumps({"identity": run.identity(), "world_size": d.world,
