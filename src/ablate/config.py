@@ -277,15 +277,15 @@ def _validate_eval(e: EvalConfig) -> None:
     for name in ("every", "every_tokens", "limit"):
         _require(getattr(e, name) >= 0, f"eval.{name}", "must be >= 0 (0: off / only at the end / the full set)")
     _require(e.batch_size > 0, "eval.batch_size", "must be > 0")
-    names = [t.strip() for t in e.tasks.split(",") if t.strip()]
-    if names:
+    if e.tasks.strip():
+        from ablate.eval.suite import parse_tasks  # lazily: configs without tasks never load the suite
+
         try:
-            from ablate_evals import TASKS
+            parse_tasks(e.tasks, "eval.tasks")
         except ModuleNotFoundError as exc:
             raise ConfigError(f"eval.tasks: the task suite (package ablate_evals) is not installed: {exc}") from None
-        unknown = [n for n in names if n not in TASKS]
-        _require(not unknown, "eval.tasks", f"unknown task {unknown[0]!r}; allowed: {', '.join(TASKS)}"
-                 if unknown else "")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ class Hook:
         pass
 
 
-def _due(step: int, every: int, last: int) -> bool:
+def due(step: int, every: int, last: int) -> bool:
     return step == last or (every > 0 and step % every == 0)
 
 
@@ -69,7 +69,7 @@ class MetricsLogger(Hook):
 
     def after_step(self, trainer) -> None:
         self.interval_tokens += trainer.tokens_per_step
-        if not _due(trainer.step, self.every, trainer.max_steps):
+        if not due(trainer.step, self.every, trainer.max_steps):
             return
         elapsed = time.perf_counter() - self.interval_start - trainer.pause_seconds
         trainer.pause_seconds = 0.0
@@ -118,7 +118,7 @@ class PeriodicHook(Hook):
         raise NotImplementedError
 
     def after_step(self, trainer) -> None:
-        if _due(trainer.step, self.interval(trainer), trainer.max_steps):
+        if due(trainer.step, self.interval(trainer), trainer.max_steps):
             start = time.perf_counter()
             self.run(trainer)
             trainer.pause_seconds += time.perf_counter() - start

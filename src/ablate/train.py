@@ -150,13 +150,13 @@ class Trainer:
         losses = {}
         self.model.eval()
         for k in range(passes):
-            chunk = mine[k * t.micro_batch:(k + 1) * t.micro_batch] or [0]  # a rank with nothing left repeats item 0
+            part = mine[k * t.micro_batch:(k + 1) * t.micro_batch]
+            chunk = part or [0]  # a rank with nothing left still runs a forward, on item 0, and keeps nothing
             inputs, targets, doc_ids = self._to_device(*self.data.val.batch(chunk, self.seq_len))
             with self.autocast:
                 logits = self.model(inputs, doc_ids if self.run.data.doc_mask else None).float()
             per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-            if mine[k * t.micro_batch:(k + 1) * t.micro_batch]:
-                losses.update(zip(chunk, per_token.mean(dim=1).tolist()))
+            losses.update(zip(part, per_token.mean(dim=1).tolist()))
         self.model.train()
         gathered = [None] * d.world
         torch.distributed.all_gather_object(gathered, losses)

@@ -10,7 +10,7 @@ import math
 import time
 
 from ablate.eval import engine, suite
-from ablate.hooks import Hook
+from ablate.hooks import Hook, due
 
 
 class EvalHook(Hook):
@@ -29,9 +29,7 @@ class EvalHook(Hook):
             path.write_text("".join(line + "\n" for line in kept))
 
     def _due(self, trainer) -> bool:
-        if trainer.step == trainer.max_steps:
-            return True
-        if self.cfg.every and trainer.step % self.cfg.every == 0:
+        if due(trainer.step, self.cfg.every, trainer.max_steps):  # the step cadence all periodic hooks share
             return True
         every_tokens = self.cfg.every_tokens
         return bool(every_tokens) and (trainer.tokens // every_tokens) > \
