@@ -59,3 +59,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         from ablate.kernels import cross_entropy_triton
         return cross_entropy_triton.linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows)
     return reference.linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows)
+
+
+# Validation's per-position losses: no backward, so the torch chunk loop (a matmul and a logsumexp per chunk) serves
+# every device.
+per_token_cross_entropy = reference.per_token_cross_entropy

@@ -67,9 +67,11 @@ def default_chunk_rows(n_rows: int, width: int, vocab: int) -> int:
     return max(1, min(n_rows, max(MIN_CHUNK_ROWS, math.ceil(n_rows * width / vocab))))
 
 
-def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads):
+def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads,
+                                 ce_per_row: torch.Tensor | None = None):
     """(loss sum, ce sum, valid count, grad_hidden, grad_weight) of hidden (N, D) @ weight (V, D).T, a chunk of rows
-    at a time. Gradients are of the *sums*: the caller divides by the count. ce_chunk is the per-chunk loss step."""
+    at a time. Gradients are of the *sums*: the caller divides by the count. ce_chunk is the per-chunk loss step.
+    `ce_per_row` (N,), if given, receives each row's cross-entropy."""
     n = hidden.shape[0]
     valid_count = (targets != ignore_index).sum()
     ce_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -87,6 +89,8 @@ def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, 
         ce_rows, z_rows = ce_chunk(logits, targets[start:start + chunk_rows], ignore_index, z_loss, with_grads)
         ce_sum += ce_rows.sum()
         z_sum += z_rows.sum()
+        if ce_per_row is not None:
+            ce_per_row[start:start + chunk_rows] = ce_rows
         if with_grads:  # `logits` now holds d(loss sum)/d(logits) for this chunk
             grad_hidden[start:start + chunk_rows] = logits @ weight
             if logits.dtype == grad_weight.dtype:
@@ -95,6 +99,19 @@ def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, 
                 grad_weight += logits.T @ rows
     loss_sum = ce_sum + z_loss * z_sum if z_loss else ce_sum
     return loss_sum, ce_sum, valid_count, grad_hidden, grad_weight
+
+
+@torch.no_grad()
+def per_token_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                            ignore_index: int = -100, chunk_rows: int | None = None) -> torch.Tensor:
+    """Cross-entropy of each position (fp32, shaped like targets, 0 where ignored) of hidden @ weight.T, never
+    holding more than a chunk of logits: validation's per-sequence losses."""
+    flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    out = torch.empty(flat_targets.shape, dtype=torch.float32, device=hidden.device)
+    chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
+    chunked_linear_cross_entropy(flat_hidden, weight, flat_targets, ignore_index, 0.0, chunk_rows,
+                                 cross_entropy_chunk, with_grads=False, ce_per_row=out)
+    return out.view(targets.shape)
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):

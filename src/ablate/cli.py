@@ -64,8 +64,10 @@ def cmd_eval(args) -> int:
     print(f"{loaded.checkpoint} (step {loaded.step}, {loaded.tokens} tokens)")
     print(suite.format_table(results))
     if not args.no_write:
-        suite.write_results(loaded.run_dir, loaded.step, loaded.tokens, results)
+        replaced = suite.write_results(loaded.run_dir, loaded.step, loaded.tokens, results)
         print(f"appended to {loaded.run_dir / 'evals.jsonl'}")
+        for line in replaced:  # the report reads the latest evaluation of a step
+            print(f"replaced an earlier evaluation's items at step {loaded.step}: {line}")
     if args.log_samples:
         suite.write_samples(args.log_samples, results)
         print(f"samples: {args.log_samples}")

@@ -1,8 +1,8 @@
 """Data: text sources -> tokenizer -> one flat memory-mapped file of token ids per split -> shuffled sequences.
 
 Every source becomes a list of (datasets.Dataset, text column) parts read through one path (`_raw_texts`).
-`prepare_data` hashes the raw text, and only when no cache folder holds that content trains or loads the tokenizer and
-tokenizes once into <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy, tokenizer.json,
+`prepare_data` hashes the raw text on the main rank, and only when no cache folder holds that content trains or
+loads the tokenizer and tokenizes once into <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy, tokenizer.json,
 stats.json. Documents are concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks.
 
 Text files (.txt) are read one document per blank-line-separated paragraph.
@@ -380,10 +380,8 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, train_parts, val_parts
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
-                 barrier: Callable[[], None] = lambda: None) -> PreparedData:
-    """Load sources, tokenize once into a content-addressed cache folder (main rank only), open it on every rank."""
-    check_data_config(cfg, vocab_size)
+def _cache_folder(cfg: DataConfig, vocab_size: int) -> str:
+    """Hash the sources and build the cache folder for that content if no earlier run did; returns the folder."""
     root = _cache_root(cfg)
     hf_cache = os.path.join(root, "hf_datasets")
     train_parts = load_documents(cfg.source, cfg.text_field, cache_dir=hf_cache)
@@ -410,14 +408,30 @@ def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
                   "max_documents": cfg.max_documents}
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()
     folder = os.path.join(root, "data", key[:16])
-
-    if is_main and not os.path.isdir(folder):
+    if not os.path.isdir(folder):
         stats = {"source": cfg.source, "val_source": cfg.val_source, "documents": {"train": n_train, "val": n_val},
                  "tokens": {}, "skipped_documents": skipped, "tokenizer": cfg.tokenizer, "key": key}
         _build(folder, cfg, vocab_size, train_parts, val_parts, n_train, stats)
-    barrier()
-    if not os.path.isdir(folder):
-        raise RuntimeError(f"data cache {folder} is missing after the barrier: did the main rank fail?")
+    return folder
+
+
+def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
+                 share: Callable[[object], object] = lambda obj: obj) -> PreparedData:
+    """Load sources, hash them and tokenize once into a content-addressed cache folder (the main rank alone), then
+    open that folder on every rank. `share` sends the main rank's object to every rank (a broadcast under torchrun);
+    a failure on the main rank reaches the others as an error instead of a wait."""
+    check_data_config(cfg, vocab_size)
+    failure = None
+    if is_main:
+        try:
+            outcome = ("ok", _cache_folder(cfg, vocab_size))
+        except Exception as error:
+            failure, outcome = error, ("error", f"{type(error).__name__}: {error}")
+    status, folder = share(outcome if is_main else None)
+    if failure is not None:
+        raise failure
+    if status != "ok":
+        raise RuntimeError(f"the main rank failed to prepare the data: {folder}")
     with open(os.path.join(folder, "stats.json")) as f:
         stats = json.load(f)
     stats.update(source=cfg.source, val_source=cfg.val_source)  # the same content may come from another path

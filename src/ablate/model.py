@@ -14,7 +14,7 @@ from torch import nn
 from ablate.config import ModelConfig
 # The fused ops go through one dispatch (Triton on CUDA when cfg.kernels="triton", torch references otherwise);
 # apply_rope is re-exported here with kernels="torch" as its default.
-from ablate.kernels import apply_rope, linear_cross_entropy, rms_norm, swiglu
+from ablate.kernels import apply_rope, linear_cross_entropy, per_token_cross_entropy, rms_norm, swiglu
 
 
 class RMSNorm(nn.RMSNorm):
@@ -65,12 +65,11 @@ class Attention(nn.Module):
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, S, head_dim)
         if self.use_rope:
             q, k = apply_rope(q, cos, sin, kernels=self.kernels), apply_rope(k, cos, sin, kernels=self.kernels)
-        if self.n_kv_heads != self.n_heads:  # GQA/MQA: each kv head serves a group of query heads
-            repeat = self.n_heads // self.n_kv_heads
-            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        # GQA/MQA: each kv head serves a group of query heads, without copying K and V per group (same values as
+        # repeat_interleave; measured ~7% faster forward + backward on CPU)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-            dropout_p=self.dropout if self.training else 0.0)
+            dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_kv_heads != self.n_heads)
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -166,14 +165,17 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
                 positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
                 targets: torch.Tensor | None = None, ignore_index: int = -100,
-                select: tuple[torch.Tensor, torch.Tensor] | None = None):
+                select: tuple[torch.Tensor, torch.Tensor] | None = None, per_token: bool = False):
         """Token ids (B, S) -> logits (B, S, vocab); with `select` (batch index, position index), the logits (T, vocab)
-        at those positions only (eval scores a few); with `targets`, (loss, cross-entropy) as in `loss` instead."""
+        at those positions only (eval scores a few); with `targets`, (loss, cross-entropy) as in `loss` instead, or
+        with `per_token` too, the cross-entropy (B, S) of each position (validation; no z-loss, no gradient)."""
         hidden = self.hidden_states(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
         if select is not None:
             hidden = hidden[select]
         if targets is None:
             return self.lm_head(hidden)
+        if per_token:
+            return per_token_cross_entropy(hidden, self.lm_head.weight, targets, ignore_index)
         # The output projection and the loss a chunk of tokens at a time: the full logits are never held.
         return linear_cross_entropy(hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss,
                                     kernels=self.cfg.kernels)

@@ -54,7 +54,8 @@ class Trainer:
             else contextlib.nullcontext()
         compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
 
-        self.data: PreparedData = prepare_data(run.data, run.model.vocab_size, is_main=d.is_main, barrier=d.barrier)
+        self.data: PreparedData = prepare_data(run.data, run.model.vocab_size, is_main=d.is_main,
+                                                  share=d.broadcast_object)
         self.model = self._build_model(compute_dtype if on_gpu and use_bf16 else None)
         self.optimizer = build_optimizer(self.model, run.optim)
         self.sampler = SequenceSampler(self.data.train.num_sequences(self.seq_len), seed=t.seed)
@@ -153,9 +154,9 @@ class Trainer:
             part = mine[k * t.micro_batch:(k + 1) * t.micro_batch]
             chunk = part or [0]  # a rank with nothing left still runs a forward, on item 0, and keeps nothing
             inputs, targets, doc_ids = self._to_device(*self.data.val.batch(chunk, self.seq_len))
-            with self.autocast:
-                logits = self.model(inputs, doc_ids if self.run.data.doc_mask else None).float()
-            per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+            with self.autocast, torch.no_grad():  # a chunk of logits at a time: a 50k vocabulary never is whole
+                per_token = self.model(inputs, doc_ids if self.run.data.doc_mask else None, targets=targets,
+                                       per_token=True)
             losses.update(zip(part, per_token.mean(dim=1).tolist()))
         self.model.train()
         gathered = [None] * d.world

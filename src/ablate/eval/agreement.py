@@ -21,6 +21,7 @@ def run_lm_eval_hf(hf_dir: str, tasks: list[str], fmt: str = "cf", limit: int | 
                    batch_size: int | str = 1) -> LmEvalRun:
     """lm-eval's own HF backend on ablate's lm-eval task configs; per-item log-likelihoods from its samples."""
     import lm_eval
+    import lm_eval.models.huggingface  # noqa: F401  (imports transformers: outside the timing, as ablate's imports are)
     from lm_eval.tasks import TaskManager
 
     from ablate_evals.lm_eval_tasks import PATH

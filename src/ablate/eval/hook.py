@@ -22,6 +22,7 @@ class EvalHook(Hook):
         self.tasks = suite.parse_tasks(cfg.tasks, "eval.tasks")
         self.tokenizer = Tokenizer.from_file(str(trainer.data.tokenizer_path))
         self.done_final = False
+        self.prepared: dict = {}  # the tasks' token ids, made at the first evaluation and kept
         path = trainer.run_dir / "evals.jsonl"
         if trainer.dist.is_main and path.exists():  # on resume, forget evals the checkpoint had not reached
             kept = [line for line in path.read_text().splitlines()
@@ -50,7 +51,7 @@ class EvalHook(Hook):
         trainer.model.eval()
         try:
             results = suite.evaluate(lm, self.tokenizer, self.tasks, self.cfg.format, self.cfg.limit or None,
-                                     self.cfg.batch_size)
+                                     self.cfg.batch_size, cache=self.prepared)
         finally:
             trainer.model.train()
         if trainer.step == trainer.max_steps:
