@@ -250,6 +250,29 @@ def test_agreement_with_lm_eval_hf(eval_run, tmp_path):
             assert row["same_per_char"] >= 0.995 and row["acc_per_char_diff_points"] <= 0.2, (task, row)
 
 
+def test_lm_eval_command_runs_the_ablate_model(eval_run, tmp_path):
+    """`lm_eval --model ablate`: lm-eval's own command, in a fresh process, finds the model through the hook that
+    ablate's install puts in site-packages, and scores ablate's task configs as ablate's engine does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ablate.load import load_model
+    from ablate_evals.lm_eval_tasks import PATH
+
+    run_dir, _ = eval_run
+    command = [str(Path(sys.executable).with_name("lm_eval")), "--model", "ablate", "--model_args",
+               f"path={run_dir}", "--tasks", "ablate_copa,ablate_arc_easy", "--include_path", str(PATH),
+               "--limit", "12", "--batch_size", "8", "--device", "cpu", "--output_path", str(tmp_path / "out")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())["results"]
+    loaded = load_model(run_dir)
+    for r in suite.evaluate(engine.for_transformer(loaded.model), loaded.tokenizer(), ["copa", "arc_easy"], limit=12):
+        assert results[f"ablate_{r.task}"]["acc,none"] == pytest.approx(r.metrics["acc_raw"])
+        assert results[f"ablate_{r.task}"]["acc_norm,none"] == pytest.approx(r.metrics["acc_per_char"])
+
+
 def test_fsdp_eval_equals_one_process(eval_run, tmp_path):
     """Under torchrun with 2 FSDP ranks each rank scores a share of the rows; the gathered results equal one
     process's (the 2-rank model equals the 1-rank one to ~1e-6)."""

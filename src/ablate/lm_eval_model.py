@@ -1,9 +1,9 @@
 """lm-eval's `ablate` model: a run folder or checkpoint scored by ablate's engine inside lm-eval.
 
-    ablate-lm-eval --model ablate --model_args path=runs/x/base/seed0 --tasks ablate_arc_easy,ablate_hellaswag
+    lm_eval --model ablate --model_args path=runs/x/base/seed0 --include_path ... --tasks ablate_arc_easy
 
-lm-eval 0.4 finds third-party models only through `@register_model` in an imported module (it has no entry-point
-group for them), so `ablate-lm-eval` (ablate.lm_eval_cli) imports this module before handing over to lm-eval's CLI.
+lm-eval 0.4 finds other packages' models only in its registry: ablate's start-up hook (src/_ablate_lm_eval_plugin.py)
+lists this class there lazily, and `ablate-lm-eval` (ablate.lm_eval_cli) imports this module before lm-eval's CLI.
 """
 from __future__ import annotations
 

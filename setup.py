@@ -1,0 +1,23 @@
+"""Everything about the package is in pyproject.toml; this file only ships `ablate_lm_eval_plugin.pth` into
+site-packages (setuptools has no setting for a file there), for `lm_eval --model ablate` (see
+src/_ablate_lm_eval_plugin.py)."""
+import os
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+PTH = "ablate_lm_eval_plugin.pth"
+
+
+class BuildPyWithPth(build_py):
+    def run(self):
+        super().run()
+        # An editable install leaves the code in place: only what lands in its wheel folder (install_lib) is copied.
+        folder = self.distribution.get_command_obj("install").install_lib if self.editable_mode else self.build_lib
+        self.copy_file(os.path.join("src", PTH), os.path.join(folder, PTH))
+
+    def get_outputs(self, include_bytecode=1):
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, PTH)]
+
+
+setup(cmdclass={"build_py": BuildPyWithPth})
