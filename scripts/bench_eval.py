@@ -53,7 +53,7 @@ def main() -> None:
     ours, theirs = work(loaded.tokenizer(), tasks, args.format, args.limit, loaded.run.data.seq_len)
     print(f"\nwork: ablate runs {ours['tokens']:,} tokens through the model (conditional and unconditional) and "
           f"projects {ours['scored']:,} onto the vocabulary;\n      lm-eval runs {theirs:,} tokens (conditional "
-          f"only, one row per request) and projects every one")
+          f"only, a row per request but one-token continuations share theirs) and projects every one")
     print(f"ablate engine, batch {args.batch_size}: {ablate_seconds:.1f}s")
     for name, run in runs.items():
         print(f"{name}: {run.seconds:.1f}s  -> ablate is {run.seconds / ablate_seconds:.1f}x faster, "
@@ -61,8 +61,8 @@ def main() -> None:
 
 
 def work(tokenizer, tasks: list[str], fmt: str, limit: int, max_len: int) -> tuple[dict[str, int], int]:
-    """Tokens each side runs through the model: ablate's packed rows, and lm-eval's context + continuation per
-    conditional request (it does not run the unconditional pass ablate's PMI and choices-only metrics need)."""
+    """Tokens each side runs through the model: ablate's packed rows, and lm-eval's rows of conditional requests (it
+    does not run the unconditional pass that ablate's PMI and choices-only metrics need)."""
     from ablate.eval import engine, suite
     from ablate.eval.tasks import requests_for
 
@@ -77,7 +77,10 @@ def work(tokenizer, tasks: list[str], fmt: str, limit: int, max_len: int) -> tup
         rows, _ = engine.build_rows(engine.dedupe(encoded)[0], max_len, shares_prefix=True)
         ours["tokens"] += sum(len(r.tokens) for r in rows)
         ours["scored"] += sum(len(r.targets) for r in rows)
-        theirs += sum(len(c) + len(k) - 1 for c, k in engine.dedupe(encoded[:len(conditional)])[0])
+        # lm-eval runs one row per request, but requests whose context + continuation minus its last token are the
+        # same (one-token continuations after one context) share a row (its "logits cache")
+        rows_theirs = {tuple(c) + tuple(k[:-1]) for c, k in encoded[:len(conditional)]}
+        theirs += sum(min(len(row), max_len) for row in rows_theirs)  # contexts too long are cut to max_len
     return ours, theirs
 
 
