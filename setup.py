@@ -1,6 +1,6 @@
 """Everything about the package is in pyproject.toml; this file only ships `ablate_lm_eval_plugin.pth` into
 site-packages (setuptools has no setting for a file there), for `lm_eval --model ablate` (see
-src/_ablate_lm_eval_plugin.py)."""
+src/_ablate_lm_eval_plugin.py). MANIFEST.in puts the .pth in the sdist."""
 import os
 
 from setuptools import setup
@@ -12,9 +12,12 @@ PTH = "ablate_lm_eval_plugin.pth"
 class BuildPyWithPth(build_py):
     def run(self):
         super().run()
-        # An editable install leaves the code in place: only what lands in its wheel folder (install_lib) is copied.
-        folder = self.distribution.get_command_obj("install").install_lib if self.editable_mode else self.build_lib
-        self.copy_file(os.path.join("src", PTH), os.path.join(folder, PTH))
+        self.copy_file(os.path.join("src", PTH), os.path.join(self.build_lib, PTH))  # a wheel's root: site-packages
+        if self.editable_mode:
+            # An editable wheel holds only what lands in its own folder, the install command's install_lib (a
+            # setuptools detail, checked by tests/test_packaging.py), so the .pth is copied there too.
+            folder = self.distribution.get_command_obj("install").install_lib
+            self.copy_file(os.path.join("src", PTH), os.path.join(folder, PTH))
 
     def get_outputs(self, include_bytecode=1):
         return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, PTH)]

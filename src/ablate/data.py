@@ -2,8 +2,8 @@
 
 Every source becomes a list of (datasets.Dataset, text column) parts read through one path (`_raw_texts`).
 `prepare_data` hashes the raw text on the main rank, and only when no cache folder holds that content trains or
-loads the tokenizer and tokenizes once into <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy, tokenizer.json,
-stats.json. Documents are concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks.
+loads the tokenizer and tokenizes once into <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy,
+tokenizer.json, stats.json. Documents are concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks.
 
 Text files (.txt) are read one document per blank-line-separated paragraph.
 """
@@ -432,6 +432,9 @@ def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
         raise failure
     if status != "ok":
         raise RuntimeError(f"the main rank failed to prepare the data: {folder}")
+    if not os.path.isdir(folder):
+        raise RuntimeError(f"data cache {folder}, built by the main rank, is not visible here: on several nodes set "
+                           f"data.cache_dir (or ABLATE_CACHE) to a folder every node shares")
     with open(os.path.join(folder, "stats.json")) as f:
         stats = json.load(f)
     stats.update(source=cfg.source, val_source=cfg.val_source)  # the same content may come from another path

@@ -183,16 +183,17 @@ def _score_batch(lm: LogitsModel, batch: list[_Row], results: dict[int, list]) -
         return
     picked = out if lm.selects else out[b_idx, p_idx]
     logprobs, greedy = [], []
-    # A few hundred scored positions at a time: their vocab-wide logits stay in cache, and the vocabulary
-    # projection of a large batch never exists whole.
+    # A few hundred scored positions at a time: their vocab-wide logits stay in cache, which makes the logsumexp
+    # ~3x faster on CPU than over all of them at once; logsumexp and amax rather than log_softmax and argmax, so
+    # no (targets x vocab) output is written.
     for start in range(0, len(wanted), SCORE_CHUNK):
         chunk = picked[start:start + SCORE_CHUNK]
         if lm.head is not None:
             with lm.autocast:
                 chunk = lm.head(chunk)
-        chunk = torch.log_softmax(chunk.float(), -1)
+        chunk = chunk.float()
         target = chunk.gather(1, wanted[start:start + SCORE_CHUNK, None])[:, 0]
-        logprobs += target.tolist()
+        logprobs += (target - torch.logsumexp(chunk, -1)).tolist()
         greedy += (target >= chunk.amax(-1)).tolist()
     for (_, _, _, req), lp, g in zip(where, logprobs, greedy):
         acc = results.setdefault(req, [0.0, True, 0])
