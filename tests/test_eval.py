@@ -195,6 +195,20 @@ def test_cli_eval_matches_the_hook_and_logs_samples(eval_run, tmp_path):
     assert set(items[0]["predictions"]) == {"raw", "per_token", "per_char", "pmi", "choices_only"}
 
 
+def test_cli_eval_in_bf16_is_close_to_fp32(eval_run, tmp_path):
+    run_dir, _ = eval_run
+    logprobs = {}
+    for dtype in ("fp32", "bf16"):
+        samples = tmp_path / f"{dtype}.jsonl"
+        out = run_cli("eval", str(run_dir), "--tasks", "arc_easy", "--limit", "12", "--no-write", "--dtype", dtype,
+                      "--log-samples", str(samples))
+        assert f"tokens, {dtype})" in out.stdout
+        logprobs[dtype] = [r["logprob"] for r in map(json.loads, samples.read_text().splitlines())
+                           if r["type"] == "request"]
+    differences = [abs(a - b) for a, b in zip(logprobs["fp32"], logprobs["bf16"])]
+    assert len(differences) == 2 * 48 and 0 < max(differences) < 0.5  # bf16 ran, and stayed close
+
+
 def test_cli_refuses_bad_input(tmp_path):
     result = run_cli("eval", str(tmp_path), check=False)
     assert result.returncode == 2 and "neither a run folder" in result.stderr

@@ -52,16 +52,20 @@ def _bad_input(fn):
 
 @_bad_input
 def cmd_eval(args) -> int:
+    import torch
+
     from ablate.eval import engine, suite
     from ablate.load import load_model
 
     tasks = suite.parse_tasks(args.tasks) if args.tasks else list(suite.all_tasks())
     suite.check_format(args.format)
     loaded = load_model(args.path, device=args.device)
-    lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=args.device)
+    # bf16: matmuls in bf16 under autocast, log-likelihoods still summed in fp32 (as in-training evals of bf16 runs)
+    autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16) if args.dtype == "bf16" else None
+    lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=args.device, autocast=autocast)
     results = suite.evaluate(lm, loaded.tokenizer(), tasks, args.format, args.limit or None, args.batch_size,
                              log_samples=bool(args.log_samples))
-    print(f"{loaded.checkpoint} (step {loaded.step}, {loaded.tokens} tokens)")
+    print(f"{loaded.checkpoint} (step {loaded.step}, {loaded.tokens} tokens, {args.dtype})")
     print(suite.format_table(results))
     if not args.no_write:
         replaced = suite.write_results(loaded.run_dir, loaded.step, loaded.tokens, results)
@@ -121,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--format", default="cf", help="cf (cloze) or mcf (multiple-choice letters)")
     ev.add_argument("--batch-size", type=int, default=32, help="rows per forward pass")
     ev.add_argument("--device", default="cpu", help="cpu or cuda")
+    ev.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast matmuls (default fp32)")
     ev.add_argument("--log-samples", metavar="FILE", help="write one JSON line per request and per item")
     ev.add_argument("--no-write", action="store_true", help="print only; leave evals.jsonl and eval_items/ alone")
     ev.set_defaults(func=cmd_eval)
