@@ -1,11 +1,8 @@
-"""CommonsenseQA (validation, 1221 items): commonsense questions with 5 choices; OLMES reports PMI accuracy."""
-from ablate.eval.tasks import Task, literal, question_answer_item
+"""CommonsenseQA (validation, 1221 items): commonsense questions with 5 choices; OLMES reports PMI accuracy. Its rows
+have ARC's shape (choices with text and label, answerKey), so ARC's build reads them."""
+from ablate.eval.tasks import Task
 
-
-def build(row: dict, index: int):
-    choices = literal(row["choices"])
-    return question_answer_item(row["id"], row["question"], choices["text"], choices["label"].index(row["answerKey"]))
-
+from ablate_evals.arc_easy import build
 
 TASK = Task(name="commonsense_qa", data="tau/commonsense_qa/none/validation", build=build, primary="acc_pmi",
             description=__doc__)

@@ -3,7 +3,8 @@
 Every source becomes a list of (datasets.Dataset, text column) parts read through one path (`_raw_texts`).
 `prepare_data` hashes the raw text on the main rank, and only when no cache folder holds that content trains or
 loads the tokenizer and tokenizes once into <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy,
-tokenizer.json, stats.json. Documents are concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks.
+tokenizer.json, stats.json. Documents are concatenated, each followed by eos; `doc_starts` keeps the boundaries
+for document masks.
 
 Text files (.txt) are read one document per blank-line-separated paragraph.
 """

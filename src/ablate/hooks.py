@@ -171,10 +171,14 @@ class NonFiniteGuard(Hook):
                                      f"set model.z_loss or model.qk_norm, or check the data")
 
 
+def items_path(run_dir: Path, step: int, name: str) -> Path:
+    """Where the per-item results of one evaluation live: eval_items/step_<N>/<name>.jsonl."""
+    return Path(run_dir) / "eval_items" / f"step_{step:07d}" / f"{name}.jsonl"
+
+
 def write_items(run_dir: Path, step: int, name: str, rows: list[dict]) -> Path:
-    """Per-item results of one evaluation: eval_items/step_<N>/<name>.jsonl, one JSON line per item."""
-    folder = run_dir / "eval_items" / f"step_{step:07d}"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.jsonl"
+    """Per-item results of one evaluation, one JSON line per item."""
+    path = items_path(run_dir, step, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path

@@ -48,12 +48,16 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
 def read_run_config(path: str | Path) -> RunConfig:
     """The RunConfig of a run folder or of one of its checkpoints."""
     run_dir, _ = resolve_checkpoint(path)
+    return _config_of(run_dir)
+
+
+def _config_of(run_dir: Path) -> RunConfig:
     return RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())["config"])
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     run_dir, ckpt = resolve_checkpoint(path)
-    run = read_run_config(run_dir)
+    run = _config_of(run_dir)
     meta = json.loads((ckpt / META).read_text())
     model = Transformer(run.model, max_seq_len=run.data.seq_len)
     state = {"model": model.state_dict()}

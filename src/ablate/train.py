@@ -154,7 +154,7 @@ class Trainer:
             part = mine[k * t.micro_batch:(k + 1) * t.micro_batch]
             chunk = part or [0]  # a rank with nothing left still runs a forward, on item 0, and keeps nothing
             inputs, targets, doc_ids = self._to_device(*self.data.val.batch(chunk, self.seq_len))
-            with self.autocast, torch.no_grad():  # a chunk of logits at a time: a 50k vocabulary never is whole
+            with self.autocast:  # a chunk of logits at a time: a 50k vocabulary never is whole
                 per_token = self.model(inputs, doc_ids if self.run.data.doc_mask else None, targets=targets,
                                        per_token=True)
             losses.update(zip(part, per_token.mean(dim=1).tolist()))

@@ -131,17 +131,17 @@ def write_results(run_dir: Path, step: int, tokens: int, results: list[TaskResul
     """Append to evals.jsonl and write the per-item files of this evaluation. A step evaluated again keeps every
     evals.jsonl line, but its item files (and, in `ablate report`, its scores) become the latest evaluation's;
     returns the item files replaced so, for the caller to say."""
-    from ablate.hooks import write_items
+    from ablate.hooks import items_path, write_items
 
     with (Path(run_dir) / "evals.jsonl").open("a") as f:
         for r in results:
             f.write(json.dumps(r.record(step, tokens)) + "\n")
     replaced = []
     for r in results:
-        path = Path(run_dir) / "eval_items" / f"step_{step:07d}" / f"{r.task}_{r.format}.jsonl"
+        path = items_path(run_dir, step, f"{r.task}_{r.format}")
         if path.is_file():
             replaced.append(f"{path} ({len(path.read_text().splitlines())} items -> {len(r.items)})")
-        write_items(Path(run_dir), step, f"{r.task}_{r.format}", r.items)
+        write_items(run_dir, step, f"{r.task}_{r.format}", r.items)
     return replaced
 
 

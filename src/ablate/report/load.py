@@ -76,6 +76,7 @@ class Run:
         """Per-item rows {id: row} of one evaluation, or None when the run has no such file."""
         key = (task.items_stem, step)
         if key not in self._items:
+            # the layout of ablate.hooks.items_path, spelled out: the report never imports the trainer's torch
             path = self.path / "eval_items" / f"step_{step:07d}" / f"{task.items_stem}.jsonl"
             self._items[key] = {str(row["id"]): row for row in _read_jsonl(path)} if path.is_file() else None
         return self._items[key]
