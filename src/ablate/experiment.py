@@ -5,11 +5,14 @@ problem becomes one ExperimentError naming the file, the line where it can be kn
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import fnmatch
 import re
 import runpy
 import traceback
 from pathlib import Path
+from typing import Sequence
 
 from ablate.config import ConfigError, RunConfig, _SECTIONS, apply_overrides, validate
 from ablate.data import check_data_config
@@ -28,6 +31,22 @@ def _line_in(path: Path, exc: BaseException) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
+def _defined_at(path: Path, name: str) -> str:
+    """'file:line' of the last top-level statement that binds `name` (runs = ..., def runs(), seeds = ...)."""
+    line = None
+    for node in ast.parse(path.read_bytes()).body:  # bytes: the file's own coding declaration applies
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        else:
+            continue
+        if name in bound:
+            line = node.lineno
+    return f"{path}:{line}" if line else str(path)
+
+
 def _explain_type_error(exc: TypeError) -> str:
     """Add the allowed fields to Python's 'got an unexpected keyword argument' message."""
     message = str(exc)
@@ -41,51 +60,150 @@ def _explain_type_error(exc: TypeError) -> str:
     return message
 
 
-def load_experiment(path: str | Path, only: list[str] | None = None, seeds: list[int] | None = None,
-                    overrides: dict[str, str] | None = None) -> list[RunConfig]:
-    """The runs of an experiment file, one per variant x seed, with CLI overrides applied and every run checked
-    (including that its data files exist). Raises ExperimentError."""
-    path = Path(path)
+def _explain(path: Path, exc: Exception) -> ExperimentError:
+    """An exception raised by the file's code, as one message at the line in the file where it happened."""
+    if isinstance(exc, SyntaxError):
+        return ExperimentError(f"{exc.filename or path}:{exc.lineno}: syntax error: {exc.msg}")
+    if isinstance(exc, TypeError):
+        return ExperimentError(f"{_line_in(path, exc)}: {_explain_type_error(exc)}")
+    return ExperimentError(f"{_line_in(path, exc)}: {type(exc).__name__}: {exc}")  # ConfigError, NameError, ...
+
+
+def _run_file(path: Path) -> dict:
     if not path.is_file():
         raise ExperimentError(f"{path}: no such experiment file")
     try:
-        namespace = runpy.run_path(str(path), run_name=f"ablate_experiment_{path.stem}")
-    except SyntaxError as exc:
-        raise ExperimentError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
-    except TypeError as exc:
-        raise ExperimentError(f"{_line_in(path, exc)}: {_explain_type_error(exc)}") from None
-    except Exception as exc:  # ConfigError from variant()/grid(), NameError, ImportError...
-        raise ExperimentError(f"{_line_in(path, exc)}: {type(exc).__name__}: {exc}") from None
+        return runpy.run_path(str(path), run_name=f"ablate_experiment_{path.stem}")
+    except Exception as exc:
+        raise _explain(path, exc) from None
 
+
+def _runs_of(path: Path, namespace: dict) -> list[RunConfig]:
     runs = namespace.get("runs")
     if callable(runs):
-        runs = runs()
-    if not isinstance(runs, (list, tuple)) or not runs or not all(isinstance(r, RunConfig) for r in runs):
-        raise ExperimentError(f"{path}: must define `runs`, a non-empty list of RunConfig (or a function returning "
+        try:
+            runs = runs()
+        except Exception as exc:  # raised inside the function: name the line inside it
+            raise _explain(path, exc) from None
+    where = _defined_at(path, "runs") if "runs" in namespace else str(path)
+    if not isinstance(runs, (list, tuple)) or not runs:
+        raise ExperimentError(f"{where}: must define `runs`, a non-empty list of RunConfig (or a function returning "
                               f"one); got {type(runs).__name__}")
+    for i, run in enumerate(runs):
+        if not isinstance(run, RunConfig):
+            raise ExperimentError(f"{where}: runs[{i}] is a {type(run).__name__}; allowed: RunConfig (e.g. from "
+                                  f"variant() or grid())")
     names = [r.name for r in runs]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
-        raise ExperimentError(f"{path}: variant names must differ; repeated: {duplicated}")
-    if only:
-        unknown = sorted(set(only) - set(names))
-        if unknown:
-            raise ExperimentError(f"--only {','.join(unknown)}: no such variant in {path}; allowed: {names}")
-        runs = [r for r in runs if r.name in only]
-    file_seeds = namespace.get("seeds", None)
-    chosen_seeds = seeds if seeds is not None else file_seeds
-    if chosen_seeds is not None and (not isinstance(chosen_seeds, (list, tuple)) or not chosen_seeds
-                                     or not all(isinstance(s, int) for s in chosen_seeds)):
-        raise ExperimentError(f"{path}: seeds must be a non-empty list of ints, got {chosen_seeds!r}")
+        raise ExperimentError(f"{where}: variant names must differ; repeated: {duplicated}")
+    return list(runs)
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# --only: names and globs, where grid names hold commas ("lr=0.01,global_batch=16")
+
+
+def _matches(pattern: str, names: list[str]) -> list[str]:
+    return [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
+
+
+def _patterns(text: str, names: list[str], path: Path) -> list[str]:
+    """Split one --only value into names/globs. The whole text is one pattern if it matches a variant; otherwise
+    split on commas, joining back the longest run of pieces that matches (a grid name's own commas)."""
+    text = text.strip()
+    if _matches(text, names):
+        return [text]
+    pieces = [p.strip() for p in text.split(",")]
+    patterns, i = [], 0
+    while i < len(pieces):
+        if not pieces[i]:  # "a,,b" or a trailing comma
+            i += 1
+            continue
+        j = next((j for j in range(len(pieces), i, -1) if _matches(",".join(pieces[i:j]), names)), None)
+        if j is None:
+            raise ExperimentError(f"--only {pieces[i]}: no such variant (name or glob) in {path}; allowed: {names}")
+        patterns.append(",".join(pieces[i:j]))
+        i = j
+    return patterns
+
+
+def select_runs(runs: list[RunConfig], only: str | Sequence[str] | None, path: Path) -> list[RunConfig]:
+    """The runs whose names match --only (each value a name, glob or comma-separated list of them), file order."""
+    if not only:
+        return runs
+    names = [r.name for r in runs]
+    patterns = [p for text in ([only] if isinstance(only, str) else only) for p in _patterns(text, names, path)]
+    chosen = {n for p in patterns for n in _matches(p, names)}
+    return [r for r in runs if r.name in chosen]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the CLI's other choices
+
+
+def _seeds_of(path: Path, namespace: dict, seeds: list[int] | None) -> list[int] | None:
+    if seeds is not None:
+        chosen, where = seeds, f"--seeds {','.join(str(s) for s in seeds) or repr(seeds)}"
+    elif "seeds" in namespace:
+        chosen, where = namespace["seeds"], f"{_defined_at(path, 'seeds')}: seeds"
+    else:
+        return None
+    ints = isinstance(chosen, (list, tuple)) and all(isinstance(s, int) and not isinstance(s, bool) for s in chosen)
+    if not ints or not chosen or any(s < 0 for s in chosen):
+        raise ExperimentError(f"{where}: got {chosen!r}; allowed: a non-empty list of ints >= 0, e.g. [0, 1, 2]")
+    repeated = sorted({s for s in chosen if list(chosen).count(s) > 1})
+    if repeated:
+        raise ExperimentError(f"{where}: repeated seeds {repeated}; allowed: distinct ints >= 0")
+    return list(chosen)
+
+
+def _check_name_override(overrides: dict, runs: list[RunConfig]) -> None:
+    """--set name=x over several variants would train the first and refuse the rest as the same run."""
+    if "name" in overrides and len(runs) > 1:
+        raise ExperimentError(f"--set name={overrides['name']} would give every one of the {len(runs)} variants the "
+                              f"same name; allowed: --set name=... only with one variant (use --only)")
+
+
+def _check_device(run: RunConfig) -> None:
+    if run.train.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("train.device: 'cuda' but no CUDA device is visible here; allowed here: 'auto', 'cpu'")
+
+
+def check_out_dir(path: str | Path) -> Path:
+    """--out must be a folder or not exist yet (it is created), and not under a file."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ExperimentError(f"--out {path}: is a file; allowed: a folder (it is created if missing)")
+    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ExperimentError(f"--out {path}: {blocking} is a file; allowed: a folder (it is created if missing)")
+    return out
+
+
+def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, seeds: list[int] | None = None,
+                    overrides: dict[str, str] | None = None) -> list[RunConfig]:
+    """The runs of an experiment file, one per variant x seed, with CLI overrides applied and every run checked
+    (including that its data files exist and start readable). `only` is --only as typed (a string, or a list of
+    them for a repeated flag): names or globs, comma-separated. Raises ExperimentError."""
+    path = Path(path)
+    namespace = _run_file(path)
+    runs = select_runs(_runs_of(path, namespace), only, path)
+    chosen_seeds = _seeds_of(path, namespace, seeds)
+    overrides = overrides or {}
+    _check_name_override(overrides, runs)
     resolved = []
     for run in runs:
         try:
             if run.experiment == "default":  # the file's name names the experiment unless the file says otherwise
                 run = dataclasses.replace(run, experiment=path.stem)
-            run = apply_overrides(run, overrides or {}, from_text=True)
+            run = apply_overrides(run, overrides, from_text=True)
             for seed in chosen_seeds or [run.train.seed]:
                 seeded = validate(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed)))
+                _check_device(seeded)
                 check_data_config(seeded.data, seeded.model.vocab_size)
                 resolved.append(seeded)
         except ConfigError as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ablate import rundir
 from ablate.checkpoint import save_checkpoint
 
 
@@ -60,10 +61,9 @@ class MetricsLogger(Hook):
             return
         from torch.utils.tensorboard import SummaryWriter
 
-        if self.path.exists():  # keep only what the checkpoint we resume from had seen
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= start_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+        if self.path.exists():  # keep only what the checkpoint we resume from had seen (a torn line is dropped)
+            kept = [row for row in rundir.read_jsonl(self.path) if row.get("step", 0) <= start_step]
+            rundir.rewrite_jsonl(self.path, kept)
         self.file = self.path.open("a")
         self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=start_step + 1 if start_step else None)
 
@@ -75,7 +75,12 @@ class MetricsLogger(Hook):
         trainer.pause_seconds = 0.0
         self.train_seconds += elapsed
         tokens_per_second = self.interval_tokens / max(elapsed, 1e-9)
-        mfu = tokens_per_second / trainer.dist.world * trainer.flops_per_token / trainer.peak_flops
+        from ablate.parallel import mfu as model_flops_utilization
+
+        # None when above 100%: the peak was measured too low (a busy machine), and the figure would mislead
+        mfu = model_flops_utilization(tokens_per_second / trainer.dist.world, trainer.flops_per_token,
+                                      trainer.peak_flops)
+        mfu_text = "mfu n/a (peak unreliable)" if mfu is None else f"mfu {100 * mfu:.1f}%"
         record = {"step": trainer.step, "tokens": trainer.tokens, "loss": trainer.last_loss, "lr": trainer.last_lr,
                   "grad_norm": trainer.last_grad_norm, "tokens_per_second": tokens_per_second, "mfu": mfu,
                   "memory_bytes": peak_memory_bytes(trainer.dist.device)}
@@ -87,7 +92,7 @@ class MetricsLogger(Hook):
         eta = (trainer.max_steps - trainer.step) * elapsed / max(self.every, 1)
         print(f"[{trainer.run.name} seed{trainer.run.train.seed}] step {trainer.step}/{trainer.max_steps} "
               f"loss {record['loss']:.4f} lr {record['lr']:.2e} gnorm {record['grad_norm']:.3f} "
-              f"{tokens_per_second / 1e3:.2f}k tok/s mfu {100 * mfu:.1f}% "
+              f"{tokens_per_second / 1e3:.2f}k tok/s {mfu_text} "
               f"mem {record['memory_bytes'] / 2**30:.2f}GiB eta {_format_duration(eta)}", flush=True)
 
     def write(self, record: dict) -> None:
@@ -180,5 +185,5 @@ def write_items(run_dir: Path, step: int, name: str, rows: list[dict]) -> Path:
     """Per-item results of one evaluation, one JSON line per item."""
     path = items_path(run_dir, step, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    rundir.rewrite_jsonl(path, rows)  # whole or not at all: the report pairs items across runs
     return path

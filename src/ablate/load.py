@@ -1,17 +1,21 @@
 """Load a trained model for inference (eval, export) from a run folder or one of its checkpoints.
 
-No process group is needed: DCP reads a checkpoint written by any number of ranks into one plain model.
+No process group is needed: DCP reads a checkpoint written by any number of ranks into one plain model. Readers
+never modify a run folder: a damaged checkpoint is skipped with a warning (training sets it aside), and nothing
+in a checkpoint is unpickled except plain data and DCP's metadata classes (see checkpoint.py).
 """
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import torch
-import torch.distributed.checkpoint as dcp
 
-from ablate.checkpoint import META, latest_checkpoint
+from ablate import checkpoint
+from ablate.checkpoint import CheckpointError, DamagedCheckpointError
 from ablate.config import RunConfig
 from ablate.model import Transformer
 
@@ -32,22 +36,47 @@ class LoadedModel:
         return Tokenizer.from_file(str(self.tokenizer_path))
 
 
-def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
-    """(run folder, checkpoint folder) from a run folder (its newest checkpoint) or a checkpoints/step_N folder."""
-    path = Path(path)
-    if (path / META).is_file() and path.parent.name == "checkpoints":
-        return path.parent.parent, path
+T = TypeVar("T")
+
+
+def _locate(path: Path) -> tuple[Path, list[Path], bool]:
+    """(run folder, its checkpoints to try newest first, whether `path` named one checkpoint)."""
+    if checkpoint.STEP_NAME.fullmatch(path.name) and path.parent.name == "checkpoints" and path.is_dir():
+        return path.parent.parent, [path], True
     if (path / "config.json").is_file():
-        ckpt = latest_checkpoint(path / "checkpoints")
-        if ckpt is None:
+        found = checkpoint.list_checkpoints(path / "checkpoints")[::-1]
+        if not found:
             raise FileNotFoundError(f"{path}: a run folder with no complete checkpoint under checkpoints/")
-        return path, ckpt
+        return path, found, False
     raise FileNotFoundError(f"{path}: neither a run folder (with config.json) nor a checkpoints/step_N folder")
+
+
+def _newest_intact(path: str | Path, use: Callable[..., T]) -> T:
+    """use(run folder, checkpoint, its meta.json, its DCP metadata) on the newest checkpoint of `path` that is
+    intact and loads. A named checkpoint must be; a run folder's damaged ones are skipped with a warning."""
+    run_dir, candidates, named = _locate(Path(path))
+    damaged = []
+    for ckpt in candidates:
+        try:
+            return use(run_dir, ckpt, *checkpoint.verify_checkpoint(ckpt))
+        except DamagedCheckpointError as exc:
+            if named:
+                raise
+            damaged.append(exc)
+            print(f"ablate: warning: checkpoint {ckpt} is damaged ({exc.reason}): skipped, trying an older one",
+                  file=sys.stderr, flush=True)
+    listing = ", ".join(f"{exc.path.name} ({exc.reason})" for exc in damaged)
+    raise CheckpointError(f"{run_dir}: every checkpoint is damaged ({listing})")
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """(run folder, checkpoint folder) from a run folder (its newest intact checkpoint) or a checkpoints/step_N."""
+    return _newest_intact(path, lambda run_dir, ckpt, *_: (run_dir, ckpt))
 
 
 def read_run_config(path: str | Path) -> RunConfig:
     """The RunConfig of a run folder or of one of its checkpoints."""
-    run_dir, _ = resolve_checkpoint(path)
+    run_dir, _, _ = _locate(Path(path))
     return _config_of(run_dir)
 
 
@@ -56,12 +85,15 @@ def _config_of(run_dir: Path) -> RunConfig:
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
-    run_dir, ckpt = resolve_checkpoint(path)
+    """The model of a run folder's newest intact checkpoint, or of a named checkpoints/step_N."""
+    return _newest_intact(path, lambda *found: _load(*found, device=device))
+
+
+def _load(run_dir: Path, ckpt: Path, meta: dict, metadata, device: str | torch.device) -> LoadedModel:
     run = _config_of(run_dir)
-    meta = json.loads((ckpt / META).read_text())
     model = Transformer(run.model, max_seq_len=run.data.seq_len)
     state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=str(ckpt))
+    checkpoint.dcp_load(state, ckpt, metadata)
     model.load_state_dict(state["model"])
     model.reset_buffers()
     model.to(device).eval()

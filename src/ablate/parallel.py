@@ -6,9 +6,13 @@ same as under torchrun), N processes get gloo on CPU or NCCL on GPUs.
 from __future__ import annotations
 
 import datetime
+import json
+import math
 import os
 import random
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,6 +49,13 @@ class Dist:
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def first_of(self, value):
+        """The lowest rank's non-None `value` (an error, say), the same on every rank: lets ranks agree before a
+        collective that one of them would otherwise skip."""
+        gathered = [None] * self.world
+        dist.all_gather_object(gathered, value)
+        return next((v for v in gathered if v is not None), None)
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -142,37 +153,100 @@ def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, comp
 
 
 def measure_peak_flops(device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048),
-                       seconds: float = 0.75) -> float:
-    """The best square-matmul throughput seen on `device` for `dtype` (FLOP/s), over a few sizes for `seconds`
-    each: the peak that MFU is measured against (training logs and scripts/bench_train.py use the same)."""
+                       seconds: float = 0.25, rounds: int = 3) -> float:
+    """The best square-matmul throughput seen on `device` for `dtype` (FLOP/s): `rounds` rounds over a few sizes
+    for `seconds` each, so that one busy moment does not set the peak that MFU is measured against (training logs
+    and scripts/bench_train.py use the same)."""
     import time
 
     best = 0.0
-    for size in sizes:
-        a = torch.randn(size, size, device=device).to(dtype)
-        b = torch.randn(size, size, device=device).to(dtype)
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(4):
-                torch.mm(a, b)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
+    for _round in range(rounds):
+        for size in sizes:
+            a = torch.randn(size, size, device=device).to(dtype)
+            b = torch.randn(size, size, device=device).to(dtype)
+            deadline = time.perf_counter() + seconds
+            while time.perf_counter() < deadline:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(4):
+                    torch.mm(a, b)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
     return best
 
 
 # Dense bf16 tensor-core peaks of common GPUs (FLOP/s), used when train.peak_flops is not set.
 KNOWN_GPU_PEAKS = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "A10": 125e12, "L4": 121e12, "4090": 165e12,
                    "V100": 125e12, "L40": 181e12}
+PEAK_CACHE = "peak_flops.json"
 
 
 def peak_flops_for(device: torch.device, dtype: torch.dtype) -> float:
+    """A known GPU's peak, else the best measurement this machine has ever made (measured now, and remembered)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         for key in sorted(KNOWN_GPU_PEAKS, key=len, reverse=True):  # "L40" before "L4"
             if key in name:
                 return KNOWN_GPU_PEAKS[key]
-    return measure_peak_flops(device, dtype)
+    return remember_peak(machine_key(device, dtype), measure_peak_flops(device, dtype))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def machine_key(device: torch.device, dtype: torch.dtype) -> str:
+    """What a measured peak is valid for: this host, its processor, torch's thread count, the dtype."""
+    import socket
+
+    chip = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+    return f"{socket.gethostname()}|{chip}|threads={torch.get_num_threads()}|{dtype}".replace("torch.", "")
+
+
+def _peak_cache_path() -> Path:
+    return Path(os.path.expanduser(os.environ.get("ABLATE_CACHE") or "~/.cache/ablate")) / PEAK_CACHE
+
+
+def remember_peak(key: str, measured: float) -> float:
+    """max(measured, the best kept for `key`), kept in $ABLATE_CACHE/peak_flops.json. A peak measured while the
+    machine was busy is too low and would show MFU above 100%: the best value ever seen is the honest one. The
+    file only ever goes up, and is replaced atomically (two runs racing at worst lose one update)."""
+    path = _peak_cache_path()
+    try:
+        known = json.loads(path.read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    best = known.get(key)
+    if isinstance(best, (int, float)) and math.isfinite(best) and best >= measured:
+        return float(best)
+    known[key] = measured
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{PEAK_CACHE}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(known, f, indent=1)
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError:  # a read-only cache costs the memory of the best peak, not the run
+        pass
+    return measured
+
+
+def mfu(tokens_per_second_per_device: float, flops_per_token: float, peak: float) -> float | None:
+    """Model FLOPs utilisation, or None when it comes out above 1 (or not finite): then the peak was measured too
+    low (a busy machine) and the figure would mislead."""
+    value = tokens_per_second_per_device * flops_per_token / peak
+    return value if 0 <= value <= 1 else None

@@ -7,27 +7,24 @@ returns the summary of a finished run without redoing it.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import platform
 import shutil
 import time
+import traceback
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from ablate import checkpoint, hooks
+from ablate import checkpoint, hooks, rundir
 from ablate.config import ConfigError, RunConfig, validate
 from ablate.data import PreparedData, SequenceSampler, check_data_config, prepare_data
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
+from ablate.rundir import run_dir_for
 from ablate.parallel import Dist, check_float8, init_distributed, parallelize, peak_flops_for, seed_everything
-
-
-def run_dir_for(out_root: str | Path, run: RunConfig) -> Path:
-    return Path(out_root) / run.experiment / run.name / f"seed{run.train.seed}"
 
 
 @lru_cache(maxsize=None)
@@ -55,7 +52,7 @@ class Trainer:
         compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
 
         self.data: PreparedData = prepare_data(run.data, run.model.vocab_size, is_main=d.is_main,
-                                                  share=d.broadcast_object)
+                                                  share=d.broadcast_object, global_batch=t.global_batch)
         self.model = self._build_model(compute_dtype if on_gpu and use_bf16 else None)
         self.optimizer = build_optimizer(self.model, run.optim)
         self.sampler = SequenceSampler(self.data.train.num_sequences(self.seq_len), seed=t.seed)
@@ -92,17 +89,22 @@ class Trainer:
     def resume_state(self) -> dict:
         """What a checkpoint stores beside model/optimizer/RNG: small, and the same on every rank."""
         return {"tokens": self.tokens, "sampler": self.sampler.state_dict(), "skipped_steps": self.skipped_steps,
+                "consecutive_skips": self.consecutive_skips,  # the non-finite guard counts on across a resume
                 "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
                 # what summary.json reports, should the run be killed after its last checkpoint and resumed
                 "last_loss": self.last_loss, "last_val_loss": self.last_val_loss, "throughput": self.throughput}
 
     def restore(self, ckpt: Path) -> None:
+        """Continue from `ckpt`, or raise checkpoint.DamagedCheckpointError (resume then tries an older one)."""
         meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
-        self.step, self.tokens = meta["step"], meta["tokens"]
-        self.sampler.load_state_dict(meta["sampler"])
-        self.skipped_steps, self.wall_seconds_before = meta["skipped_steps"], meta["wall_seconds"]
-        self.last_loss, self.last_val_loss = meta["last_loss"], meta["last_val_loss"]
-        self.throughput = list(meta["throughput"])
+        try:
+            self.step, self.tokens = meta["step"], meta["tokens"]
+            self.sampler.load_state_dict(meta["sampler"])
+            self.skipped_steps, self.wall_seconds_before = meta["skipped_steps"], meta["wall_seconds"]
+            self.last_loss, self.last_val_loss = meta["last_loss"], meta["last_val_loss"]
+            self.throughput = list(meta["throughput"])
+        except (KeyError, TypeError, ValueError) as exc:  # a meta.json that parses but is not whole
+            raise checkpoint.DamagedCheckpointError(ckpt, f"{checkpoint.META}: {type(exc).__name__}: {exc}") from None
 
     def _to_device(self, *tensors):
         return [x.to(self.dist.device, non_blocking=True) for x in tensors]
@@ -168,9 +170,8 @@ class Trainer:
         seed_everything(self.run.train.seed + self.dist.rank)  # a checkpoint of the same world size restores RNG
         ckpt_root = self.run_dir / "checkpoints"
         checkpoint.clean_partial(ckpt_root, self.dist)
-        latest = checkpoint.latest_checkpoint(ckpt_root)
+        latest = checkpoint.restore_newest_intact(ckpt_root, self.restore, self.dist)  # damaged ones set aside
         if latest is not None:
-            self.restore(latest)
             if self.dist.is_main:
                 print(f"[{self.run.name} seed{self.run.train.seed}] resumed from {latest} (step {self.step})",
                       flush=True)
@@ -206,33 +207,99 @@ class Trainer:
                 "data": self.data.stats, **({"evals": self.final_evals} if self.final_evals else {})}
 
 
+def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+    """On rank 0: take the run's lock and decide what to do with its folder. Returns ("train", None), or
+    ("finished", summary), ("locked" | "diverged" | "refused", message)."""
+    if not lock.acquire():
+        return "locked", f"{run_dir}: skipped, being trained by {lock.holder()}"
+    status = rundir.read_status(run_dir) or {}
+    if (run_dir / rundir.SUMMARY).exists():
+        try:
+            return "finished", rundir.read_json(run_dir / rundir.SUMMARY)
+        except rundir.RunFolderError as exc:  # resuming from the final checkpoint writes it again
+            aside = rundir.set_aside(run_dir / rundir.SUMMARY)
+            rundir.warn(f"{exc}; set aside as {aside.name}, resuming to write it again")
+    if status.get("state") == "diverged":
+        return "diverged", (f"{run_dir}: diverged at step {status.get('step')} on an earlier attempt "
+                            f"({status.get('message')}); not retried: remove the folder to train it again")
+    config_path = run_dir / rundir.CONFIG
+    if config_path.exists():
+        held = rundir.read_json(config_path)
+        # a folder with no progress (a run that failed before its first checkpoint) never blocks a corrected rerun
+        if held.get("identity") != run.identity() and _has_progress(run_dir):
+            return "refused", (f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
+                               f"{run.identity()}); pass another --out or remove the folder")
+    rundir.write_json_atomic(config_path, {"identity": run.identity(), "world_size": world,
+                                           "torch": torch.__version__, "python": platform.python_version(),
+                                           "config": run.to_dict()})
+    attempts = status.get("attempts", 0) + 1
+    rundir.write_status(run_dir, "running", step=0, max_steps=run.train.max_steps, attempts=attempts,
+                        log=rundir.log_path(), message="")
+    return "train", None
+
+
+def _decide(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+    try:  # every rank must hear rank 0's verdict, even when a file cannot be read
+        return _open_run_folder(run, run_dir, world, lock)
+    except rundir.RunFolderError as exc:
+        return "refused", str(exc)
+
+
+def _has_progress(run_dir: Path) -> bool:
+    return bool(rundir.checkpoint_steps(run_dir)) or bool(rundir.read_jsonl(run_dir / rundir.METRICS))
+
+
+def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) -> None:
+    """status.json (and error.txt with the traceback) for a run that stopped; rank 0 only."""
+    step = trainer.step if trainer is not None else 0
+    skipped = {"skipped_steps": trainer.skipped_steps} if trainer is not None else {}
+    message = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    if isinstance(exc, KeyboardInterrupt):
+        resume = (rundir.checkpoint_steps(run_dir) or [0])[-1]
+        rundir.write_status(run_dir, "interrupted", step=step, resume_step=resume,
+                            message=f"interrupted at step {step}; rerun the same command to resume from step {resume}")
+        return
+    if isinstance(exc, FloatingPointError):  # NonFiniteGuard: a final state, reported instead of resumed
+        rundir.write_status(run_dir, "diverged", step=step, message=str(exc), **skipped)
+        return
+    (run_dir / rundir.ERROR).write_text(traceback.format_exc())
+    rundir.write_status(run_dir, "failed", step=step, message=message, error_file=str(run_dir / rundir.ERROR),
+                        **skipped)
+
+
 def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
-    """Train one run (resuming if its folder has a checkpoint); return its summary. Rank 0 writes the files."""
+    """Train one run (resuming if its folder has a checkpoint); return its summary. Rank 0 holds the run's lock
+    and writes the files. Raises RunLocked when another live process trains the run, RunDiverged when it diverged
+    (now or on an earlier attempt); any other failure is recorded in status.json and error.txt, then raised."""
     check_data_config(run.data, run.model.vocab_size)
     d = init_distributed(run.train.device)
     if run.train.float8:  # refused here, before a run folder or any data exists, where it cannot run
         check_float8(d.device)
     run_dir = run_dir_for(out_root, run)
-    summary_path, config_path = run_dir / "summary.json", run_dir / "config.json"
-    if config_path.exists():
-        held = json.loads(config_path.read_text())
-        if held.get("identity") != run.identity():
-            raise ConfigError(f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
-                              f"{run.identity()}); pass another --out or remove the folder")
-    if summary_path.exists():
-        return json.loads(summary_path.read_text())
-    d.barrier()  # every rank has read the folder before rank 0 writes into it (a slow rank once read a half file)
-    if d.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_path.write_text(json.dumps({"identity": run.identity(), "world_size": d.world,
-                                           "torch": torch.__version__, "python": platform.python_version(),
-                                           "config": run.to_dict()}, indent=1))
-    d.barrier()
-    trainer = Trainer(run, run_dir, d)
-    if d.is_main:  # the run folder carries its tokenizer, so eval and export need nothing from the data cache
-        shutil.copyfile(trainer.data.tokenizer_path, run_dir / "tokenizer.json")
-    summary = trainer.fit()
-    if d.is_main:
-        summary_path.write_text(json.dumps(summary, indent=1))
-    d.barrier()
-    return summary
+    lock = rundir.RunLock(run_dir)
+    trainer = None
+    try:
+        decision, detail = d.broadcast_object(_decide(run, run_dir, d.world, lock) if d.is_main else None)
+        if decision == "finished":
+            return detail
+        if decision != "train":
+            raise {"locked": rundir.RunLocked, "diverged": rundir.RunDiverged, "refused": ConfigError}[decision](detail)
+        try:
+            trainer = Trainer(run, run_dir, d)
+            if d.is_main:  # the run folder carries its tokenizer, so eval and export need nothing from the data cache
+                shutil.copyfile(trainer.data.tokenizer_path, run_dir / "tokenizer.json")
+            summary = trainer.fit()
+        except BaseException as exc:
+            if d.is_main:
+                _record_failure(run_dir, trainer, exc)
+            if isinstance(exc, FloatingPointError):
+                raise rundir.RunDiverged(f"{run_dir}: {exc}") from None
+            raise
+        if d.is_main:
+            rundir.write_json_atomic(run_dir / rundir.SUMMARY, summary)
+            rundir.write_status(run_dir, "finished", step=summary["steps"], message="",
+                                skipped_steps=summary["skipped_steps"])
+        d.barrier()
+        return summary
+    finally:
+        lock.release()

@@ -5,10 +5,10 @@ TensorBoard scalars `eval/<task>_<format>/<metric>`. The final results go to sum
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 
+from ablate import rundir
 from ablate.eval import engine, suite
 from ablate.hooks import Hook, due
 
@@ -25,9 +25,7 @@ class EvalHook(Hook):
         self.prepared: dict = {}  # the tasks' token ids, made at the first evaluation and kept
         path = trainer.run_dir / "evals.jsonl"
         if trainer.dist.is_main and path.exists():  # on resume, forget evals the checkpoint had not reached
-            kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= start_step]
-            path.write_text("".join(line + "\n" for line in kept))
+            rundir.rewrite_jsonl(path, [r for r in rundir.read_jsonl(path) if r["step"] <= start_step])
 
     def _due(self, trainer) -> bool:
         if due(trainer.step, self.cfg.every, trainer.max_steps):  # the step cadence all periodic hooks share

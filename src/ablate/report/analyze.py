@@ -340,6 +340,8 @@ def _headline(experiment: str, group: dict, recommendation: dict, overview: dict
     only_val = all(s["task"] == VAL_TASK for s in primaries)
     excluded = overview["not_analyzed"]
     tail = f" ({len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)})" if excluded else ""
+    if overview.get("diverged"):
+        tail += f" ({len(overview['diverged'])} diverged, listed apart: {', '.join(overview['diverged'])})"
     if len(variants) < 2:
         return {"winner": variants[0] if variants else None, "comparisons": [],
                 "text": f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}"}
@@ -380,7 +382,8 @@ def _overview(runs: list[Run], skipped: list[str]) -> dict:
                      "params": s.get("params"), "wall_seconds": s.get("wall_seconds"),
                      "final_val_loss": s.get("final_val_loss")})
     return {"variants": sorted({r.variant for r in runs}), "seeds": sorted({r.seed for r in runs}), "runs": rows,
-            "not_analyzed": [r.label for r in runs if r.status != "finished"], "skipped_folders": skipped,
+            "not_analyzed": [r.label for r in runs if r.status not in ("finished", "diverged")],
+            "diverged": [r.label for r in runs if r.status == "diverged"], "skipped_folders": skipped,
             "total_wall_seconds": sum(r["wall_seconds"] or 0 for r in rows)}
 
 

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ablate.rundir import read_status
+
 VAL_TASK = "val_loss"
 LOWER_IS_BETTER = {"loss", "gold_bpb"}  # every other metric (accuracies, margins, logprob, prob) is higher-is-better
 BASELINE_METRICS = {"acc_choices_only"}  # answer-prior baselines: shown, never recommended as a signal
@@ -61,7 +63,7 @@ class Run:
     path: Path
     config: dict  # config.json's "config" section
     summary: dict | None  # None: the run never finished
-    status: str  # "finished" | "unfinished" | "failed"
+    status: str  # "finished" | "unfinished" | "failed" | "diverged" | "interrupted"
     note: str
     last_step: int
     train_loss: list[Point] = field(default_factory=list)
@@ -108,10 +110,14 @@ def get_dotted(config: dict, path: str):
     return value
 
 
-def _status(summary: dict | None, train_loss: list[Point], max_steps) -> tuple[str, str, int]:
+def _status(summary: dict | None, train_loss: list[Point], max_steps, recorded: dict) -> tuple[str, str, int]:
+    """finished, diverged, failed, interrupted (as the run recorded it in status.json), else unfinished."""
     last = train_loss[-1].step if train_loss else 0
     if summary is not None:
         return "finished", "", int(summary.get("steps", last))
+    if recorded.get("state") in ("diverged", "failed", "interrupted"):
+        first_line = (str(recorded.get("message") or recorded["state"]).splitlines() or [""])[0]
+        return recorded["state"], first_line, int(recorded.get("step") or last)
     if train_loss and not math.isfinite(train_loss[-1].value):
         return "failed", f"non-finite loss at step {last}", last
     return "unfinished", f"no summary.json: stopped at step {last} of {max_steps} (failed or still running)", last
@@ -133,7 +139,8 @@ def load_run(path: Path, variant: str) -> Run:
         if _finite(row.get("val/loss")):
             val_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/loss"]), None)
     train_loss = [train_by_step[s] for s in sorted(train_by_step)]
-    status, note, last_step = _status(summary, train_loss, config.get("train", {}).get("max_steps"))
+    status, note, last_step = _status(summary, train_loss, config.get("train", {}).get("max_steps"),
+                                      read_status(path) or {})
     run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss)
 
     if val_by_step:

@@ -66,6 +66,9 @@ def _overview(report: dict) -> Section:
                        rows))
     if o["not_analyzed"]:
         sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o["not_analyzed"]))
+    if o.get("diverged"):
+        sec.paragraphs.append("Diverged (a result, not a failure: listed apart, never compared): "
+                              + ", ".join(o["diverged"]))
     if o["skipped_folders"]:
         sec.paragraphs.append("Folders that could not be read: " + "; ".join(o["skipped_folders"]))
     return sec

@@ -1,0 +1,224 @@
+"""The run folder: its layout, the only writer, its state, and files that a kill never leaves half written.
+
+runs/<experiment>/<variant>/seed<k>/ is written by one process at a time (an OS lock, `.lock`, held for the run's
+life; the kernel frees it when the holder dies, so a dead holder's lock is simply taken over). JSON files are
+written to a temporary file and renamed; JSONL files get one flushed line at a time, and a line torn by a kill is
+dropped on resume with a warning. `status.json` says where the run stands: running, finished, failed, diverged or
+interrupted (with the message, the step and the log). This module imports neither torch nor the trainer, so
+`ablate status` and `ablate report` read run folders quickly.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIG, SUMMARY, STATUS, METRICS, EVALS = "config.json", "summary.json", "status.json", "metrics.jsonl", "evals.jsonl"
+LOCK, ERROR, LOGS, CHECKPOINTS = ".lock", "error.txt", "logs", "checkpoints"
+FINAL_STATES = ("finished", "diverged")  # a rerun reports these instead of training again
+STATES = ("pending", "running", "finished", "failed", "diverged", "interrupted")
+
+
+class RunFolderError(ValueError):
+    """A run folder file that cannot be read; the message names the file."""
+
+
+def run_dir_for(out_root: str | Path, run) -> Path:
+    return Path(out_root) / run.experiment / run.name / f"seed{run.train.seed}"
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """Steps of the complete checkpoints (checkpoints/step_N/ with its meta.json), oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    found = [p for p in root.glob("step_*") if (p / "meta.json").is_file()] if root.is_dir() else []
+    return sorted(int(p.name.split("_")[1]) for p in found if p.name.split("_")[1].isdigit())
+
+
+def warn(message: str) -> None:
+    print(f"ablate: warning: {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# files
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    """Write JSON to a temporary file beside `path`, then rename: readers see the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RunFolderError(f"{path}: not valid JSON ({exc}); the file is damaged: restore it or remove the run "
+                             f"folder") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc})") from None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged file to <name>.damaged[.N], kept for a look rather than deleted."""
+    target, n = path.with_name(path.name + ".damaged"), 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.damaged.{n}"), n + 1
+    path.rename(target)
+    return target
+
+
+def read_jsonl(path: str | Path, repair: bool = False) -> list[dict]:
+    """The lines of a JSONL file. A torn last line (a kill mid-write) is dropped with a warning, and with
+    `repair` cut from the file so appends go on cleanly; a bad line elsewhere is an error naming file and line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if any(rest.strip() for rest in lines[number:]):
+                raise RunFolderError(f"{path}:{number}: not valid JSON; the file is damaged") from None
+            warn(f"{path}:{number}: dropped a torn last line (the run was killed while writing it)")
+            if repair:
+                rewrite_jsonl(path, rows)
+    return rows
+
+
+def rewrite_jsonl(path: Path, rows: list[dict]) -> None:
+    """Replace a JSONL file atomically (used on resume to keep only what the checkpoint had seen)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(json.dumps(row) + "\n" for row in rows))
+    os.replace(tmp, path)
+
+
+def append_jsonl(path: Path, row: dict) -> None:
+    """One line, flushed at once."""
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the one writer
+
+
+def _holder_text() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+class RunLock:
+    """An exclusive fcntl lock on <run_dir>/.lock, held while a process trains the run. The file names the holder
+    (host, pid) for the messages of processes that find it taken."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / LOCK
+        self.fd: int | None = None
+
+    def acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(_holder_text()).encode())
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing frees the lock
+            self.fd = None
+
+    def holder(self) -> str:
+        try:
+            info = json.loads(self.path.read_text())
+            return f"pid {info['pid']} on {info['host']} (since {info['since']})"
+        except (OSError, ValueError, KeyError):
+            return "another process"
+
+    def held_by_live_process(self) -> bool:
+        """True when a live process holds the lock (for `ablate status`, which never takes it)."""
+        if not self.path.is_file():
+            return False
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also drops the shared lock if it was taken
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class RunLocked(RuntimeError):
+    """Another live process trains this run."""
+
+
+class RunDiverged(RuntimeError):
+    """The run's loss went non-finite for good; a final state, recorded in status.json."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# status
+
+
+def read_status(run_dir: str | Path) -> dict | None:
+    path = Path(run_dir) / STATUS
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except RunFolderError as exc:  # a status file is advice: a damaged one never blocks a run
+        warn(str(exc))
+        return None
+
+
+def write_status(run_dir: str | Path, state: str, **fields) -> dict:
+    """Record the run's state; the previous states stay in `history` (a retry never hides a failure)."""
+    assert state in STATES, state
+    old = read_status(run_dir) or {}
+    history = old.get("history", [])
+    if old.get("state") and old.get("state") != "running" and old.get("state") != state:
+        history = history + [{k: old.get(k) for k in ("state", "step", "message", "updated")}]
+    status = {**{k: v for k, v in old.items() if k in ("log", "max_steps")}, "state": state, **fields,
+              "host": socket.gethostname(), "pid": os.getpid(), "updated": time.time(), "history": history[-20:]}
+    write_json_atomic(Path(run_dir) / STATUS, status)
+    return status
+
+
+LOG_ENV = "ABLATE_LOG"
+
+
+def log_path() -> str | None:
+    """The console log of this worker process, when a sweep started it with one."""
+    return os.environ.get(LOG_ENV)

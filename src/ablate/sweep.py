@@ -1,0 +1,219 @@
+"""Running many runs: one after another in this process, N at a time on this machine, or (slurm.py) on a cluster.
+
+Every path ends in `attempt(run)`, which trains one run and turns its outcome into a state (finished, failed,
+diverged, locked) without letting one run's failure stop the others; the failure itself is recorded in the run
+folder by train(). Side by side, each run gets its share of the machine: a set of GPUs (CUDA_VISIBLE_DEVICES) or
+cores / N torch threads, so N runs on one CPU neither fight over cores nor change their numbers.
+
+    python -m ablate.sweep RUN_JSON OUT_ROOT [THREADS]     # one worker: what --jobs and SLURM tasks start
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ablate import rundir
+from ablate.config import ConfigError, RunConfig
+from ablate.rundir import run_dir_for
+
+RESULT_ENV = "ABLATE_RESULT"  # a worker writes its final state there, so the parent needs no exit-code mapping
+
+
+def label(run: RunConfig) -> str:
+    return f"{run.name} seed{run.train.seed}"
+
+
+def attempt(run: RunConfig, out_root: str | Path) -> tuple[str, str]:
+    """Train one run; return (state, one-line message). A run's own failure never raises (Ctrl-C does)."""
+    from ablate.train import train
+
+    try:
+        summary = train(run, out_root)
+    except rundir.RunLocked as exc:
+        return "locked", str(exc)
+    except rundir.RunDiverged as exc:
+        return "diverged", str(exc)
+    except (ConfigError, rundir.RunFolderError) as exc:
+        return "failed", str(exc)
+    except Exception as exc:  # the traceback is in the run folder's error.txt
+        return "failed", f"{type(exc).__name__}: {exc} (traceback: {run_dir_for(out_root, run) / rundir.ERROR})"
+    return "finished", (f"final_loss {summary['final_loss']:.4f}  final_val_loss {summary['final_val_loss']:.4f}  "
+                        f"{summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s")
+
+
+def run_one(run: dict | RunConfig, out_root: str, threads: int | None = None) -> str:
+    """A worker: train one run in this (fresh) process and return its state. Honours torchrun's environment
+    variables, so G processes started together train it as one FSDP2 group."""
+    import torch
+
+    from ablate.parallel import shutdown_distributed
+
+    if threads:
+        torch.set_num_threads(threads)
+    run = RunConfig.from_dict(run) if isinstance(run, dict) else run
+    try:
+        state, message = attempt(run, out_root)
+    except KeyboardInterrupt:  # train() recorded where it stopped; the parent tells the user
+        state, message = "interrupted", (rundir.read_status(run_dir_for(out_root, run)) or {}).get("message", "")
+    finally:
+        shutdown_distributed()
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"{state} {label(run)}: {message}", flush=True)
+        if os.environ.get(RESULT_ENV):
+            Path(os.environ[RESULT_ENV]).write_text(json.dumps({"state": state, "message": message}))
+    return state
+
+
+def prepare_all(runs: list[RunConfig], d=None) -> None:
+    """Tokenize every distinct data config once, before any run starts: bad data, or too little of it for a run's
+    global batch, stops the sweep here (exit 2), and runs started side by side find the cache ready instead of
+    building it N times."""
+    from ablate.data import prepare_data
+
+    first: dict[str, tuple[RunConfig, int]] = {}  # data config -> (a run using it, the largest global batch)
+    for run in runs:
+        key = json.dumps([run.data.__dict__, run.model.vocab_size], sort_keys=True)
+        known, batch = first.get(key, (run, 0))
+        first[key] = (known, max(batch, run.train.global_batch))
+    for run, batch in first.values():
+        share = {} if d is None else {"is_main": d.is_main, "share": d.broadcast_object}
+        prepare_data(run.data, run.model.vocab_size, global_batch=batch, **share)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# side by side on this machine
+
+
+@dataclass
+class Slot:
+    """A share of this machine for one run at a time: GPUs (empty on CPU) and torch threads."""
+    gpus: list[str]
+    threads: int
+    busy: object = None
+
+
+def machine_slots(jobs: int | None, runs_per_gpu: int, gpus_per_run: int, gpu_ids: list[str] | None = None,
+                  cores: int | None = None) -> list[Slot]:
+    """On GPUs one run per GPU by default, K runs per GPU, or G GPUs per run (torchrun); `jobs` caps the count.
+    On CPU, `jobs` runs with cores // jobs threads each."""
+    if gpu_ids is None:
+        gpu_ids = visible_gpus()
+    cores = cores or os.cpu_count() or 1
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs: {jobs}; allowed: a whole number >= 1")
+    if runs_per_gpu < 1 or gpus_per_run < 1:
+        raise ConfigError("--runs-per-gpu / --gpus-per-run: allowed: whole numbers >= 1")
+    if runs_per_gpu > 1 and gpus_per_run > 1:
+        raise ConfigError("--runs-per-gpu and --gpus-per-run: choose one (several runs share a GPU, or one run "
+                          "spans several)")
+    if not gpu_ids:
+        if runs_per_gpu > 1 or gpus_per_run > 1:
+            raise ConfigError("--runs-per-gpu / --gpus-per-run: no CUDA GPU is visible here; on CPU use --jobs N")
+        count = jobs or 1
+        return [Slot([], max(1, cores // count)) for _ in range(count)]
+    if gpus_per_run > len(gpu_ids):
+        raise ConfigError(f"--gpus-per-run: {gpus_per_run}, but {len(gpu_ids)} GPUs are visible; allowed: 1 to "
+                          f"{len(gpu_ids)}")
+    groups = [gpu_ids[i:i + gpus_per_run] for i in range(0, len(gpu_ids) - gpus_per_run + 1, gpus_per_run)]
+    groups = [g for g in groups for _ in range(runs_per_gpu)]
+    groups = groups[:jobs] if jobs else groups
+    return [Slot(g, max(1, cores // len(groups))) for g in groups]
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may hand out (CUDA_VISIBLE_DEVICES respected)."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    listed = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+@dataclass
+class Worker:
+    index: int  # 1-based position in the sweep
+    run: RunConfig
+    slot: Slot
+    process: subprocess.Popen
+    result_path: Path
+    log_path: Path
+    started: float = field(default_factory=time.time)
+
+
+def _start(index: int, run: RunConfig, out_root: str, slot: Slot, scratch: Path) -> Worker:
+    run_dir = run_dir_for(out_root, run)
+    log_path = run_dir / rundir.LOGS / f"{time.strftime('%Y%m%d-%H%M%S')}-{index}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path = scratch / f"{index}.json"
+    env = {**os.environ, "OMP_NUM_THREADS": str(slot.threads), rundir.LOG_ENV: str(log_path),
+           RESULT_ENV: str(result_path)}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)  # a worker is its own process group
+    worker = [sys.executable, "-m", "ablate.sweep", json.dumps(run.to_dict()), str(out_root), str(slot.threads)]
+    if slot.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.gpus)
+        if len(slot.gpus) > 1:  # one run over G GPUs: a torchrun group on a free port
+            worker = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                      f"--nproc_per_node={len(slot.gpus)}", "-m", *worker[2:]]
+    with log_path.open("a") as log:
+        process = subprocess.Popen(worker, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return Worker(index, run, slot, process, result_path, log_path)
+
+
+def _outcome(worker: Worker, out_root: str) -> tuple[str, str]:
+    """The state a worker reported, or, if it died before it could, a failure recorded in its run folder."""
+    if worker.result_path.is_file():
+        result = json.loads(worker.result_path.read_text())
+        return result["state"], result["message"]
+    code = worker.process.returncode
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    message = f"worker process ended ({how}) before recording a result; see {worker.log_path}"
+    run_dir = run_dir_for(out_root, worker.run)
+    if not rundir.RunLock(run_dir).held_by_live_process():
+        rundir.write_status(run_dir, "failed", message=message, log=str(worker.log_path))
+    return "failed", message
+
+
+def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], report) -> list[str]:
+    """Run every run in a worker process, as many at once as there are slots; returns the states in run order.
+    `report(index, run, state, message)` is told each start ("started") and each end."""
+    states: list[str | None] = [None] * len(runs)
+    pending = list(enumerate(runs, 1))
+    workers: list[Worker] = []
+    scratch = Path(tempfile.mkdtemp(prefix="ablate-sweep-"))
+    try:
+        while pending or workers:
+            for slot in [s for s in slots if s.busy is None]:
+                if not pending:
+                    break
+                index, run = pending.pop(0)
+                slot.busy = _start(index, run, out_root, slot, scratch)
+                workers.append(slot.busy)
+                report(index, run, "started", f"log {slot.busy.log_path}")
+            time.sleep(0.2)
+            for worker in [w for w in workers if w.process.poll() is not None]:
+                state, message = _outcome(worker, out_root)
+                states[worker.index - 1] = state
+                worker.slot.busy = None
+                workers.remove(worker)
+                report(worker.index, worker.run, state, message)
+    except KeyboardInterrupt:
+        for worker in workers:  # Ctrl-C reached the workers too: let them record where they stopped
+            try:
+                worker.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+        raise
+    return [s or "failed" for s in states]
+
+
+if __name__ == "__main__":
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    final = run_one(json.loads(sys.argv[1]), sys.argv[2], threads)
+    sys.exit({"failed": 1, "interrupted": 130}.get(final, 0))
