@@ -106,7 +106,7 @@ def test_crashed_task_counts_as_failed(tmp_path, capsys):
     run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "1000"})[0]
     jobs = launch([run], str(tmp_path), {}, local=True)
     jobs[0]._results_timeout_s = 0  # submitit waits 15 s for a result file a slow network disk may not show yet
-    _wait_for_checkpoint(run_dir(tmp_path, run))
+    _wait_for_checkpoint(run_dir(tmp_path, run), jobs[0])
     for pid in _task_pids(jobs[0]):
         os.kill(pid, signal.SIGKILL)
     assert collect(jobs, [run], str(tmp_path)) == ["failed"]
@@ -122,10 +122,10 @@ def _task_pids(job) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def _wait_for_checkpoint(path: Path) -> None:
-    deadline = time.time() + 120  # a guard against hanging, not a timing assertion
+def _wait_for_checkpoint(path: Path, job) -> None:
+    deadline = time.time() + 300  # a guard against hanging, not a timing assertion
     while not list((path / "checkpoints").glob("step_*")):
-        assert time.time() < deadline, f"no checkpoint in {path}"
+        assert not job.done() and time.time() < deadline, f"no checkpoint in {path}:\n{job.stdout()}{job.stderr()}"
         time.sleep(0.05)
 
 
@@ -142,7 +142,7 @@ def test_preempted_task_is_requeued_and_resumes(tmp_path):
     twin = dataclasses.replace(run, name="uninterrupted")
     jobs = launch([run, twin], str(tmp_path), {}, local=True)
     folder = run_dir(tmp_path, run)
-    _wait_for_checkpoint(folder)
+    _wait_for_checkpoint(folder, jobs[0])
     for pid in _task_pids(jobs[0]):
         os.kill(pid, submitit.JobEnvironment._usr_sig())  # SIGUSR2
     assert collect(jobs, [run, twin], str(tmp_path)) == ["finished", "finished"]

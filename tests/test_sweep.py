@@ -248,3 +248,16 @@ def test_machine_slots_share_the_hardware():
         machine_slots(None, 1, 2, gpu_ids=[], cores=2)
     with pytest.raises(ConfigError, match="--gpus-per-run: 3, but 2 GPUs"):
         machine_slots(None, 1, 3, gpu_ids=["0", "1"], cores=2)
+
+
+def test_launcher_local_runs_the_submitit_path_from_the_command_line(tmp_path):
+    args = ["run", str(TINY), "--set", "train.max_steps=6", "--out", str(tmp_path), "--launcher", "local"]
+    first = run_cli(*args)
+    assert "2 runs: 2 finished" in first.stdout and "submitted job" in first.stdout, first.stdout
+    for variant in ("mha", "mqa"):
+        assert (tmp_path / "tiny" / variant / "seed0" / "summary.json").is_file()
+    again = run_cli(*args)  # resubmitting redoes nothing
+    assert "2 runs: 2 finished" in again.stdout
+    assert [s for s, _ in losses(tmp_path / "tiny" / "mha" / "seed0")] == list(range(1, 7))
+    bad = run_cli("run", str(TINY), "--launcher", "slurm", "--slurm", "partition=gpu,colour=blue", check=False)
+    assert bad.returncode == 2 and "--slurm colour: unknown option; allowed: partition" in bad.stderr

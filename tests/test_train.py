@@ -139,7 +139,7 @@ def test_load_model_reproduces_logged_val_losses(tiny_run):
 def test_compile_and_bf16_autocast_switches_train_like_eager(tmp_path):
     args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=4", "--set", "train.ckpt_every=0"]
     eager = run_cli(*args, "--out", str(tmp_path / "eager"))
-    assert "done mha" in eager.stdout
+    assert "run 1/1 finished mha seed0" in eager.stdout
     run_cli(*args, "--out", str(tmp_path / "compiled"), "--set", "train.compile=true")
     run_cli(*args, "--out", str(tmp_path / "bf16"), "--set", "train.dtype=bf16")
     eager_losses, compiled, bf16 = (train_losses(tmp_path / o / "tiny" / "mha" / "seed0")

@@ -118,15 +118,20 @@ def _run_submitit(runs, out: str, args) -> int:
         raise ConfigError("--jobs/--runs-per-gpu: not with --launcher slurm/local; use --slurm "
                           "array_parallelism=N,gpus_per_run=G")
     options = slurm.parse_slurm_options(args.slurm or "")
-    if args.gpus_per_run > 1:
-        options.setdefault("gpus_per_run", args.gpus_per_run)
+    if args.gpus_per_run > 1:  # --gpus-per-run G means the same as --slurm gpus_per_run=G
+        options["gpus_per_run"] = args.gpus_per_run
     from ablate.sweep import prepare_all
 
     if args.launcher == "local":
         prepare_all(runs)  # on a cluster each task builds (or finds) the shared cache itself
     _mark_pending(runs, out)
-    states = slurm.submit(runs, out, options, local=args.launcher == "local")
-    return _closing(states, runs, out)
+    if args.launcher == "slurm":  # a sweep outlives a login shell: submit, then follow it with ablate status
+        slurm.submit(runs, out, options, wait=False)
+        for experiment in sorted({r.experiment for r in runs}):
+            print(f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
+                  f"report {out}/{experiment}", flush=True)
+        return 0
+    return _closing(slurm.submit(runs, out, options, local=True), runs, out)
 
 
 def cmd_status(args) -> int:

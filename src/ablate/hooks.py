@@ -15,6 +15,7 @@ import torch
 
 from ablate import rundir
 from ablate.checkpoint import save_checkpoint
+from ablate.parallel import mfu as model_flops_utilization
 
 
 class Hook:
@@ -75,7 +76,6 @@ class MetricsLogger(Hook):
         trainer.pause_seconds = 0.0
         self.train_seconds += elapsed
         tokens_per_second = self.interval_tokens / max(elapsed, 1e-9)
-        from ablate.parallel import mfu as model_flops_utilization
 
         # None when above 100%: the peak was measured too low (a busy machine), and the figure would mislead
         mfu = model_flops_utilization(tokens_per_second / trainer.dist.world, trainer.flops_per_token,

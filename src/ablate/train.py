@@ -24,7 +24,7 @@ from ablate.data import PreparedData, SequenceSampler, check_data_config, prepar
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
 from ablate.rundir import run_dir_for
-from ablate.parallel import Dist, check_float8, init_distributed, parallelize, peak_flops_for, seed_everything
+from ablate.parallel import Dist, check_float8, mfu, init_distributed, parallelize, peak_flops_for, seed_everything
 
 
 @lru_cache(maxsize=None)
@@ -103,6 +103,7 @@ class Trainer:
             self.skipped_steps, self.wall_seconds_before = meta["skipped_steps"], meta["wall_seconds"]
             self.last_loss, self.last_val_loss = meta["last_loss"], meta["last_val_loss"]
             self.throughput = list(meta["throughput"])
+            self.consecutive_skips = meta.get("consecutive_skips", 0)  # absent in checkpoints from before it was kept
         except (KeyError, TypeError, ValueError) as exc:  # a meta.json that parses but is not whole
             raise checkpoint.DamagedCheckpointError(ckpt, f"{checkpoint.META}: {type(exc).__name__}: {exc}") from None
 
@@ -201,7 +202,7 @@ class Trainer:
                 "identity": self.run.identity(), "final_loss": self.last_loss, "final_val_loss": self.last_val_loss,
                 "steps": self.step, "tokens": self.tokens, "params": self.model.num_params(),
                 "wall_seconds": wall, "tokens_per_second": tokens_per_second,
-                "mfu": tokens_per_second / self.dist.world * self.flops_per_token / self.peak_flops,
+                "mfu": mfu(tokens_per_second / self.dist.world, self.flops_per_token, self.peak_flops),
                 "peak_flops": self.peak_flops, "skipped_steps": self.skipped_steps,
                 "peak_memory_bytes": hooks.peak_memory_bytes(self.dist.device), "world_size": self.dist.world,
                 "data": self.data.stats, **({"evals": self.final_evals} if self.final_evals else {})}
@@ -212,6 +213,13 @@ def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.Run
     ("finished", summary), ("locked" | "diverged" | "refused", message)."""
     if not lock.acquire():
         return "locked", f"{run_dir}: skipped, being trained by {lock.holder()}"
+    config_path = run_dir / rundir.CONFIG
+    if config_path.exists():
+        held = rundir.read_json(config_path)
+        # a folder with no progress (a run that failed before its first checkpoint) never blocks a corrected rerun
+        if held.get("identity") != run.identity() and _has_progress(run_dir):
+            return "refused", (f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
+                               f"{run.identity()}); pass another --out or remove the folder")
     status = rundir.read_status(run_dir) or {}
     if (run_dir / rundir.SUMMARY).exists():
         try:
@@ -222,13 +230,6 @@ def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.Run
     if status.get("state") == "diverged":
         return "diverged", (f"{run_dir}: diverged at step {status.get('step')} on an earlier attempt "
                             f"({status.get('message')}); not retried: remove the folder to train it again")
-    config_path = run_dir / rundir.CONFIG
-    if config_path.exists():
-        held = rundir.read_json(config_path)
-        # a folder with no progress (a run that failed before its first checkpoint) never blocks a corrected rerun
-        if held.get("identity") != run.identity() and _has_progress(run_dir):
-            return "refused", (f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
-                               f"{run.identity()}); pass another --out or remove the folder")
     rundir.write_json_atomic(config_path, {"identity": run.identity(), "world_size": world,
                                            "torch": torch.__version__, "python": platform.python_version(),
                                            "config": run.to_dict()})
@@ -246,7 +247,8 @@ def _decide(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> 
 
 
 def _has_progress(run_dir: Path) -> bool:
-    return bool(rundir.checkpoint_steps(run_dir)) or bool(rundir.read_jsonl(run_dir / rundir.METRICS))
+    return (run_dir / rundir.SUMMARY).exists() or bool(rundir.checkpoint_steps(run_dir)) or \
+        bool(rundir.read_jsonl(run_dir / rundir.METRICS))
 
 
 def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) -> None:
@@ -254,7 +256,7 @@ def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) 
     step = trainer.step if trainer is not None else 0
     skipped = {"skipped_steps": trainer.skipped_steps} if trainer is not None else {}
     message = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C, or a launcher's requeue (submitit exits)
         resume = (rundir.checkpoint_steps(run_dir) or [0])[-1]
         rundir.write_status(run_dir, "interrupted", step=step, resume_step=resume,
                             message=f"interrupted at step {step}; rerun the same command to resume from step {resume}")
