@@ -199,18 +199,18 @@ def test_mfu_above_one_is_not_shown():
 
 def test_peak_is_the_best_this_machine_has_measured(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
-    measured = []
-    monkeypatch.setattr(parallel, "measure_peak_flops", lambda device, dtype: measured[-1])
+    calls = []
+    monkeypatch.setattr(parallel, "measure_peak_flops", lambda device, dtype: calls.append(dtype) or 5e10)
     cpu = torch.device("cpu")
-    for value, expected in ((5e10, 5e10), (3e10, 5e10), (8e10, 8e10)):  # a busy moment never lowers it
-        measured.append(value)
-        assert parallel.peak_flops_for(cpu, torch.float32) == expected
-        assert json.loads((tmp_path / "peak_flops.json").read_text()) == {
-            parallel.machine_key(cpu, torch.float32): expected}
     key = parallel.machine_key(cpu, torch.float32)
+    assert parallel.peak_flops_for(cpu, torch.float32) == 5e10 and len(calls) == 1  # measured once per machine
+    assert parallel.peak_flops_for(cpu, torch.float32) == 5e10 and len(calls) == 1  # then kept, not remeasured
+    for value, expected in ((3e10, 5e10), (8e10, 8e10)):  # a busy moment never lowers it; a better one raises it
+        assert parallel.remember_peak(key, value) == expected
+        assert json.loads((tmp_path / "peak_flops.json").read_text()) == {key: expected}
+    assert parallel.peak_flops_for(cpu, torch.float32) == 8e10
     assert key.endswith(f"|threads={torch.get_num_threads()}|float32") and key.count("|") == 3
-    measured.append(1e10)
-    assert parallel.peak_flops_for(cpu, torch.bfloat16) == 1e10  # another dtype, its own entry
+    assert parallel.peak_flops_for(cpu, torch.bfloat16) == 5e10 and len(calls) == 2  # another dtype, its own entry
     assert [p.name for p in tmp_path.iterdir()] == ["peak_flops.json"]  # written by rename, nothing left over
 
 

@@ -87,8 +87,9 @@ class _Progress:
 
 
 def _describe(slots) -> str:
-    return "; ".join(f"GPU {','.join(s.gpus)}" if s.gpus else f"{s.threads} threads" for s in slots[:4]) + \
-        (" ..." if len(slots) > 4 else "")
+    if not slots[0].gpus:
+        return f"{slots[0].threads} torch thread{'s' if slots[0].threads > 1 else ''} each"
+    return "; ".join(f"GPU {','.join(s.gpus)}" for s in slots[:8]) + (" ..." if len(slots) > 8 else "")
 
 
 def _mark_pending(runs, out: str) -> None:

@@ -5,17 +5,20 @@ diverged, locked) without letting one run's failure stop the others; the failure
 folder by train(). Side by side, each run gets its share of the machine: a set of GPUs (CUDA_VISIBLE_DEVICES) or
 cores / N torch threads, so N runs on one CPU neither fight over cores nor change their numbers.
 
-    python -m ablate.sweep RUN_JSON OUT_ROOT [THREADS]     # one worker: what --jobs and SLURM tasks start
+    python -m ablate.sweep --serve THREADS                 # a slot's worker: runs read from stdin, one a line
+    python -m ablate.sweep RUN_JSON OUT_ROOT [THREADS]     # one run (each process of a torchrun group)
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ablate import rundir
@@ -65,8 +68,8 @@ def run_one(run: dict | RunConfig, out_root: str, threads: int | None = None) ->
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
         print(f"{state} {label(run)}: {message}", flush=True)
-        if os.environ.get(RESULT_ENV):
-            Path(os.environ[RESULT_ENV]).write_text(json.dumps({"state": state, "message": message}))
+        if os.environ.get(RESULT_ENV):  # atomic: the parent polls for it
+            rundir.write_json_atomic(os.environ[RESULT_ENV], {"state": state, "message": message})
     return state
 
 
@@ -92,10 +95,12 @@ def prepare_all(runs: list[RunConfig], d=None) -> None:
 
 @dataclass
 class Slot:
-    """A share of this machine for one run at a time: GPUs (empty on CPU) and torch threads."""
+    """A share of this machine for one run at a time: GPUs (empty on CPU), torch threads, and the worker process
+    that trains the slot's runs one after another (a torchrun group per run when the slot spans several GPUs)."""
     gpus: list[str]
     threads: int
-    busy: object = None
+    job: "Job | None" = None
+    process: subprocess.Popen | None = None
 
 
 def machine_slots(jobs: int | None, runs_per_gpu: int, gpus_per_run: int, gpu_ids: list[str] | None = None,
@@ -136,84 +141,142 @@ def visible_gpus() -> list[str]:
 
 
 @dataclass
-class Worker:
+class Job:
     index: int  # 1-based position in the sweep
     run: RunConfig
-    slot: Slot
-    process: subprocess.Popen
-    result_path: Path
     log_path: Path
-    started: float = field(default_factory=time.time)
+    result_path: Path
 
 
-def _start(index: int, run: RunConfig, out_root: str, slot: Slot, scratch: Path) -> Worker:
-    run_dir = run_dir_for(out_root, run)
-    log_path = run_dir / rundir.LOGS / f"{time.strftime('%Y%m%d-%H%M%S')}-{index}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    result_path = scratch / f"{index}.json"
-    env = {**os.environ, "OMP_NUM_THREADS": str(slot.threads), rundir.LOG_ENV: str(log_path),
-           RESULT_ENV: str(result_path)}
+def _env(slot: Slot, job: Job) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(slot.threads), rundir.LOG_ENV: str(job.log_path),
+           RESULT_ENV: str(job.result_path)}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # a worker is its own process group
-    worker = [sys.executable, "-m", "ablate.sweep", json.dumps(run.to_dict()), str(out_root), str(slot.threads)]
     if slot.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.gpus)
-        if len(slot.gpus) > 1:  # one run over G GPUs: a torchrun group on a free port
-            worker = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                      f"--nproc_per_node={len(slot.gpus)}", "-m", *worker[2:]]
-    with log_path.open("a") as log:
-        process = subprocess.Popen(worker, stdout=log, stderr=subprocess.STDOUT, env=env)
-    return Worker(index, run, slot, process, result_path, log_path)
+    return env
 
 
-def _outcome(worker: Worker, out_root: str) -> tuple[str, str]:
-    """The state a worker reported, or, if it died before it could, a failure recorded in its run folder."""
-    if worker.result_path.is_file():
-        result = json.loads(worker.result_path.read_text())
+def _dispatch(slot: Slot, job: Job, out_root: str) -> None:
+    """Hand a run to the slot: to its waiting worker (imports and start-up paid once per slot, not per run), or,
+    for several GPUs, to a torchrun group of its own."""
+    job.log_path.parent.mkdir(parents=True, exist_ok=True)
+    request = {"run": job.run.to_dict(), "out_root": str(out_root), "log": str(job.log_path),
+               "result": str(job.result_path)}
+    slot.job = job
+    if len(slot.gpus) > 1:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(slot.gpus)}",
+                   "-m", "ablate.sweep", json.dumps(request["run"]), str(out_root), str(slot.threads)]
+        with job.log_path.open("a") as log:
+            slot.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(slot, job))
+        return
+    if slot.process is None or slot.process.poll() is not None:
+        with job.log_path.open("a") as log:  # what the worker prints outside a run (a crash at import) lands here
+            slot.process = subprocess.Popen([sys.executable, "-m", "ablate.sweep", "--serve", str(slot.threads)],
+                                            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                            env=_env(slot, job), text=True)
+    slot.process.stdin.write(json.dumps(request) + "\n")
+    slot.process.stdin.flush()
+
+
+def _finished(slot: Slot) -> bool:
+    """The slot's run is over: its result is written, or its process has ended."""
+    return slot.job.result_path.is_file() or slot.process.poll() is not None
+
+
+def _outcome(slot: Slot, out_root: str) -> tuple[str, str]:
+    """The state the worker reported, or, if it died before it could, a failure recorded in the run folder."""
+    job = slot.job
+    if job.result_path.is_file():
+        result = rundir.read_json(job.result_path)
+        if len(slot.gpus) > 1:
+            slot.process.wait()
         return result["state"], result["message"]
-    code = worker.process.returncode
+    code = slot.process.returncode
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-    message = f"worker process ended ({how}) before recording a result; see {worker.log_path}"
-    run_dir = run_dir_for(out_root, worker.run)
+    message = f"worker process ended ({how}) before recording a result; see {job.log_path}"
+    run_dir = run_dir_for(out_root, job.run)
     if not rundir.RunLock(run_dir).held_by_live_process():
-        rundir.write_status(run_dir, "failed", message=message, log=str(worker.log_path))
+        rundir.write_status(run_dir, "failed", message=message, log=str(job.log_path))
     return "failed", message
 
 
 def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], report) -> list[str]:
-    """Run every run in a worker process, as many at once as there are slots; returns the states in run order.
+    """Run every run in worker processes, as many at once as there are slots; returns the states in run order.
     `report(index, run, state, message)` is told each start ("started") and each end."""
     states: list[str | None] = [None] * len(runs)
     pending = list(enumerate(runs, 1))
-    workers: list[Worker] = []
     scratch = Path(tempfile.mkdtemp(prefix="ablate-sweep-"))
     try:
-        while pending or workers:
-            for slot in [s for s in slots if s.busy is None]:
-                if not pending:
-                    break
+        while pending or any(slot.job for slot in slots):
+            for slot in [s for s in slots if s.job is None and pending]:
                 index, run = pending.pop(0)
-                slot.busy = _start(index, run, out_root, slot, scratch)
-                workers.append(slot.busy)
-                report(index, run, "started", f"log {slot.busy.log_path}")
-            time.sleep(0.2)
-            for worker in [w for w in workers if w.process.poll() is not None]:
-                state, message = _outcome(worker, out_root)
-                states[worker.index - 1] = state
-                worker.slot.busy = None
-                workers.remove(worker)
-                report(worker.index, worker.run, state, message)
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                _dispatch(slot, Job(index, run, run_dir_for(out_root, run) / rundir.LOGS / f"{stamp}-{index}.log",
+                                    scratch / f"{index}.json"), out_root)
+                report(index, run, "started", f"log {slot.job.log_path}")
+            time.sleep(0.1)
+            for slot in [s for s in slots if s.job and _finished(s)]:
+                state, message = _outcome(slot, out_root)
+                states[slot.job.index - 1] = state
+                report(slot.job.index, slot.job.run, state, message)
+                slot.job = None
     except KeyboardInterrupt:
-        for worker in workers:  # Ctrl-C reached the workers too: let them record where they stopped
-            try:
-                worker.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
+        _stop_workers(slots, timeout=60)  # Ctrl-C reached the workers too: they record where they stopped
         raise
+    finally:
+        _stop_workers(slots, timeout=60)
+        shutil.rmtree(scratch, ignore_errors=True)
     return [s or "failed" for s in states]
 
 
+def _stop_workers(slots: list[Slot], timeout: float) -> None:
+    for slot in slots:
+        if slot.process is None:
+            continue
+        if slot.process.stdin and not slot.process.stdin.closed:
+            slot.process.stdin.close()  # a waiting worker ends when its input does
+        try:
+            slot.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            slot.process.kill()
+        slot.process = None
+
+
+@contextlib.contextmanager
+def _output_to(path: str):
+    """Send this process's stdout and stderr (file descriptors too: torch and tokenizers print there) to a file."""
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+
+
+def serve(threads: int) -> None:
+    """A slot's worker: train the runs the parent sends on stdin (one JSON request a line), one after another,
+    each with its output in its own log and its result in its own file; end when the input ends."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        os.environ[rundir.LOG_ENV], os.environ[RESULT_ENV] = request["log"], request["result"]
+        with _output_to(request["log"]):
+            state = run_one(request["run"], request["out_root"], threads)
+        if state == "interrupted":
+            sys.exit(130)
+
+
 if __name__ == "__main__":
-    threads = int(sys.argv[3]) if len(sys.argv) > 3 else None
-    final = run_one(json.loads(sys.argv[1]), sys.argv[2], threads)
-    sys.exit({"failed": 1, "interrupted": 130}.get(final, 0))
+    if sys.argv[1] == "--serve":
+        try:
+            serve(int(sys.argv[2]))
+        except KeyboardInterrupt:  # Ctrl-C between runs
+            sys.exit(130)
+    else:
+        final = run_one(json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else None)
+        sys.exit({"failed": 1, "interrupted": 130}.get(final, 0))
