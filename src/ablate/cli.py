@@ -106,7 +106,7 @@ def _closing(states: list[str], runs, out: str) -> int:
     """How many finished, failed, diverged; what to run next. Exit 1 when any run failed."""
     counts = {s: states.count(s) for s in ("finished", "failed", "diverged", "locked", "interrupted") if s in states}
     text = ", ".join(f"{n} {'skipped (locked by another process)' if s == 'locked' else s}" for s, n in counts.items())
-    print(f"{len(states)} runs: {text}", flush=True)
+    print(f"{len(states)} run{'s' if len(states) != 1 else ''}: {text}", flush=True)
     for experiment in sorted({r.experiment for r in runs}):
         print(f"next: ablate status {out}/{experiment}   ablate report {out}/{experiment}", flush=True)
     return 1 if counts.get("failed") else 0
