@@ -60,16 +60,22 @@ def test_final_scores_snr_and_chance(toy):
     assert val["quality"]["monotonicity"] == 1 and val["quality"]["ranking"]["tau_second_half"] == 1
 
 
-def test_pairwise_significant_and_not(toy):
+def test_pairwise_two_seeds_establish_nothing(toy):
+    """Two seeds per variant: the item-level test is tiny and both seeds agree, but a difference is only decided
+    from >= 3 seeds (the old report called these pairs significant from items alone)."""
     _, report = toy
     ab = next(p for p in series(report, "toy:cf", "acc_per_char")["pairwise"] if (p["a"], p["b"]) == ("A", "B"))
-    assert ab["diff"] == pytest.approx(0.1) and ab["better"] == "A" and ab["significant"]
+    assert ab["diff"] == pytest.approx(0.1) and ab["better"] == "A" and ab["significant"] is False
+    assert not ab["testable"] and ab["p_bh"] is None and "fewer than 3 seeds" in ab["note"]
+    assert ab["paired"] and ab["test"] == "paired t over seeds" and ab["p_seeds"] == 0  # identical per-seed diffs
+    assert ab["seeds_needed"] == 3  # no seed spread observed: the minimum
     assert ab["p_items"] < 0.01 and ab["ci"][0] > 0 and ab["seeds_agree"] == 2 and ab["n_items"] == 100
     flat = next(p for p in series(report, "flat:cf", "acc_raw")["pairwise"] if (p["a"], p["b"]) == ("A", "B"))
-    assert flat["diff"] == 0 and flat["better"] is None and flat["significant"] is False
-    assert flat["p_items"] == pytest.approx(1.0) and flat["ci"][0] < 0 < flat["ci"][1]
+    assert flat["diff"] == 0 and flat["better"] is None and flat["significant"] is None  # not a decision metric
+    assert flat["p_items"] == pytest.approx(1.0) and flat["ci"][0] < 0 < flat["ci"][1] and flat["seeds_needed"] is None
     val = next(p for p in series(report, "val_loss", "loss")["pairwise"] if (p["a"], p["b"]) == ("A", "C"))
-    assert val["diff"] == pytest.approx(-0.2) and val["better"] == "A" and val["significant"]
+    assert val["diff"] == pytest.approx(-0.2) and val["better"] == "A" and val["significant"] is False
+    assert report["inference"]["tests"] == 0 and report["inference"]["comparisons"] == 6
 
 
 def test_recommendation_and_headline(toy):
@@ -80,11 +86,15 @@ def test_recommendation_and_headline(toy):
                                 "not_computable": ["consistent"]}]
     assert series(report, "toy:cf", "acc_choices_only")["quality"]["passes"] is False  # a baseline, never a signal
     assert rec["aggregate"]["A"]["mean_rank"] == 1 and rec["aggregate"]["C"]["mean_rank"] == 3
+    assert rec["aggregate_over"] == [["val_loss", "loss"], ["toy:cf", "acc_per_char"]]  # flat: no signal, left out
     head = report["headline"]
-    assert head["winner"] == "A"
-    assert [(c["other"], c["won"], c["tasks"], c["significant"]) for c in head["comparisons"]] == \
-        [("B", 2, 3, 2), ("C", 2, 3, 2)]
-    assert "A beats B on 2/3 tasks, significantly (p < 0.05) on 2" in head["text"] and "A/seed2" in head["text"]
+    assert head["winner"] is None  # two seeds establish nothing
+    assert [(d["name"], d["status"], d["leader"]) for d in head["decisions"]] == \
+        [("val_loss", "too_few_seeds", "A"), ("toy", "too_few_seeds", "A")]
+    assert head["no_signal"] == ["flat"]
+    assert head["text"].startswith("toy: val_loss: A ahead, not established with 2 seeds (~3 seeds needed); toy: A")
+    assert "flat: no signal here" in head["text"] and "No winner established" in head["text"]
+    assert "A/seed2" in head["text"]
     # Stricter thresholds move toy out of the suite: tau 2/3 < 0.7.
     strict = build_report(root, Options(bootstrap=50, min_tau=0.7))
     assert [e["task"] for e in strict["recommendation"]["suite"]] == ["val_loss"]
@@ -128,7 +138,14 @@ def test_one_seed_one_checkpoint_says_what_it_cannot_compute(tmp_path):
     s = series(report, "toy:cf", "acc_per_char")
     assert s["final"]["A"]["seed_std"] is None and s["quality"]["monotonicity"] is None
     assert s["quality"]["snr"] is None and s["quality"]["ranking"]["tau_second_half"] is None
-    assert s["pairwise"][0]["p_seeds"] is None and s["pairwise"][0]["significant"]  # 60 vs 40 of 100 items
+    pair = s["pairwise"][0]  # 60 vs 40 of 100 items: evaluation noise says "different", one seed says nothing
+    assert pair["p_items"] < 0.05 and pair["p_seeds"] is None and pair["seeds_needed"] is None
+    assert pair["significant"] is None  # toy cannot show signal from one checkpoint: not a decision metric
+    val = series(report, "val_loss", "loss")["pairwise"][0]
+    assert val["significant"] is False and not val["testable"]
+    text = report["headline"]["text"]
+    assert "val_loss: A ahead, not established with 1 seed (seed spread unknown)" in text
+    assert "toy: signal not assessable" in text and "No winner established" in text
     assert report["recommendation"]["suite"] == []
     assert "n/a" in (root / "report.md").read_text()
 
@@ -155,7 +172,7 @@ def test_scale_axis_decision_accuracy(tmp_path):
     root = tmp_path / "scales"
     for d_model, losses in ((32, {"mha": 4.2, "mqa": 4.1}), (64, {"mha": 3.6, "mqa": 3.7})):
         for method, loss in losses.items():
-            for seed in (0, 1):
+            for seed in (0, 1, 2):
                 extra = {"model.d_model": d_model, "model.n_kv_heads": 1 if method == "mqa" else None}
                 write_run(root, f"{method}@d{d_model}", seed, [10, 20, 30], [loss + 0.4, loss + 0.2, loss], {},
                           config_extra=extra)
@@ -165,13 +182,16 @@ def test_scale_axis_decision_accuracy(tmp_path):
     (row,) = report["across_scales"][0]["by_scale"]
     assert row["scale"] == 32 and row["decision_accuracy"] == 0 and row["tau"] == -1
     assert report["headline"]["winner"] == "mha"
-    assert report["headline"]["text"].startswith("scales at model.d_model=64: mha beats mqa on 1/1 tasks")
+    assert report["headline"]["text"].startswith("scales at model.d_model=64: val_loss: mha best (p_BH<0.001, "
+                                                  "3 seeds) (validation loss only")
+    assert "Winner: mha (best on 1 of 1" in report["headline"]["text"]
+    assert "at model.d_model=64: 1 pair(s) x 1 metric(s) (val_loss) = 1 comparisons" in report["inference"]["family"]
 
 
 def test_cli_report_prints_headline(toy, tmp_path):
     root, _ = toy
     result = run_cli("report", str(root), "--out", str(tmp_path / "out"), "--bootstrap", "100", "--min-tau", "0.5")
-    assert result.stdout.startswith("toy: A beats B on 2/3 tasks")
+    assert result.stdout.startswith("toy: val_loss: A ahead, not established with 2 seeds")
     assert (tmp_path / "out" / "report.html").is_file()
     assert json.loads((tmp_path / "out" / "report.json").read_text())["options"]["min_tau"] == 0.5
     missing = run_cli("report", str(tmp_path / "nothing"), check=False)
@@ -185,3 +205,110 @@ def test_stats_edge_cases():
     assert stats.relative_dispersion([1.0]) is None and stats.relative_std([2.0]) is None
     with pytest.raises(ReportError, match="no run folders"):
         build_report(__import__("pathlib").Path(__file__).parent)
+
+
+def test_seed_level_tests_and_bh():
+    a, b = {0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.5, 1: 1.8, 2: 2.1}
+    paired = stats.seed_test(a, b)
+    assert paired["paired"] and paired["p"] == pytest.approx(
+        __import__("scipy").stats.ttest_1samp([0.5, 0.2, 0.9], 0).pvalue)
+    assert paired["sd_diff"] == pytest.approx(np.std([0.5, 0.2, 0.9], ddof=1))
+    welch = stats.seed_test(a, {5: 0.5, 6: 1.8, 7: 2.1})
+    assert not welch["paired"] and welch["test"] == "Welch t over seeds" and welch["p"] == pytest.approx(
+        __import__("scipy").stats.ttest_ind([1, 2, 3], [0.5, 1.8, 2.1], equal_var=False).pvalue)
+    assert welch["sd_diff"] == pytest.approx(np.sqrt((np.var([1, 2, 3], ddof=1) + np.var([.5, 1.8, 2.1], ddof=1)) / 2)
+                                             * np.sqrt(2))
+    assert stats.bh_adjust([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.2])
+    assert stats.bh_adjust([]) == [] and stats.bh_adjust([0.9, 0.95]) == pytest.approx([0.95, 0.95])
+    # normal approximation 4 seeds; the t-test needs 6 for 80% power at d = 1.5
+    assert stats.seeds_needed(1.5, 1.0, 0.05, 0.8) == 6 and stats.seeds_needed(0.0, 1.0, 0.05, 0.8) is None
+    assert stats.seeds_needed(1.0, None, 0.05, 0.8) is None and stats.seeds_needed(1.0, 0.0, 0.05, 0.8) == 2
+    m = np.array([[0.0, 1.0, 0.0, 1.0]] * 3)
+    lo, hi = stats.bootstrap_diff(m + 0.5, m, paired=False, n_boot=200, seed=0)
+    assert lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
+
+
+def _acc_items(ids, right):
+    return [{"id": i, "gold": 0, "acc_per_char": float(k < right)} for k, i in enumerate(ids)]
+
+
+def test_different_item_sets_are_matched_or_left_out(tmp_path):
+    """A/seed0's last evaluation was re-scored on 50 items (ablate eval --limit 50): "t" is compared over the 50
+    items every run shares and the mismatch is named; on "u" A/seed0 scored other ids: u is left out, and named."""
+    root = tmp_path / "mixed"
+    ids = [f"q{i}" for i in range(100)]
+    for variant, right in (("A", 60), ("B", 40)):
+        for seed in (0, 1, 2):
+            t_items = {step: _acc_items(ids, right + step // 10 + seed) for step in (10, 20, 30)}
+            u_items = {step: _acc_items(ids[:50], 25 + step // 10) for step in (10, 20, 30)}
+            if (variant, seed) == ("A", 0):
+                t_items[30] = _acc_items(ids[:50], 35)
+                u_items[30] = _acc_items([f"other{i}" for i in range(50)], 30)
+            write_run(root, variant, seed, [10, 20, 30], [4.0, 3.9, 3.8],
+                      {"t": {"chance": 0.25, "primary": "acc_per_char", "items": t_items},
+                       "u": {"chance": 0.25, "primary": "acc_per_char", "items": u_items}})
+    report = write_report(root, opts=FAST)
+    mismatch = {m["task"]: m for m in report["groups"][0]["item_mismatch"]}
+    assert mismatch["t:cf"]["kept"] and mismatch["t:cf"]["shared"] == 50
+    assert mismatch["t:cf"]["runs"]["A/seed0"] == 50 and mismatch["t:cf"]["runs"]["B/seed2"] == 100
+    assert "50 items: A/seed0" in mismatch["t:cf"]["text"] and "compared over the 50 items" in mismatch["t:cf"]["text"]
+    t = series(report, "t:cf", "acc_per_char")
+    assert t["final"]["A"]["n_items"] == 50 and t["pairwise"][0]["n_items"] == 50
+    assert t["final"]["A"]["values"][0] == pytest.approx(35 / 50)  # A/seed0's score over the shared 50 items
+    assert t["final"]["B"]["values"][0] == pytest.approx(43 / 50)  # B/seed0: 43 right, all among the first 50
+    assert not mismatch["u:cf"]["kept"] and mismatch["u:cf"]["shared"] == 0
+    assert not any(s["task"] == "u:cf" for s in report["groups"][0]["series"])
+    assert report["headline"]["left_out"] == ["u:cf"] and "u:cf: left out (runs scored different items)" in \
+        report["headline"]["text"]
+    md = (root / "report.md").read_text()
+    assert "Different item sets: t:cf: runs scored different items" in md and "u:cf" in md
+
+
+def test_different_batch_sizes_compare_at_equal_tokens(tmp_path):
+    """global_batch 32 makes twice the tokens per step: finals are taken at 4,000 tokens (where the batch-16 runs
+    end), from the batch-32 runs' step 20."""
+    root = tmp_path / "tokens"
+    for variant, batch, val in (("gb=16", 16, [5.0, 4.6, 4.3, 4.1]), ("gb=32", 32, [4.9, 4.4, 4.0, 3.7])):
+        for seed in (0, 1, 2):
+            write_run(root, variant, seed, STEPS, [v + 0.01 * seed for v in val], {}, tokens_per_step=batch * 100 // 16,
+                      config_extra={"train.global_batch": batch})
+    report = write_report(root, opts=FAST)
+    val = series(report, "val_loss", "loss")
+    assert val["final"]["gb=32"]["steps"] == [20, 20, 20] and val["final"]["gb=32"]["tokens"] == [4000] * 3
+    assert val["final"]["gb=16"]["steps"] == [40, 40, 40]
+    assert val["final"]["gb=32"]["mean"] == pytest.approx(4.4 + 0.01) and val["best"] == "gb=16"
+    assert not val["compared_at"]["at_last"] and val["compared_at"]["tokens"] == 4000
+    assert "4,000 tokens, the most every run reached" in val["compared_at"]["text"]
+    assert [r["tokens"] for r in val["quality"]["ranking"]["by_checkpoint"]] == [2000, 3000, 4000]
+    assert report["groups"][0]["shape_differences"] == {"train.global_batch": {"16": ["gb=16"], "32": ["gb=32"]}}
+    md = (root / "report.md").read_text()
+    assert "train.global_batch differs between runs" in md and "at 4,000 tokens, the most every run reached" in md
+    assert report["headline"]["text"].startswith("tokens: val_loss: gb=16 best (p_BH")
+
+
+def test_natural_order_vs_best_table_axes_and_chance_caption(tmp_path):
+    """Four widths written in text order: shown d_model=16 < 32 < 64 < 128, laid out on their axis; the pairwise
+    table is each variant vs the best; val loss near 3 leaves ln(512) = 6.2 off the plot, and says so."""
+    root = tmp_path / "widths"
+    for width, loss in ((128, 3.0), (16, 3.3), (32, 3.2), (64, 3.1)):
+        for seed in (0, 1, 2):
+            write_run(root, f"d_model={width}", seed, STEPS, [loss + 0.1 - 0.03 * k + 0.002 * seed for k in range(4)],
+                      {}, axes={"model.d_model": width}, config_extra={"model.d_model": width})
+    report = write_report(root, opts=FAST)
+    order = ["d_model=16", "d_model=32", "d_model=64", "d_model=128"]
+    assert report["groups"][0]["variants"] == order and report["overview"]["variants"] == order
+    assert report["overview"]["axes"] == {"fields": ["d_model"], "by_variant": {v: {"d_model": int(v[8:])}
+                                                                                for v in order}}
+    val = series(report, "val_loss", "loss")
+    assert len(val["pairwise"]) == 6 and report["inference"]["tests"] == 6
+    text = report["headline"]["text"]
+    assert text.startswith("widths: val_loss: d_model=128 best (p_BH<0.001, 3 seeds)") and text.count(";") == 0
+    md = (root / "report.md").read_text()
+    caption = "the best (d_model=128) vs each other variant, diff = d_model=128 - other; all 6 pairs are in report.json"
+    table = md.split(caption)[1].split("\n\n")[1]
+    assert table.startswith("| d_model=128 vs | diff |") and table.count("\n| d_model=") == 3
+    assert "Chance level far from the curves, not drawn so it does not flatten them: val_loss [loss] (chance 6.238)" \
+        in md
+    assert "Variants on the grid's axes" in md
+    page = (root / "report.html").read_text()
+    assert "<figcaption>val_loss [loss] (chance 6.238 is far from the curves and not drawn)</figcaption>" in page

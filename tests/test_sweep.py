@@ -157,7 +157,7 @@ def write_experiment(path, variants: str):
         base = RunConfig(experiment="iso", model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4),
                          data=DataConfig(source="default", max_documents=400, seq_len=32),
                          train=TrainConfig(max_steps=6, global_batch=8, micro_batch=4, log_every=1, val_every=3,
-                                           val_batches=2, ckpt_every=3, peak_flops=1e11))
+                                           ckpt_every=3, peak_flops=1e11))
         runs = [{variants}]
     """))
     return path

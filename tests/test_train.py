@@ -113,6 +113,24 @@ def test_two_gloo_processes_match_one(tmp_path):
     assert worst < 1e-4
     summary = json.loads((tmp_path / "two" / "tiny" / "mqa" / "seed0" / "summary.json").read_text())
     assert summary["world_size"] == 2
+    # the validation set is the same sequences at every world size: val losses compare like with like
+    one_val, two_val = (val_losses(tmp_path / o / "tiny" / "mqa" / "seed0") for o in ("one", "two"))
+    assert sorted(one_val) == sorted(two_val) and max(abs(one_val[s] - two_val[s]) for s in one_val) < 1e-4
+
+
+def test_validation_set_does_not_depend_on_micro_batch(tmp_path):
+    """The same training at micro_batch 4 (2 accumulation steps) and 8: the same held-out sequences, the same
+    val loss up to float rounding (it used to score val_batches x micro_batch sequences)."""
+    run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "4", "train.ckpt_every": "0"})[0]
+    items = {}
+    for micro in (4, 8):
+        variant = apply_overrides(run, {"train.micro_batch": micro, "name": f"micro{micro}"})
+        train(variant, tmp_path)
+        run_dir = run_dir_for(tmp_path, variant)
+        items[micro] = {json.loads(line)["id"]: json.loads(line)["loss"]
+                        for line in (run_dir / "eval_items" / "step_0000004" / "val_loss.jsonl").open()}
+    assert sorted(items[4]) == sorted(items[8]) == list(range(run.data.val_sequences))
+    assert max(abs(items[4][i] - items[8][i]) for i in items[4]) < 1e-4
 
 
 def test_load_model_reproduces_logged_val_losses(tiny_run):
@@ -124,7 +142,7 @@ def test_load_model_reproduces_logged_val_losses(tiny_run):
     loaded = load_model(run_dir)
     assert loaded.step == 12 and loaded.checkpoint.name == "step_12" and loaded.tokenizer_path.is_file()
     items = [json.loads(line) for line in (run_dir / "eval_items" / "step_0000012" / "val_loss.jsonl").open()]
-    assert len(items) == run.train.val_batches * run.train.micro_batch
+    assert len(items) == run.data.val_sequences
     data = prepare_data(run.data, run.model.vocab_size)
     inputs, targets, _ = data.val.batch([items[0]["id"], items[5]["id"]], run.data.seq_len)
     with torch.no_grad():

@@ -197,8 +197,9 @@ def cmd_report(args) -> int:
     from ablate.report import Options, ReportError, write_report
 
     start = time.perf_counter()
-    opts = Options(alpha=args.alpha, min_monotonicity=args.min_monotonicity, min_tau=args.min_tau, min_z=args.min_z,
-                   min_snr=args.min_snr, last_k=args.last_k, early_fraction=args.early_fraction,
+    opts = Options(alpha=args.alpha, min_seeds=args.min_seeds, power=args.power,
+                   min_shared_items=args.min_shared_items, min_monotonicity=args.min_monotonicity,
+                   min_tau=args.min_tau, min_z=args.min_z, min_snr=args.min_snr, last_k=args.last_k, early_fraction=args.early_fraction,
                    bootstrap=args.bootstrap, scale=[f for f in (args.scale or "").split(",") if f])
     out = args.out or args.runs_dir
     try:
@@ -256,7 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("runs_dir", help="runs/<experiment>/ holding <variant>/seed<k>/ run folders")
     rep.add_argument("--out", help="folder for the report files (default: RUNS_DIR)")
     rep.add_argument("--scale", help="config field(s) forming a scale axis, e.g. model.d_model (comma-separated)")
-    rep.add_argument("--alpha", type=float, default=0.05, help="significance level of pairwise tests (0.05)")
+    rep.add_argument("--alpha", type=float, default=0.05,
+                     help="significance level of seed-level tests after Benjamini-Hochberg (0.05)")
+    rep.add_argument("--min-seeds", type=int, default=3, help="seeds per variant needed to test a difference (3)")
+    rep.add_argument("--power", type=float, default=0.8, help="the power 'seeds needed' is estimated for (0.8)")
+    rep.add_argument("--min-shared-items", type=float, default=0.5,
+                     help="runs scored different items: compare over shared ids when they are >= this share (0.5)")
     rep.add_argument("--min-monotonicity", type=float, default=0.5, help="early-signal threshold on Spearman rho")
     rep.add_argument("--min-tau", type=float, default=0.6, help="threshold on Kendall tau over the second half")
     rep.add_argument("--min-z", type=float, default=2.0, help="standard errors past chance to count as above it")

@@ -73,6 +73,9 @@ class DataConfig:
     max_documents: int | None = None  # use only the first N documents of the source
     cache_dir: str | None = None  # None: $ABLATE_CACHE or ~/.cache/ablate
     doc_mask: bool = False  # attend only within a document when documents are packed into one sequence
+    # held-out sequences scored at each validation: the first N of the validation split, the same set for every
+    # micro_batch and world size, so val losses compare like with like (fewer if the split holds fewer)
+    val_sequences: int = 64
 
 
 @dataclass
@@ -106,7 +109,6 @@ class TrainConfig:
     compile: bool = False
     log_every: int = 10
     val_every: int = 100  # 0: only at the end
-    val_batches: int = 4  # micro-batches of held-out sequences per validation
     ckpt_every: int = 100  # 0: only at the end
     keep_checkpoints: int = 2
     peak_flops: float | None = None  # per device, for MFU; None: measured once on CPU, looked up on known GPUs
@@ -134,6 +136,9 @@ class RunConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # Bookkeeping, like the name: the grid values this run was built with ({"optim.lr": 0.001}), set by grid() and
+    # kept in config.json so the report can lay runs out on the grid's axes. Always equal to the fields they name.
+    axes: dict[str, int | float | str | bool | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -146,6 +151,9 @@ class RunConfig:
             if key not in sections:
                 raise ConfigError(f"unknown field {key!r}; allowed: {sorted(sections)}")
             section_cls = _SECTIONS.get(key)
+            if key == "train" and isinstance(value, dict) and "val_batches" in value:
+                # run folders from before data.val_sequences: the field never changed the trained weights
+                value = {k: v for k, v in value.items() if k != "val_batches"}
             kwargs[key] = _build(section_cls, value, key) if section_cls else value
         run = cls(**kwargs)
         validate(run)
@@ -155,10 +163,11 @@ class RunConfig:
         """A stable hash of everything that changes the numbers (names and bookkeeping left out)."""
         d = self.to_dict()
         d.pop("experiment"), d.pop("name")
-        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops", "val_every", "val_batches"):
+        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops", "val_every"):
             d["train"].pop(bookkeeping)
-        d["data"].pop("cache_dir")
+        d["data"].pop("cache_dir"), d["data"].pop("val_sequences")
         d.pop("eval")  # evaluation never changes the trained weights
+        d.pop("axes")  # bookkeeping: the values it records are already in the sections
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -188,6 +197,9 @@ def _describe(tp) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        return f"a dict of {_describe(key_tp)} -> {_describe(value_tp)}"
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
@@ -203,6 +215,9 @@ def _matches(value, tp) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        return isinstance(value, dict) and all(_matches(k, key_tp) and _matches(v, value_tp) for k, v in value.items())
     return isinstance(value, tp)
 
 
@@ -258,7 +273,8 @@ def validate(run: RunConfig) -> RunConfig:
     _require(0 < s.decay <= 1 and s.warmup + s.decay <= 1, "schedule.decay",
              f"must be in (0, 1] with schedule.warmup + decay <= 1, got warmup={s.warmup} decay={s.decay}")
     _require(0 <= s.min_lr_ratio <= 1, "schedule.min_lr_ratio", "must be in [0, 1]")
-    for name in ("max_steps", "global_batch", "micro_batch", "log_every", "val_batches"):
+    _require(d.val_sequences > 0, "data.val_sequences", "must be > 0")
+    for name in ("max_steps", "global_batch", "micro_batch", "log_every"):
         _require(getattr(t, name) > 0, f"train.{name}", "must be > 0")
     for name in ("val_every", "ckpt_every"):
         _require(getattr(t, name) >= 0, f"train.{name}", "must be >= 0 (0: only at the end)")
@@ -267,10 +283,22 @@ def validate(run: RunConfig) -> RunConfig:
              f"{t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}")
     _require(t.peak_flops is None or t.peak_flops > 0, "train.peak_flops", "must be None or > 0")
     _validate_eval(run.eval)
+    _validate_axes(run)
     for name in (run.experiment, run.name):
         _require(bool(name) and "/" not in name and not name.startswith("."), "name/experiment",
                  f"{name!r} must be a non-empty folder name")
     return run
+
+
+def _validate_axes(run: RunConfig) -> None:
+    """Each axis names a section.field and records the value the run has, so config.json never misstates a grid."""
+    for key, value in run.axes.items():
+        section, _, name = key.partition(".")
+        _require(section in _SECTIONS and name in {f.name for f in dataclasses.fields(_SECTIONS[section])},
+                 f"axes[{key!r}]", f"not a config field; allowed: section.field, section one of {sorted(_SECTIONS)}")
+        actual = getattr(getattr(run, section), name)
+        _require(actual == value and type(actual) is type(value) or actual is value, f"axes[{key!r}]",
+                 f"records {value!r} but the run has {key}={actual!r} (axes are set by grid())")
 
 
 def _validate_eval(e: EvalConfig) -> None:
@@ -341,7 +369,9 @@ def apply_overrides(run: RunConfig, overrides: dict[str, Any], *, from_text: boo
             value = _parse_value(value, hints[name], key)
         sections.setdefault(section, {})[name] = value
     replaced = {s: dataclasses.replace(getattr(run, s), **kv) for s, kv in sections.items()}
-    return validate(dataclasses.replace(run, **top, **replaced))
+    # overriding a grid axis (--set optim.lr=...) moves the run on that axis: its record follows
+    axes = {k: sections.get(k.partition(".")[0], {}).get(k.partition(".")[2], v) for k, v in run.axes.items()}
+    return validate(dataclasses.replace(run, **top, **replaced, axes=axes))
 
 
 def parse_set_args(pairs: list[str]) -> dict[str, str]:
@@ -355,15 +385,26 @@ def parse_set_args(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def variant(base: RunConfig, name: str, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """A named copy of `base` with dotted fields replaced: variant(base, "gqa", {"model.n_kv_heads": 2})."""
-    return apply_overrides(dataclasses.replace(base, name=name), overrides or {})
+def variant(base: RunConfig, name: str, overrides: dict[str, Any] | None = None,
+            axes: dict[str, Any] | None = None) -> RunConfig:
+    """A named copy of `base` with dotted fields replaced: variant(base, "gqa", {"model.n_kv_heads": 2}).
+    A variant is off any grid (empty `axes`) unless `axes` says where it sits, e.g. {"optim.lr": 0.01}."""
+    return validate(dataclasses.replace(apply_overrides(dataclasses.replace(base, name=name, axes={}), overrides or {}),
+                                        axes=dict(axes or {})))
 
 
 def grid(base: RunConfig, axes: dict[str, list]) -> list[RunConfig]:
-    """Every combination of the values on each dotted axis, named like 'lr=0.001,global_batch=16'."""
+    """Every combination of the values on each dotted axis, named like 'lr=0.001,global_batch=16'. Each run
+    records its values in `axes` ({"optim.lr": 0.001, "train.global_batch": 16}, added to any the base has), which
+    config.json keeps for the report's sweep views."""
     runs = [(base, [])]
     for key, values in axes.items():
         short = key.split(".")[-1]
         runs = [(apply_overrides(r, {key: v}), parts + [f"{short}={v}"]) for r, parts in runs for v in values]
-    return [dataclasses.replace(r, name=",".join(parts) or base.name) for r, parts in runs]
+    return [validate(dataclasses.replace(r, name=",".join(parts) or base.name,
+                                         axes={**base.axes, **{k: _dotted(r, k) for k in axes}})) for r, parts in runs]
+
+
+def _dotted(run: RunConfig, key: str):
+    section, _, name = key.partition(".")
+    return getattr(getattr(run, section), name)

@@ -148,7 +148,7 @@ class Trainer:
         for the forward passes and gathered on every rank. Every rank runs the same number of forward passes, as
         FSDP2 needs."""
         t, d = self.run.train, self.dist
-        count = min(self.data.val.num_sequences(self.seq_len), t.val_batches * t.micro_batch * d.world)
+        count = min(self.data.val.num_sequences(self.seq_len), self.run.data.val_sequences)
         mine = list(range(d.rank, count, d.world))
         passes = -(-count // (t.micro_batch * d.world))
         losses = {}

@@ -1,8 +1,11 @@
 """`ablate report`: many small runs -> which variant wins, how sure, and which tasks to trust.
 
     load.py     run folders -> runs, tasks, scale groups
-    stats.py    bootstrap CIs, paired tests, Spearman, Kendall, SNR, decision accuracy (numpy/scipy)
+    stats.py    bootstrap CIs, seed-level tests, Benjamini-Hochberg, seeds needed, Spearman, Kendall, SNR,
+                decision accuracy (numpy/scipy)
+    match.py    like with like: finals at equal tokens, scores over identical item sets
     analyze.py  every figure, as one JSON-ready dict (report.json)
+    decide.py   recommendation, the decision family, one sentence per decision metric, the winner
     render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
 """
 from __future__ import annotations

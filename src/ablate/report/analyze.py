@@ -1,7 +1,8 @@
 """Run folders -> every figure of the report, as one JSON-ready dict (report.json). Rendering reads only that dict.
 
 Per scale group (one group without a scale axis), per task and metric ("series"): final scores with CIs, pairwise
-tests, curves, and the early-signal criteria; then a recommendation and a headline from the largest scale.
+tests, curves, and the early-signal criteria; then a recommendation and a headline from the largest scale
+(decide.py). Comparisons are like with like (match.py): equal tokens, identical item sets.
 """
 from __future__ import annotations
 
@@ -13,14 +14,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report import stats
+from ablate.report import decide, match, stats
+from ablate.report import sweeps
 from ablate.report.load import (BASELINE_METRICS, PRIOR_CONTROLLED, VAL_TASK, Run, TaskInfo, direction,
                                 group_by_scale, load_runs, task_infos)
+from ablate.status import natural_key
 
 
 @dataclass
 class Options:
-    alpha: float = 0.05  # significance level of pairwise tests
+    alpha: float = 0.05  # significance level of pairwise tests, after Benjamini-Hochberg over the decision family
+    min_seeds: int = 3  # seeds per variant below which a difference is not tested (seeds needed are estimated)
+    power: float = 0.8  # the power "seeds needed" is computed for
+    min_shared_items: float = 0.5  # runs scored different items: compare over the shared ids if >= this share
     min_monotonicity: float = 0.5  # mean Spearman rho of score vs step (FineTasks' threshold)
     min_tau: float = 0.6  # mean Kendall tau vs the final ranking over the second half of training
     min_z: float = 2.0  # "above chance": final score this many standard errors past chance
@@ -48,26 +54,6 @@ def _value_at(run: Run, key, step: int):
     return next(p for p in _series_points(run, key) if p.step == step)
 
 
-def _item_values(run: Run, task: TaskInfo, metric: str) -> dict[str, float] | None:
-    """{item id: value} of the run's last evaluation of the task, or None without per-item files."""
-    points = _series_points(run, (task.key, metric))
-    rows = run.items(task, points[-1].step) if points else None
-    if not rows or any(metric not in row for row in rows.values()):
-        return None
-    return {i: float(row[metric]) for i, row in rows.items()}
-
-
-def _matrix(values_by_seed: dict[int, dict[str, float]], seeds: list[int], ids: list[str]) -> np.ndarray:
-    return np.array([[values_by_seed[s][i] for i in ids] for s in seeds])
-
-
-def _common_ids(maps) -> list[str]:
-    ids = None
-    for m in maps:
-        ids = set(m) if ids is None else ids & set(m)
-    return sorted(ids or [])
-
-
 def _curve(runs: list[Run], key) -> dict:
     steps = _common_steps(runs, key)
     values = np.array([[_value_at(r, key, s).value for s in steps] for r in runs]) if steps else np.zeros((0, 0))
@@ -87,52 +73,26 @@ def _train_curve(runs: list[Run]) -> dict:
             "min": values.min(axis=0).tolist() if steps else [], "max": values.max(axis=0).tolist() if steps else []}
 
 
-def _final_scores(runs_by_variant, task, metric, opts) -> tuple[dict, dict]:
-    key = (task.key, metric)
-    final, items = {}, {}
+def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, dict, dict | None]:
+    """Per variant: run-level scores (each run's mean over the compared items at the compared evaluation), their
+    mean, seed sd and a two-level bootstrap CI. Also returns the scores and (seeds, items) matrices for the tests."""
+    final, scores, items = {}, {}, ({} if m.ids else None)
     for variant, runs in runs_by_variant.items():
-        finals = [_series_points(r, key)[-1].value for r in runs]
-        per_seed = {r.seed: _item_values(r, task, metric) for r in runs}
-        ci, n_items = None, None
-        if all(v is not None for v in per_seed.values()):
-            items[variant] = per_seed
-            seeds, ids = sorted(per_seed), _common_ids(per_seed.values())
-            n_items = len(ids)
-            if ids:
-                ci = stats.bootstrap_mean(_matrix(per_seed, seeds, ids), opts.bootstrap, opts.seed)
-        final[variant] = {"mean": float(np.mean(finals)), "seed_std": stats.std(finals), "values": finals,
-                          "seeds": [r.seed for r in runs], "steps": [_series_points(r, key)[-1].step for r in runs],
-                          "ci": ci, "n_items": n_items}
-    return final, items
+        runs = sorted(runs, key=lambda r: r.seed)
+        scores[variant] = {r.seed: m.score(r.label) for r in runs}
+        ci = None
+        if items is not None:
+            items[variant] = np.array([[m.values[r.label][i] for i in m.ids] for r in runs])
+            ci = stats.bootstrap_mean(items[variant], opts.bootstrap, opts.seed)
+        values = [scores[variant][r.seed] for r in runs]
+        final[variant] = {"mean": float(np.mean(values)), "seed_std": stats.std(values), "values": values,
+                          "seeds": [r.seed for r in runs], "steps": [m.points[r.label].step for r in runs],
+                          "tokens": [m.points[r.label].tokens for r in runs], "ci": ci,
+                          "n_items": len(m.ids) if m.ids else None}
+    return final, scores, items
 
 
-def _pairwise(variants: list[str], items: dict, final: dict, sign: int, opts) -> list[dict]:
-    rows = []
-    for i, a in enumerate(variants):
-        for b in variants[i + 1:]:
-            diff = final[a]["mean"] - final[b]["mean"]
-            row = {"a": a, "b": b, "diff": diff, "better": a if sign * diff > 0 else b if sign * diff < 0 else None,
-                   "ci": None, "p_items": None, "p_seeds": None, "seeds_agree": None, "n_seeds": None,
-                   "n_items": None, "significant": None, "note": ""}
-            seeds = sorted(set(items.get(a, {})) & set(items.get(b, {})))
-            ids = _common_ids([items[a][s] for s in seeds] + [items[b][s] for s in seeds]) if seeds else []
-            if not seeds:
-                row["note"] = "no per-item files" if a not in items or b not in items else "no seeds in common"
-            elif len(ids) < 2:
-                row["note"] = "fewer than 2 items in common"
-            else:
-                result = stats.paired_comparison(_matrix(items[a], seeds, ids), _matrix(items[b], seeds, ids),
-                                                 opts.bootstrap, opts.seed)
-                row.update(result)  # diff: now over the seeds and items both variants share
-                row["better"] = a if sign * row["diff"] > 0 else b if sign * row["diff"] < 0 else None
-                ci_excludes_zero = result["ci"] is not None and (result["ci"][0] > 0 or result["ci"][1] < 0)
-                row["significant"] = bool(result["p_items"] is not None and result["p_items"] < opts.alpha
-                                          and ci_excludes_zero)
-            rows.append(row)
-    return rows
-
-
-def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts) -> dict:
+def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> dict:
     """Distance from chance pooled over all runs: mean score vs the mean standard error (seeds score the same
     items, so their errors are not independent: averaging them, not dividing by sqrt(runs), stays conservative)."""
     key, chance = (task.key, metric), task.chance_for(metric)
@@ -146,7 +106,7 @@ def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opt
         mean = float(np.mean([p.value for p in points]))
         return mean, (float(np.mean(se)) if all(s is not None for s in se) else None)
 
-    mean, se = pooled([_series_points(r, key)[-1] for r in runs])
+    mean, se = pooled([finals[r.label] for r in runs])
     out["z_final"] = stats.chance_z(mean, se, chance, sign)
     for step in _common_steps(runs, key):
         points = [_value_at(r, key, step) for r in runs]
@@ -160,7 +120,7 @@ def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opt
         # Unpaired standard error of the gain: conservative, since a metric and its baseline share items.
         gains, ses = [], []
         for run in runs:
-            point = _series_points(run, key)[-1]
+            point = finals[run.label]
             base = next((p for p in run.scores[baseline_key] if p.step == point.step), None)
             if base is None:
                 return out
@@ -173,35 +133,53 @@ def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opt
     return out
 
 
-def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts) -> dict:
-    """Kendall tau and decision accuracy of the ranking at each shared checkpoint against the final ranking."""
+def _at_or_before(run: Run, key, x: int, by_tokens: bool):
+    before = [p for p in _series_points(run, key) if (p.tokens if by_tokens else p.step) <= x]
+    return before[-1] if before else None
+
+
+def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m: match.Matched) -> dict:
+    """Kendall tau and decision accuracy of the ranking at each checkpoint against the final ranking. Checkpoints
+    are those of the run that reached the fewest tokens, up to the compared point; every run contributes its
+    evaluation at or just before each (equal tokens; equal steps when token counts are unknown)."""
     variants = list(final)
     out = {"by_checkpoint": [], "tau_second_half": None, "consistent_from_step": None,
            "consistent_from_fraction": None, "early_step": None, "early_decision_accuracy": None}
     all_runs = [r for v in variants for r in runs_by_variant[v]]
-    steps = _common_steps(all_runs, key)
-    if len(variants) < 2 or len(steps) < 2:
+    by_tokens = m.tokens is not None
+    ref = min(all_runs, key=lambda r: (m.points[r.label].tokens if by_tokens else m.points[r.label].step))
+    end = m.points[ref.label]
+    grid = [p for p in _series_points(ref, key) if p.step <= end.step]
+    if len(variants) < 2 or len(grid) < 2:
         return out
     target = [sign * final[v]["mean"] for v in variants]
-    last = steps[-1]
-    for step in steps:
-        now = [sign * float(np.mean([_value_at(r, key, step).value for r in runs_by_variant[v]])) for v in variants]
-        out["by_checkpoint"].append({"step": step, "tokens": _value_at(all_runs[0], key, step).tokens,
+    x_of = (lambda p: p.tokens) if by_tokens else (lambda p: p.step)
+    last = x_of(grid[-1])
+    for point in grid:
+        x = x_of(point)
+        at = {r.label: _at_or_before(r, key, x, by_tokens) for r in all_runs}
+        if any(p is None for p in at.values()):
+            continue
+        now = [sign * float(np.mean([at[r.label].value for r in runs_by_variant[v]])) for v in variants]
+        out["by_checkpoint"].append({"step": point.step, "tokens": point.tokens, "x": x,
                                      "tau": stats.kendall(now, target),
                                      "decision_accuracy": stats.decision_accuracy(now, target)})
     rows = out["by_checkpoint"]
-    out["tau_second_half"] = stats.mean_or_none([r["tau"] for r in rows if last / 2 <= r["step"] < last])
+    out["tau_second_half"] = stats.mean_or_none([r["tau"] for r in rows if last / 2 <= r["x"] < last])
     for row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
         if row["tau"] is None or row["tau"] < opts.min_tau:
             break
-        out["consistent_from_step"], out["consistent_from_fraction"] = row["step"], row["step"] / last
-    early = next((r for r in rows if opts.early_fraction * last <= r["step"] < last), None)
+        out["consistent_from_step"], out["consistent_from_fraction"] = row["step"], row["x"] / last
+    early = next((r for r in rows if opts.early_fraction * last <= r["x"] < last), None)
     if early is not None:
         out["early_step"], out["early_decision_accuracy"] = early["step"], early["decision_accuracy"]
+    for row in rows:
+        del row["x"]
     return out
 
 
-def _quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts) -> dict:
+def _quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts,
+             m: match.Matched) -> dict:
     key = (task.key, metric)
     runs = [r for rs in runs_by_variant.values() for r in rs]
     rho = {r.label: stats.spearman([p.step for p in _series_points(r, key)],
@@ -214,8 +192,8 @@ def _quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, si
          "checkpoint_spread": stats.mean_or_none([stats.std(t) for t in tails.values()]),
          "signal": signal, "noise": noise,
          "snr": signal / noise if signal is not None and noise else None,
-         "chance": _chance_figures(runs, task, metric, sign, opts),
-         "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts)}
+         "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
+         "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m)}
     c = q["chance"]
     above = None
     if c["z_final"] is not None:
@@ -235,43 +213,53 @@ def _quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, si
     return q
 
 
-def _best(final: dict, sign: int) -> str | None:
-    """The variant with the best mean final score; None when several share it (a tie names no winner)."""
-    top = max(sign * f["mean"] for f in final.values())
-    leaders = [v for v, f in final.items() if sign * f["mean"] == top]
-    return leaders[0] if len(leaders) == 1 else None
-
-
-def analyze_series(runs_by_variant: dict, task: TaskInfo, metric: str, opts: Options) -> dict | None:
+def analyze_series(runs_by_variant: dict, task: TaskInfo, metric: str, opts: Options,
+                   matched: match.Matched | None = None) -> dict | None:
     key = (task.key, metric)
     with_scores = {v: [r for r in rs if _series_points(r, key)] for v, rs in runs_by_variant.items()}
     with_scores = {v: rs for v, rs in with_scores.items() if rs}
     if not with_scores:
         return None
+    m = matched or match.match([r for rs in with_scores.values() for r in rs], task, metric, opts.min_shared_items)
+    if m.left_out:
+        return None
     sign = direction(metric)
-    final, items = _final_scores(with_scores, task, metric, opts)
-    variants = list(final)
+    final, scores, items = _final_scores(with_scores, m, opts)
     return {"task": task.key, "metric": metric, "primary": metric == task.primary,
             "direction": "higher" if sign > 0 else "lower", "chance": task.chance_for(metric),
-            "baseline": metric in BASELINE_METRICS, "has_items": len(items) == len(variants),
+            "baseline": metric in BASELINE_METRICS, "has_items": items is not None,
+            "compared_at": {"tokens": m.tokens, "at_last": m.at_last,
+                            "text": match.token_note(m.points, m.tokens, m.at_last)},
             "runs": {r.label: {"variant": v, "seed": r.seed, "steps": [p.step for p in _series_points(r, key)],
                                "tokens": [p.tokens for p in _series_points(r, key)],
                                "values": [p.value for p in _series_points(r, key)],
                                "stderr": [p.stderr for p in _series_points(r, key)]}
                      for v, rs in with_scores.items() for r in rs},
-            "final": final, "best": _best(final, sign),
-            "pairwise": _pairwise(variants, items, final, sign, opts),
+            "final": final, "best": decide.best(final, sign),
+            "pairwise": decide.pairwise(list(final), scores, items, sign, opts),
             "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
-            "quality": _quality(with_scores, final, task, metric, sign, opts)}
+            "quality": _quality(with_scores, final, task, metric, sign, opts, m)}
 
 
 def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str, TaskInfo], opts: Options) -> dict:
-    finished = {v: [r for r in rs if r.status == "finished"] for v, rs in sorted(runs_by_variant.items())}
+    finished = {v: [r for r in rs if r.status == "finished"]
+                for v, rs in sorted(runs_by_variant.items(), key=lambda kv: natural_key(kv[0]))}
     finished = {v: rs for v, rs in finished.items() if rs}
-    series = [s for task in tasks.values() for metric in task.metrics
-              if (s := analyze_series(finished, task, metric, opts)) is not None]
+    series, mismatches = [], {}
+    for task in tasks.values():
+        for metric in task.metrics:
+            runs = [r for rs in finished.values() for r in rs if _series_points(r, (task.key, metric))]
+            if not runs:
+                continue
+            m = match.match(runs, task, metric, opts.min_shared_items)
+            if m.mismatch and (task.key not in mismatches or metric == task.primary):
+                mismatches[task.key] = m.mismatch  # one per task: the items are the task's, not the metric's
+            if (s := analyze_series(finished, task, metric, opts, m)) is not None:
+                series.append(s)
+    runs = [r for rs in finished.values() for r in rs]
     return {"scale": scale, "variants": list(finished),
             "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
+            "shape_differences": match.shape_differences(runs), "item_mismatch": list(mismatches.values()),
             "train_loss": {v: _train_curve(rs) for v, rs in finished.items()}, "series": series}
 
 
@@ -298,80 +286,6 @@ def _across_scales(groups: list[dict]) -> list[dict]:
     return out
 
 
-def _recommendation(group: dict, tasks: dict[str, TaskInfo], opts: Options) -> dict:
-    suite, rejected = [], []
-    for task in tasks.values():
-        mine = [s for s in group["series"] if s["task"] == task.key]
-        passing = [s for s in mine if s["quality"]["passes"]]
-        if passing:
-            best = next((s for s in passing if s["primary"]), None) or max(
-                passing, key=lambda s: (s["quality"]["snr"] or -math.inf, s["quality"]["monotonicity"]))
-            suite.append({"task": task.key, "metric": best["metric"], "direction": best["direction"],
-                          "passing_metrics": [s["metric"] for s in passing]})
-        elif mine:
-            primary = next((s for s in mine if s["primary"]), mine[0])
-            failed = [name for name, ok in primary["quality"]["criteria"].items() if ok is False]
-            unknown = [name for name, ok in primary["quality"]["criteria"].items() if ok is None]
-            rejected.append({"task": task.key, "metric": primary["metric"], "failed": failed,
-                             "not_computable": unknown})
-    aggregate = {}
-    variants = group["variants"]
-    if suite and len(variants) >= 2:
-        zs, ranks = {v: [] for v in variants}, {v: [] for v in variants}
-        for entry in suite:
-            s = next(x for x in group["series"] if (x["task"], x["metric"]) == (entry["task"], entry["metric"]))
-            sign = 1 if s["direction"] == "higher" else -1
-            names = [v for v in variants if v in s["final"]]
-            m = np.array([sign * s["final"][v]["mean"] for v in names])
-            z = (m - m.mean()) / m.std() if m.std() > 0 else np.zeros_like(m)
-            order = (-m).argsort().argsort() + 1  # rank 1 = best
-            for v, zv, rv in zip(names, z, order):
-                zs[v].append(float(zv))
-                ranks[v].append(int(rv))
-        aggregate = {v: {"mean_z": stats.mean_or_none(zs[v]), "mean_rank": stats.mean_or_none(ranks[v]),
-                         "tasks": len(zs[v])} for v in variants}
-    return {"thresholds": {"min_monotonicity": opts.min_monotonicity, "min_z": opts.min_z, "min_tau": opts.min_tau,
-                           "min_snr": opts.min_snr}, "suite": suite, "rejected": rejected, "aggregate": aggregate}
-
-
-def _headline(experiment: str, group: dict, recommendation: dict, overview: dict, opts: Options) -> dict:
-    primaries = [s for s in group["series"] if s["primary"]]
-    variants = group["variants"]
-    only_val = all(s["task"] == VAL_TASK for s in primaries)
-    excluded = overview["not_analyzed"]
-    tail = f" ({len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)})" if excluded else ""
-    if overview.get("diverged"):
-        tail += f" ({len(overview['diverged'])} diverged, listed apart: {', '.join(overview['diverged'])})"
-    if len(variants) < 2:
-        return {"winner": variants[0] if variants else None, "comparisons": [],
-                "text": f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}"}
-    wins = {v: sum(s["best"] == v for s in primaries) for v in variants}
-    ranks = {v: [] for v in variants}
-    for s in primaries:
-        sign = 1 if s["direction"] == "higher" else -1
-        for rank, v in enumerate(sorted(s["final"], key=lambda x: -sign * s["final"][x]["mean"])):
-            ranks[v].append(rank)
-    winner = max(variants, key=lambda v: (wins[v], -(stats.mean_or_none(ranks[v]) or 0)))
-    comparisons, parts = [], []
-    for other in variants:
-        if other == winner:
-            continue
-        rows = [p for s in primaries for p in s["pairwise"] if {p["a"], p["b"]} == {winner, other}]
-        won = sum(p["better"] == winner for p in rows)
-        significant = sum(p["better"] == winner and bool(p["significant"]) for p in rows)
-        lost_significant = sum(p["better"] == other and bool(p["significant"]) for p in rows)
-        comparisons.append({"winner": winner, "other": other, "tasks": len(rows), "won": won,
-                            "significant": significant, "lost_significant": lost_significant})
-        text = f"{winner} beats {other} on {won}/{len(rows)} tasks, significantly (p < {opts.alpha:g}) on {significant}"
-        parts.append(text + (f" (loses significantly on {lost_significant})" if lost_significant else ""))
-    suite = recommendation["suite"]
-    suite_text = ("early-signal suite: " + ", ".join(f"{e['task']} [{e['metric']}]" for e in suite)) if suite \
-        else "no task passed the early-signal thresholds"
-    scope = " (validation loss only: no task evals in these runs)" if only_val else ""
-    return {"winner": winner, "comparisons": comparisons,
-            "text": f"{experiment}: " + "; ".join(parts) + f"{scope}. {suite_text[0].upper()}{suite_text[1:]}.{tail}"}
-
-
 def _overview(runs: list[Run], skipped: list[str]) -> dict:
     rows = []
     for r in runs:
@@ -381,19 +295,43 @@ def _overview(runs: list[Run], skipped: list[str]) -> dict:
                      "tokens": s.get("tokens", r.train_loss[-1].tokens if r.train_loss else None),
                      "params": s.get("params"), "wall_seconds": s.get("wall_seconds"),
                      "final_val_loss": s.get("final_val_loss")})
-    return {"variants": sorted({r.variant for r in runs}), "seeds": sorted({r.seed for r in runs}), "runs": rows,
+    return {"variants": sorted({r.variant for r in runs}, key=natural_key), "seeds": sorted({r.seed for r in runs}),
+            "axes": _axes(runs), "runs": rows,
             "not_analyzed": [r.label for r in runs if r.status not in ("finished", "diverged")],
             "diverged": [r.label for r in runs if r.status == "diverged"], "skipped_folders": skipped,
             "total_wall_seconds": sum(r["wall_seconds"] or 0 for r in rows)}
 
 
-def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool) -> list[str]:
+def _axes(runs: list[Run]) -> dict | None:
+    """Variants laid out on grid axes: from config["axes"] (recorded by grid()), else from names of the form
+    "lr=0.001,global_batch=16". None when the variants are not a grid."""
+    by_variant = {}
+    for run in runs:
+        axes = run.config.get("axes")
+        if isinstance(axes, dict) and axes:
+            by_variant[run.variant] = {k.split(".")[-1]: v for k, v in axes.items()}
+        else:
+            parts = [p.split("=", 1) for p in run.variant.split(",")]
+            if not all(len(p) == 2 and p[0] for p in parts):
+                return None
+            by_variant[run.variant] = dict(parts)
+    fields = list(dict.fromkeys(k for axes in by_variant.values() for k in axes))
+    if not fields:
+        return None
+    return {"fields": fields, "by_variant": {v: by_variant[v] for v in sorted(by_variant, key=natural_key)}}
+
+
+def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, min_seeds: int) -> list[str]:
     notes = []
     seeds = {v: len(s) for v, s in group["seeds"].items()}
     if seeds and min(seeds.values()) < 2:
         few = ", ".join(f"{v} has {n}" for v, n in seeds.items() if n < 2)
-        notes.append(f"seed spread, seed bands, seed-level p-values and seed resampling in CIs: need >= 2 seeds per "
-                     f"variant ({few})")
+        notes.append(f"seed spread, seed bands, seed-level p-values, seeds needed and seed resampling in CIs: need "
+                     f">= 2 seeds per variant ({few})")
+    if seeds and min(seeds.values()) < min_seeds:
+        few = ", ".join(f"{v} has {n}" for v, n in seeds.items() if n < min_seeds)
+        notes.append(f"significance of a difference: needs >= {min_seeds} seeds per variant ({few}); the report "
+                     f"gives the seeds a test would need instead")
     checkpoints = [len(r["steps"]) for s in group["series"] for r in s["runs"].values()]
     most = max(checkpoints, default=0)
     if most < 3:
@@ -406,8 +344,8 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool) ->
                      f"finished variants (have {len(group['variants'])})")
     missing = sorted({s["task"] for s in group["series"] if not s["has_items"]})
     if missing:
-        notes.append("confidence intervals and paired tests: no per-item files (eval_items/) for "
-                     + ", ".join(missing))
+        notes.append("confidence intervals and item-level p-values (seed-level tests still run, on the logged "
+                     "scores): no per-item files (eval_items/) for " + ", ".join(missing))
     if all(t == VAL_TASK for t in tasks):
         notes.append("task scores: the runs have no evals.jsonl (no task evals ran); the report covers validation "
                      "loss only")
@@ -425,13 +363,18 @@ def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
     overview = _overview(runs, skipped)
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in group_by_scale(runs, opts.scale)]
     target = groups[-1]  # the largest scale: what decisions are about
-    recommendation = _recommendation(target, tasks, opts)
-    return {"schema": 1, "experiment": experiment, "runs_dir": str(runs_dir), "options": dataclasses.asdict(opts),
+    recommendation = decide.recommendation(target, tasks, opts)
+    where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
+    inference = decide.apply_family(decide.decision_series(target, recommendation), opts,
+                                    where or "(one scale)")
+    return {"schema": 2, "experiment": experiment, "runs_dir": str(runs_dir), "options": dataclasses.asdict(opts),
             "overview": overview,
             "tasks": [{"task": t.key, "primary": t.primary, "metrics": t.metrics, "chance": t.chance, "n": t.n}
                       for t in tasks.values()],
             "groups": groups, "across_scales": _across_scales(groups), "recommendation": recommendation,
-            "headline": _headline(experiment + (f" at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""),
-                                  target, recommendation, overview, opts),
-            "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale)),
+            "inference": inference,
+            "sweep": sweeps.analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
+            "headline": decide.headline(experiment + (f" {where}" if where else ""), target, recommendation,
+                                        overview, opts),
+            "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),
             "seconds": time.perf_counter() - start}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.rundir import read_status
+from ablate.status import natural_key
 
 VAL_TASK = "val_loss"
 LOWER_IS_BETTER = {"loss", "gold_bpb"}  # every other metric (accuracies, margins, logprob, prob) is higher-is-better
@@ -36,6 +37,7 @@ class Point:
     tokens: int
     value: float
     stderr: float | None
+    n: int | None = None  # items scored (evals.jsonl "n"), where the run logged it
 
 
 @dataclass
@@ -154,7 +156,8 @@ def load_run(path: Path, variant: str) -> Run:
             if _finite(value):
                 se = stderr.get(metric)
                 run.scores.setdefault((f"{task}:{fmt}", metric), []).append(
-                    Point(step, row.get("tokens", 0), float(value), float(se) if _finite(se) else None))
+                    Point(step, row.get("tokens", 0), float(value), float(se) if _finite(se) else None,
+                          row["n"] if isinstance(row.get("n"), int) else None))
     return run
 
 
@@ -212,7 +215,7 @@ def load_runs(runs_dir: str | Path) -> tuple[list[Run], list[str]]:
     if not runs:
         hint = " (pass runs/<experiment>, not runs/)" if any(root.glob("*/*/seed*/config.json")) else ""
         raise ReportError(f"{root}: no run folders <variant>/seed<k>/config.json found{hint}")
-    runs.sort(key=lambda r: (r.variant, r.seed))
+    runs.sort(key=lambda r: (natural_key(r.variant), r.seed))  # d32 < d64 < d128
     return runs, skipped
 
 
@@ -242,8 +245,10 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
     leaves = {f.split(".")[-1] for f in scale_fields}
     scale_of = {id(r): tuple(get_dotted(r.config, f) for f in scale_fields) for r in runs}
     dropped = {"experiment", "name", "train.seed", *scale_fields}
-    method_of = {id(r): json.dumps(sorted((k, v) for k, v in _flatten(r.config).items() if k not in dropped),
-                                   default=str) for r in runs}
+    # "axes" (grid() bookkeeping) repeats values held in the sections, scale fields included: never a method field
+    method_of = {id(r): json.dumps(sorted((k, v) for k, v in _flatten(r.config).items()
+                                          if k not in dropped and not k.startswith("axes.")), default=str)
+                 for r in runs}
 
     def strip(name: str) -> str:
         return ",".join(p for p in name.split("@")[0].split(",") if p.split("=")[0] not in leaves)
@@ -261,7 +266,7 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
                            if len({json.dumps(f.get(k), default=str) for f in flats.values()}) > 1)
         label = {m: ",".join(f"{k.split('.')[-1]}={flats[m].get(k)}" for k in differing) or "base" for m in names}
     scales: dict[tuple, dict[str, list[Run]]] = {}
-    for run in runs:
+    for run in sorted(runs, key=lambda r: (natural_key(label[method_of[id(r)]]), r.seed)):
         scales.setdefault(scale_of[id(run)], {}).setdefault(label[method_of[id(run)]], []).append(run)
 
     def order(scale):

@@ -10,6 +10,7 @@ import io
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter, MaxNLocator
 
 
 def _png(fig: Figure) -> str:
@@ -19,8 +20,33 @@ def _png(fig: Figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def curves_png(title: str, ylabel: str, curves: dict[str, dict], chance: float | None = None) -> str | None:
-    """Mean per variant against tokens, with a band from the lowest to the highest seed."""
+def chance_on_axis(curves: dict[str, dict], chance: float | None) -> bool:
+    """Whether the chance line is drawn: only when it lies within one data span of the curves. Further away (val
+    loss starts near ln(vocab) and falls far below it) it would flatten every difference between the curves."""
+    values = [v for c in curves.values() for v in c["min"] + c["max"]]
+    if chance is None or not values:
+        return False
+    span = max(values) - min(values)
+    return min(values) - span <= chance <= max(values) + span
+
+
+def _axes_style(ax, n_lines: int) -> None:
+    """Token counts as 1.2M rather than 1.2e6, a few ticks, and a legend beside the plot when it is long."""
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.xaxis.set_major_locator(MaxNLocator(6))
+    ax.tick_params(labelsize=8)
+    ax.set_xlabel("tokens")
+    ax.grid(alpha=0.3)
+    if n_lines > 6:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    else:
+        ax.legend(fontsize=7)
+
+
+def curves_png(title: str, ylabel: str, curves: dict[str, dict], chance: float | None = None,
+               compared_tokens: int | None = None) -> str | None:
+    """Mean per variant against tokens, with a band from the lowest to the highest seed; a dashed line where finals
+    are compared when that is before some runs' end (equal tokens)."""
     if not any(c["steps"] for c in curves.values()):
         return None
     fig = Figure(figsize=(5.2, 3.2))
@@ -31,15 +57,13 @@ def curves_png(title: str, ylabel: str, curves: dict[str, dict], chance: float |
         (line,) = ax.plot(c["tokens"], c["mean"], label=variant, marker="." if len(c["steps"]) < 30 else None)
         if c["std"] is not None:
             ax.fill_between(c["tokens"], c["min"], c["max"], color=line.get_color(), alpha=0.2, linewidth=0)
-    values = [v for c in curves.values() for v in c["min"] + c["max"]]
-    span = max(values) - min(values) if values else 0
-    if chance is not None and values and min(values) - span <= chance <= max(values) + span:  # else it squashes
+    if chance_on_axis(curves, chance):  # else it would squash the curves (the caption says so)
         ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label="chance")
+    if compared_tokens is not None:
+        ax.axvline(compared_tokens, color="black", linestyle="--", linewidth=0.8, label="compared here")
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel("tokens")
     ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _axes_style(ax, len(curves))
     return _png(fig)
 
 
@@ -56,8 +80,6 @@ def ranking_png(series: list[dict]) -> str | None:
         ax.plot([r["tokens"] for r in points], [r["tau"] for r in points], marker=".", label=task)
     ax.set_ylim(-1.05, 1.05)
     ax.set_title("ranking vs final ranking (Kendall tau)", fontsize=10)
-    ax.set_xlabel("tokens")
     ax.set_ylabel("tau")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _axes_style(ax, len(rows))
     return _png(fig)

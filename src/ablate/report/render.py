@@ -71,52 +71,116 @@ def _overview(report: dict) -> Section:
                               + ", ".join(o["diverged"]))
     if o["skipped_folders"]:
         sec.paragraphs.append("Folders that could not be read: " + "; ".join(o["skipped_folders"]))
+    axes = o.get("axes")
+    if axes:
+        sec.tables.append(("Variants on the grid's axes", ["variant"] + axes["fields"],
+                           [[v] + [str(a.get(f, "")) for f in axes["fields"]] for v, a in axes["by_variant"].items()]))
     return sec
 
 
-def _final_scores(group: dict, suffix: str, alpha: float) -> Section:
+def _vs(p: dict, leader: str) -> tuple[str, float, list | None]:
+    """A pairwise row read from the leader's side: 'leader vs other', diff = leader - other."""
+    if p["a"] == leader:
+        return f"{p['a']} vs {p['b']}", p["diff"], p["ci"]
+    return f"{p['b']} vs {p['a']}", -p["diff"], None if not p["ci"] else [-p["ci"][1], -p["ci"][0]]
+
+
+def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]]:
+    """All pairs for up to 3 variants; else each variant against the best one (all pairs stay in report.json)."""
+    sign = 1 if s["direction"] == "higher" else -1
+    leader = s["best"] or max(s["final"], key=lambda v: sign * s["final"][v]["mean"])
+    rows = s["pairwise"] if len(s["final"]) <= 3 else [p for p in s["pairwise"] if leader in (p["a"], p["b"])]
+    out = []
+    for p in rows:
+        pair, diff, ci = _vs(p, leader) if len(s["final"]) > 3 else (f"{p['a']} vs {p['b']}", p["diff"], p["ci"])
+        if len(s["final"]) > 3:
+            pair = pair.split(" vs ", 1)[1]  # the caption names the best
+        seeds = f"{p['n_seeds']} paired" if p["paired"] else f"{p['n_seeds_a']} and {p['n_seeds_b']}"
+        out.append([pair, fmt(diff), fmt_ci(ci), seeds, p["test"] or "n/a", fmt_p(p["p_seeds"]), fmt_p(p["p_bh"]),
+                    "n/a" if p["significant"] is None else fmt(p["significant"]), p["better"] or "tie",
+                    "" if p["significant"] else fmt(p["seeds_needed"]), fmt_p(p["p_items"]), p["note"]])
+    if len(s["final"]) <= 3:
+        return f"{name}: pairwise", ["pair", "diff", *_PAIR_COLUMNS], out
+    return (f"{name}: the best ({leader}) vs each other variant, diff = {leader} - other; all {len(s['pairwise'])} "
+            f"pairs are in report.json", [f"{leader} vs", "diff", *_PAIR_COLUMNS], out)
+
+
+_PAIR_COLUMNS = ["95% CI (seeds, items)", "seeds", "test", "p (seeds)", "p_BH", "significant", "better",
+                 "seeds needed", "p (items: eval noise only)", "note"]
+
+
+def _final_scores(group: dict, suffix: str, report: dict) -> Section:
+    o, inference = report["options"], report["inference"]
+    decisions = {tuple(k) for k in inference["metrics"]} if group is report["groups"][-1] else set()
     sec = Section(f"Final scores{suffix}", [
-        "Mean over seeds of each run's last evaluation; 95% CI: two-level bootstrap over seeds and items. Pairwise: "
-        "diff = a - b; p (items): paired t-test over items of the seed-averaged difference; CI: bootstrap over seed "
-        f"pairs and items; significant: p < {alpha:g} and the CI excludes 0."])
+        "A run's score is its mean over the items every compared run scored, at the compared evaluation (equal "
+        "tokens: see each table). Mean and seed sd over seeds; 95% CI: two-level bootstrap (seeds, then items). "
+        "Pairwise, diff = a - b, tested at the level of replication, the training seed: paired t-test over per-seed "
+        "differences when both variants ran the same seeds, Welch's t-test otherwise; not tested with fewer than "
+        f"{o['min_seeds']} seeds per variant. p_BH: Benjamini-Hochberg adjusted over the decision family "
+        f"({inference['family']}); significant: p_BH < {o['alpha']:g}, decided for decision metrics at the largest "
+        f"scale only (n/a elsewhere). Seeds needed: per variant, for {o['power']:.0%} power at alpha {o['alpha']:g} "
+        "(one test, before the adjustment), taking the observed difference and seed spread as true: the normal "
+        "approximation n = ((z_(1-alpha/2) + z_power) x sd_diff / |diff|)^2, raised until the t-test's power "
+        "(noncentral t) reaches the target; sd_diff: sd of the per-seed differences, or the pooled seed sd x sqrt(2) "
+        "unpaired; at least the minimum seeds. p (items): paired "
+        "t-test over items with the seeds held fixed: evaluation noise only, never the decision."])
+    for field, values in group.get("shape_differences", {}).items():
+        sec.paragraphs.append(f"{field} differs between runs ("
+                              + "; ".join(f"{v}: {', '.join(names)}" for v, names in values.items())
+                              + "): steps mean different token counts, so finals are compared at equal tokens and "
+                                "curves are drawn against tokens.")
+    for m in group.get("item_mismatch", []):
+        sec.paragraphs.append("Different item sets: " + m["text"] + ".")
     for s in group["series"]:
-        if not s["primary"]:
+        if not s["primary"] and (s["task"], s["metric"]) not in decisions:
             continue
         name = f"{s['task']} [{s['metric']}, {s['direction']} is better]"
+        at = s.get("compared_at") or {}
         rows = [[v, fmt(f["mean"]), fmt(f["seed_std"]), fmt_ci(f["ci"]), str(len(f["seeds"])), fmt(f["n_items"]),
                  "best" if v == s["best"] else ""] for v, f in s["final"].items()]
-        sec.tables.append((name, ["variant", "mean", "seed sd", "95% CI", "seeds", "items", ""], rows))
+        sec.tables.append((f"{name}, at {at.get('text', 'the last evaluation')}",
+                           ["variant", "mean", "seed sd", "95% CI", "seeds", "items", ""], rows))
         if s["pairwise"]:
-            rows = [[f"{p['a']} vs {p['b']}", fmt(p["diff"]), fmt_ci(p["ci"]), fmt_p(p["p_items"]),
-                     fmt_p(p["p_seeds"]),
-                     "n/a" if p["seeds_agree"] is None else f"{p['seeds_agree']}/{p['n_seeds']}",
-                     fmt(p["significant"]), p["better"] or "tie", p["note"]] for p in s["pairwise"]]
-            sec.tables.append((f"{name}: pairwise", ["pair", "diff", "95% CI", "p (items)", "p (seeds)",
-                                                      "seeds agreeing", "significant", "better", "note"], rows))
+            sec.tables.append(_pairwise_table(s, name))
     variants = group["variants"]
     rows = []
     for s in group["series"]:
         significant = [f"{p['better']}>{p['b'] if p['better'] == p['a'] else p['a']}" for p in s["pairwise"]
                        if p["significant"]]
+        if len(s["final"]) > 3 and significant:  # many variants: a count (the pairs are in the table above)
+            significant = [f"{len(significant)} of {len(s['pairwise'])} pairs"]
         rows.append([s["task"], s["metric"], s["direction"]] + [fmt(s["final"][v]["mean"]) if v in s["final"] else ""
                                                                for v in variants]
                     + [s["best"] or "tie", ", ".join(significant)])
     sec.tables.append(("Every metric: final mean per variant", ["task", "metric", "better"] + variants
-                       + ["best", f"significant (p < {alpha:g})"], rows))
+                       + ["best", f"significant (p_BH < {o['alpha']:g})"], rows))
     return sec
 
 
 def _curves(group: dict, suffix: str, with_images: bool) -> Section:
     sec = Section(f"Curves{suffix}", ["Mean per variant against tokens; the band spans the lowest to the highest "
                                       "seed. The curve data is in report.json (groups[].series[].curve)."])
+    far = [f"{s['task']} [{s['metric']}] (chance {fmt(s['chance'])})" for s in group["series"]
+           if s["primary"] and s["chance"] is not None and not plots.chance_on_axis(s["curve"], s["chance"])]
+    if far:
+        sec.paragraphs.append("Chance level far from the curves, not drawn so it does not flatten them: "
+                              + ", ".join(far) + ".")
     if not with_images:
         sec.paragraphs.append("Plots are embedded in report.html.")
         return sec
     images = [("training loss", plots.curves_png("training loss", "loss", group["train_loss"]))]
     for s in group["series"]:
         if s["primary"]:
-            images.append((f"{s['task']} [{s['metric']}]", plots.curves_png(
-                f"{s['task']} [{s['metric']}]", s["metric"], s["curve"], s["chance"])))
+            caption = f"{s['task']} [{s['metric']}]"
+            if s["chance"] is not None and not plots.chance_on_axis(s["curve"], s["chance"]):
+                caption += f" (chance {fmt(s['chance'])} is far from the curves and not drawn)"
+            at = s.get("compared_at") or {}
+            compared = None if at.get("at_last", True) else at.get("tokens")
+            if compared is not None:
+                caption += f"; dashed: {fmt(compared)} tokens, where finals are compared"
+            images.append((caption, plots.curves_png(f"{s['task']} [{s['metric']}]", s["metric"], s["curve"],
+                                                     s["chance"], compared)))
     images.append(("ranking consistency", plots.ranking_png([s for s in group["series"] if s["primary"]])))
     sec.images = [(caption, png) for caption, png in images if png]
     return sec
@@ -201,8 +265,9 @@ def _recommendation(report: dict) -> Section:
     if rec["aggregate"]:
         rows = [[v, fmt(a["mean_z"], 3), fmt(a["mean_rank"], 3), str(a["tasks"])] for v, a in
                 sorted(rec["aggregate"].items(), key=lambda kv: -(kv[1]["mean_z"] or 0))]
-        sec.tables.append(("Aggregate over the suite (z: each task's variant means standardised, oriented so higher "
-                           "is better; rank 1 = best)", ["variant", "mean z", "mean rank", "tasks"], rows))
+        sec.tables.append(("Aggregate over the decision metrics, validation loss and the suite (z: each metric's "
+                           "variant means standardised, oriented so higher is better; rank 1 = best)",
+                           ["variant", "mean z", "mean rank", "metrics"], rows))
     if rec["rejected"]:
         sec.tables.append(("Not in the suite (primary metric)", ["task", "metric", "failed", "not computable"],
                            [[r["task"], r["metric"], ", ".join(r["failed"]), ", ".join(r["not_computable"])]
@@ -210,17 +275,30 @@ def _recommendation(report: dict) -> Section:
     return sec
 
 
+def _sweep(report: dict, with_images: bool) -> list[Section]:
+    """Grid runs on their axes (report["sweep"], from sweeps.py; its text and plots from sweep_render.py)."""
+    if not report.get("sweep"):
+        return []
+    from ablate.report.sweep_render import sweep_sections
+
+    return [Section(**part) for part in sweep_sections(report["sweep"], with_images)]
+
+
 def sections(report: dict, with_images: bool) -> list[Section]:
     groups = report["groups"]
-    out = [Section("Headline", [report["headline"]["text"]]), _overview(report)]
+    out = [Section("Headline", [report["headline"]["text"], "Decisions rest on validation loss and the tasks that "
+                                "pass the early-signal criteria, tested over training seeds; family: "
+                                + report["inference"]["family"] + f" (Benjamini-Hochberg, alpha "
+                                f"{report['inference']['alpha']:g})."]), _overview(report)]
     for group in reversed(groups):  # largest scale first
         suffix = _group_title(group, groups)
-        out += [_final_scores(group, suffix, report["options"]["alpha"]), _curves(group, suffix, with_images),
+        out += [_final_scores(group, suffix, report), _curves(group, suffix, with_images),
                 _quality(group, suffix, report)]
     across = _across_scales(report)
     if across:
         out.append(across)
     out.append(_recommendation(report))
+    out += _sweep(report, with_images)
     out.append(Section("Cannot compute", [] if report["cannot_compute"] else ["Nothing: every figure was computed."],
                        bullets=report["cannot_compute"]))
     return out
@@ -253,7 +331,8 @@ def to_markdown(report: dict) -> str:
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}
 th{background:#f2f2f2}caption{text-align:left;font-weight:600;padding:4px 0}.headline{font-size:17px;
-background:#eef5ff;padding:10px;border-left:4px solid #36c}img{margin:4px;border:1px solid #ddd}"""
+background:#eef5ff;padding:10px;border-left:4px solid #36c}img{border:1px solid #ddd}
+figure{display:inline-block;margin:4px;vertical-align:top;max-width:560px}figcaption{font-size:12px;color:#555}"""
 
 
 def to_html(report: dict) -> str:
@@ -263,7 +342,8 @@ def to_html(report: dict) -> str:
     for sec in sections(report, with_images=True):
         parts.append(f"<h2>{e(sec.title)}</h2>")
         for p in sec.paragraphs:
-            parts.append(f"<p class='headline'>{e(p)}</p>" if sec.title == "Headline" else f"<p>{e(p)}</p>")
+            first = sec.title == "Headline" and p is sec.paragraphs[0]
+            parts.append(f"<p class='headline'>{e(p)}</p>" if first else f"<p>{e(p)}</p>")
         if sec.bullets:
             parts.append("<ul>" + "".join(f"<li>{e(b)}</li>" for b in sec.bullets) + "</ul>")
         for caption, header, rows in sec.tables:
@@ -271,8 +351,8 @@ def to_html(report: dict) -> str:
                          + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
                                              for row in rows) + "</table>")
         for caption, png in sec.images:
-            parts.append(f"<img alt='{e(caption, quote=True)}' title='{e(caption, quote=True)}' "
-                         f"src='data:image/png;base64,{png}'>")
+            parts.append(f"<figure><img alt='{e(caption, quote=True)}' src='data:image/png;base64,{png}'>"
+                         f"<figcaption>{e(caption)}</figcaption></figure>")
     parts.append(f"<p><em>Analysis took {report['seconds']:.1f}s over {e(report['runs_dir'])}; every figure is in "
                  f"report.json.</em></p></body></html>")
     return "\n".join(parts) + "\n"

@@ -42,35 +42,6 @@ def _constant(x: np.ndarray) -> bool:
     return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.max(np.abs(x)))))
 
 
-def paired_comparison(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
-    """Compare variant a with variant b on the same items and seeds; a and b are (seeds, items), row k = seed k.
-
-    - p_items: two-sided paired t-test (scipy.stats.ttest_1samp) over items of the seed-averaged difference a - b;
-      it treats the seeds as fixed, so it answers "on these items, with these seeds".
-    - ci: 95% two-level bootstrap CI of the mean difference, resampling seed pairs and items, so it also carries
-      the seed-to-seed variation the t-test leaves out.
-    - p_seeds: paired t-test over the per-seed means (needs >= 2 seeds; weak with few seeds).
-    """
-    diff = a - b
-    per_item = diff.mean(axis=0)
-    per_seed = diff.mean(axis=1)
-    mean = float(per_item.mean())
-    if per_item.size < 2:
-        p_items = None
-    elif _constant(per_item):  # no spread: zero is no evidence, a constant shift is certain
-        p_items = 1.0 if _constant(np.append(per_item, 0.0)) else 0.0
-    else:
-        p_items = _clean(stats.ttest_1samp(per_item, 0.0).pvalue)
-    p_seeds = None
-    if per_seed.size >= 2:
-        p_seeds = 1.0 if _constant(np.append(per_seed, 0.0)) else (
-            0.0 if _constant(per_seed) else _clean(stats.ttest_1samp(per_seed, 0.0).pvalue))
-    sign = np.sign(mean)
-    return {"diff": mean, "ci": bootstrap_mean(diff, n_boot, seed), "p_items": p_items, "p_seeds": p_seeds,
-            "seeds_agree": int(np.sum(np.sign(per_seed) == sign)) if sign != 0 else 0, "n_seeds": int(diff.shape[0]),
-            "n_items": int(diff.shape[1])}
-
-
 def spearman(x, y) -> float | None:
     """Spearman rho; a constant series has no rank order and counts as 0 (no monotone trend)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -138,3 +109,127 @@ def chance_z(mean: float, stderr: float | None, chance: float | None, sign: int)
 def mean_or_none(values) -> float | None:
     kept = [v for v in values if v is not None and math.isfinite(v)]
     return float(np.mean(kept)) if kept else None
+
+
+# Seed-level inference: the training seed is the unit of replication. A variant's run-level score (its mean over
+# the compared items) varies from seed to seed; "A beats B" is a claim about that distribution, so it is tested over
+# seeds, not over items (an item-level test holds the seeds fixed and calls seed noise significant).
+
+def _t_pvalue(diffs: np.ndarray) -> float | None:
+    """Two-sided one-sample t-test of mean 0; a spread-free sample is decided outright (1: all zero, 0: a constant
+    shift), since a t statistic on rounding noise is not evidence."""
+    if diffs.size < 2:
+        return None
+    if _constant(np.append(diffs, 0.0)):
+        return 1.0
+    if _constant(diffs):
+        return 0.0
+    return _clean(stats.ttest_1samp(diffs, 0.0).pvalue)
+
+
+def seed_test(a: dict[int, float], b: dict[int, float]) -> dict:
+    """Seed-level test of mean(a) - mean(b); a and b map seed -> run-level score.
+
+    Same seeds on both sides: paired t-test over the per-seed differences (shared data order and init cancel).
+    Otherwise Welch's t-test over the two samples of run scores. sd_diff is the spread of one seed-level difference:
+    the sd of the per-seed differences (paired) or the pooled seed sd x sqrt(2) (unpaired)."""
+    paired = sorted(a) == sorted(b)
+    va, vb = np.array([a[s] for s in sorted(a)], float), np.array([b[s] for s in sorted(b)], float)
+    diff = float(va.mean() - vb.mean())
+    out = {"diff": diff, "paired": paired, "test": None, "p": None, "sd_diff": None, "df": None,
+           "n_a": int(va.size), "n_b": int(vb.size)}
+    if paired:
+        d = va - vb
+        out.update(test="paired t over seeds", p=_t_pvalue(d), df=int(d.size - 1) if d.size >= 2 else None,
+                   sd_diff=float(d.std(ddof=1)) if d.size >= 2 else None)
+        return out
+    if va.size < 2 or vb.size < 2:
+        return out
+    pooled = math.sqrt(((va.size - 1) * va.var(ddof=1) + (vb.size - 1) * vb.var(ddof=1)) / (va.size + vb.size - 2))
+    out.update(test="Welch t over seeds", sd_diff=pooled * math.sqrt(2))
+    if _constant(va) and _constant(vb):
+        out["p"] = 1.0 if _constant(np.array([va[0], vb[0]])) else 0.0
+    else:
+        res = stats.ttest_ind(va, vb, equal_var=False)
+        out["p"] = _clean(res.pvalue)
+        out["df"] = _clean(getattr(res, "df", None))
+    return out
+
+
+def t_power(n: int, effect: float, alpha: float, paired: bool) -> float:
+    """Power of the two-sided level-alpha seed-level t-test with n seeds per variant, for a difference of `effect`
+    seed-level sds (|diff| / sd_diff): noncentral t with n - 1 (paired) or 2n - 2 (two-sample) degrees of freedom
+    and noncentrality effect x sqrt(n)."""
+    df = n - 1 if paired else 2 * n - 2
+    if df < 1:
+        return 0.0
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    ncp = effect * math.sqrt(n)
+    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+
+
+def seeds_needed(diff: float, sd_diff: float | None, alpha: float, power: float, paired: bool = True) -> int | None:
+    """Seeds per variant for the seed-level t-test to detect `diff` with the given power at level alpha, taking
+    sd_diff (the sd of one seed-level difference) as known. Starts from the normal approximation
+    n = ((z_{1-alpha/2} + z_power) * sd_diff / |diff|)^2, rounded up, which is optimistic for few seeds, and raises n
+    until the t-test's power (noncentral t) reaches `power`. None without a spread estimate or a difference; an
+    observed spread of 0 gives 2."""
+    if sd_diff is None or not math.isfinite(sd_diff) or not math.isfinite(diff) or abs(diff) < 1e-15:
+        return None
+    if sd_diff <= 0:
+        return 2
+    effect = abs(diff) / sd_diff
+    n = max(2, math.ceil(((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / effect) ** 2))
+    while n < 100_000 and t_power(n, effect, alpha, paired) < power:
+        n += 1
+    return n
+
+
+def item_pvalue(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Paired t-test over items of the seed-averaged difference (a and b: (seeds, items) on the same items). It
+    measures evaluation noise only: the seeds are held fixed."""
+    per_item = a.mean(axis=0) - b.mean(axis=0)
+    if per_item.size < 2:
+        return None
+    return _t_pvalue(per_item)
+
+
+def bootstrap_diff(a: np.ndarray, b: np.ndarray, paired: bool, n_boot: int, seed: int,
+                   level: float = 0.95) -> list[float] | None:
+    """Two-level bootstrap CI of mean(a) - mean(b) over (seeds, items) matrices on the same items: resample seeds
+    (seed pairs when paired, each side's seeds apart otherwise), then items (shared by every run)."""
+    if paired:
+        return bootstrap_mean(a - b, n_boot, seed, level)
+    items = a.shape[1]
+    if items < 2 or n_boot < 1 or a.shape[0] < 1 or b.shape[0] < 1:
+        return None
+    rng = np.random.default_rng(seed)
+    diffs = np.empty(n_boot)
+    chunk = max(1, 4_000_000 // max(1, (a.shape[0] + b.shape[0]) * items))
+    for start in range(0, n_boot, chunk):
+        size = min(chunk, n_boot - start)
+        item_idx = rng.integers(0, items, size=(size, items))
+        means = []
+        for m in (a, b):
+            per_seed = m[:, item_idx].mean(axis=2).T  # (size, seeds)
+            pick = rng.integers(0, m.shape[0], size=(size, m.shape[0]))
+            means.append(np.take_along_axis(per_seed, pick, axis=1).mean(axis=1))
+        diffs[start:start + size] = means[0] - means[1]
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(diffs, [tail, 100 - tail])
+    return [float(lo), float(hi)]
+
+
+def bh_adjust(pvalues) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (step-up, monotone, capped at 1), in the input order. Rejecting where
+    the adjusted p < alpha controls the false discovery rate at alpha over the family."""
+    p = np.asarray(pvalues, float)
+    m = p.size
+    if m == 0:
+        return []
+    order = np.argsort(p)
+    scaled = p[order] * m / np.arange(1, m + 1)
+    adjusted = np.minimum.accumulate(scaled[::-1])[::-1].clip(max=1.0)
+    out = np.empty(m)
+    out[order] = adjusted
+    return [float(x) for x in out]

@@ -1,0 +1,258 @@
+"""The sweep views' fits: pure functions of numpy arrays. Each returns a JSON-ready dict with a "status" and, when
+it cannot fit, a "note" saying why, so report.json holds what the text says.
+
+- lr_optimum: a quadratic in log10(LR) through the best grid point and its neighbours; the vertex is the optimum
+- critical_batch: McCandlish et al.'s (S/S_min - 1)(E/E_min - 1) = 1 across batch sizes, B_crit = E_min/S_min
+- wsd_batch: the WSD-revised E(S) of seed 001 (Zhou et al. 2026, "How to Set the Batch Size for Large-Scale
+  Pre-training?", arXiv 2601.05034; ../shared/seeds/001_6d95237916c502c2.txt): B_opt where E(S) is least, B_min
+  below which the target loss is never reached
+- power_law: L(N) = E + A N^-alpha
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize
+
+MINICPM_COEF, MINICPM_EXP = 1.2110e9, 6.2393  # MiniCPM: optimal batch in tokens = 1.2110e9 / L^6.2393 (C4 loss)
+
+
+def minicpm_batch_tokens(loss: float) -> float:
+    return MINICPM_COEF / loss ** MINICPM_EXP
+
+
+def _window(cost: np.ndarray, width: int = 3) -> tuple[int, int]:
+    """The best point and its neighbours: `width` consecutive points around the minimum, shifted inside at edges."""
+    i = int(np.argmin(cost))
+    lo = min(max(i - width // 2, 0), len(cost) - width)
+    return lo, lo + width
+
+
+def percentile_ci(samples, level: float = 0.95) -> list[float] | None:
+    if len(samples) < 2:
+        return None
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(samples, [tail, 100 - tail])
+    return [float(lo), float(hi)]
+
+
+def resample_means(values: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """One bootstrap replicate: each point's mean over its seeds drawn with replacement (seeds are independent
+    runs; points do not share seeds, so each point is resampled on its own)."""
+    return np.array([v[rng.integers(0, len(v), len(v))].mean() for v in values])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optimum LR
+
+
+def quadratic_optimum(x: np.ndarray, cost: np.ndarray) -> dict:
+    """Vertex of a quadratic through the lowest cost and its two neighbours (x = log10 LR, cost: lower is better).
+
+    status: "vertex" (the best point is inside the grid; the vertex then lies between its neighbours), "at_most" /
+    "at_least" (the best point is the grid's smallest / largest x: nothing measured beyond it, so the optimum is
+    given as a bound, never as an extrapolated or edge-hugging vertex), "not_convex", "too_few"."""
+    n = len(x)
+    best = int(np.argmin(cost))
+    out = {"status": "too_few", "x_opt": None, "cost_opt": None, "bound_x": None, "coef": None, "window": None,
+           "best": best}
+    if n < 3:
+        return out
+    lo, hi = _window(cost)
+    a, b, c = np.polyfit(x[lo:hi], cost[lo:hi], 2)
+    out.update(coef=[float(a), float(b), float(c)], window=[lo, hi])
+    if best == 0:
+        out.update(status="at_most", bound_x=float(x[0]))
+    elif best == n - 1:
+        out.update(status="at_least", bound_x=float(x[-1]))
+    elif a > 0:
+        out.update(status="vertex", x_opt=float(-b / (2 * a)), cost_opt=float(c - b * b / (4 * a)))
+    else:
+        out["status"] = "not_convex"
+    return out
+
+
+def lr_optimum(lrs, values_by_lr: list, lower_is_better: bool = True, n_boot: int = 1000, seed: int = 0,
+               tolerance: float = 0.01) -> dict:
+    """Optimum LR from per-seed final scores at each LR (values_by_lr[k]: the seeds' values at lrs[k]).
+
+    The CI resamples seeds at each LR and refits; replicates whose best LR moves to the grid's edge give no vertex
+    and are counted, not used (ci_share: the share that were usable). within: the LRs whose fitted score is within
+    `tolerance` (relative) of the optimum's."""
+    order = np.argsort(lrs)
+    lrs = np.asarray(lrs, float)[order]
+    values = [np.asarray(values_by_lr[k], float) for k in order]
+    sign = 1.0 if lower_is_better else -1.0  # cost: lower is better
+    x = np.log10(lrs)
+    means = np.array([v.mean() for v in values])
+    fit = quadratic_optimum(x, sign * means)
+    out = {"status": fit["status"], "lr_opt": None, "value_opt": None, "bound_lr": None,
+           "best_lr": float(lrs[fit["best"]]), "best_value": float(means[fit["best"]]), "coef": None, "window": None,
+           "within": None, "within_beyond_grid": None, "tolerance": tolerance, "ci": None, "ci_share": None,
+           "n_boot": 0, "note": ""}
+    if fit["status"] == "too_few":
+        out["note"] = f"{len(lrs)} LR value(s): a quadratic optimum needs >= 3"
+        return out
+    out["coef"] = [sign * c for c in fit["coef"]]  # the score (not the cost) as a quadratic in log10 LR
+    out["window"] = [float(lrs[fit["window"][0]]), float(lrs[fit["window"][1] - 1])]
+    if fit["status"] == "vertex":
+        out["lr_opt"], out["value_opt"] = 10 ** fit["x_opt"], sign * fit["cost_opt"]
+        half = math.sqrt(tolerance * abs(fit["cost_opt"]) / fit["coef"][0])
+        out["within"] = [10 ** (fit["x_opt"] - half), 10 ** (fit["x_opt"] + half)]
+        out["within_beyond_grid"] = bool(out["within"][0] < lrs[0] or out["within"][1] > lrs[-1])
+    elif fit["status"] in ("at_most", "at_least"):
+        out["bound_lr"] = 10 ** fit["bound_x"]
+        word = "smallest" if fit["status"] == "at_most" else "largest"
+        out["note"] = f"the best LR is the grid's {word}: the optimum may lie beyond it; extend the grid that way"
+    else:
+        out["note"] = "the scores around the best LR are not convex in log10(LR): no vertex (noisy or flat)"
+    if min(len(v) for v in values) < 2:
+        out["note"] = (out["note"] + "; " if out["note"] else "") + "CI: needs >= 2 seeds at every LR"
+        return out
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(n_boot):
+        rep = quadratic_optimum(x, sign * resample_means(values, rng))
+        if rep["status"] == "vertex":
+            found.append(rep["x_opt"])
+    out["n_boot"], out["ci_share"] = n_boot, len(found) / n_boot if n_boot else None
+    ci = percentile_ci(found)
+    out["ci"] = [10 ** ci[0], 10 ** ci[1]] if ci else None
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# batch size: steps S and tokens E to reach one target loss, one point per batch size
+
+
+def critical_batch(tokens_per_step, steps) -> dict:
+    """Fit (S/S_min - 1)(E/E_min - 1) = 1 with E = B*S (B in tokens per step), i.e. S = S_min + E_min/B.
+
+    Linear in (S_min, E_min); each equation is divided by its S so every batch size weighs by relative error."""
+    b, s = np.asarray(tokens_per_step, float), np.asarray(steps, float)
+    out = {"status": "too_few", "s_min": None, "e_min": None, "b_crit": None, "rel_rmse": None, "note": ""}
+    if len(b) < 3:
+        out["note"] = f"{len(b)} batch size(s) reached this loss: the hyperbola needs >= 3"
+        return out
+    (s_min, e_min), *_ = np.linalg.lstsq(np.column_stack([1 / s, 1 / (b * s)]), np.ones_like(s), rcond=None)
+    pred = s_min + e_min / b
+    out["rel_rmse"] = float(np.sqrt(np.mean(((pred - s) / s) ** 2)))
+    if s_min <= 0:
+        out.update(status="no_tradeoff", note="larger batches reached this loss in fewer tokens (S_min <= 0): "
+                                              "no critical batch; see the WSD relation")
+    elif e_min <= 0:
+        out.update(status="no_tradeoff", note="larger batches did not take fewer steps (E_min <= 0)")
+    else:
+        out.update(status="fit", s_min=float(s_min), e_min=float(e_min), b_crit=float(e_min / s_min))
+    return out
+
+
+def wsd_batch(tokens_per_step, steps) -> dict:
+    """The WSD-revised E(S) of seed 001 (Zhou et al. 2026, ../shared/seeds/001_6d95237916c502c2.txt; the stages as
+    the paper states them): E(S) falls as 1/(S - S_min) near S_min, is quadratic C (S - S_opt)^2 + E_min around its
+    minimum, and grows linearly A1 S + A0 as S -> infinity.
+    - B_opt = E_min / S_opt: the batch size that reaches the loss on the fewest tokens (the quadratic stage's
+      vertex, fitted to the most token-efficient batch size and its two neighbours; a bound when that batch size
+      is the grid's largest or smallest);
+    - B_min: a run of batch B moves along E = B S, so it reaches the loss only if B > E(S)/S somewhere; in the linear
+      stage E/S -> A1 from above (A0 > 0), so B_min = A1, fitted to the points past the quadratic window (>= 2).
+    The inverse stage near S_min needs several batch sizes beyond B_opt and is not fitted."""
+    b, s = np.asarray(tokens_per_step, float), np.asarray(steps, float)
+    order = np.argsort(s)  # the largest batch (fewest steps) first
+    b, s = b[order], s[order]
+    e = b * s
+    best = int(np.argmin(e))
+    out = {"status": "too_few", "s_opt": None, "e_min": None, "b_opt": None, "bound_b": None,
+           "most_efficient_b": float(b[best]), "coef": None, "window_s": None, "b_min": None, "linear": None,
+           "note": ""}
+    if len(b) < 3:
+        out["note"] = f"{len(b)} batch size(s) reached this loss: the quadratic stage needs >= 3"
+        return out
+    fit = quadratic_optimum(s, e)
+    out["coef"], out["window_s"] = fit["coef"], [float(s[fit["window"][0]]), float(s[fit["window"][1] - 1])]
+    if fit["status"] == "vertex":
+        out.update(status="vertex", s_opt=fit["x_opt"], e_min=fit["cost_opt"], b_opt=fit["cost_opt"] / fit["x_opt"])
+    elif fit["status"] == "at_most":  # fewest tokens at the fewest steps: the largest batch tried, or larger
+        out.update(status="at_least", bound_b=float(b[0]),
+                   note="fewest tokens at the largest batch tried: B_opt is at least that")
+    elif fit["status"] == "at_least":
+        out.update(status="at_most", bound_b=float(b[-1]),
+                   note="fewest tokens at the smallest batch tried: B_opt is at most that")
+    else:
+        out.update(status="not_convex", note="E(S) is not convex around its minimum: no vertex")
+    past = np.arange(len(s)) >= fit["window"][1]
+    if past.sum() >= 2:
+        a1, a0 = np.polyfit(s[past], e[past], 1)
+        out["linear"] = {"a1": float(a1), "a0": float(a0), "n": int(past.sum())}
+        if a1 > 0 and a0 > 0:
+            out["b_min"] = float(a1)
+        else:
+            out["note"] += ("; " if out["note"] else "") + "the points past the quadratic stage do not approach " \
+                                                             "a line E = A1 S + A0 with A0 > 0: no B_min"
+    else:
+        out["note"] += ("; " if out["note"] else "") + "B_min fit: needs >= 2 batch sizes smaller than the " \
+                                                       "quadratic stage's three"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model size
+
+
+def _power_law_profile(n: np.ndarray, loss: np.ndarray) -> np.ndarray:
+    """(E, log A, alpha) by profiling E on a grid below min(loss), with a log-log line fit at each E."""
+    logn = np.log(n)
+    floors = loss.min() * (1 - np.geomspace(1e-4, 1, 400))
+    y = np.log(loss[None, :] - floors[:, None])
+    xc = logn - logn.mean()
+    slope = (y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
+    intercept = y.mean(axis=1) - slope * logn.mean()
+    pred = floors[:, None] + np.exp(intercept[:, None] + slope[:, None] * logn[None, :])
+    k = int(np.argmin(((pred - loss) ** 2).sum(axis=1)))
+    return np.array([floors[k], intercept[k], -slope[k]])
+
+
+def _power_law_params(n: np.ndarray, loss: np.ndarray) -> np.ndarray | None:
+    start = _power_law_profile(n, loss)
+    if start[2] <= 0:
+        return None
+    logn = np.log(n)
+    top = float(loss.min()) * (1 - 1e-9)
+    start[0] = min(max(start[0], 0.0), top * (1 - 1e-6))
+    fit = optimize.least_squares(lambda p: p[0] + np.exp(p[1] - p[2] * logn) - loss, start,
+                                 bounds=([0.0, -np.inf, 1e-6], [top, np.inf, 10.0]))
+    return fit.x
+
+
+def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, seed: int = 0) -> dict:
+    """Fit L(N) = E + A N^-alpha (least squares on L). values_by_size[k]: the per-seed losses behind loss[k], for
+    a bootstrap CI of E, A and alpha (seeds resampled at each size, refit)."""
+    n, loss = np.asarray(n, float), np.asarray(loss, float)
+    out = {"status": "too_few", "E": None, "A": None, "alpha": None, "ci": None, "n_boot": 0, "rmse": None,
+           "note": ""}
+    if len(n) < 3 or len(set(n.tolist())) < 3:
+        out["note"] = f"{len(set(n.tolist()))} model size(s): L(N) = E + A N^-alpha needs >= 3"
+        return out
+    params = _power_law_params(n, loss)
+    if params is None:
+        out.update(status="not_decreasing", note="the loss does not fall with model size: no power law")
+        return out
+    e, log_a, alpha = params
+    out.update(status="fit", E=float(e), A=float(math.exp(log_a)), alpha=float(alpha),
+               rmse=float(np.sqrt(np.mean((e + np.exp(log_a - alpha * np.log(n)) - loss) ** 2))))
+    if len(n) == 3:
+        out["note"] = "3 sizes for 3 parameters: the curve passes through them (the form is not tested)"
+    if values_by_size is None or min(len(v) for v in values_by_size) < 2:
+        out["note"] = (out["note"] + "; " if out["note"] else "") + "CI: needs >= 2 seeds at every size"
+        return out
+    rng = np.random.default_rng(seed)
+    reps = [p for _ in range(n_boot)
+            if (p := _power_law_params(n, resample_means([np.asarray(v, float) for v in values_by_size], rng)))
+            is not None]
+    out["n_boot"] = n_boot
+    if reps:
+        reps = np.array(reps)
+        out["ci"] = {"E": percentile_ci(reps[:, 0]), "A": percentile_ci(np.exp(reps[:, 1])),
+                     "alpha": percentile_ci(reps[:, 2])}
+    return out

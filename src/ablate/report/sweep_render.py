@@ -1,0 +1,158 @@
+"""report["sweep"] -> the report's sweep sections, each a dict of title, paragraphs, tables of plain strings, PNGs
+and bullets (render.py's Section fields). Every number shown is read from the dict (report.json), none recomputed.
+"""
+from __future__ import annotations
+
+from ablate.report import sweep_plots
+from ablate.report.render import fmt as _f  # render imports this module lazily: no cycle
+
+
+def _ci(ci, scale: float = 1.0) -> str:
+    return "n/a" if not ci else f"[{_f(ci[0] / scale, 3)}, {_f(ci[1] / scale, 3)}]"
+
+
+def _share(fit: dict) -> str:
+    """How many bootstrap replicates gave a usable fit, where the point estimate had one."""
+    usable = fit.get("ci_share") is not None and fit["status"] in ("fit", "vertex")
+    return f" ({fit['ci_share']:.0%} of replicates)" if usable else ""
+
+
+def _notes(*fits: dict) -> str:
+    if all(f["status"] == "too_few" for f in fits):  # one reason, said once
+        return fits[0]["note"].split(":")[0] + ": the fits need >= 3"
+    return "; ".join(f["note"] for f in fits if f["note"])
+
+
+def _optimum(fit: dict) -> str:
+    if fit["status"] == "vertex":
+        return _f(fit["lr_opt"], 3)
+    if fit["status"] == "at_least":
+        return f"at least {_f(fit['bound_lr'], 3)}"
+    if fit["status"] == "at_most":
+        return f"at most {_f(fit['bound_lr'], 3)}"
+    return "n/a"
+
+
+def _lr(sweep: dict, metric: str) -> tuple[list, list]:
+    paragraphs = [f"Optimum LR: a quadratic in log10(LR) through the best LR and its two neighbours; its vertex is "
+                  f"the optimum. 95% CI: seeds resampled at each LR and refitted (the share of replicates whose "
+                  f"optimum stayed inside the grid is given). within 1%: the LRs whose fitted {metric} is within "
+                  f"1% of the optimum's. An optimum past the grid's edge is given as a bound, not extrapolated."]
+    rows = []
+    for v in sweep["lr"]:
+        f = v["fit"]
+        within = "n/a" if not f["within"] else _ci(f["within"]) + (" (beyond the grid)" if f["within_beyond_grid"]
+                                                                    else "")
+        rows.append([v["label"], ", ".join(_f(x, 3) for x in v["lrs"]), f"{_f(f['best_lr'], 3)}: "
+                     f"{_f(f['best_value'])}", _optimum(f), _f(f["value_opt"]), _ci(f["ci"]) + _share(f), within,
+                     f["note"]])
+    return paragraphs, [("Optimum LR", ["context", "LRs", "best measured", "fitted optimum", f"fitted {metric}",
+                                        "95% CI", "within 1%", "note"], rows)]
+
+
+def _batch(ctx: dict) -> tuple[list, list]:
+    seq = ctx["seq_len"]
+    smooth = ", smoothed over 5 logged points" if ctx["curve"] == "train_loss" else ""
+    paragraphs = [
+        f"Batch size ({ctx['label']}): each batch size at its best LR ({', '.join(ctx['cells'])}); "
+        f"{ctx['curve'].replace('_', ' ')} curves averaged over seeds{smooth}. S and E: the steps and tokens at "
+        f"which a curve first reaches the target loss (interpolated between logged points). Hyperbola "
+        f"(McCandlish et al.): (S/S_min - 1)(E/E_min - 1) = 1, B_crit = E_min/S_min. WSD-revised E(S) (seed 001, "
+        f"Zhou et al. 2026): B_opt = E_min/S_opt at the vertex of its quadratic stage (fewest tokens to the loss), "
+        f"B_min = A1 of its linear stage E = A1 S + A0 (smaller batches never reach the loss); the grid's own "
+        f"bound on B_min is the smallest batch that reached the loss. MiniCPM: B_opt = 1.2110e9 / L^6.2393 "
+        f"tokens, fitted to C4 loss with its own tokenizer: a reference, not comparable across corpora and "
+        f"tokenizers. Batch sizes in sequences of {_f(seq, 6)} tokens"
+        + (f"; 95% CIs: seeds resampled at each batch size, curves re-read and refitted ({ctx['n_boot']} "
+           f"replicates)." if ctx["n_boot"] else ".")]
+    if ctx["note"]:
+        paragraphs.append(f"Batch size ({ctx['label']}): {ctx['note']}.")
+    if ctx["short_curves"]:
+        paragraphs.append(f"Too few logged points in common over seeds, left out: {', '.join(ctx['short_curves'])}.")
+    points = [[_f(t["loss"]), str(p["batch"]), _f(p["steps"]), _f(p["tokens"])] for t in ctx["targets"]
+              for p in t["points"]]
+    points += [[_f(t["loss"]), str(b), "not reached", ""] for t in ctx["targets"] for b in t["not_reached"]]
+    fits = []
+    for t in ctx["targets"]:
+        c, w, seen = t["critical"], t["wsd"], t["b_min_observed"]
+        b_opt = _f(w["b_opt_sequences"], 3) if w["status"] == "vertex" else (
+            f"{w['status'].replace('_', ' ')} {_f(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
+        grid_min = "n/a" if seen["at_most"] is None else f"<= {seen['at_most']}" + (
+            f", > {seen['above']}" if seen["above"] is not None else "")
+        fits.append([_f(t["loss"]), _f(c["b_crit_sequences"], 3), _ci(c.get("ci_sequences")) + _share(c),
+                     _f(c["rel_rmse"], 2), b_opt, _ci(w.get("ci_sequences")) + _share(w),
+                     _f(w["b_min_sequences"], 3), grid_min,
+                     f"{_f(t['minicpm']['tokens'], 3)} ({_f(t['minicpm']['sequences'], 3)})", _notes(c, w)])
+    tables = [(f"Steps and tokens to each target loss ({ctx['label']})", ["target loss", "batch", "steps S",
+                                                                          "tokens E"], points),
+              (f"Batch-size fits per target loss ({ctx['label']}; sequences per step)",
+               ["target loss", "B_crit", "95% CI", "hyperbola rel. rmse", "B_opt (WSD)", "95% CI",
+                "B_min (WSD fit)", "B_min (grid)", "MiniCPM B_opt tokens (seqs)", "note"], fits)]
+    return paragraphs, tables
+
+
+def _scale(scale: dict, metric: str) -> tuple[list, list]:
+    ranked = ", ".join(scale["ranked"]) or "nothing else"
+    paragraphs = [f"Model size over {', '.join(scale['axes'])}: N = parameters (summary.json), at each size the "
+                  f"best cell over {ranked}. L(N) = E + A N^-alpha by least squares; 95% CIs: the best cell's "
+                  f"seeds resampled at each size and refitted."]
+    f = scale["fit"]
+    if f and f["status"] == "fit":
+        ci = f["ci"] or {}
+        paragraphs.append(f"Fit: E = {_f(f['E'])} {_ci(ci.get('E'))}, A = {_f(f['A'])} {_ci(ci.get('A'))}, "
+                          f"alpha = {_f(f['alpha'])} {_ci(ci.get('alpha'))}; rmse {_f(f['rmse'], 3)}."
+                          + (f" {f['note']}." if f["note"] else ""))
+    elif f:
+        paragraphs.append(f"No power-law fit: {f['note']}.")
+    if scale["note"]:
+        paragraphs.append(scale["note"] + ".")
+    tables = [("Best cell per model size", ["size", "params", "best cell", metric],
+               [[s["label"], _f(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
+                 s["best"], _f(s["mean"])] for s in scale["sizes"]])]
+    if scale["decision"]:
+        tables.append((f"Ranking of {ranked} at each size vs the largest",
+                       ["size", "params", "cells", "decision accuracy", "Kendall tau"],
+                       [[d["label"], _f(d["params"], 6), str(len(d["cells"])), _f(d["decision_accuracy"], 3),
+                         _f(d["tau"], 3)] for d in scale["decision"]]))
+    return paragraphs, tables
+
+
+def sweep_sections(sweep: dict, with_images: bool) -> list[dict]:
+    """The "Sweep" section (cells, heatmap, what could not be computed), then one per view: optimum LR, batch size
+    per context, model size."""
+    m = sweep["metric"] or {"source": "n/a", "direction": "lower"}
+    metric = "val loss" if m["source"] == "final val/loss" else "loss"
+    hm = sweep.get("heatmap")
+    head = {"title": "Sweep", "paragraphs": [
+        f"Runs built by grid() over {', '.join(sweep['axes'])}, one cell per combination of values, seeds averaged; "
+        f"score: {m['source']} ({m['direction']} is better). Every number here is in report.json under \"sweep\"."],
+        "bullets": list(sweep["notes"]), "images": [],
+        "tables": [("Grid cells", ["cell", "seeds", metric, "seed sd", "min", "max", "params"],
+                    [[c["label"], str(len(c["seeds"])), _f(c["mean"]), _f(c["std"], 3), _f(c["min"]), _f(c["max"]),
+                      _f(c["params"], 6)] for c in sweep["cells"]])]}
+    if hm:
+        fixed = ", ".join(f"{k}={v}" for k, v in hm["fixed"].items())
+        head["tables"].append((f"{metric}: {hm['y']} (rows) x {hm['x']} (columns)" + (f", at {fixed}" if fixed else ""),
+                               [f"{hm['y']} \\ {hm['x']}"] + [str(x) for x in hm["x_values"]],
+                               [[str(y)] + [_f(v) for v in row] for y, row in zip(hm["y_values"], hm["mean"])]))
+        if with_images:
+            head["images"].append(("heatmap", sweep_plots.heatmap_png(hm, metric)))
+    out = [head]
+    if sweep.get("lr"):
+        paragraphs, tables = _lr(sweep, metric)
+        images = [("score against LR", sweep_plots.lr_png(sweep["lr"], metric))] if with_images else []
+        out.append({"title": "Sweep: optimum LR", "paragraphs": paragraphs, "tables": tables, "images": images})
+    for ctx in sweep.get("batch") or []:
+        paragraphs, tables = _batch(ctx)
+        images = [(f"loss curves per batch size ({ctx['label']})", sweep_plots.loss_curves_png(ctx)),
+                  (f"E vs S ({ctx['label']})", sweep_plots.es_png(ctx))] if with_images else []
+        title = "Sweep: batch size" + ("" if ctx["label"] == "all" else f" ({ctx['label']})")
+        out.append({"title": title, "paragraphs": paragraphs, "tables": tables, "images": images})
+    if sweep.get("scale"):
+        paragraphs, tables = _scale(sweep["scale"], metric)
+        images = [("score against model size", sweep_plots.power_law_png(sweep["scale"], metric))] \
+            if with_images else []
+        out.append({"title": "Sweep: model size", "paragraphs": paragraphs, "tables": tables, "images": images})
+    for part in out:
+        part["images"] = [(caption, png) for caption, png in part["images"] if png]
+    return out
