@@ -1,5 +1,6 @@
 """The cloze eval suite: tasks, engine (against a token-by-token computation), metrics, the training hook and its
 files, `ablate eval`, export to transformers, and agreement with lm-eval's HF backend."""
+import dataclasses
 import json
 import math
 
@@ -12,7 +13,7 @@ from ablate.config import ConfigError, ModelConfig, apply_overrides
 from ablate.eval import engine, suite
 from ablate.eval.metrics import METRICS, ItemScores, item_metrics, predictions
 from ablate.eval.tasks import render, requests_for
-from ablate.experiment import load_experiment
+from ablate.experiment import ExperimentError, load_experiment
 from ablate.model import Transformer
 from ablate.train import run_dir_for, train
 from conftest import TINY, run_cli
@@ -132,10 +133,14 @@ def test_metrics_from_log_likelihoods():
     assert m["gold_prob"] == pytest.approx(math.exp(-6) / total)
 
 
-def test_bad_eval_input_is_refused_by_name():
+def test_bad_eval_input_is_refused_by_name(tmp_path):
     run = load_experiment(TINY, only=["mha"])[0]
-    with pytest.raises(ConfigError, match=r"eval.tasks: unknown task 'arc_ez'; allowed: arc_easy, arc_challenge"):
-        apply_overrides(run, {"eval.tasks": "arc_easy,arc_ez"})
+    unknown = r"eval.tasks: unknown task 'arc_ez'; allowed: arc_easy, arc_challenge"
+    with pytest.raises(ExperimentError, match=unknown):  # checked where experiments load (config imports no suite)
+        load_experiment(TINY, only=["mha"], overrides={"eval.tasks": "arc_easy,arc_ez"})
+    with pytest.raises(ConfigError, match=unknown):  # and where training starts, before a run folder exists
+        train(dataclasses.replace(run, eval=dataclasses.replace(run.eval, tasks="arc_easy,arc_ez")), tmp_path)
+    assert not any(tmp_path.iterdir())
     with pytest.raises(ConfigError, match="eval.format"):
         apply_overrides(run, {"eval.format": "gen"})
     with pytest.raises(ValueError, match="--format: 'x'; allowed: cf, mcf"):

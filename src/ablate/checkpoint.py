@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import json
 import pickle
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -30,13 +29,14 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, get_model_state_dict,
                                                      set_state_dict)
 
+from ablate import rundir
 from ablate.config import ConfigError
 from ablate.parallel import Dist
 
-META = "meta.json"
+META = rundir.CKPT_META  # the folder names (step_N, .tmp_step_N, damaged_step_N) are rundir's
 DCP_METADATA = ".metadata"
 META_KEYS = ("step", "world", "tokens", "sampler")
-STEP_NAME = re.compile(r"step_(\d+)")
+STEP_NAME = rundir.STEP_NAME
 
 
 class CheckpointError(ConfigError):
@@ -240,8 +240,8 @@ def _rng_state() -> dict:
 
 def save_checkpoint(ckpt_root: Path, step: int, model, optimizer, extra: dict, d: Dist, keep: int) -> Path:
     """Save everything needed to continue at `step`. `extra` (data-loader state, tokens...) is the same on all ranks."""
-    final = ckpt_root / f"step_{step}"
-    tmp = ckpt_root / f".tmp_step_{step}"
+    final = ckpt_root / rundir.step_dir_name(step)
+    tmp = ckpt_root / rundir.tmp_dir_name(step)
     if d.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -290,11 +290,11 @@ def load_checkpoint(path: Path, model, optimizer, d: Dist) -> dict:
 
 def set_aside(ckpt: Path, reason: str) -> Path:
     """Rename a damaged checkpoint to damaged_step_N (which step_* globs skip), with REASON.txt inside."""
-    target, n = ckpt.with_name(f"damaged_{ckpt.name}"), 1
+    target, n = ckpt.with_name(rundir.damaged_dir_name(ckpt.name)), 1
     while target.exists():
-        target, n = ckpt.with_name(f"damaged_{ckpt.name}_{n}"), n + 1
+        target, n = ckpt.with_name(rundir.damaged_dir_name(ckpt.name, n)), n + 1
     ckpt.rename(target)
-    (target / "REASON.txt").write_text(f"{ckpt}: {reason}\n")
+    (target / rundir.CKPT_REASON).write_text(f"{ckpt}: {reason}\n")
     return target
 
 
@@ -340,14 +340,15 @@ def restore_newest_intact(ckpt_root: Path, restore: Callable[[Path], object], d:
     if aside:
         listing = ", ".join(f"{ckpt.name} ({reason})" for ckpt, reason, _ in aside)
         raise CheckpointError(f"{ckpt_root.parent}: every checkpoint is damaged ({listing}); set aside under "
-                              f"checkpoints/damaged_step_*; remove the run folder to start again from step 0")
+                              f"{rundir.CHECKPOINTS}/{rundir.damaged_dir_name(rundir.STEP_PREFIX)}*; remove the run "
+                              f"folder to start again from step 0")
     return None
 
 
 def clean_partial(ckpt_root: Path, d: Dist) -> None:
     """Remove checkpoints a killed run left half-written."""
     if d.is_main and ckpt_root.is_dir():
-        for tmp in ckpt_root.glob(".tmp_step_*"):
+        for tmp in ckpt_root.glob(rundir.TMP_GLOB):
             shutil.rmtree(tmp, ignore_errors=True)
     d.barrier()
 

@@ -158,6 +158,7 @@ def _bad_input(fn):
 def cmd_eval(args) -> int:
     import torch
 
+    from ablate import rundir
     from ablate.eval import engine, suite
     from ablate.load import load_model
 
@@ -173,7 +174,7 @@ def cmd_eval(args) -> int:
     print(suite.format_table(results))
     if not args.no_write:
         replaced = suite.write_results(loaded.run_dir, loaded.step, loaded.tokens, results)
-        print(f"appended to {loaded.run_dir / 'evals.jsonl'}")
+        print(f"appended to {loaded.run_dir / rundir.EVALS}")
         for line in replaced:  # the report reads the latest evaluation of a step
             print(f"replaced an earlier evaluation's items at step {loaded.step}: {line}")
     if args.log_samples:

@@ -305,15 +305,8 @@ def _validate_eval(e: EvalConfig) -> None:
     for name in ("every", "every_tokens", "limit"):
         _require(getattr(e, name) >= 0, f"eval.{name}", "must be >= 0 (0: off / only at the end / the full set)")
     _require(e.batch_size > 0, "eval.batch_size", "must be > 0")
-    if e.tasks.strip():
-        from ablate.eval.suite import parse_tasks  # lazily: configs without tasks never load the suite
-
-        try:
-            parse_tasks(e.tasks, "eval.tasks")
-        except ModuleNotFoundError as exc:
-            raise ConfigError(f"eval.tasks: the task suite (package ablate_evals) is not installed: {exc}") from None
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+    # the names in eval.tasks are checked against the task suite by ablate.eval.suite.check_config_tasks, where
+    # experiments are loaded and where training starts: config imports nothing of ablate
 
 
 # ---------------------------------------------------------------------------------------------------------------

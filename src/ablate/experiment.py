@@ -165,6 +165,14 @@ def _check_name_override(overrides: dict, runs: list[RunConfig]) -> None:
                               f"same name; allowed: --set name=... only with one variant (use --only)")
 
 
+def _check_tasks(run: RunConfig) -> None:
+    """eval.tasks names known tasks (config.validate leaves this to the eval suite, which config never imports)."""
+    if run.eval.tasks.strip():  # lazily: experiments without tasks never load the suite
+        from ablate.eval.suite import check_config_tasks
+
+        check_config_tasks(run.eval.tasks)
+
+
 def _check_device(run: RunConfig) -> None:
     if run.train.device == "cuda":
         import torch
@@ -203,6 +211,7 @@ def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, s
             run = apply_overrides(run, overrides, from_text=True)
             for seed in chosen_seeds or [run.train.seed]:
                 seeded = validate(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed)))
+                _check_tasks(seeded)
                 _check_device(seeded)
                 check_data_config(seeded.data, seeded.model.vocab_size)
                 resolved.append(seeded)

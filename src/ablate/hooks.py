@@ -57,7 +57,7 @@ class MetricsLogger(Hook):
         self.interval_start = time.perf_counter()
         self.interval_tokens = 0
         self.train_seconds = 0.0
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / rundir.METRICS
         if not self.enabled:
             return
         from torch.utils.tensorboard import SummaryWriter
@@ -66,7 +66,8 @@ class MetricsLogger(Hook):
             kept = [row for row in rundir.read_jsonl(self.path) if row.get("step", 0) <= start_step]
             rundir.rewrite_jsonl(self.path, kept)
         self.file = self.path.open("a")
-        self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=start_step + 1 if start_step else None)
+        self.writer = SummaryWriter(str(run_dir / rundir.TENSORBOARD),
+                                    purge_step=start_step + 1 if start_step else None)
 
     def after_step(self, trainer) -> None:
         self.interval_tokens += trainer.tokens_per_step
@@ -143,8 +144,8 @@ class Validation(PeriodicHook):
         trainer.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
         self.logger.write({"step": trainer.step, "tokens": trainer.tokens, "val/loss": trainer.last_val_loss})
         if trainer.dist.is_main:  # per-sequence losses: the items of paired comparisons between variants
-            write_items(trainer.run_dir, trainer.step, "val_loss",
-                        [{"id": i, "loss": loss} for i, loss in sorted(losses.items())])
+            rundir.write_items(trainer.run_dir, trainer.step, "val_loss",
+                               [{"id": i, "loss": loss} for i, loss in sorted(losses.items())])
             print(f"[{trainer.run.name} seed{trainer.run.train.seed}] step {trainer.step} "
                   f"val_loss {trainer.last_val_loss:.4f}", flush=True)
 
@@ -174,16 +175,3 @@ class NonFiniteGuard(Hook):
             raise FloatingPointError(f"{trainer.run.name}: {trainer.consecutive_skips} steps in a row had a "
                                      f"non-finite loss or gradient (last at step {trainer.step}); lower optim.lr, "
                                      f"set model.z_loss or model.qk_norm, or check the data")
-
-
-def items_path(run_dir: Path, step: int, name: str) -> Path:
-    """Where the per-item results of one evaluation live: eval_items/step_<N>/<name>.jsonl."""
-    return Path(run_dir) / "eval_items" / f"step_{step:07d}" / f"{name}.jsonl"
-
-
-def write_items(run_dir: Path, step: int, name: str, rows: list[dict]) -> Path:
-    """Per-item results of one evaluation, one JSON line per item."""
-    path = items_path(run_dir, step, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rundir.rewrite_jsonl(path, rows)  # whole or not at all: the report pairs items across runs
-    return path

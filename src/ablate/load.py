@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from ablate import checkpoint
+from ablate import checkpoint, rundir
 from ablate.checkpoint import CheckpointError, DamagedCheckpointError
 from ablate.config import RunConfig
 from ablate.model import Transformer
@@ -41,14 +41,15 @@ T = TypeVar("T")
 
 def _locate(path: Path) -> tuple[Path, list[Path], bool]:
     """(run folder, its checkpoints to try newest first, whether `path` named one checkpoint)."""
-    if checkpoint.STEP_NAME.fullmatch(path.name) and path.parent.name == "checkpoints" and path.is_dir():
+    if rundir.STEP_NAME.fullmatch(path.name) and path.parent.name == rundir.CHECKPOINTS and path.is_dir():
         return path.parent.parent, [path], True
-    if (path / "config.json").is_file():
-        found = checkpoint.list_checkpoints(path / "checkpoints")[::-1]
+    if (path / rundir.CONFIG).is_file():
+        found = checkpoint.list_checkpoints(rundir.checkpoint_root(path))[::-1]
         if not found:
-            raise FileNotFoundError(f"{path}: a run folder with no complete checkpoint under checkpoints/")
+            raise FileNotFoundError(f"{path}: a run folder with no complete checkpoint under {rundir.CHECKPOINTS}/")
         return path, found, False
-    raise FileNotFoundError(f"{path}: neither a run folder (with config.json) nor a checkpoints/step_N folder")
+    raise FileNotFoundError(f"{path}: neither a run folder (with {rundir.CONFIG}) nor a "
+                            f"{rundir.CHECKPOINTS}/{rundir.step_dir_name('N')} folder")
 
 
 def _newest_intact(path: str | Path, use: Callable[..., T]) -> T:
@@ -81,7 +82,7 @@ def read_run_config(path: str | Path) -> RunConfig:
 
 
 def _config_of(run_dir: Path) -> RunConfig:
-    return RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())["config"])
+    return RunConfig.from_dict(json.loads((run_dir / rundir.CONFIG).read_text())["config"])
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
@@ -98,4 +99,4 @@ def _load(run_dir: Path, ckpt: Path, meta: dict, metadata, device: str | torch.d
     model.reset_buffers()
     model.to(device).eval()
     return LoadedModel(model=model, run=run, run_dir=run_dir, checkpoint=ckpt, step=meta["step"],
-                       tokens=meta["tokens"], tokenizer_path=run_dir / "tokenizer.json")
+                       tokens=meta["tokens"], tokenizer_path=run_dir / rundir.TOKENIZER)

@@ -1,5 +1,10 @@
 """The run folder: its layout, the only writer, its state, and files that a kill never leaves half written.
 
+Every name inside a run folder is spelled here and nowhere else (training, eval, export, load, status and report
+use these): config.json, summary.json, status.json, metrics.jsonl, evals.jsonl, tokenizer.json, error.txt, tb/,
+logs/, eval_items/step_<NNNNNNN>/<name>.jsonl, and checkpoints/step_<N>/ with its meta.json (written as
+.tmp_step_<N>/ and renamed; a damaged one is set aside as damaged_step_<N>/ with REASON.txt).
+
 runs/<experiment>/<variant>/seed<k>/ is written by one process at a time (an OS lock, `.lock`, held for the run's
 life; the kernel frees it when the holder dies, so a dead holder's lock is simply taken over). JSON files are
 written to a temporary file and renamed; JSONL files get one flushed line at a time, and a line torn by a kill is
@@ -12,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -20,6 +26,13 @@ from pathlib import Path
 
 CONFIG, SUMMARY, STATUS, METRICS, EVALS = "config.json", "summary.json", "status.json", "metrics.jsonl", "evals.jsonl"
 LOCK, ERROR, LOGS, CHECKPOINTS = ".lock", "error.txt", "logs", "checkpoints"
+TOKENIZER, TENSORBOARD, EVAL_ITEMS = "tokenizer.json", "tb", "eval_items"
+SEED_PREFIX = "seed"  # runs/<experiment>/<variant>/seed<k>/
+# inside checkpoints/: step_N/ (complete once it holds meta.json), .tmp_step_N/ while written, damaged_step_N[_k]/
+CKPT_META, CKPT_REASON = "meta.json", "REASON.txt"
+STEP_PREFIX, TMP_PREFIX, DAMAGED_PREFIX = "step_", ".tmp_", "damaged_"
+STEP_NAME = re.compile(rf"{STEP_PREFIX}(\d+)")  # a checkpoint folder's name, matched whole
+TMP_GLOB = TMP_PREFIX + STEP_PREFIX + "*"  # every half-written checkpoint
 FINAL_STATES = ("finished", "diverged")  # a rerun reports these instead of training again
 STATES = ("pending", "running", "finished", "failed", "diverged", "interrupted")
 
@@ -29,14 +42,38 @@ class RunFolderError(ValueError):
 
 
 def run_dir_for(out_root: str | Path, run) -> Path:
-    return Path(out_root) / run.experiment / run.name / f"seed{run.train.seed}"
+    return Path(out_root) / run.experiment / run.name / f"{SEED_PREFIX}{run.train.seed}"
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def step_dir_name(step: int) -> str:
+    """A checkpoint's folder name under checkpoints/: step_N."""
+    return f"{STEP_PREFIX}{step}"
+
+
+def tmp_dir_name(step: int) -> str:
+    """The folder a checkpoint is written to before the rename: .tmp_step_N."""
+    return TMP_PREFIX + step_dir_name(step)
+
+
+def damaged_dir_name(name: str, n: int = 0) -> str:
+    """Where a damaged checkpoint `name` (step_N) is set aside: damaged_step_N, else damaged_step_N_<n>."""
+    return f"{DAMAGED_PREFIX}{name}" + (f"_{n}" if n else "")
 
 
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """Steps of the complete checkpoints (checkpoints/step_N/ with its meta.json), oldest first."""
-    root = Path(run_dir) / CHECKPOINTS
-    found = [p for p in root.glob("step_*") if (p / "meta.json").is_file()] if root.is_dir() else []
+    root = checkpoint_root(run_dir)
+    found = [p for p in root.glob(STEP_PREFIX + "*") if (p / CKPT_META).is_file()] if root.is_dir() else []
     return sorted(int(p.name.split("_")[1]) for p in found if p.name.split("_")[1].isdigit())
+
+
+def items_path(run_dir: str | Path, step: int, name: str) -> Path:
+    """Where the per-item results of one evaluation live: eval_items/step_<NNNNNNN>/<name>.jsonl."""
+    return Path(run_dir) / EVAL_ITEMS / f"{STEP_PREFIX}{step:07d}" / f"{name}.jsonl"
 
 
 def warn(message: str) -> None:
@@ -117,6 +154,14 @@ def append_jsonl(path: Path, row: dict) -> None:
     """One line, flushed at once."""
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def write_items(run_dir: str | Path, step: int, name: str, rows: list[dict]) -> Path:
+    """Per-item results of one evaluation, one JSON line per item, at items_path()."""
+    path = items_path(run_dir, step, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rewrite_jsonl(path, rows)  # whole or not at all: the report pairs items across runs
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------

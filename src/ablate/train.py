@@ -1,8 +1,8 @@
 """The training loop: one readable function of a RunConfig, with hooks for everything else.
 
 runs/<experiment>/<variant>/seed<k>/ holds config.json, metrics.jsonl, tb/, checkpoints/step_N/ and, once
-finished, summary.json. Calling train() again on the same folder resumes from the newest complete checkpoint, or
-returns the summary of a finished run without redoing it.
+finished, summary.json (names from rundir). Calling train() again on the same folder resumes from the newest
+complete checkpoint, or returns the summary of a finished run without redoing it.
 """
 from __future__ import annotations
 
@@ -32,9 +32,18 @@ def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> floa
     return peak_flops_for(torch.device(device_type, index), dtype)
 
 
+def check_eval_tasks(run: RunConfig) -> RunConfig:
+    """The names in eval.tasks, which config (importing nothing of ablate) cannot check: ConfigError if unknown."""
+    if run.eval.tasks.strip():  # lazily: runs without tasks never load the suite
+        from ablate.eval.suite import check_config_tasks
+
+        check_config_tasks(run.eval.tasks)
+    return run
+
+
 class Trainer:
     def __init__(self, run: RunConfig, run_dir: Path, d: Dist):
-        self.run, self.run_dir, self.dist = validate(run), run_dir, d
+        self.run, self.run_dir, self.dist = check_eval_tasks(validate(run)), run_dir, d
         t = run.train
         per_pass = t.micro_batch * d.world
         if t.global_batch % per_pass:
@@ -169,7 +178,7 @@ class Trainer:
     def fit(self) -> dict:
         self.start_time = time.perf_counter()
         seed_everything(self.run.train.seed + self.dist.rank)  # a checkpoint of the same world size restores RNG
-        ckpt_root = self.run_dir / "checkpoints"
+        ckpt_root = rundir.checkpoint_root(self.run_dir)
         checkpoint.clean_partial(ckpt_root, self.dist)
         latest = checkpoint.restore_newest_intact(ckpt_root, self.restore, self.dist)  # damaged ones set aside
         if latest is not None:
@@ -179,7 +188,7 @@ class Trainer:
         logger = hooks.MetricsLogger(self.run_dir, self, start_step=self.step)
         run_hooks = [logger, hooks.Validation(logger), hooks.Checkpointer(ckpt_root), hooks.NonFiniteGuard()]
         if self.run.eval.tasks.strip():  # the cloze task suite, for experiments that opt in
-            from ablate.eval.hook import EvalHook
+            from ablate.eval_hook import EvalHook
 
             run_hooks.insert(2, EvalHook(self, logger, start_step=self.step))
         try:
@@ -273,6 +282,7 @@ def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
     """Train one run (resuming if its folder has a checkpoint); return its summary. Rank 0 holds the run's lock
     and writes the files. Raises RunLocked when another live process trains the run, RunDiverged when it diverged
     (now or on an earlier attempt); any other failure is recorded in status.json and error.txt, then raised."""
+    check_eval_tasks(run)  # before a run folder or any data exists
     check_data_config(run.data, run.model.vocab_size)
     d = init_distributed(run.train.device)
     if run.train.float8:  # refused here, before a run folder or any data exists, where it cannot run
@@ -289,7 +299,7 @@ def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
         try:
             trainer = Trainer(run, run_dir, d)
             if d.is_main:  # the run folder carries its tokenizer, so eval and export need nothing from the data cache
-                shutil.copyfile(trainer.data.tokenizer_path, run_dir / "tokenizer.json")
+                shutil.copyfile(trainer.data.tokenizer_path, run_dir / rundir.TOKENIZER)
             summary = trainer.fit()
         except BaseException as exc:
             if d.is_main:

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ablate import rundir
+from ablate.config import ConfigError
 from ablate.eval import engine
 from ablate.eval.metrics import ItemScores, aggregate, item_metrics, predictions
 from ablate.eval.tasks import FORMATS, Task, requests_for
@@ -29,6 +31,17 @@ def parse_tasks(text: str, where: str = "--tasks") -> list[str]:
     if unknown:
         raise ValueError(f"{where}: unknown task {unknown[0]!r}; allowed: {', '.join(known)}")
     return names
+
+
+def check_config_tasks(tasks: str) -> None:
+    """A run's eval.tasks, checked where experiments are loaded and where training starts (before any compute):
+    ConfigError naming an unknown task, or the missing task suite."""
+    try:
+        parse_tasks(tasks, "eval.tasks")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"eval.tasks: the task suite (package ablate_evals) is not installed: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_format(fmt: str, where: str = "--format") -> str:
@@ -131,17 +144,15 @@ def write_results(run_dir: Path, step: int, tokens: int, results: list[TaskResul
     """Append to evals.jsonl and write the per-item files of this evaluation. A step evaluated again keeps every
     evals.jsonl line, but its item files (and, in `ablate report`, its scores) become the latest evaluation's;
     returns the item files replaced so, for the caller to say."""
-    from ablate.hooks import items_path, write_items
-
-    with (Path(run_dir) / "evals.jsonl").open("a") as f:
+    with (Path(run_dir) / rundir.EVALS).open("a") as f:
         for r in results:
             f.write(json.dumps(r.record(step, tokens)) + "\n")
     replaced = []
     for r in results:
-        path = items_path(run_dir, step, f"{r.task}_{r.format}")
+        path = rundir.items_path(run_dir, step, f"{r.task}_{r.format}")
         if path.is_file():
             replaced.append(f"{path} ({len(path.read_text().splitlines())} items -> {len(r.items)})")
-        write_items(run_dir, step, f"{r.task}_{r.format}", r.items)
+        rundir.write_items(run_dir, step, f"{r.task}_{r.format}", r.items)
     return replaced
 
 

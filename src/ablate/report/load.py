@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ablate.rundir import read_status
+from ablate import rundir
 from ablate.status import natural_key
 
 VAL_TASK = "val_loss"
@@ -80,8 +80,7 @@ class Run:
         """Per-item rows {id: row} of one evaluation, or None when the run has no such file."""
         key = (task.items_stem, step)
         if key not in self._items:
-            # the layout of ablate.hooks.items_path, spelled out: the report never imports the trainer's torch
-            path = self.path / "eval_items" / f"step_{step:07d}" / f"{task.items_stem}.jsonl"
+            path = rundir.items_path(self.path, step, task.items_stem)  # rundir imports no torch
             self._items[key] = {str(row["id"]): row for row in _read_jsonl(path)} if path.is_file() else None
         return self._items[key]
 
@@ -126,29 +125,30 @@ def _status(summary: dict | None, train_loss: list[Point], max_steps, recorded: 
 
 
 def load_run(path: Path, variant: str) -> Run:
-    held = json.loads((path / "config.json").read_text())
+    held = json.loads((path / rundir.CONFIG).read_text())
     config = held.get("config", {})
-    summary_path = path / "summary.json"
+    summary_path = path / rundir.SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     name = path.name
-    seed = int(name[4:]) if name[4:].isdigit() else int(config.get("train", {}).get("seed", 0))
+    number = name[len(rundir.SEED_PREFIX):]
+    seed = int(number) if number.isdigit() else int(config.get("train", {}).get("seed", 0))
 
     # Last line wins for a repeated step (a resumed run may log a step twice).
     train_by_step, val_by_step = {}, {}
-    for row in _read_jsonl(path / "metrics.jsonl"):
+    for row in _read_jsonl(path / rundir.METRICS):
         if "loss" in row and isinstance(row["loss"], (int, float)):
             train_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["loss"]), None)
         if _finite(row.get("val/loss")):
             val_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/loss"]), None)
     train_loss = [train_by_step[s] for s in sorted(train_by_step)]
     status, note, last_step = _status(summary, train_loss, config.get("train", {}).get("max_steps"),
-                                      read_status(path) or {})
+                                      rundir.read_status(path) or {})
     run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss)
 
     if val_by_step:
         run.scores[(VAL_TASK, "loss")] = [val_by_step[s] for s in sorted(val_by_step)]
     evals = {}
-    for row in _read_jsonl(path / "evals.jsonl"):
+    for row in _read_jsonl(path / rundir.EVALS):
         evals[(row["step"], row["task"], row.get("format", "cf"))] = row
     for (step, task, fmt), row in sorted(evals.items()):
         stderr = row.get("stderr") or {}
@@ -169,7 +169,7 @@ def task_infos(runs: list[Run]) -> dict[str, TaskInfo]:
             vocab = run.config.get("model", {}).get("vocab_size")
             tasks[VAL_TASK] = TaskInfo(VAL_TASK, "loss", ["loss"], math.log(vocab) if vocab else None, VAL_TASK)
     for run in runs:
-        for row in _read_jsonl(run.path / "evals.jsonl"):
+        for row in _read_jsonl(run.path / rundir.EVALS):
             key = f"{row['task']}:{row.get('format', 'cf')}"
             info = tasks.setdefault(key, TaskInfo(key, row.get("primary", ""), [], row.get("chance"),
                                                   f"{row['task']}_{row.get('format', 'cf')}", row.get("n")))
@@ -204,17 +204,19 @@ def load_runs(runs_dir: str | Path) -> tuple[list[Run], list[str]]:
         raise ReportError(f"{root}: not a folder; expected runs/<experiment>/ holding <variant>/seed<k>/ runs")
     runs, skipped = [], []
     for variant_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for seed_dir in sorted(p for p in variant_dir.iterdir() if p.is_dir() and p.name.startswith("seed")):
-            if not (seed_dir / "config.json").is_file():
-                skipped.append(f"{variant_dir.name}/{seed_dir.name}: no config.json")
+        seed_dirs = (p for p in variant_dir.iterdir() if p.is_dir() and p.name.startswith(rundir.SEED_PREFIX))
+        for seed_dir in sorted(seed_dirs):
+            if not (seed_dir / rundir.CONFIG).is_file():
+                skipped.append(f"{variant_dir.name}/{seed_dir.name}: no {rundir.CONFIG}")
                 continue
             try:
                 runs.append(load_run(seed_dir, variant_dir.name))
             except (json.JSONDecodeError, KeyError, ValueError) as exc:
                 skipped.append(f"{variant_dir.name}/{seed_dir.name}: unreadable ({exc})")
     if not runs:
-        hint = " (pass runs/<experiment>, not runs/)" if any(root.glob("*/*/seed*/config.json")) else ""
-        raise ReportError(f"{root}: no run folders <variant>/seed<k>/config.json found{hint}")
+        nested = any(root.glob(f"*/*/{rundir.SEED_PREFIX}*/{rundir.CONFIG}"))
+        hint = " (pass runs/<experiment>, not runs/)" if nested else ""
+        raise ReportError(f"{root}: no run folders <variant>/seed<k>/{rundir.CONFIG} found{hint}")
     runs.sort(key=lambda r: (natural_key(r.variant), r.seed))  # d32 < d64 < d128
     return runs, skipped
 

@@ -2,6 +2,9 @@
 
 Every rank runs it (under FSDP each scores a share of the rows); rank 0 writes evals.jsonl, eval_items/ and the
 TensorBoard scalars `eval/<task>_<format>/<metric>`. The final results go to summary.json's "evals".
+
+It lives outside ablate/eval/ because it is the one place that joins the eval engine and the training hooks: the
+eval package never imports the trainer.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ class EvalHook(Hook):
         self.tokenizer = Tokenizer.from_file(str(trainer.data.tokenizer_path))
         self.done_final = False
         self.prepared: dict = {}  # the tasks' token ids, made at the first evaluation and kept
-        path = trainer.run_dir / "evals.jsonl"
+        path = trainer.run_dir / rundir.EVALS
         if trainer.dist.is_main and path.exists():  # on resume, forget evals the checkpoint had not reached
             rundir.rewrite_jsonl(path, [r for r in rundir.read_jsonl(path) if r["step"] <= start_step])
 

@@ -1,0 +1,162 @@
+"""The shape of the code: imports run one way, and no module grows past 600 lines.
+
+Every module of src/ablate (and kernels/, installed as ablate.kernels) is parsed with `ast`, so imports inside
+functions count too: a lazy import is a dependency all the same.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ablate import rundir
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = {"ablate": REPO / "src" / "ablate", "ablate.kernels": REPO / "kernels"}
+MAX_LINES = 600
+
+# Each group may import only groups of lower layers (and itself). A group is a top-level module of ablate, or a
+# package (eval, report, kernels) taken whole. A new module must be placed here.
+LAYERS = [
+    {"config", "rundir", "kernels"},  # nothing else of ablate
+    {"sources", "status"},
+    {"model", "data", "optim", "parallel", "eval", "report"},
+    {"checkpoint"},
+    {"hooks", "load"},
+    {"eval_hook", "export", "lm_eval_model"},
+    {"train"},
+    {"experiment", "sweep"},
+    {"slurm"},
+    {"cli", "lm_eval_cli", "__init__"},
+    {"__main__"},
+]
+LAYER = {group: i for i, layer in enumerate(LAYERS) for group in layer}
+
+# Narrower rules, named in the README's Architecture section: the groups (outside its own) each may import.
+ALLOWED = {
+    "config": set(),
+    "rundir": set(),
+    "kernels": set(),
+    "status": {"rundir"},
+    "model": {"config", "kernels"},
+    "eval": {"config", "rundir"},  # the engine, suite, tasks and metrics never import hooks, train or checkpoint
+    "report": {"rundir", "status"},  # no torch: reads run folders through rundir alone
+}
+NO_TORCH = {"config", "rundir", "status", "report"}  # `ablate status` and `ablate report` start quickly
+
+
+def _modules() -> dict[str, Path]:
+    """{dotted module name: file} for every module of ablate."""
+    found = {}
+    for package, root in ROOTS.items():
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def group_of(module: str) -> str:
+    """ablate.eval.suite -> eval, ablate.train -> train, ablate (the package's __init__) -> __init__."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def _target(module: str, name: str | None) -> str:
+    """The ablate module an import names: `from ablate import rundir` names ablate.rundir, `from ablate.config
+    import X` names ablate.config, `from ablate import ConfigError` names ablate itself."""
+    if name is not None and f"{module}.{name}" in MODULES:
+        return f"{module}.{name}"
+    return module
+
+
+def imports_of(path: Path) -> set[str]:
+    """The ablate modules a file imports, at the top or inside functions; and any top-level package names it
+    imports (for the torch check)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import; use `from ablate... import`"
+            for alias in node.names:
+                found.add(_target(node.module, alias.name) if node.module.split(".")[0] == "ablate"
+                          else node.module)
+    return found
+
+
+def ablate_imports(module: str) -> set[str]:
+    return {m for m in imports_of(MODULES[module]) if m.split(".")[0] == "ablate"}
+
+
+def test_every_module_is_placed_in_a_layer():
+    unplaced = sorted({group_of(m) for m in MODULES} - set(LAYER))
+    assert not unplaced, f"add {unplaced} to LAYERS in tests/test_structure.py (and the README's Architecture)"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_one_way(module):
+    group = group_of(module)
+    for target in sorted(ablate_imports(module)):
+        other = group_of(target)
+        if other == group:
+            continue
+        assert LAYER[other] < LAYER[group], (f"{module} imports {target}: layer {LAYER[group]} ({group}) may import "
+                                             f"only lower layers, and {other} is layer {LAYER[other]}")
+        if group in ALLOWED:
+            assert other in ALLOWED[group], (f"{module} imports {target}; {group} may import only "
+                                             f"{sorted(ALLOWED[group]) or 'nothing else of ablate'}")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if group_of(m) in NO_TORCH))
+def test_run_folder_readers_never_import_torch(module):
+    heavy = sorted(m for m in imports_of(MODULES[module]) if m.split(".")[0] in ("torch", "triton", "transformers"))
+    assert not heavy, f"{module} imports {heavy}"
+
+
+def test_eval_training_hook_is_outside_the_eval_package():
+    """The one module that joins the eval engine and the training hooks."""
+    assert "ablate.eval_hook" in MODULES and "ablate.eval.hook" not in MODULES
+    assert {"ablate.hooks", "ablate.eval.suite"} <= ablate_imports("ablate.eval_hook")
+
+
+# The names inside a run folder (rundir spells each once). The data cache keeps a tokenizer.json of its own.
+RUN_FOLDER_NAMES = {rundir.CONFIG, rundir.SUMMARY, rundir.STATUS, rundir.METRICS, rundir.EVALS, rundir.LOCK,
+                    rundir.ERROR, rundir.LOGS, rundir.CHECKPOINTS, rundir.TOKENIZER, rundir.TENSORBOARD,
+                    rundir.EVAL_ITEMS, rundir.CKPT_META, rundir.CKPT_REASON}
+PREFIXES = (rundir.STEP_PREFIX, rundir.TMP_PREFIX, rundir.DAMAGED_PREFIX)  # of checkpoint and eval_items folders
+ELSEWHERE = {("ablate.data", rundir.TOKENIZER)}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "ablate.rundir"))
+def test_run_folder_names_are_spelled_in_rundir_alone(module):
+    """A string (or f-string piece) that names a file or folder of a run folder: use rundir's name for it."""
+    spelled = []
+    for node in ast.walk(ast.parse(MODULES[module].read_bytes())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            names = [n for n in RUN_FOLDER_NAMES if text == n or text.endswith("/" + n)] + \
+                [p for p in PREFIXES if text.startswith(p)]
+            spelled += [(node.lineno, text) for n in names if (module, n) not in ELSEWHERE]
+    assert not spelled, f"{MODULES[module]}: run-folder names spelled out (line, text): {spelled}; use ablate.rundir"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_modules_stay_small(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{MODULES[module]}: {lines} lines; split it (at most {MAX_LINES})"
+
+
+def test_the_rules_see_real_imports():
+    """The parser finds what is there (a rule that sees nothing passes vacuously)."""
+    assert ablate_imports("ablate.model") == {"ablate.config", "ablate.kernels"}
+    assert "ablate.rundir" in ablate_imports("ablate.report.load")
+    assert "ablate.eval.engine" in ablate_imports("ablate.eval.suite")
+    assert len(MODULES) > 40
