@@ -120,12 +120,13 @@ def test_write_report_on_a_3x2_grid(tmp_path):
     report = write_report(root, tmp_path / "out")
     sweep = report["sweep"]
     assert sweep["axes"] == ["optim.lr", "train.global_batch"] and len(sweep["cells"]) == 6
-    assert sweep["metric"]["source"] == "final val/loss"
+    # batch 32 takes twice the tokens per step: every cell is read where all runs are, at equal tokens
+    assert sweep["metric"]["source"].endswith("(equal tokens)") and any("equal tokens" in n for n in sweep["notes"])
     hm = sweep["heatmap"]
     assert (hm["x"], hm["y"], hm["x_values"], hm["y_values"]) == ("optim.lr", "train.global_batch",
                                                                   [1e-3, 3e-3, 1e-2], [16, 32])
     cell = next(c for c in sweep["cells"] if c["label"] == "lr=0.01,global_batch=32")
-    assert hm["mean"][1][2] == pytest.approx(cell["mean"]) and hm["best"]["label"] == "lr=0.003,global_batch=32"
+    assert hm["mean"][1][2] == pytest.approx(cell["mean"]) and hm["best"]["label"] == "lr=0.003,global_batch=16"  # at equal tokens, batch 32 has had half the steps
     for view in sweep["lr"]:  # one optimum per batch size, at the known 3e-3
         fit = view["fit"]
         assert fit["status"] == "vertex" and abs(fit["lr_opt"] / GRID_LR_STAR - 1) < 0.10

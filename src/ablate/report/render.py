@@ -153,8 +153,17 @@ def _final_scores(group: dict, suffix: str, report: dict) -> Section:
         rows.append([s["task"], s["metric"], s["direction"]] + [fmt(s["final"][v]["mean"]) if v in s["final"] else ""
                                                                for v in variants]
                     + [s["best"] or "tie", ", ".join(significant)])
-    sec.tables.append(("Every metric: final mean per variant", ["task", "metric", "better"] + variants
-                       + ["best", f"significant (p_BH < {o['alpha']:g})"], rows))
+    header = ["task", "metric", "better"] + variants + ["best", f"significant (p_BH < {o['alpha']:g})"]
+    if len(variants) > 3:  # a column per variant runs off the page: a row per variant, a column per metric
+        series = group["series"]
+        header = ["variant"] + [f"{s['task']} {s['metric']} ({s['direction']})" for s in series]
+        rows = [[v] + [fmt(s["final"][v]["mean"]) + (" best" if v == s["best"] else "") if v in s["final"] else ""
+                       for s in series] for v in variants]
+        if len(series) > 8:
+            rows = [[v] + row[1:9] for v, row in zip(variants, rows)]
+            header = header[:9]
+            sec.paragraphs.append(f"The first 8 of {len(series)} metrics per variant; every one is in report.json.")
+    sec.tables.append(("Every metric: final mean per variant", header, rows))
     return sec
 
 

@@ -117,6 +117,9 @@ def lr_optimum(lrs, values_by_lr: list, lower_is_better: bool = True, n_boot: in
         if rep["status"] == "vertex":
             found.append(rep["x_opt"])
     out["n_boot"], out["ci_share"] = n_boot, len(found) / n_boot if n_boot else None
+    if fit["status"] != "vertex":  # a bound has no interval: resamples that found a vertex would contradict it
+        out["note"] += f"; {100 * out['ci_share']:.0f}% of seed resamples put a vertex inside the grid"
+        return out
     ci = percentile_ci(found)
     out["ci"] = [10 ** ci[0], 10 ** ci[1]] if ci else None
     return out

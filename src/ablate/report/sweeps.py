@@ -17,6 +17,7 @@ from collections import Counter
 import numpy as np
 
 from ablate.report import stats
+from ablate.report.match import final_points
 from ablate.report import sweep_fits as fits
 from ablate.report.load import VAL_TASK, ReportError, Run, get_dotted
 
@@ -39,7 +40,10 @@ def _order(value):
     return (0, value, "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0, str(value))
 
 
-def _final(run: Run, metric: tuple[str, str] | None) -> float | None:
+def _final(run: Run, metric: tuple[str, str] | None, at: dict | None = None) -> float | None:
+    """The run's score at `at[label]` (the equal-token point the decisions use), else its last."""
+    if at and run.label in at:
+        return at[run.label].value
     points = run.scores.get(metric) if metric else run.train_loss
     return points[-1].value if points else None
 
@@ -49,7 +53,7 @@ def _summary(values) -> dict:
     return {"mean": float(v.mean()), "std": stats.std(v), "min": float(v.min()), "max": float(v.max())}
 
 
-def _cells(runs: list[Run], axes: list[str], metric) -> tuple[list[dict], dict]:
+def _cells(runs: list[Run], axes: list[str], metric, at: dict | None = None) -> tuple[list[dict], dict]:
     """One dict per grid cell, in axis order, and {cell values: its runs}."""
     runs_of: dict[tuple, list[Run]] = {}
     for run in runs:
@@ -57,7 +61,7 @@ def _cells(runs: list[Run], axes: list[str], metric) -> tuple[list[dict], dict]:
     cells = []
     for values in sorted(runs_of, key=lambda vs: tuple(_order(v) for v in vs)):
         rs = sorted(runs_of[values], key=lambda r: r.seed)
-        finals = [_final(r, metric) for r in rs]
+        finals = [_final(r, metric, at) for r in rs]
         params = [r.summary.get("params") for r in rs if r.summary and r.summary.get("params")]
         cells.append({"values": list(values), "label": _label(axes, values), "seeds": [r.seed for r in rs],
                       "finals": finals, **_summary(finals), "params": float(np.mean(params)) if params else None})
@@ -306,12 +310,20 @@ def analyze_sweep(runs: list[Run], opts) -> dict | None:
     missing = [r.label for r in finished if _final(r, metric) is None]
     if missing:
         notes.append(f"left out, no {'val/loss' if metric else 'training loss'}: {', '.join(missing)}")
+    scored = [r for r in finished if _final(r, metric) is not None]
+    at, source = None, "final val/loss" if metric else "final loss"
+    if metric and scored:  # as the decisions do: every run at the largest token count all of them reached
+        at, tokens, at_last = final_points(scored, metric)
+        if tokens and not at_last:
+            source = f"val/loss at {tokens:,} tokens, the most every run reached (equal tokens)"
+            notes.append(f"runs differ in tokens per step: every cell is read at {tokens:,} tokens (equal tokens), "
+                         f"not at each run's end")
     try:
-        cells, runs_of = _cells([r for r in finished if _final(r, metric) is not None], axes, metric)
+        cells, runs_of = _cells(scored, axes, metric, at)
     except ReportError as exc:
         return {"axes": axes, "metric": None, "cells": [], "notes": notes + [f"axes unreadable: {exc}"]}
     out = {"axes": axes, "metric": {"task": VAL_TASK if metric else "train_loss", "metric": "loss",
-                                    "direction": "lower", "source": "final val/loss" if metric else "final loss"},
+                                    "direction": "lower", "source": source},
            "cells": cells, "heatmap": None, "lr": None, "batch": None, "scale": None, "notes": notes}
     if not cells:
         notes.append("no finished grid run to lay out")
