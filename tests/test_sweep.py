@@ -92,11 +92,10 @@ def test_json_files_are_atomic_and_read_errors_name_the_file(tmp_path, monkeypat
     path = tmp_path / "summary.json"
     rundir.write_json_atomic(path, {"a": 1})
 
-    def dies_midway(obj, f, **kw):
-        f.write('{"a": 2, "b": ')
+    def dies_midway(fd):  # the new text is in the temporary file, not yet renamed over the old
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(json, "dump", dies_midway)
+    monkeypatch.setattr(rundir.os, "fsync", dies_midway)
     with pytest.raises(KeyboardInterrupt):
         rundir.write_json_atomic(path, {"a": 2})
     monkeypatch.undo()

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ablate.config import ConfigError
+from ablate.rundir import write_json_atomic
 
 
 @dataclass
@@ -240,14 +240,7 @@ def remember_peak(key: str, measured: float) -> float:
         return float(best)
     known[key] = measured
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{PEAK_CACHE}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(known, f, indent=1)
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        write_json_atomic(path, known)
     except OSError:  # a read-only cache costs the memory of the best peak, not the run
         pass
     return measured

@@ -33,7 +33,6 @@ CKPT_META, CKPT_REASON = "meta.json", "REASON.txt"
 STEP_PREFIX, TMP_PREFIX, DAMAGED_PREFIX = "step_", ".tmp_", "damaged_"
 STEP_NAME = re.compile(rf"{STEP_PREFIX}(\d+)")  # a checkpoint folder's name, matched whole
 TMP_GLOB = TMP_PREFIX + STEP_PREFIX + "*"  # every half-written checkpoint
-FINAL_STATES = ("finished", "diverged")  # a rerun reports these instead of training again
 STATES = ("pending", "running", "finished", "failed", "diverged", "interrupted")
 
 
@@ -67,8 +66,9 @@ def damaged_dir_name(name: str, n: int = 0) -> str:
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """Steps of the complete checkpoints (checkpoints/step_N/ with its meta.json), oldest first."""
     root = checkpoint_root(run_dir)
-    found = [p for p in root.glob(STEP_PREFIX + "*") if (p / CKPT_META).is_file()] if root.is_dir() else []
-    return sorted(int(p.name.split("_")[1]) for p in found if p.name.split("_")[1].isdigit())
+    found = [STEP_NAME.fullmatch(p.name) for p in root.iterdir() if (p / CKPT_META).is_file()] \
+        if root.is_dir() else []
+    return sorted(int(m.group(1)) for m in found if m)
 
 
 def items_path(run_dir: str | Path, step: int, name: str) -> Path:
@@ -84,20 +84,25 @@ def warn(message: str) -> None:
 # files
 
 
-def write_json_atomic(path: str | Path, obj) -> None:
-    """Write JSON to a temporary file beside `path`, then rename: readers see the old file or the new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _replace(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename: readers see the old file or the new, never
+    half of one (a kill leaves at most a stray .tmp file)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _replace(path, json.dumps(obj, indent=1))
 
 
 def read_json(path: str | Path) -> dict:
@@ -144,16 +149,7 @@ def read_jsonl(path: str | Path, repair: bool = False) -> list[dict]:
 
 def rewrite_jsonl(path: Path, rows: list[dict]) -> None:
     """Replace a JSONL file atomically (used on resume to keep only what the checkpoint had seen)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write("".join(json.dumps(row) + "\n" for row in rows))
-    os.replace(tmp, path)
-
-
-def append_jsonl(path: Path, row: dict) -> None:
-    """One line, flushed at once."""
-    with path.open("a") as f:
-        f.write(json.dumps(row) + "\n")
+    _replace(Path(path), "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def write_items(run_dir: str | Path, step: int, name: str, rows: list[dict]) -> Path:
@@ -217,12 +213,6 @@ class RunLock:
             return True
         finally:
             os.close(fd)  # also drops the shared lock if it was taken
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
 
 class RunLocked(RuntimeError):

@@ -47,9 +47,12 @@ def run_state(run_dir: Path) -> dict:
     """State, progress and message of one run folder."""
     status = rundir.read_status(run_dir) or {}
     state = status.get("state", "pending")
+    held = rundir.RunLock(run_dir).held_by_live_process()
     if (run_dir / rundir.SUMMARY).is_file():
         state = "finished"
-    elif state == "running" and not rundir.RunLock(run_dir).held_by_live_process():
+    elif held:  # the lock is the truth: a queue's "pending" may have been written over a start
+        state = "running"
+    elif state == "running":
         state = "stopped"
     elif state == "pending" and (run_dir / rundir.METRICS).is_file():
         state = "stopped"  # a folder from before status files: progress but nobody on it

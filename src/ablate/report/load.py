@@ -86,16 +86,9 @@ class Run:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut short by a killed run
-                continue
-    return rows
+    """rundir's reader: a torn last line (a run killed or still writing) is dropped with a warning; damage
+    elsewhere makes the run unreadable, named in the report, rather than silently missing lines."""
+    return rundir.read_jsonl(path)
 
 
 def _finite(x) -> bool:
