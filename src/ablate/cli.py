@@ -197,11 +197,20 @@ def cmd_report(args) -> int:
 
     from ablate.report import Options, ReportError, write_report
 
+    for flag, value, ok, allowed in (("--alpha", args.alpha, 0 < args.alpha < 1, "in (0, 1)"),
+                                     ("--power", args.power, 0 < args.power < 1, "in (0, 1)"),
+                                     ("--min-seeds", args.min_seeds, args.min_seeds >= 2, "a whole number >= 2"),
+                                     ("--min-shared-items", args.min_shared_items, 0 < args.min_shared_items <= 1,
+                                      "in (0, 1]"),
+                                     ("--bootstrap", args.bootstrap, args.bootstrap >= 100, ">= 100"),
+                                     ("--last-k", args.last_k, args.last_k >= 2, "a whole number >= 2")):
+        if not ok:
+            raise ConfigError(f"{flag} {value}: allowed: {allowed}")
     start = time.perf_counter()
     opts = Options(alpha=args.alpha, min_seeds=args.min_seeds, power=args.power,
                    min_shared_items=args.min_shared_items, min_monotonicity=args.min_monotonicity,
-                   min_tau=args.min_tau, min_z=args.min_z, min_snr=args.min_snr, last_k=args.last_k, early_fraction=args.early_fraction,
-                   bootstrap=args.bootstrap, scale=[f for f in (args.scale or "").split(",") if f])
+                   min_tau=args.min_tau, min_z=args.min_z, min_snr=args.min_snr, last_k=args.last_k,
+                   early_fraction=args.early_fraction, bootstrap=args.bootstrap, scale=[f for f in (args.scale or "").split(",") if f])
     out = args.out or args.runs_dir
     try:
         report = write_report(args.runs_dir, out, opts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from pathlib import Path
@@ -21,8 +22,12 @@ def natural_key(text: str) -> list:
 
 
 def find_run_dirs(root: Path) -> list[Path]:
-    found = {p.parent for name in (rundir.CONFIG, rundir.STATUS) for p in root.rglob(name)
-             if rundir.CHECKPOINTS not in p.parts}
+    """Folders holding a config.json or status.json (a walk that tolerates files vanishing under it)."""
+    found = set()
+    for folder, subfolders, files in os.walk(root, onerror=lambda error: None):
+        subfolders[:] = [d for d in subfolders if d != rundir.CHECKPOINTS]
+        if rundir.CONFIG in files or rundir.STATUS in files:
+            found.add(Path(folder))
     return sorted(found, key=lambda p: natural_key(str(p.relative_to(root))))
 
 
@@ -108,6 +113,8 @@ def table(root: Path) -> tuple[str, dict]:
 
 def show(root: str | Path, watch: float | None = None) -> int:
     root = Path(root)
+    if watch is not None and not watch > 0:
+        raise rundir.RunFolderError(f"--watch {watch:g}: allowed: seconds > 0")
     if not root.is_dir():
         raise rundir.RunFolderError(f"{root}: no such folder; allowed: a runs folder such as runs/ or "
                                     f"runs/<experiment>")
