@@ -160,13 +160,14 @@ def test_every_checkpoint_damaged_is_a_clear_error_not_a_restart(finished, tmp_p
     run, out, run_dir = copy_of(finished, tmp_path)
     ckpts = run_dir / "checkpoints"
     (ckpts / "damaged_step_8").mkdir()  # set aside on an earlier attempt: the new one gets a suffix
+    size = (ckpts / "step_8" / "__0_0.distcp").stat().st_size  # what the checkpoint's metadata expects
     for step in (8, 10):
         truncate_shard(ckpts / f"step_{step}")
     metrics_before = (run_dir / "metrics.jsonl").read_text()
     result = run_cli("run", str(TINY), "--only", "mha", *CLI_SETS, "--out", str(out), check=False)
     assert result.returncode != 0
-    assert (f"{run_dir}: every checkpoint is damaged (step_10 (__0_0.distcp is truncated: 1000 bytes, 748762 "
-            f"expected), step_8 (__0_0.distcp is truncated: 1000 bytes, 748762 expected)); set aside under "
+    assert (f"{run_dir}: every checkpoint is damaged (step_10 (__0_0.distcp is truncated: 1000 bytes, {size} "
+            f"expected), step_8 (__0_0.distcp is truncated: 1000 bytes, {size} expected)); set aside under "
             f"checkpoints/damaged_step_*; remove the run folder to start again from step 0") in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
     assert sorted(p.name for p in ckpts.iterdir()) == ["damaged_step_10", "damaged_step_8", "damaged_step_8_1"]

@@ -270,8 +270,8 @@ def test_agreement_with_lm_eval_hf(eval_run, tmp_path):
 
 
 def test_lm_eval_command_runs_the_ablate_model(eval_run, tmp_path):
-    """`lm_eval --model ablate`: lm-eval's own command, in a fresh process, finds the model through the hook that
-    ablate's install puts in site-packages, and scores ablate's task configs as ablate's engine does."""
+    """`ablate-lm-eval --model ablate`: lm-eval's own command, in a fresh process, with the model registered by
+    ablate (no start-up hook), scores ablate's task configs as ablate's engine does."""
     import subprocess
     import sys
     from pathlib import Path
@@ -280,7 +280,7 @@ def test_lm_eval_command_runs_the_ablate_model(eval_run, tmp_path):
     from ablate_evals.lm_eval_tasks import PATH
 
     run_dir, _ = eval_run
-    command = [str(Path(sys.executable).with_name("lm_eval")), "--model", "ablate", "--model_args",
+    command = [str(Path(sys.executable).with_name("ablate-lm-eval")), "--model", "ablate", "--model_args",
                f"path={run_dir}", "--tasks", "ablate_copa,ablate_arc_easy", "--include_path", str(PATH),
                "--limit", "12", "--batch_size", "8", "--device", "cpu", "--output_path", str(tmp_path / "out")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -20,13 +20,13 @@ MAX_LINES = 600
 # package (eval, report, kernels) taken whole. A new module must be placed here.
 LAYERS = [
     {"config", "rundir", "kernels"},  # nothing else of ablate
-    {"sources", "status"},
+    {"sources", "status", "batching", "mixture"},  # mixture: below data, which imports it
     {"model", "data", "optim", "parallel", "eval", "report"},
     {"checkpoint"},
-    {"hooks", "load"},
-    {"eval_hook", "export", "lm_eval_model"},
+    {"callbacks", "load"},
+    {"eval_callback", "export", "lm_eval_model", "stability"},
     {"train"},
-    {"experiment", "sweep"},
+    {"experiment", "sweep", "plan"},
     {"slurm"},
     {"cli", "lm_eval_cli", "__init__"},
     {"__main__"},
@@ -40,7 +40,7 @@ ALLOWED = {
     "kernels": set(),
     "status": {"rundir"},
     "model": {"config", "kernels"},
-    "eval": {"config", "rundir"},  # the engine, suite, tasks and metrics never import hooks, train or checkpoint
+    "eval": {"config", "rundir"},  # the engine, suite, tasks and metrics never import callbacks, train or checkpoint
     "report": {"rundir", "status"},  # no torch: reads run folders through rundir alone
 }
 NO_TORCH = {"config", "rundir", "status", "report"}  # `ablate status` and `ablate report` start quickly
@@ -121,10 +121,10 @@ def test_run_folder_readers_never_import_torch(module):
     assert not heavy, f"{module} imports {heavy}"
 
 
-def test_eval_training_hook_is_outside_the_eval_package():
-    """The one module that joins the eval engine and the training hooks."""
-    assert "ablate.eval_hook" in MODULES and "ablate.eval.hook" not in MODULES
-    assert {"ablate.hooks", "ablate.eval.suite"} <= ablate_imports("ablate.eval_hook")
+def test_eval_training_callback_is_outside_the_eval_package():
+    """The one module that joins the eval engine and the training callbacks."""
+    assert "ablate.eval_callback" in MODULES
+    assert {"ablate.callbacks", "ablate.eval.suite"} <= ablate_imports("ablate.eval_callback")
 
 
 # The names inside a run folder (rundir spells each once). The data cache keeps a tokenizer.json of its own.

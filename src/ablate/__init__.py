@@ -6,8 +6,16 @@ from ablate.config import (ConfigError, DataConfig, EvalConfig, ModelConfig, Opt
                            TrainConfig, grid, variant)
 
 __all__ = ["RunConfig", "ModelConfig", "DataConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "EvalConfig",
-           "variant", "grid", "ConfigError", "train"]
+           "variant", "grid", "branch", "ConfigError", "train"]
 __version__ = "0.1.0"
+
+
+def branch(parent: RunConfig, at: float | int, name: str, changes: dict | None = None) -> RunConfig:
+    """A run that continues `parent` from its checkpoint at `at` (share of its steps, or a step) with `changes`
+    (see ablate.experiment.branch)."""
+    from ablate.experiment import branch as _branch
+
+    return _branch(parent, at, name, changes)
 
 
 def train(run: RunConfig, out_root: str = "runs") -> dict:

@@ -222,8 +222,8 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     """The step_N folders (complete when written; see check_checkpoint for damage since), oldest first."""
     if not ckpt_root.is_dir():
         return []
-    found = [p for p in ckpt_root.iterdir() if STEP_NAME.fullmatch(p.name) and p.is_dir()]
-    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+    found = [p for p in ckpt_root.iterdir() if rundir.step_of(p.name) is not None and p.is_dir()]
+    return sorted(found, key=lambda p: rundir.step_of(p.name))
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
@@ -238,8 +238,10 @@ def _rng_state() -> dict:
     return state
 
 
-def save_checkpoint(ckpt_root: Path, step: int, model, optimizer, extra: dict, d: Dist, keep: int) -> Path:
-    """Save everything needed to continue at `step`. `extra` (data-loader state, tokens...) is the same on all ranks."""
+def save_checkpoint(ckpt_root: Path, step: int, model, optimizer, extra: dict, d: Dist, keep: int,
+                    keep_steps: tuple[int, ...] | list[int] = ()) -> Path:
+    """Save everything needed to continue at `step`. `extra` (data-loader state, tokens...) is the same on all ranks.
+    The `keep` newest are kept, and those at `keep_steps` (branch points) always."""
     final = ckpt_root / rundir.step_dir_name(step)
     tmp = ckpt_root / rundir.tmp_dir_name(step)
     if d.is_main:
@@ -255,7 +257,8 @@ def save_checkpoint(ckpt_root: Path, step: int, model, optimizer, extra: dict, d
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-        for old in list_checkpoints(ckpt_root)[:-keep]:
+        rotating = [c for c in list_checkpoints(ckpt_root) if rundir.step_of(c.name) not in keep_steps]
+        for old in rotating[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     d.barrier()
     return final

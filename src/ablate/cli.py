@@ -23,6 +23,7 @@ def cmd_run(args) -> int:
 
     out = str(check_out_dir(args.out))
     runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
+    _check_memory(runs, args)
     if args.launcher != "here":
         return _run_submitit(runs, out, args)
     if args.slurm:
@@ -37,6 +38,19 @@ def cmd_run(args) -> int:
     else:
         slots = sweep.machine_slots(args.jobs, args.runs_per_gpu, args.gpus_per_run)
     return _run_here(runs, out, slots)
+
+
+def _check_memory(runs, args) -> None:
+    """Refuse, before any compute, runs whose per-rank memory (ablate plan's estimate) exceeds --device-memory or
+    the visible GPU's memory; on CPU without --device-memory nothing is checked."""
+    from ablate.plan import check_fits, device_memory_default, parse_size
+
+    memory = parse_size(args.device_memory) if args.device_memory else device_memory_default()
+    if memory is None:
+        return
+    world = int(os.environ.get("WORLD_SIZE", 1)) * max(args.gpus_per_run, 1)
+    for run in runs:
+        check_fits(run, world, memory)
 
 
 def _run_here(runs, out: str, slots) -> int:
@@ -133,6 +147,28 @@ def _run_submitit(runs, out: str, args) -> int:
                   f"report {out}/{experiment}", flush=True)
         return 0
     return _closing(slurm.submit(runs, out, options, local=True), runs, out)
+
+
+def cmd_plan(args) -> int:
+    """Parameters, FLOPs, tokens, per-rank memory and time of every run, before any compute; runs that cannot fit
+    the device memory are refused (exit 2)."""
+    from ablate import plan
+    from ablate.experiment import load_experiment
+
+    if args.world_size < 1:
+        raise ConfigError(f"--world-size {args.world_size}: allowed: a whole number >= 1")
+    overrides = parse_set_args(args.set)
+    if args.dtype:
+        overrides["train.dtype"] = args.dtype
+    runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=overrides)
+    device_memory = plan.parse_size(args.device_memory) if args.device_memory else plan.device_memory_default()
+    plans = [plan.plan_run(run, args.world_size) for run in runs]
+    mfu, mfu_source = plan.earlier_mfu(args.out, runs[0].experiment)
+    print(plan.format_report(plans, args.world_size, device_memory, mfu, mfu_source), flush=True)
+    unfit = plan.unfit(plans, device_memory)
+    if unfit:
+        raise ConfigError(plan.refusal(unfit, args.world_size, device_memory))
+    return 0
 
 
 def cmd_status(args) -> int:
@@ -237,12 +273,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="runs at once on this machine (CPU: cores/N threads each; GPUs: default one per GPU)")
     run.add_argument("--runs-per-gpu", type=int, default=1, metavar="K", help="several small runs share each GPU")
     run.add_argument("--gpus-per-run", type=int, default=1, metavar="G", help="each run a torchrun group of G GPUs")
+    run.add_argument("--device-memory", metavar="SIZE", help="refuse runs whose per-rank memory estimate (ablate "
+                     "plan) exceeds SIZE, e.g. 80GiB (default: a visible GPU's memory; none on CPU)")
     run.add_argument("--launcher", choices=["here", "local", "slurm"], default="here",
                      help="here (default): this machine; slurm: a submitit job array; local: the same submitit "
                           "path with its local executor")
     run.add_argument("--slurm", metavar="KEY=VALUE,...",
                      help="SLURM options, e.g. partition=gpu,time=120,gpus_per_run=1 (see README)")
     run.set_defaults(func=cmd_run)
+    pl = sub.add_parser("plan", help="what each run costs (parameters, FLOPs, tokens, per-rank memory, time) before "
+                                     "any compute; refuses runs that cannot fit the device memory")
+    pl.add_argument("file", help="experiment file (Python) defining `runs`")
+    pl.add_argument("--only", action="append", help="variant names or globs, comma-separated or repeated")
+    pl.add_argument("--seeds", type=_int_list, help="comma-separated seeds, overriding the file's `seeds`")
+    pl.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="override a config field, e.g. --set train.micro_batch=8 (repeatable)")
+    pl.add_argument("--world-size", type=int, default=1, metavar="N", help="ranks FSDP2 shards over (default 1)")
+    pl.add_argument("--device-memory", metavar="SIZE",
+                    help="memory per device, e.g. 24GiB or 80GB (default: the visible GPU's, else no check)")
+    pl.add_argument("--dtype", choices=["auto", "fp32", "bf16"], help="override train.dtype")
+    pl.add_argument("--out", default="runs", help="runs root whose finished runs give the MFU (default: runs/)")
+    pl.set_defaults(func=cmd_plan)
     st = sub.add_parser("status", help="one line per run: state, step, loss, tokens/s, ETA, failures")
     st.add_argument("runs_dir", help="runs/ or runs/<experiment>/")
     st.add_argument("--watch", type=float, nargs="?", const=5.0, metavar="SECONDS",

@@ -80,13 +80,21 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    name: Literal["adamw"] = "adamw"
+    name: str = "adamw"  # an optimizer registered in ablate.optim ("adamw", "muon"); checked where runs load
     lr: float = 3e-3
     weight_decay: float = 0.1  # never applied to embeddings, norms and biases
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    momentum: float = 0.95  # muon: momentum of the hidden matrices' orthogonalised updates (Nesterov)
+    ns_steps: int = 5  # muon: Newton-Schulz iterations
+    # multipliers of lr per parameter role (ablate.optim.ROLES: the embedding, the 2-D hidden matrices, vectors
+    # such as norm weights and biases, the output head when untied)
+    embedding_lr_scale: float = 1.0
+    hidden_lr_scale: float = 1.0
+    vector_lr_scale: float = 1.0
+    head_lr_scale: float = 1.0
 
 
 @dataclass
@@ -113,6 +121,24 @@ class TrainConfig:
     keep_checkpoints: int = 2
     peak_flops: float | None = None  # per device, for MFU; None: measured once on CPU, looked up on known GPUs
     float8: bool = False  # torchao float8 matmuls in the blocks' linears; GPUs of compute capability >= 8.9 only
+    # The global batch as a function of tokens seen (ablate.batching). "constant": global_batch throughout;
+    # "ramp": linear in tokens from batch_start to global_batch over batch_ramp_tokens; "stages": the table in
+    # batch_stages; "dynamic": batch_start doubling each time the tokens seen double past batch_ramp_tokens, up
+    # to global_batch. Under any but "constant" the run ends at max_tokens.
+    batch_schedule: Literal["constant", "ramp", "stages", "dynamic"] = "constant"
+    batch_start: int = 0  # ramp/dynamic: the first global batch
+    batch_ramp_tokens: int = 0  # ramp: tokens to reach global_batch; dynamic: tokens at the first doubling
+    batch_stages: str = ""  # stages: "tokens:batch,..." from 0, e.g. "0:8,200000:16,400000:32"
+    batch_lr_scaling: Literal["none", "sqrt", "linear"] = "none"  # lr x (batch / global_batch)^(1/2 or 1)
+    max_tokens: int = 0  # 0: max_steps x global_batch x seq_len (a scheduled batch takes the steps it needs)
+    # Loss spikes (ablate.stability): a loss whose robust z-score (median and MAD of the last spike_window
+    # losses) exceeds spike_threshold is a spike; "log" records it, "skip" drops that step's update, "rollback"
+    # restores the last checkpoint and skips the offending batch, "stop" ends the run as diverged.
+    spike_policy: Literal["log", "skip", "rollback", "stop"] = "log"
+    spike_window: int = 50
+    spike_threshold: float = 6.0
+    monitor_every: int = 0  # steps between stability monitors in TensorBoard (0: every log_every)
+    keep_steps: list[int] = field(default_factory=list)  # checkpoints kept for good: branch points (set by branch())
 
 
 @dataclass
@@ -139,6 +165,9 @@ class RunConfig:
     # Bookkeeping, like the name: the grid values this run was built with ({"optim.lr": 0.001}), set by grid() and
     # kept in config.json so the report can lay runs out on the grid's axes. Always equal to the fields they name.
     axes: dict[str, int | float | str | bool | None] = field(default_factory=dict)
+    # Set by branch(): {"parent": variant name, "at": as given, "step": N, "tokens": seen by then,
+    # "parent_identity": ...}. The run starts from the parent's checkpoint at step N (same seed).
+    branch: dict[str, int | float | str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -163,12 +192,31 @@ class RunConfig:
         """A stable hash of everything that changes the numbers (names and bookkeeping left out)."""
         d = self.to_dict()
         d.pop("experiment"), d.pop("name")
-        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops", "val_every"):
+        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops", "val_every", "monitor_every",
+                            "keep_steps"):
             d["train"].pop(bookkeeping)
+        for section, name in _ADDED_LATER:  # at their defaults they leave the identities of earlier runs as they were
+            if d[section][name] == _default(_SECTIONS[section], name):
+                d[section].pop(name)
+        if not d["branch"]:
+            d.pop("branch")
         d["data"].pop("cache_dir"), d["data"].pop("val_sequences")
         d.pop("eval")  # evaluation never changes the trained weights
         d.pop("axes")  # bookkeeping: the values it records are already in the sections
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# Fields added after run folders existed: left out of the identity while at their default
+_ADDED_LATER = [("optim", "momentum"), ("optim", "ns_steps"), ("optim", "embedding_lr_scale"),
+                ("optim", "hidden_lr_scale"), ("optim", "vector_lr_scale"), ("optim", "head_lr_scale"),
+                ("train", "batch_schedule"), ("train", "batch_start"), ("train", "batch_ramp_tokens"),
+                ("train", "batch_stages"), ("train", "batch_lr_scaling"), ("train", "max_tokens"),
+                ("train", "spike_policy"), ("train", "spike_window"), ("train", "spike_threshold")]
+
+
+def _default(section_cls, name: str):
+    f = next(f for f in dataclasses.fields(section_cls) if f.name == name)
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
@@ -197,6 +245,8 @@ def _describe(tp) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
     if origin is dict:
         key_tp, value_tp = typing.get_args(tp)
         return f"a dict of {_describe(key_tp)} -> {_describe(value_tp)}"
@@ -215,6 +265,8 @@ def _matches(value, tp) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(v, typing.get_args(tp)[0]) for v in value)
     if origin is dict:
         key_tp, value_tp = typing.get_args(tp)
         return isinstance(value, dict) and all(_matches(k, key_tp) and _matches(v, value_tp) for k, v in value.items())
@@ -269,6 +321,10 @@ def validate(run: RunConfig) -> RunConfig:
     _require(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
     _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, "optim.beta1/beta2", "must be in [0, 1)")
     _require(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
+    _require(0 <= o.momentum < 1, "optim.momentum", "must be in [0, 1)")
+    _require(o.ns_steps > 0, "optim.ns_steps", "must be > 0")
+    for role in ("embedding", "hidden", "vector", "head"):
+        _require(getattr(o, f"{role}_lr_scale") >= 0, f"optim.{role}_lr_scale", "must be >= 0 (0 freezes the role)")
     _require(0 <= s.warmup < 1, "schedule.warmup", "must be in [0, 1)")
     _require(0 < s.decay <= 1 and s.warmup + s.decay <= 1, "schedule.decay",
              f"must be in (0, 1] with schedule.warmup + decay <= 1, got warmup={s.warmup} decay={s.decay}")
@@ -282,12 +338,60 @@ def validate(run: RunConfig) -> RunConfig:
     _require(t.global_batch % t.micro_batch == 0, "train.global_batch",
              f"{t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}")
     _require(t.peak_flops is None or t.peak_flops > 0, "train.peak_flops", "must be None or > 0")
+    _validate_batch_schedule(t)
+    _require(t.spike_window >= 8, "train.spike_window", "must be >= 8 (losses the robust z-score is taken over)")
+    _require(t.spike_threshold > 0, "train.spike_threshold", "must be > 0")
+    _require(t.monitor_every >= 0, "train.monitor_every", "must be >= 0 (0: every train.log_every)")
+    _require(all(s > 0 for s in t.keep_steps), "train.keep_steps", "must be steps > 0")
+    _validate_branch(run)
     _validate_eval(run.eval)
     _validate_axes(run)
     for name in (run.experiment, run.name):
         _require(bool(name) and "/" not in name and not name.startswith("."), "name/experiment",
                  f"{name!r} must be a non-empty folder name")
     return run
+
+
+def parse_batch_stages(text: str) -> list[tuple[int, int]]:
+    """'0:8,200000:16' -> [(0, 8), (200000, 16)]: (tokens seen, global batch from there on); ConfigError if bad."""
+    where, allowed = "train.batch_stages", "allowed: 'tokens:batch,...' starting at 0 with increasing tokens"
+    stages = []
+    for part in text.split(","):
+        tokens, sep, batch = part.strip().partition(":")
+        try:
+            stages.append((int(tokens), int(batch)))
+        except ValueError:
+            raise ConfigError(f"{where}: cannot read {part.strip()!r}; {allowed}, e.g. '0:8,200000:16'") from None
+        _require(bool(sep) and stages[-1][1] > 0, where, f"{part.strip()!r}: {allowed}, batches > 0")
+    _require(stages[0][0] == 0 and all(a[0] < b[0] for a, b in zip(stages, stages[1:])), where,
+             f"{text!r}: {allowed}")
+    return stages
+
+
+def _validate_batch_schedule(t: TrainConfig) -> None:
+    kind = t.batch_schedule
+    _require(t.max_tokens >= 0, "train.max_tokens", "must be >= 0 (0: max_steps x global_batch x seq_len)")
+    if kind in ("ramp", "dynamic"):
+        _require(0 < t.batch_start <= t.global_batch, "train.batch_start",
+                 f"{kind}: must be in (0, train.global_batch={t.global_batch}], got {t.batch_start}")
+        _require(t.batch_ramp_tokens > 0, "train.batch_ramp_tokens", f"{kind}: must be > 0")
+    if kind == "stages":
+        _require(bool(t.batch_stages.strip()), "train.batch_stages", "stages: needs a table, e.g. '0:8,200000:16'")
+        bad = [b for _, b in parse_batch_stages(t.batch_stages) if b > t.global_batch]
+        _require(not bad, "train.batch_stages", f"batches {bad} exceed train.global_batch={t.global_batch} (the "
+                 f"largest batch, which data preparation and memory are checked against)")
+    else:
+        _require(not t.batch_stages.strip(), "train.batch_stages", f"only read when batch_schedule='stages', "
+                 f"not {kind!r}; allowed here: ''")
+
+
+def _validate_branch(run: RunConfig) -> None:
+    if not run.branch:
+        return
+    keys = {"parent": str, "at": (int, float), "step": int, "tokens": int, "parent_identity": str}
+    _require(set(run.branch) == set(keys) and all(isinstance(run.branch[k], t) for k, t in keys.items()), "branch",
+             f"got {run.branch!r}; allowed: what branch() sets ({', '.join(keys)})")
+    _require(run.branch["step"] > 0 and run.branch["tokens"] > 0, "branch", "step and tokens must be > 0")
 
 
 def _validate_axes(run: RunConfig) -> None:
@@ -338,6 +442,11 @@ def _parse_value(text: str, tp, where: str):
                 pass
         elif option is str:
             return text
+        elif typing.get_origin(option) is list:  # "100,200": a list of ints
+            try:
+                return [_parse_value(part, typing.get_args(option)[0], where) for part in text.split(",") if part]
+            except ConfigError:
+                pass
     raise ConfigError(f"{where}: cannot read {text!r}; allowed: {_describe(tp)}")
 
 

@@ -24,9 +24,12 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from ablate import mixture
 from ablate.config import ConfigError, DataConfig
+from ablate.mixture import SequenceSampler  # also imported from here, its earlier home
 from ablate.sources import (ALLOWED, check_source_file, default_corpus_path, entries, is_document,  # noqa: F401
-                            load_documents, load_hub_dataset, raw_texts, resolve, valid_texts)
+                            load_documents, load_hub_dataset, raw_texts, resolve, source_names, source_weights,
+                            valid_texts)
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +119,12 @@ def check_data_config(cfg: DataConfig, vocab_size: int | None = None) -> None:
     for field_name, source in (("data.source", cfg.source), ("data.val_source", cfg.val_source)):
         if source is None:
             continue
-        if not entries(source):
+        if not entries(source, field_name):
             raise ConfigError(f"{field_name}: empty; allowed: {ALLOWED}")
-        for entry in entries(source):
+        if field_name == "data.val_source" and source_weights(source, field_name) is not None:
+            raise ConfigError(f"data.val_source: {source!r} has weights, which only data.source takes (a mixture's "
+                              f"validation is held out from each of its sources); allowed: {ALLOWED}")
+        for entry in entries(source, field_name):
             kind, files = resolve(entry, field_name)
             for path in files if kind == "files" else []:
                 check_source_file(path, field_name, cfg.text_field)
@@ -230,12 +236,36 @@ def _write_tokens(tok, texts: Iterator[str], eos_id: int, bin_path: str, dtype, 
 
 @dataclass
 class TokenData:
-    """One tokenized split, memory-mapped: documents concatenated, each followed by eos."""
+    """One tokenized split, memory-mapped: documents concatenated, each followed by eos. A mixture's split holds
+    its sources one after another, sequences numbered source after source; no window crosses into the next source."""
     tokens: np.ndarray  # np.memmap of uint16 or uint32 ids
     doc_starts: np.ndarray  # int64 offset of each document's first token (sorted)
+    source_names: tuple[str, ...] = ()  # a mixture's sources, in data.source order; () for one stream
+    source_starts: np.ndarray | None = None  # a mixture: each source's first token offset, then the end
+
+    def sequences_per_source(self, seq_len: int) -> np.ndarray:
+        if self.source_starts is None:
+            return np.asarray([(len(self.tokens) - 1) // seq_len])  # -1: the last window needs one more target
+        return (np.diff(self.source_starts) - 1) // seq_len  # ... inside its own source
 
     def num_sequences(self, seq_len: int) -> int:
-        return (len(self.tokens) - 1) // seq_len  # -1: the last window needs one more token as its target
+        return int(self.sequences_per_source(seq_len).sum())
+
+    def source_of(self, indices, seq_len: int) -> np.ndarray:
+        """Each sequence's source, an index into source_names (all 0 for one stream)."""
+        return mixture.source_of(mixture.first_indices(self.sequences_per_source(seq_len)), indices)
+
+    def tokens_per_source(self, indices, seq_len: int) -> dict[str, int]:
+        """Tokens these sequences hold, per source name ({} for one stream): a step's data/tokens/<source>."""
+        counts = np.bincount(self.source_of(indices, seq_len), minlength=len(self.source_names))
+        return {name: int(n) * seq_len for name, n in zip(self.source_names, counts)}
+
+    def _window_starts(self, indices: np.ndarray, seq_len: int) -> np.ndarray:
+        if self.source_starts is None:
+            return indices * seq_len
+        first = mixture.first_indices(self.sequences_per_source(seq_len))
+        source = mixture.source_of(first, indices)
+        return self.source_starts[source] + (indices - first[source]) * seq_len
 
     def batch(self, indices, seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """inputs (B, S), targets (B, S) = inputs shifted by one, doc_ids (B, S): each position's document counted
@@ -243,7 +273,7 @@ class TokenData:
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(indices) and (indices.min() < 0 or indices.max() >= self.num_sequences(seq_len)):
             raise IndexError(f"sequence index out of range [0, {self.num_sequences(seq_len)}) at seq_len {seq_len}")
-        starts = indices * seq_len
+        starts = self._window_starts(indices, seq_len)
         windows = np.stack([np.asarray(self.tokens[s:s + seq_len + 1], dtype=np.int64) for s in starts])
         positions = starts[:, None] + np.arange(seq_len)
         doc_of = np.searchsorted(self.doc_starts, positions, side="right") - 1
@@ -261,6 +291,23 @@ class PreparedData:
     eos_id: int
     cache_dir: str
     stats: dict
+    weights: tuple[float, ...] = ()  # a mixture's weights (sum 1), in the order of train.source_names
+
+    def sampler(self, seq_len: int, seed: int):
+        """The training order: a SequenceSampler, or for a mixture a MixtureSampler over its sources."""
+        if not self.weights:
+            return SequenceSampler(self.train.num_sequences(seq_len), seed=seed)
+        return mixture.MixtureSampler(self.train.sequences_per_source(seq_len), self.weights, seed,
+                                      self.train.source_names, seq_len)
+
+    def val_indices(self, count: int, seq_len: int) -> np.ndarray:
+        """The fixed validation set: the first `count` sequences (fewer if the split holds fewer); for a mixture
+        held out per source, an equal share from each source whatever the weights, so that runs of other mixes
+        (an ablation of the mix, a branch that changes it) are scored on the same sequences."""
+        if self.weights and self.val.source_starts is not None:
+            sources = len(self.weights)
+            return mixture.held_out_indices(self.val.sequences_per_source(seq_len), [1 / sources] * sources, count)
+        return np.arange(min(count, self.val.num_sequences(seq_len)))
 
 
 def _file_hash(path: str) -> str:
@@ -272,22 +319,48 @@ def _cache_root(cfg: DataConfig) -> str:
     return os.path.expanduser(cfg.cache_dir or os.environ.get("ABLATE_CACHE") or "~/.cache/ablate")
 
 
-def _open_split(folder: str, split: str, dtype: str) -> TokenData:
-    return TokenData(tokens=np.memmap(os.path.join(folder, f"{split}.bin"), dtype=dtype, mode="r"),
-                     doc_starts=np.load(os.path.join(folder, f"{split}_docs.npy"), mmap_mode="r"))
+def _open_split(folder: str, split: str, dtype: str, names=()) -> TokenData:
+    opened = TokenData(tokens=np.memmap(os.path.join(folder, f"{split}.bin"), dtype=dtype, mode="r"),
+                       doc_starts=np.load(os.path.join(folder, f"{split}_docs.npy"), mmap_mode="r"))
+    bounds = os.path.join(folder, f"{split}_sources.npy")  # a mixture's split held out per source
+    if os.path.exists(bounds):
+        opened.source_names, opened.source_starts = tuple(names), np.load(bounds)
+    return opened
+
+
+@dataclass
+class _Stream:
+    """One source of a mixture, or all of data.source when it has no weights: its documents and their split."""
+    entry: str
+    parts: list
+    n_train: int
+    n_val: int  # its last documents, held out for validation (0 when data.val_source is given)
+    skipped: int
+    n_bytes: int  # UTF-8 bytes of its documents
+    content_hash: str
+
+    @property
+    def train_bytes(self) -> int:  # estimated when validation is a share of the stream
+        return self.n_bytes * self.n_train // (self.n_train + self.n_val)
 
 
 @dataclass
 class _Sources:
-    """What reading and hashing the sources found: the parts to tokenize, the split, and the content's identity."""
-    train_parts: list
-    val_parts: list | None  # None: validation is the last documents of data.source
-    n_train: int
+    """What reading and hashing the sources found: the streams to tokenize, the validation, the content's identity."""
+    streams: list[_Stream]  # one, unless data.source has weights
+    weighted: bool
+    val_parts: list | None  # None: validation is the last documents of each stream
     n_val: int
     skipped: int
-    train_bytes: int  # UTF-8 bytes of the training documents (estimated when val is a share of data.source)
-    source_hash: str
     val_spec: dict
+
+    @property
+    def n_train(self) -> int:
+        return sum(s.n_train for s in self.streams)
+
+    @property
+    def documents_key(self):  # one stream keeps the key it always had: its cache stays valid
+        return [s.content_hash for s in self.streams] if self.weighted else self.streams[0].content_hash
 
 
 def _no_usable_document(field_name: str, source: str, skipped: int, text_field: str) -> ConfigError:
@@ -295,46 +368,67 @@ def _no_usable_document(field_name: str, source: str, skipped: int, text_field: 
                        f"{text_field!r} values); allowed: documents with text in data.text_field")
 
 
+def _read_stream(cfg: DataConfig, entry: str, hf_cache: str, weighted: bool) -> _Stream:
+    """Load and hash one stream (data.max_documents counts per stream); hold out its last documents for validation
+    unless a data.val_source is given."""
+    parts = load_documents(entry, cfg.text_field, cache_dir=hf_cache)
+    content_hash, n_docs, skipped, n_bytes = _content_hash(parts, cfg.max_documents)
+    if n_docs == 0:
+        raise _no_usable_document("data.source", entry, skipped, cfg.text_field)
+    n_val = max(1, round(cfg.val_fraction * n_docs)) if cfg.val_source is None else 0  # its last documents
+    if n_docs - n_val < 1:
+        where = f"{entry!r} of the mixture has " if weighted else ""
+        raise ConfigError(f"data.source: {where}{n_docs} usable documents (skipped {skipped} empty or non-string) "
+                          f"leave {n_docs - n_val} for training and {n_val} for validation (data.val_fraction="
+                          f"{cfg.val_fraction}); allowed: at least one each, or a data.val_source")
+    return _Stream(entry, parts, n_docs - n_val, n_val, skipped, n_bytes, content_hash)
+
+
 def _read_sources(cfg: DataConfig, hf_cache: str) -> _Sources:
-    """Load and hash data.source (and data.val_source), and split the documents into train and val."""
+    """Load and hash data.source (each part of a mixture apart) and data.val_source, and split train from val."""
     _say("reading and hashing sources ...")
     start = time.perf_counter()
-    train_parts = load_documents(cfg.source, cfg.text_field, cache_dir=hf_cache)
-    source_hash, n_docs, skipped, n_bytes = _content_hash(train_parts, cfg.max_documents)
-    if n_docs == 0:
-        raise _no_usable_document("data.source", cfg.source, skipped, cfg.text_field)
-    val_parts, val_bytes = None, 0
-    if cfg.val_source is None:
-        n_val = max(1, round(cfg.val_fraction * n_docs))  # the last documents: deterministic, no shuffling
-        n_train, val_spec = n_docs - n_val, {"fraction": cfg.val_fraction}
-        if n_train < 1:
-            raise ConfigError(f"data.source: {n_docs} usable documents (skipped {skipped} empty or non-string) leave "
-                              f"{n_train} for training and {n_val} for validation (data.val_fraction="
-                              f"{cfg.val_fraction}); allowed: at least one each, or a data.val_source")
-    else:
+    weighted = source_weights(cfg.source) is not None
+    streams = [_read_stream(cfg, entry, hf_cache, weighted) for entry in (entries(cfg.source) if weighted
+                                                                            else [cfg.source])]
+    skipped, n_val = sum(s.skipped for s in streams), sum(s.n_val for s in streams)
+    val_parts, val_docs, val_bytes, val_spec = None, 0, 0, {"fraction": cfg.val_fraction}
+    if cfg.val_source is not None:
         val_parts = load_documents(cfg.val_source, cfg.text_field, field_name="data.val_source", cache_dir=hf_cache)
         val_hash, n_val, val_skipped, val_bytes = _content_hash(val_parts, None)
         if n_val == 0:
             raise _no_usable_document("data.val_source", cfg.val_source, val_skipped, cfg.text_field)
-        n_train, skipped, val_spec = n_docs, skipped + val_skipped, {"source_hash": val_hash}
+        skipped, val_docs, val_spec = skipped + val_skipped, n_val, {"source_hash": val_hash}
     if skipped:
         log.warning("data: skipped %d documents with empty or non-string text", skipped)
-    _say(f"read and hashed {_documents(n_docs + (n_val if val_parts else 0))} "
-         f"({_megabytes(n_bytes + val_bytes)}) in {time.perf_counter() - start:.1f}s")
-    return _Sources(train_parts, val_parts, n_train, n_val, skipped, n_bytes * n_train // n_docs, source_hash,
-                    val_spec)
+    n_docs = sum(s.n_train + s.n_val for s in streams) + val_docs
+    _say(f"read and hashed {_documents(n_docs)} ({_megabytes(sum(s.n_bytes for s in streams) + val_bytes)}) in "
+         f"{time.perf_counter() - start:.1f}s")
+    return _Sources(streams, weighted, val_parts, n_val, skipped, val_spec)
 
 
 def _tokenizer_for(cfg: DataConfig, vocab_size: int, sources: _Sources):
     if cfg.tokenizer != "bpe":
         return _load_tokenizer_file(cfg.tokenizer)
+    train_bytes = sum(s.train_bytes for s in sources.streams)
     _say(f"training a byte-level BPE tokenizer (vocab {vocab_size}) on "
-         f"{_megabytes(min(sources.train_bytes, BPE_TRAINING_CAP))} ...")
+         f"{_megabytes(min(train_bytes, BPE_TRAINING_CAP))} ...")
     start = time.perf_counter()
-    texts = itertools.islice(valid_texts(sources.train_parts, cfg.max_documents), sources.n_train)
+    # every stream's training documents, interleaved so that the capped text holds about as much of each
+    texts = mixture.balanced([itertools.islice(valid_texts(s.parts, cfg.max_documents), s.n_train)
+                              for s in sources.streams])
     tok, eos_id = _train_bpe(texts, vocab_size)
     _say(f"tokenizer trained in {time.perf_counter() - start:.1f}s")
     return tok, eos_id
+
+
+def _save_source_bounds(folder: str, split: str, starts: np.ndarray, n_tokens: int, docs_per_source: list,
+                        per_source: list) -> None:
+    """A mixture's split: where each source's tokens begin (and the end), for its sequences; tokens in stats."""
+    bounds = np.append(starts[mixture.first_indices(docs_per_source)[:-1]], n_tokens).astype(np.int64)
+    np.save(os.path.join(folder, f"{split}_sources.npy"), bounds)
+    for source, n in zip(per_source, np.diff(bounds)):
+        source["tokens"][split] = int(n)
 
 
 def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, stats: dict) -> None:
@@ -349,16 +443,22 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, sta
         tok.save(os.path.join(tmp, "tokenizer.json"))
         dtype = "uint16" if tokenizer_vocab <= 2 ** 16 else "uint32"
 
-        source_texts = valid_texts(sources.train_parts, cfg.max_documents)  # train: its first n_train documents
-        val_texts = valid_texts(sources.val_parts) if sources.val_parts is not None else source_texts
-        for split, texts, total in (("train", itertools.islice(source_texts, sources.n_train), sources.n_train),
-                                    ("val", val_texts, sources.n_val)):
+        streams = sources.streams  # train: each stream's first n_train documents, stream after stream
+        stream_texts = [valid_texts(s.parts, cfg.max_documents) for s in streams]
+        train_texts = itertools.chain.from_iterable(itertools.islice(t, s.n_train) for t, s in zip(stream_texts,
+                                                                                                   streams))
+        held_out = sources.val_parts is None  # then val: the rest of each stream, stream after stream
+        val_texts = itertools.chain.from_iterable(stream_texts) if held_out else valid_texts(sources.val_parts)
+        per_split = {"train": [s.n_train for s in streams], "val": [s.n_val for s in streams] if held_out else None}
+        for split, texts, total in (("train", train_texts, sources.n_train), ("val", val_texts, sources.n_val)):
             _say(f"tokenizing {split} ({_documents(total)}) ...")
             start = time.perf_counter()
             starts = _write_tokens(tok, texts, eos_id, os.path.join(tmp, f"{split}.bin"), dtype, total, split)
             np.save(os.path.join(tmp, f"{split}_docs.npy"), starts)
             n_bytes = os.path.getsize(os.path.join(tmp, f"{split}.bin"))
             stats["tokens"][split] = n_bytes // np.dtype(dtype).itemsize
+            if sources.weighted and per_split[split] is not None:
+                _save_source_bounds(tmp, split, starts, stats["tokens"][split], per_split[split], stats["sources"])
             _say(f"tokenized {split}: {_documents(total)}, {_count(stats['tokens'][split])} tokens in "
                  f"{time.perf_counter() - start:.1f}s")
         stats.update(vocab_size=tokenizer_vocab, eos_id=eos_id, dtype=dtype)
@@ -374,11 +474,12 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, sta
 
 
 def _cache_folder(cfg: DataConfig, vocab_size: int) -> str:
-    """Hash the sources and build the cache folder for that content if no earlier run did; returns the folder."""
+    """Hash the sources and build the cache folder for that content if no earlier run did; returns the folder.
+    A mixture's weights are not part of the key: a branch that changes them reads the same tokens."""
     root = _cache_root(cfg)
     sources = _read_sources(cfg, os.path.join(root, "hf_datasets"))
     tokenizer_spec = "bpe" if cfg.tokenizer == "bpe" else "sha256:" + _file_hash(cfg.tokenizer)
-    key_fields = {"format": FORMAT_VERSION, "documents": sources.source_hash, "text_field": cfg.text_field,
+    key_fields = {"format": FORMAT_VERSION, "documents": sources.documents_key, "text_field": cfg.text_field,
                   "tokenizer": tokenizer_spec, "vocab_size": vocab_size, "val": sources.val_spec,
                   "max_documents": cfg.max_documents}
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()
@@ -389,6 +490,9 @@ def _cache_folder(cfg: DataConfig, vocab_size: int) -> str:
     stats = {"source": cfg.source, "val_source": cfg.val_source,
              "documents": {"train": sources.n_train, "val": sources.n_val}, "tokens": {},
              "skipped_documents": sources.skipped, "tokenizer": cfg.tokenizer, "key": key}
+    if sources.weighted:  # per source, in data.source order; named and weighted when opened
+        stats["sources"] = [{"entry": s.entry, "documents": {"train": s.n_train, "val": s.n_val}, "tokens": {},
+                             "skipped_documents": s.skipped} for s in sources.streams]
     _build(folder, cfg, vocab_size, sources, stats)
     _say(f"cache ready at {folder} ({_token_counts(folder)})")
     return folder
@@ -400,8 +504,31 @@ def _token_counts(folder: str) -> str:
     return f"train {_count(tokens['train'])} tokens, val {_count(tokens['val'])} tokens"
 
 
+def _named_source_stats(per_source: list, names: list, weights: list) -> dict:
+    """A mixture's sources by name: weight, documents, tokens, and each one's share of the training tokens."""
+    total = sum(s["tokens"]["train"] for s in per_source)
+    return {name: {"weight": w, **s, "train_token_share": s["tokens"]["train"] / total}
+            for name, w, s in zip(names, weights, per_source)}
+
+
+def _check_sources_hold_a_sequence(cfg: DataConfig, data: PreparedData) -> None:
+    """Each source of a mixture holds a training sequence; one without a validation sequence is only said."""
+    for name, train, val in zip(data.train.source_names, data.train.sequences_per_source(cfg.seq_len),
+                                data.val.sequences_per_source(cfg.seq_len) if data.val.source_names else
+                                [None] * len(data.train.source_names)):
+        if train < 1:
+            raise ConfigError(f"data.source / data.seq_len: the mixture's source {name!r} has "
+                              f"{data.stats['sources'][name]['tokens']['train']:,} training tokens, fewer than one "
+                              f"sequence of data.seq_len={cfg.seq_len} (+1 for the target); allowed: more documents "
+                              f"in it (data.max_documents counts per source), or a smaller data.seq_len")
+        if val == 0:
+            log.warning("data: the mixture's source %r holds no validation sequence of data.seq_len=%d: validation "
+                        "draws from the other sources", name, cfg.seq_len)
+
+
 def _check_enough_tokens(cfg: DataConfig, data: PreparedData, global_batch: int | None) -> None:
     """Train needs global_batch sequences (one when not given) and val one, each seq_len tokens plus one target."""
+    _check_sources_hold_a_sequence(cfg, data)
     docs = data.stats["documents"]
     sequences = global_batch or 1
     need, have = sequences * cfg.seq_len + 1, len(data.train.tokens)
@@ -448,52 +575,13 @@ def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
     with open(os.path.join(folder, "stats.json")) as f:
         stats = json.load(f)
     stats.update(source=cfg.source, val_source=cfg.val_source)  # the same content may come from another path
+    names, weights = source_names(cfg.source), source_weights(cfg.source) or []
+    if weights:
+        stats["sources"] = _named_source_stats(stats["sources"], names, weights)
     dtype = stats["dtype"]
-    prepared = PreparedData(train=_open_split(folder, "train", dtype), val=_open_split(folder, "val", dtype),
+    prepared = PreparedData(train=_open_split(folder, "train", dtype, names),
+                            val=_open_split(folder, "val", dtype, names),
                             tokenizer_path=os.path.join(folder, "tokenizer.json"), vocab_size=stats["vocab_size"],
-                            eos_id=stats["eos_id"], cache_dir=folder, stats=stats)
+                            eos_id=stats["eos_id"], cache_dir=folder, stats=stats, weights=tuple(weights))
     _check_enough_tokens(cfg, prepared, global_batch)  # every rank: the same files, the same verdict
     return prepared
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# sampling
-
-
-class SequenceSampler:
-    """Shuffled sequence indices, epoch after epoch. The state is (epoch, cursor): each epoch's order is a
-    permutation drawn from (seed, epoch), so nothing grows with the number of steps."""
-
-    def __init__(self, num_sequences: int, seed: int):
-        if num_sequences < 1:
-            raise ValueError(f"SequenceSampler needs at least one sequence, got {num_sequences}: more data or a "
-                             f"shorter data.seq_len")
-        self.num_sequences, self.seed = num_sequences, seed
-        self.epoch, self.cursor = 0, 0
-        self._order_epoch, self._order = -1, np.empty(0, dtype=np.int64)
-
-    def _epoch_order(self) -> np.ndarray:
-        if self._order_epoch != self.epoch:  # recomputed, never stored: a function of (seed, epoch)
-            self._order = np.random.default_rng((self.seed, self.epoch)).permutation(self.num_sequences)
-            self._order_epoch = self.epoch
-        return self._order
-
-    def take(self, n: int) -> np.ndarray:
-        out = []
-        while n > 0:
-            k = min(n, self.num_sequences - self.cursor)
-            out.append(self._epoch_order()[self.cursor:self.cursor + k])
-            self.cursor += k
-            n -= k
-            if self.cursor == self.num_sequences:
-                self.epoch, self.cursor = self.epoch + 1, 0
-        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "cursor": self.cursor}
-
-    def load_state_dict(self, state: dict) -> None:
-        epoch, cursor = int(state["epoch"]), int(state["cursor"])
-        if epoch < 0 or not 0 <= cursor < self.num_sequences:
-            raise ValueError(f"sampler state {state} does not fit {self.num_sequences} sequences")
-        self.epoch, self.cursor = epoch, cursor

@@ -14,12 +14,92 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from ablate.config import ConfigError, RunConfig, _SECTIONS, apply_overrides, validate
+from ablate.batching import batch_plan
+from ablate.config import ConfigError, RunConfig, _SECTIONS, apply_overrides, validate, variant
 from ablate.data import check_data_config
+from ablate.sources import entries
+from ablate.optim import check_optimizer_name
 
 
 class ExperimentError(ValueError):
     pass
+
+
+def branch(parent: RunConfig, at: float | int, name: str, changes: dict | None = None) -> RunConfig:
+    """A run that starts from `parent`'s checkpoint at `at` (a share of the parent's steps such as 0.8, or a step)
+    and continues with `changes` (decay shape and length, data mix, batch, LR, max_steps): a WSD cooldown, a stage
+    of a multi-stage recipe, a batch change. The parent trains once, keeps that checkpoint and is shared by all
+    its branches; the model, optimizer and sequence length stay the parent's."""
+    _branch_point(parent, at, name)  # a bad `at` stops here, at the line of the file
+    run = variant(parent, name, changes)
+    for field, kept in (("model", run.model == parent.model), ("optim.name", run.optim.name == parent.optim.name),
+                        ("data.seq_len", run.data.seq_len == parent.data.seq_len),
+                        ("data.tokenizer", run.data.tokenizer == parent.data.tokenizer),
+                        # the tokenizer and the sampler's positions belong to the sources; their weights may change
+                        ("the sources of data.source", entries(run.data.source) == entries(parent.data.source)),
+                        ("data.val_source", run.data.val_source == parent.data.val_source)):
+        if not kept:
+            raise ConfigError(f"branch {name!r}: changes {field}, which a branch keeps from its parent {parent.name!r} "
+                              f"(it continues the parent's weights, optimizer state and data position); allowed "
+                              f"changes: schedule, optim lr and other fields, train (batch, length, ...), the weights of the "
+                              f"data mix, eval")
+    return _attach(run, parent, at)
+
+
+def _branch_point(parent: RunConfig, at: float | int, name: str) -> tuple[int, int]:
+    """(step, tokens seen by then) of the parent where a branch starts."""
+    plan = batch_plan(parent.train, parent.data.seq_len)
+    step = round(at * len(plan)) if isinstance(at, float) else at
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 < step < len(plan):
+        raise ConfigError(f"branch {name!r}: at={at!r} gives step {step}; allowed: a share in (0, 1) or a step in "
+                          f"[1, {len(plan) - 1}] of the parent {parent.name!r}'s {len(plan)} steps")
+    return step, sum(plan[:step]) * parent.data.seq_len
+
+
+def _attach(run: RunConfig, parent: RunConfig, at: float | int) -> RunConfig:
+    """`run` as a branch of `parent` at `at`: the branch point and the parent's identity, from the parent as it is
+    now (load_experiment calls this again once seeds and --set are applied to both)."""
+    step, tokens = _branch_point(parent, at, run.name)
+    return validate(dataclasses.replace(run, branch={"parent": parent.name, "at": at, "step": step, "tokens": tokens,
+                                                     "parent_identity": parent.identity()}))
+
+
+def resolve_branches(runs: list[RunConfig], where: str) -> list[RunConfig]:
+    """Each branch after its parent (same seed), with the parent's identity recorded; each parent keeps the
+    checkpoints its branches start from (train.keep_steps). ExperimentError for a branch without its parent."""
+    kept = {(r.name, r.train.seed): r for r in runs}
+    for run in runs:
+        if run.branch and (run.branch["parent"], run.train.seed) not in kept:
+            raise ExperimentError(f"{where}: branch {run.name!r} (seed {run.train.seed}) starts from "
+                                  f"{run.branch['parent']!r}, which is not among the runs; allowed parents: "
+                                  f"{sorted({r.name for r in runs})}")
+    ordered, placed = [], set()
+
+    def place(key, chain=()):
+        if key in placed:
+            return
+        if key in chain:
+            raise ExperimentError(f"{where}: branches form a cycle: {' -> '.join(k[0] for k in chain + (key,))}")
+        run = kept[key]
+        if run.branch:  # its parent goes first; the branch point is taken from the parent as it is now
+            parent_key = (run.branch["parent"], run.train.seed)
+            place(parent_key, chain + (key,))
+            try:
+                run = _attach(run, kept[parent_key], run.branch["at"])
+            except ConfigError as exc:
+                raise ExperimentError(f"{where}: {exc}") from None
+        kept[key] = run
+        ordered.append(run)
+        placed.add(key)
+
+    for run in runs:
+        place((run.name, run.train.seed))
+    keep: dict[tuple, set] = {}  # each parent keeps the checkpoints its branches start from (bookkeeping)
+    for run in ordered:
+        if run.branch:
+            keep.setdefault((run.branch["parent"], run.train.seed), set()).add(run.branch["step"])
+    return [dataclasses.replace(r, train=dataclasses.replace(r.train, keep_steps=sorted(
+        set(r.train.keep_steps) | keep.get((r.name, r.train.seed), set())))) for r in ordered]
 
 
 def _line_in(path: Path, exc: BaseException) -> str:
@@ -199,22 +279,30 @@ def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, s
     them for a repeated flag): names or globs, comma-separated. Raises ExperimentError."""
     path = Path(path)
     namespace = _run_file(path)
-    runs = select_runs(_runs_of(path, namespace), only, path)
+    every_run = _runs_of(path, namespace)
+    chosen = {r.name for r in select_runs(every_run, only, path)}
     chosen_seeds = _seeds_of(path, namespace, seeds)
     overrides = overrides or {}
-    _check_name_override(overrides, runs)
-    resolved = []
-    for run in runs:
+    _check_name_override(overrides, [r for r in every_run if r.name in chosen])
+    resolved, picked = [], set()  # picked: the chosen runs, by id (--set name=... renames one)
+    for run in every_run:  # all of them when there are branches: a chosen branch needs its parent's identity
+        if run.name not in chosen and not any(r.branch for r in every_run):
+            continue
+        is_chosen = run.name in chosen
         try:
             if run.experiment == "default":  # the file's name names the experiment unless the file says otherwise
                 run = dataclasses.replace(run, experiment=path.stem)
-            run = apply_overrides(run, overrides, from_text=True)
+            run = apply_overrides(run, overrides if is_chosen else {k: v for k, v in overrides.items() if k != "name"},
+                                  from_text=True)
             for seed in chosen_seeds or [run.train.seed]:
                 seeded = validate(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed)))
                 _check_tasks(seeded)
+                check_optimizer_name(seeded.optim)
                 _check_device(seeded)
                 check_data_config(seeded.data, seeded.model.vocab_size)
                 resolved.append(seeded)
+                if is_chosen:
+                    picked.add((seeded.name, seed))
         except ConfigError as exc:
             raise ExperimentError(f"{path}: variant {run.name!r}: {exc}") from None
-    return resolved
+    return [r for r in resolve_branches(resolved, str(path)) if (r.name, r.train.seed) in picked]

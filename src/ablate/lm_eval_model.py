@@ -1,9 +1,10 @@
 """lm-eval's `ablate` model: a run folder or checkpoint scored by ablate's engine inside lm-eval.
 
-    lm_eval --model ablate --model_args path=runs/x/base/seed0 --include_path ... --tasks ablate_arc_easy
+    ablate-lm-eval --model ablate --model_args path=runs/x/base/seed0 --tasks ablate_arc_easy
 
-lm-eval 0.4 finds other packages' models only in its registry: ablate's start-up hook (src/_ablate_lm_eval_plugin.py)
-lists this class there lazily, and `ablate-lm-eval` (ablate.lm_eval_cli) imports this module before lm-eval's CLI.
+lm-eval 0.4 finds other packages' models only in its registry and has no entry point for them yet: importing this
+module registers the class, which `ablate-lm-eval` (ablate.lm_eval_cli) does before lm-eval's CLI, and Python code
+does before `lm_eval.simple_evaluate(model="ablate", ...)`. Nothing is installed into users' start-up.
 """
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """One decoder-only transformer whose architecture knobs are ModelConfig fields.
 
 Read top to bottom: norms, rotary positions, attention (MHA/GQA/MQA, optional QK-norm, intra-document mask),
-feed-forward (SwiGLU/GeLU/ReLU), block, model, loss. The model knows nothing of parallelism (see parallel.py).
+feed-forward (SwiGLU/GeLU/ReLU), block, model. Each module initialises its own weights (`init_weights`). The model's
+entry points are `forward` (logits), `loss` (training), `per_token_loss` (validation) and `stability_stats`
+(diagnostics); it knows nothing of parallelism (see parallel.py, which registers the last three with FSDP2).
 """
 from __future__ import annotations
 
@@ -42,6 +44,33 @@ def rope_tables(head_dim: int, rotary_dim: int, seq_len: int, base: float) -> tu
 
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+STATS_CHUNK_ELEMENTS = 2**24  # stability_stats' score and logit chunks: 64 MB of fp32 at most
+
+
+def residual_init_std(cfg: ModelConfig) -> float:
+    """The init std of a projection that writes into the residual stream (attention's and the FFN's output): GPT-2's
+    1/sqrt(2 * n_layers) scaling, so the stream's variance at init does not grow with depth. Written as it always
+    was (std times the scale): the same float, so the same weights for a given seed."""
+    return cfg.init_std * (1 / math.sqrt(2 * cfg.n_layers))
+
+
+def attention_logit_max(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The largest pre-softmax logit q.k / sqrt(head_dim) over the (query, key) pairs that may attend (causal, or
+    True in the boolean `attn_mask` (B, 1, S, S)), over every head. q is (B, H, S, head_dim), k (B, H_kv, S, head_dim).
+    A chunk of queries at a time, so the (B, H, S, S) scores are never whole."""
+    batch, heads, seq, head_dim = q.shape
+    keys = k.repeat_interleave(heads // k.shape[1], dim=1).float().transpose(-1, -2)  # each query head's kv head
+    rows = max(1, STATS_CHUNK_ELEMENTS // (batch * heads * seq))
+    key_pos = torch.arange(seq, device=q.device)
+    best = torch.tensor(float("-inf"), device=q.device)
+    for start in range(0, seq, rows):
+        scores = q[:, :, start:start + rows].float() @ keys / math.sqrt(head_dim)
+        if attn_mask is None:
+            allowed = key_pos[None, :] <= key_pos[start:start + rows, None]
+        else:
+            allowed = attn_mask[:, :, start:start + rows]
+        best = torch.maximum(best, scores.masked_fill(~allowed, float("-inf")).amax())
+    return best
 
 
 class Attention(nn.Module):
@@ -49,6 +78,7 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
         self.use_rope, self.kernels = use_rope, cfg.kernels
+        self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
         self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
@@ -58,7 +88,21 @@ class Attention(nn.Module):
         self.k_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
         self.dropout = cfg.dropout
 
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """Normal(0, init_std) for q, k, v; o_proj writes into the residual stream: the smaller residual std.
+        Drawn in the order q, k, v, o: the order every earlier run's weights were drawn in."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.normal_(proj.weight, mean=0.0, std=self.init_std, generator=generator)
+        nn.init.normal_(self.o_proj.weight, mean=0.0, std=self.out_init_std, generator=generator)
+        for norm in (self.q_norm, self.k_norm):
+            if norm is not None:
+                norm.reset_parameters()  # scale 1 (and bias 0): the identity map
+
     def forward(self, x, cos, sin, attn_mask=None):
+        return self.attend(*self.project(x, cos, sin), attn_mask)
+
+    def project(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (B, H, S, head_dim), keys and values (B, H_kv, S, head_dim), QK-norm and RoPE applied."""
         batch, seq, _ = x.shape
         q = self.q_proj(x).view(batch, seq, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim)
@@ -68,6 +112,11 @@ class Attention(nn.Module):
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, S, head_dim)
         if self.use_rope:
             q, k = apply_rope(q, cos, sin, kernels=self.kernels), apply_rope(k, cos, sin, kernels=self.kernels)
+        return q, k, v
+
+    def attend(self, q, k, v, attn_mask=None) -> torch.Tensor:
+        """Scaled dot-product attention of `project`'s output, then the output projection: (B, S, d_model)."""
+        batch, _, seq, _ = q.shape
         # GQA/MQA: each kv head serves a group of query heads. SDPA's enable_gqa skips copying K and V per group
         # (same values; measured ~7% faster forward + backward on CPU), but on CUDA only flash attention takes it,
         # and flash takes no mask and no fp32: there the copy keeps the masked and fp32 cases off the math backend.
@@ -86,10 +135,19 @@ class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.kind, self.kernels = cfg.ffn, cfg.kernels
+        self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
         hidden = cfg.ffn_dim
         self.up_proj = nn.Linear(cfg.d_model, hidden, bias=False)
         self.gate_proj = nn.Linear(cfg.d_model, hidden, bias=False) if cfg.ffn == "swiglu" else None
         self.down_proj = nn.Linear(hidden, cfg.d_model, bias=False)
+
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """Normal(0, init_std) for up (and gate); down_proj writes into the residual stream: the smaller residual std.
+        Drawn in the order up, gate, down: the order every earlier run's weights were drawn in."""
+        for proj in (self.up_proj, self.gate_proj):
+            if proj is not None:
+                nn.init.normal_(proj.weight, mean=0.0, std=self.init_std, generator=generator)
+        nn.init.normal_(self.down_proj.weight, mean=0.0, std=self.out_init_std, generator=generator)
 
     def forward(self, x):
         if self.kind == "swiglu":
@@ -110,9 +168,22 @@ class Block(nn.Module):
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        self.attn_norm.reset_parameters()  # norms start as the identity map and draw no random numbers
+        self.attn.init_weights(generator)
+        self.ffn_norm.reset_parameters()
+        self.ffn.init_weights(generator)
+
     def forward(self, x, cos, sin, attn_mask=None):
         x = x + self.dropout(self.attn(self.attn_norm(x), cos, sin, attn_mask))
         return x + self.dropout(self.ffn(self.ffn_norm(x)))
+
+    def forward_with_logit_max(self, x, cos, sin, attn_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`, and the largest pre-softmax attention logit of this layer (Transformer.stability_stats).
+        A method of its own so FSDP2 can gather the block's parameters for it (parallel.py registers it)."""
+        q, k, v = self.attn.project(self.attn_norm(x), cos, sin)
+        x = x + self.dropout(self.attn.attend(q, k, v, attn_mask))
+        return x + self.dropout(self.ffn(self.ffn_norm(x))), attention_logit_max(q, k, attn_mask)
 
 
 class Transformer(nn.Module):
@@ -135,18 +206,15 @@ class Transformer(nn.Module):
         self.reset_buffers()
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
-        """Normal(0, init_std) for matrices; output projections scaled by 1/sqrt(2*n_layers) (GPT-2)."""
-        std = self.cfg.init_std
-        for name, module in self.named_modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                if module is self.lm_head and self.cfg.tie_embeddings:
-                    continue
-                scale = 1 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("o_proj", "down_proj")) else 1.0
-                nn.init.normal_(module.weight, mean=0.0, std=std * scale, generator=generator)
-            elif isinstance(module, (nn.RMSNorm, nn.LayerNorm)):
-                nn.init.ones_(module.weight)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
+        """Normal(0, init_std) for the embedding and an untied output projection; each block initialises its own
+        (output projections smaller, see residual_init_std). The draws go embedding, blocks in order, head: the
+        order of every earlier run, so a seed still gives the same weights."""
+        nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.init_std, generator=generator)
+        for layer in self.layers:
+            layer.init_weights(generator)
+        self.norm.reset_parameters()
+        if not self.cfg.tie_embeddings:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=self.cfg.init_std, generator=generator)
         self.reset_buffers()
 
     def reset_buffers(self) -> None:
@@ -155,10 +223,11 @@ class Transformer(nn.Module):
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
 
-    def hidden_states(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
-                      positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """`positions` (B, S) and a boolean `attn_mask` (B, 1, S, S), True = may attend, let the eval engine pack
-        several continuations after one shared context; training uses neither."""
+    def layer_inputs(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
+                     positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
+        """(embedded tokens, cos, sin, attention mask): what every block takes. `positions` (B, S) and a boolean
+        `attn_mask` (B, 1, S, S), True = may attend, let the eval engine pack several continuations after one shared
+        context; training uses neither."""
         if doc_ids is not None:  # causal and within one document: (B, 1, S, S) boolean, True = may attend
             seq = tokens.shape[1]
             causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
@@ -166,34 +235,68 @@ class Transformer(nn.Module):
         cos, sin = self.rope_cos, self.rope_sin
         if positions is not None:
             cos, sin = cos[positions][:, None], sin[positions][:, None]
-        x = self.embed(tokens)
+        return self.embed(tokens), cos, sin, attn_mask
+
+    def hidden_states(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
+                      positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The final norm's output (B, S, d_model): what the output projection takes. Arguments as `layer_inputs`."""
+        x, cos, sin, attn_mask = self.layer_inputs(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
         for layer in self.layers:
             x = layer(x, cos, sin, attn_mask)
         return self.norm(x)
 
+    # The entry points. Under FSDP2 only `forward` gathers the root's parameters (embedding, final norm, output
+    # projection) by itself: parallel.parallelize registers the others, and they call hidden_states, not self(...).
+
     def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
                 positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                targets: torch.Tensor | None = None, ignore_index: int = -100,
-                select: tuple[torch.Tensor, torch.Tensor] | None = None, per_token: bool = False):
-        """Token ids (B, S) -> logits (B, S, vocab); with `select` (batch index, position index), the logits (T, vocab)
-        at those positions only (eval scores a few); with `targets`, (loss, cross-entropy) as in `loss` instead, or
-        with `per_token` too, the cross-entropy (B, S) of each position (validation; no z-loss, no gradient)."""
+                select: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Token ids (B, S) -> logits (B, S, vocab); with `select` (batch index, position index), the logits
+        (T, vocab) at those positions only (eval scores a few). `positions`, `attn_mask` as in `layer_inputs`."""
         hidden = self.hidden_states(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
         if select is not None:
             hidden = hidden[select]
-        if targets is None:
-            return self.lm_head(hidden)
-        if per_token:
-            return per_token_cross_entropy(hidden, self.lm_head.weight, targets, ignore_index)
-        # The output projection and the loss a chunk of tokens at a time: the full logits are never held.
-        return linear_cross_entropy(hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss,
-                                    kernels=self.cfg.kernels)
+        return self.lm_head(hidden)
 
     def loss(self, tokens, targets, doc_ids=None, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss to backpropagate: mean cross-entropy + z_loss * mean(logsumexp^2), cross-entropy alone for
         logging), over targets other than ignore_index."""
-        # through __call__, so FSDP2's hooks gather the root parameters (the output projection among them)
-        return self(tokens, doc_ids, targets=targets, ignore_index=ignore_index)
+        hidden = self.hidden_states(tokens, doc_ids)
+        # The output projection and the loss a chunk of tokens at a time: the full logits are never held.
+        return linear_cross_entropy(hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss,
+                                    kernels=self.cfg.kernels)
+
+    @torch.no_grad()
+    def per_token_loss(self, tokens, targets, doc_ids=None, ignore_index: int = -100) -> torch.Tensor:
+        """The cross-entropy (B, S) of each position, 0 where ignored (validation; no z-loss, no gradient), a chunk
+        of logits at a time."""
+        return per_token_cross_entropy(self.hidden_states(tokens, doc_ids), self.lm_head.weight, targets,
+                                       ignore_index)
+
+    @torch.no_grad()
+    def stability_stats(self, tokens, doc_ids=None) -> dict[str, float]:
+        """What decides between QK-norm and z-loss, measured on one batch: `max_attention_logit`, the largest
+        pre-softmax q.k/sqrt(head_dim) over every layer, head and allowed (query, key) pair (and per layer,
+        `attention_logit_max/layer{i}`), and `output_logit_norm`, the mean over positions of the L2 norm of the
+        output logits. Computed in eval mode (no dropout, so no random draws: training stays reproducible)."""
+        was_training = self.training
+        self.eval()
+        try:
+            x, cos, sin, attn_mask = self.layer_inputs(tokens, doc_ids)
+            layer_maxima = []
+            for layer in self.layers:
+                x, logit_max = layer.forward_with_logit_max(x, cos, sin, attn_mask)
+                layer_maxima.append(logit_max)
+            hidden = self.norm(x).flatten(0, -2)
+            rows = max(1, STATS_CHUNK_ELEMENTS // self.cfg.vocab_size)  # a chunk of logits at a time
+            norm_sum = sum(self.lm_head(hidden[start:start + rows]).float().norm(dim=-1).sum()
+                           for start in range(0, hidden.shape[0], rows))
+        finally:
+            self.train(was_training)
+        maxima = torch.stack(layer_maxima).tolist()  # one device sync for all layers
+        stats = {"max_attention_logit": max(maxima), "output_logit_norm": norm_sum.item() / hidden.shape[0]}
+        stats.update({f"attention_logit_max/layer{i}": value for i, value in enumerate(maxima)})
+        return stats
 
     def num_params(self, exclude_embedding: bool = False) -> int:
         total = sum(p.numel() for p in self.parameters())  # parameters() yields a tied weight once

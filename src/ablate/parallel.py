@@ -6,6 +6,7 @@ same as under torchrun), N processes get gloo on CPU or NCCL on GPUs.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import os
@@ -18,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
 from ablate.config import ConfigError
 from ablate.rundir import write_json_atomic
@@ -132,7 +133,8 @@ def apply_float8(model: nn.Module) -> None:
 def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool,
                 float8: bool = False) -> nn.Module:
     """float8 linears if asked, then fully_shard each transformer block, then the root (embedding, final norm,
-    output projection).
+    output projection). FSDP2 gathers a module's parameters before its `forward` only: the model's other entry
+    points (and the block method stability_stats calls) are registered to get the same gathers.
 
     Mixed precision (bf16 params in compute, fp32 gradient reduction) is FSDP2's policy on GPU; on CPU the
     trainer uses autocast instead, so param_dtype is None there.
@@ -148,7 +150,27 @@ def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, comp
             model.layers[i] = block
         # The last block's parameters are needed again at once by backward: keep them gathered.
         fully_shard(block, mesh=d.mesh, mp_policy=policy, reshard_after_forward=i < len(model.layers) - 1)
+        register_fsdp_forward_method(block, "forward_with_logit_max")  # a compiled block passes it to the original
     fully_shard(model, mesh=d.mesh, mp_policy=policy)
+    for method in ("loss", "per_token_loss", "stability_stats"):
+        register_fsdp_forward_method(model, method)
+
+    # FSDP2 keeps the root and the last block gathered after a forward, for the backward that follows. No backward
+    # follows a no-grad entry point, and an optimizer step before the next forward (a before_update callback's
+    # stability_stats, say) would update the shards only: that forward would run on the stale gathered copies.
+    def then_reshard(method):
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            finally:
+                for module in model.modules():
+                    if isinstance(module, FSDPModule):
+                        module.reshard()
+        return call
+
+    for method in ("per_token_loss", "stability_stats"):
+        setattr(model, method, then_reshard(getattr(model, method)))
     return model
 
 

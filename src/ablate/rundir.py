@@ -63,6 +63,18 @@ def damaged_dir_name(name: str, n: int = 0) -> str:
     return f"{DAMAGED_PREFIX}{name}" + (f"_{n}" if n else "")
 
 
+def step_of(name: str) -> int | None:
+    """step_N -> N; None for any other name."""
+    match = STEP_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def sibling_run_dir(run_dir: str | Path, variant: str) -> Path:
+    """The run folder of another variant of the same experiment and seed (a branch's parent)."""
+    run_dir = Path(run_dir)
+    return run_dir.parent.parent / variant / run_dir.name
+
+
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """Steps of the complete checkpoints (checkpoints/step_N/ with its meta.json), oldest first."""
     root = checkpoint_root(run_dir)

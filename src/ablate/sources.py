@@ -15,6 +15,7 @@ import importlib.util
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import zlib
@@ -28,6 +29,9 @@ BUILDERS = {".jsonl": "json", ".jsonl.gz": "json", ".json": "json", ".json.gz": 
             ".txt": "text", ".txt.gz": "text"}  # file ending -> datasets' packaged builder
 ALLOWED = ("'default', a local jsonl/jsonl.gz/json/parquet/txt file, folder or glob, or a hub dataset name")
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+WEIGHT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # a plain decimal number: what may follow the last ":"
+MIXTURE_FORMS = ("several such sources joined by ',', each with an optional ':weight' at its end (a number > 0; on "
+                 "every part or on none), e.g. 'wiki/*.jsonl.gz:0.7,books/*.jsonl.gz:0.3'")
 EXPECTED = {"jsonl": "one JSON object per line, UTF-8", "json": "a JSON file, UTF-8", "text": "UTF-8 text",
             "parquet": "a parquet file"}  # what each kind of file must hold, for messages
 
@@ -72,8 +76,51 @@ def _kind_of(path: str) -> str | None:
     return {"json": "json", "text": "text", "parquet": "parquet"}.get(builder_of(name) or "")
 
 
-def entries(source: str) -> list[str]:
-    return [e.strip() for e in source.split(",") if e.strip()]
+def weighted_entries(source: str, field_name: str = "data.source") -> list[tuple[str, float | None]]:
+    """Each ","-separated part as (entry, weight or None). Only a number after the last ":" is a weight, so a colon
+    inside a path stays part of it. Weights on every part or on none; each > 0 (not normalised here)."""
+    parts = [p.strip() for p in source.split(",") if p.strip()]
+    pairs = []
+    for part in parts:
+        entry, colon, weight = part.rpartition(":")
+        pairs.append((entry.strip(), weight.strip()) if colon and WEIGHT.fullmatch(weight.strip()) else (part, None))
+    weighted = [part for part, (_, w) in zip(parts, pairs) if w is not None]
+    if weighted and len(weighted) < len(parts):
+        bare = next(part for part, (_, w) in zip(parts, pairs) if w is None)
+        raise ConfigError(f"{field_name}: {bare!r} has no weight but {weighted[0]!r} has one; allowed: "
+                          f"{ALLOWED}, or {MIXTURE_FORMS}")
+    for part, (entry, weight) in zip(parts, pairs):
+        if weight is not None and not entry:
+            raise ConfigError(f"{field_name}: {part!r} has a weight but no source before the ':'; allowed: "
+                              f"{ALLOWED}, or {MIXTURE_FORMS}")
+        if weight is not None and not (float(weight) > 0 and math.isfinite(float(weight))):
+            raise ConfigError(f"{field_name}: {part!r}: weight {weight} is not a finite number > 0; allowed: "
+                              f"{ALLOWED}, or {MIXTURE_FORMS}")
+    return [(entry, None if weight is None else float(weight)) for entry, weight in pairs]
+
+
+def entries(source: str, field_name: str = "data.source") -> list[str]:
+    """The source entries of `source`, weights left off."""
+    return [entry for entry, _ in weighted_entries(source, field_name)]
+
+
+def source_weights(source: str, field_name: str = "data.source") -> list[float] | None:
+    """The weights of a mixture, normalised to sum 1, in the order given; None when `source` has no weights."""
+    weights = [w for _, w in weighted_entries(source, field_name)]
+    return None if not weights or weights[0] is None else [w / sum(weights) for w in weights]
+
+
+def source_names(source: str) -> list[str]:
+    """A short, metric-friendly name per entry: its last path part that is not a glob, data-file ending dropped
+    ('/data/wiki2015/*.jsonl.gz' -> 'wiki2015', 'org/TinyStories' -> 'TinyStories'). Names shared by several
+    entries get the entry's position appended ('train-1', 'train-2')."""
+    names = []
+    for entry in entries(source):
+        plain = [p for p in re.split(r"[\\/]", entry) if p and not glob.has_magic(p)]
+        name = plain[-1] if plain else entry
+        ending = next((end for end in BUILDERS if name.lower().endswith(end)), "")
+        names.append(re.sub(r"[^\w.-]", "_", name[:len(name) - len(ending)]) or "source")
+    return [f"{n}-{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
 def resolve(entry: str, field_name: str) -> tuple[str, list[str]]:
@@ -99,7 +146,8 @@ def resolve(entry: str, field_name: str) -> tuple[str, list[str]]:
     elif HUB_NAME.match(entry) and not builder_of(entry):
         return "hub", [entry]
     else:
-        raise ConfigError(f"{field_name}: no such file or folder {entry!r}{_relative_note(path)}; allowed: {ALLOWED}")
+        raise ConfigError(f"{field_name}: no such file or folder {entry!r}{_relative_note(path)}; allowed: {ALLOWED}"
+                          + (f", or {MIXTURE_FORMS}" if ":" in entry else ""))
     unsupported = [f for f in files if not builder_of(f)]
     if unsupported:
         raise ConfigError(f"{field_name}: {unsupported[0]!r} is not a supported file type; allowed: {ALLOWED}")
@@ -294,7 +342,7 @@ def load_documents(source: str, text_field: str, *, field_name: str = "data.sour
     """All entries of `source` as SourceParts, in the order given."""
     import datasets
     parts = []
-    for entry in entries(source):
+    for entry in entries(source, field_name):
         kind, items = resolve(entry, field_name)
         if kind == "default":
             with open(default_corpus_path(), encoding="utf-8") as f:

@@ -65,7 +65,8 @@ def run_state(run_dir: Path) -> dict:
     max_steps = status.get("max_steps")
     if max_steps is None and (run_dir / rundir.CONFIG).is_file():
         try:
-            max_steps = rundir.read_json(run_dir / rundir.CONFIG)["config"]["train"]["max_steps"]
+            held = rundir.read_json(run_dir / rundir.CONFIG)  # "steps": a scheduled batch's plan, since schedules
+            max_steps = held.get("steps") or held["config"]["train"]["max_steps"]
         except (rundir.RunFolderError, KeyError):
             max_steps = None
     step = record.get("step", status.get("step", 0))

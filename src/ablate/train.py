@@ -1,4 +1,4 @@
-"""The training loop: one readable function of a RunConfig, with hooks for everything else.
+"""The training loop: one readable function of a RunConfig, with callbacks (ablate.callbacks) for everything else.
 
 runs/<experiment>/<variant>/seed<k>/ holds config.json, metrics.jsonl, tb/, checkpoints/step_N/ and, once
 finished, summary.json (names from rundir). Calling train() again on the same folder resumes from the newest
@@ -18,13 +18,17 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from ablate import checkpoint, hooks, rundir
+from ablate import checkpoint, rundir
+from ablate.batching import check_plan, lr_batch_scale, run_plan
+from ablate.callbacks import Callback, Checkpointer, MetricsChannel, NonFiniteGuard, TrainMetrics, Validation, \
+    peak_memory_bytes
 from ablate.config import ConfigError, RunConfig, validate
-from ablate.data import PreparedData, SequenceSampler, check_data_config, prepare_data
+from ablate.data import PreparedData, check_data_config, prepare_data
 from ablate.model import Transformer
-from ablate.optim import build_optimizer, lr_factor, set_lr
-from ablate.rundir import run_dir_for
+from ablate.optim import build_optimizer, check_optimizer_name, lr_factor, set_lr
 from ablate.parallel import Dist, check_float8, mfu, init_distributed, parallelize, peak_flops_for, seed_everything
+from ablate.rundir import run_dir_for
+from ablate.stability import LossSpikes, StabilityMonitors
 
 
 @lru_cache(maxsize=None)
@@ -32,8 +36,10 @@ def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> floa
     return peak_flops_for(torch.device(device_type, index), dtype)
 
 
-def check_eval_tasks(run: RunConfig) -> RunConfig:
-    """The names in eval.tasks, which config (importing nothing of ablate) cannot check: ConfigError if unknown."""
+def check_registered_names(run: RunConfig) -> RunConfig:
+    """The names config (importing nothing of ablate) cannot check, optim.name and eval.tasks, against their
+    registries: ConfigError if unknown."""
+    check_optimizer_name(run.optim)
     if run.eval.tasks.strip():  # lazily: runs without tasks never load the suite
         from ablate.eval.suite import check_config_tasks
 
@@ -41,18 +47,31 @@ def check_eval_tasks(run: RunConfig) -> RunConfig:
     return run
 
 
+def standard_callbacks(run: RunConfig) -> list[Callback]:
+    """Every run's callbacks in their order, with the eval suite for runs that name tasks."""
+    found: list[Callback] = [NonFiniteGuard(), LossSpikes(), StabilityMonitors(), Validation(), TrainMetrics(),
+                             Checkpointer()]
+    if run.eval.tasks.strip():  # lazily: runs without tasks never load the suite
+        from ablate.eval_callback import EvalSuite
+
+        found.append(EvalSuite())
+    return sorted(found, key=lambda c: c.order)
+
+
 class Trainer:
-    def __init__(self, run: RunConfig, run_dir: Path, d: Dist):
-        self.run, self.run_dir, self.dist = check_eval_tasks(validate(run)), run_dir, d
+    def __init__(self, run: RunConfig, run_dir: Path, d: Dist, callbacks: list[Callback] | None = None):
+        self.run, self.run_dir, self.dist = check_registered_names(validate(run)), run_dir, d
         t = run.train
-        per_pass = t.micro_batch * d.world
-        if t.global_batch % per_pass:
-            raise ConfigError(f"train.global_batch: {t.global_batch} is not a multiple of train.micro_batch "
-                              f"({t.micro_batch}) x world size ({d.world}); allowed: multiples of {per_pass}")
-        self.accum_steps = t.global_batch // per_pass
         self.seq_len = run.data.seq_len
-        self.max_steps = t.max_steps
-        self.tokens_per_step = t.global_batch * self.seq_len
+        if t.global_batch % (t.micro_batch * d.world):
+            raise ConfigError(f"train.global_batch: {t.global_batch} is not a multiple of train.micro_batch "
+                              f"({t.micro_batch}) x world size ({d.world}); allowed: multiples of "
+                              f"{t.micro_batch * d.world}")
+        self.batch_plan = run_plan(run)  # the global batch of every step (0 before a branch's start), known ahead
+        check_plan(self.batch_plan, t.micro_batch, d.world)
+        self.max_steps = len(self.batch_plan)
+        self.callbacks = sorted(callbacks if callbacks is not None else standard_callbacks(run), key=lambda c: c.order)
+        self.channel = MetricsChannel(run_dir, f"[{run.name} seed{t.seed}]", d.is_main)
         on_gpu = d.device.type == "cuda"
         use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and on_gpu)
         # GPU: FSDP2 casts parameters to bf16 for compute. CPU: autocast (FSDP2's cast is slower there).
@@ -64,18 +83,17 @@ class Trainer:
                                                   share=d.broadcast_object, global_batch=t.global_batch)
         self.model = self._build_model(compute_dtype if on_gpu and use_bf16 else None)
         self.optimizer = build_optimizer(self.model, run.optim)
-        self.sampler = SequenceSampler(self.data.train.num_sequences(self.seq_len), seed=t.seed)
+        self.sampler = self.data.sampler(self.seq_len, t.seed)  # a mixture's sampler draws by the weights
         if self.sampler.num_sequences < t.global_batch:
             raise ConfigError(f"data.source: only {self.sampler.num_sequences} sequences of data.seq_len="
                               f"{self.seq_len}, fewer than train.global_batch={t.global_batch}")
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
         self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
         self.step, self.tokens, self.wall_seconds_before = 0, 0, 0.0
-        self.skipped_steps, self.consecutive_skips = 0, 0
-        self.last_loss = self.last_lr = self.last_grad_norm = self.last_val_loss = math.nan
-        self.pause_seconds = 0.0  # time spent in validation/checkpoints, left out of tokens/s
-        self.throughput: list[float] = []
-        self.final_evals: dict = {}  # the eval hook's results at the last step, for summary.json
+        self.skipped_steps = 0  # updates a callback vetoed (non-finite or spiking loss)
+        self.rollbacks: list[dict] = []  # checkpoints restored mid-run (ablate.stability), for summary.json
+        self.last_loss = self.last_lr = self.last_grad_norm = math.nan
+        self.last_batch, self.last_step_tokens, self.last_step_seconds = 0, 0, 0.0
 
     def _build_model(self, param_dtype) -> Transformer:
         """Meta-device model -> FSDP2 -> real storage -> weights initialised once on rank 0 and broadcast, so every
@@ -95,61 +113,119 @@ class Trainer:
         model.reset_buffers()
         return model
 
+    # -- the one channel callbacks report through --------------------------------------------------------------
+
+    def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
+        """Metrics of this step: a metrics.jsonl line and TensorBoard scalars (rank 0)."""
+        self.channel.log(self.step, self.tokens, fields, tensorboard_only=tensorboard_only)
+
+    def say(self, text: str) -> None:
+        """A console line, prefixed with the run's name (rank 0)."""
+        self.channel.print(text)
+
+    def data_counts(self) -> dict:
+        """Tokens seen per data source, for mixtures ({} for a single source)."""
+        counts = getattr(self.sampler, "tokens_per_source", None)
+        return {f"data/tokens/{name}": n for name, n in counts().items()} if callable(counts) else {}
+
+    # -- checkpoints -------------------------------------------------------------------------------------------
+
     def resume_state(self) -> dict:
         """What a checkpoint stores beside model/optimizer/RNG: small, and the same on every rank."""
         return {"tokens": self.tokens, "sampler": self.sampler.state_dict(), "skipped_steps": self.skipped_steps,
-                "consecutive_skips": self.consecutive_skips,  # the non-finite guard counts on across a resume
                 "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
-                # what summary.json reports, should the run be killed after its last checkpoint and resumed
-                "last_loss": self.last_loss, "last_val_loss": self.last_val_loss, "throughput": self.throughput}
+                "last_loss": self.last_loss, "rollbacks": self.rollbacks,
+                "callbacks": {c.name: c.state_dict() for c in self.callbacks}}
 
-    def restore(self, ckpt: Path) -> None:
-        """Continue from `ckpt`, or raise checkpoint.DamagedCheckpointError (resume then tries an older one)."""
+    def restore(self, ckpt: Path, keep_data_position: bool = False) -> dict:
+        """Continue from `ckpt` (model, optimizer, step, counters, callbacks' states; with keep_data_position,
+        the sampler stays where it is: a rollback skips the data it had read since). Raises
+        checkpoint.DamagedCheckpointError (resume then tries an older one)."""
         meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
         try:
             self.step, self.tokens = meta["step"], meta["tokens"]
-            self.sampler.load_state_dict(meta["sampler"])
-            self.skipped_steps, self.wall_seconds_before = meta["skipped_steps"], meta["wall_seconds"]
-            self.last_loss, self.last_val_loss = meta["last_loss"], meta["last_val_loss"]
-            self.throughput = list(meta["throughput"])
-            self.consecutive_skips = meta.get("consecutive_skips", 0)  # absent in checkpoints from before it was kept
+            if not keep_data_position:
+                try:
+                    self.sampler.load_state_dict(meta["sampler"])
+                except ValueError as exc:  # a state of other sources: the config changed, the checkpoint is fine
+                    raise ConfigError(f"data.source: {exc}; {ckpt} was written for other data sources "
+                                      f"(a branch may change the weights of its parent's sources, not the sources)"
+                                      ) from None
+                self.skipped_steps, self.rollbacks = meta["skipped_steps"], list(meta.get("rollbacks", []))
+                self.wall_seconds_before, self.last_loss = meta["wall_seconds"], meta["last_loss"]
+                states = meta.get("callbacks") or _callback_states_before_callbacks(meta)
+                for callback in self.callbacks:
+                    callback.load_state_dict(states.get(callback.name, {}))
+        except ConfigError:
+            raise
         except (KeyError, TypeError, ValueError) as exc:  # a meta.json that parses but is not whole
             raise checkpoint.DamagedCheckpointError(ckpt, f"{checkpoint.META}: {type(exc).__name__}: {exc}") from None
+        return meta
+
+    def roll_back(self, reason: str) -> Path:
+        """Restore the newest checkpoint's weights, optimizer and step, keeping the data position: the batches
+        read since (the offending one among them) are skipped, as PaLM did for loss spikes. Logs from the
+        abandoned steps are dropped."""
+        ckpt = checkpoint.latest_checkpoint(rundir.checkpoint_root(self.run_dir))
+        if ckpt is None:
+            raise FloatingPointError(f"{self.run.name}: {reason}, and no checkpoint to roll back to yet")
+        from_step = self.step
+        self.restore(ckpt, keep_data_position=True)
+        self.rollbacks.append({"from_step": from_step, "to_step": self.step, "reason": reason})
+        self.say(f"rolled back from step {from_step} to step {self.step} ({reason}); the batches between are skipped")
+        self._rolled_back = True
+        self.channel.truncate(self.step)
+        for callback in self.callbacks:
+            callback.pre_train(self)
+        return ckpt
 
     def _to_device(self, *tensors):
         return [x.to(self.dist.device, non_blocking=True) for x in tensors]
 
+    # -- the loop ----------------------------------------------------------------------------------------------
+
     def train_step(self) -> None:
         t, d = self.run.train, self.dist
-        lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule)
+        start = time.perf_counter()
+        batch = self.batch_plan[self.step]
+        lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule) * lr_batch_scale(batch, t)
         set_lr(self.optimizer, lr)
         # Every rank reads the same global order and takes its own slice: ranks see different data, and the global
         # batch is the same at any world size.
-        indices = self.sampler.take(t.global_batch)
-        per_rank = t.global_batch // d.world
+        indices = self.sampler.take(batch)
+        per_rank = batch // d.world
+        accum_steps = per_rank // t.micro_batch
         mine = indices[d.rank * per_rank:(d.rank + 1) * per_rank]
         loss_sum = torch.zeros((), device=d.device)
-        for k in range(self.accum_steps):
+        for k in range(accum_steps):
             inputs, targets, doc_ids = self._to_device(*self.data.train.batch(
                 mine[k * t.micro_batch:(k + 1) * t.micro_batch], self.seq_len))
             with self.autocast:
                 loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
-            (loss / self.accum_steps).backward()
+            (loss / accum_steps).backward()
             loss_sum += ce
         max_norm = self.run.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        self.last_loss = d.mean(loss_sum.item() / self.accum_steps)
-        self.last_grad_norm, self.last_lr = grad_norm.item(), lr
-        if math.isfinite(self.last_loss) and math.isfinite(self.last_grad_norm):
+        self.last_loss = d.mean(loss_sum.item() / accum_steps)
+        self.last_grad_norm, self.last_lr, self.last_batch = grad_norm.item(), lr, batch
+        self._rolled_back = False
+        # every callback is asked (none is skipped because another vetoed): each keeps its own count
+        verdicts = [callback.before_update(self) for callback in self.callbacks]
+        if self._rolled_back:  # a callback restored a checkpoint: this step never happened
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        if all(verdicts):
             self.optimizer.step()
-            self.consecutive_skips = 0
-        else:  # skip the batch rather than poison the weights; NonFiniteGuard stops a run that keeps doing this
+        else:  # skip the batch rather than poison the weights
             self.skipped_steps += 1
-            self.consecutive_skips += 1
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        self.tokens += self.tokens_per_step
+        self.last_step_tokens = batch * self.seq_len
+        self.tokens += self.last_step_tokens
+        self.last_step_seconds = time.perf_counter() - start
+        for callback in self.callbacks:
+            callback.post_step(self)
 
     @torch.no_grad()
     def validation_losses(self) -> dict[int, float]:
@@ -157,8 +233,8 @@ class Trainer:
         for the forward passes and gathered on every rank. Every rank runs the same number of forward passes, as
         FSDP2 needs."""
         t, d = self.run.train, self.dist
-        count = min(self.data.val.num_sequences(self.seq_len), self.run.data.val_sequences)
-        mine = list(range(d.rank, count, d.world))
+        indices = [int(i) for i in self.data.val_indices(self.run.data.val_sequences, self.seq_len)]
+        count, mine = len(indices), indices[d.rank::d.world]
         passes = -(-count // (t.micro_batch * d.world))
         losses = {}
         self.model.eval()
@@ -167,8 +243,7 @@ class Trainer:
             chunk = part or [0]  # a rank with nothing left still runs a forward, on item 0, and keeps nothing
             inputs, targets, doc_ids = self._to_device(*self.data.val.batch(chunk, self.seq_len))
             with self.autocast:  # a chunk of logits at a time: a 50k vocabulary never is whole
-                per_token = self.model(inputs, doc_ids if self.run.data.doc_mask else None, targets=targets,
-                                       per_token=True)
+                per_token = self.model.per_token_loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
             losses.update(zip(part, per_token.mean(dim=1).tolist()))
         self.model.train()
         gathered = [None] * d.world
@@ -181,40 +256,68 @@ class Trainer:
         ckpt_root = rundir.checkpoint_root(self.run_dir)
         checkpoint.clean_partial(ckpt_root, self.dist)
         latest = checkpoint.restore_newest_intact(ckpt_root, self.restore, self.dist)  # damaged ones set aside
+        if latest is None and self.run.branch:
+            latest = self.start_branch()
         if latest is not None:
-            if self.dist.is_main:
-                print(f"[{self.run.name} seed{self.run.train.seed}] resumed from {latest} (step {self.step})",
-                      flush=True)
-        logger = hooks.MetricsLogger(self.run_dir, self, start_step=self.step)
-        run_hooks = [logger, hooks.Validation(logger), hooks.Checkpointer(ckpt_root), hooks.NonFiniteGuard()]
-        if self.run.eval.tasks.strip():  # the cloze task suite, for experiments that opt in
-            from ablate.eval_hook import EvalHook
-
-            run_hooks.insert(2, EvalHook(self, logger, start_step=self.step))
+            self.say(f"{'resumed' if latest.parent == ckpt_root else 'branched'} from {latest} (step {self.step})")
+        self.channel.open(self.step)
         try:
+            for callback in self.callbacks:
+                callback.pre_train(self)
             self.model.train()
             while self.step < self.max_steps:
                 self.train_step()
-                for hook in run_hooks:
-                    hook.after_step(self)
-            for hook in run_hooks:
-                hook.at_end(self)
+            for callback in self.callbacks:
+                callback.post_train(self)
         finally:
-            for hook in run_hooks:
-                hook.close()
+            for callback in self.callbacks:
+                callback.close()
+            self.channel.close()
         return self.summary()
+
+    def start_branch(self) -> Path:
+        """A branch's first start: the parent's checkpoint at the branch step (weights, optimizer, data position,
+        step), and the parent's logs up to there, so the branch's curves begin where the parent's were."""
+        parent_dir, step = rundir.sibling_run_dir(self.run_dir, self.run.branch["parent"]), self.run.branch["step"]
+        ckpt = rundir.checkpoint_root(parent_dir) / rundir.step_dir_name(step)
+        if self.dist.is_main:
+            for name in (rundir.METRICS, rundir.EVALS):
+                if (parent_dir / name).exists():
+                    rundir.rewrite_jsonl(self.run_dir / name, [row for row in rundir.read_jsonl(parent_dir / name)
+                                                               if row.get("step", 0) <= step])
+        self.dist.barrier()
+        self.restore(ckpt)
+        return ckpt
 
     def summary(self) -> dict:
         wall = self.wall_seconds_before + time.perf_counter() - self.start_time
-        tokens_per_second = sum(self.throughput) / len(self.throughput) if self.throughput else math.nan
+        extra = {k: v for c in self.callbacks for k, v in c.summary().items()}
+        throughput = extra.pop("throughput", [])
+        tokens_per_second = sum(throughput) / len(throughput) if throughput else math.nan
         return {"experiment": self.run.experiment, "variant": self.run.name, "seed": self.run.train.seed,
-                "identity": self.run.identity(), "final_loss": self.last_loss, "final_val_loss": self.last_val_loss,
+                "identity": self.run.identity(), "final_loss": self.last_loss,
+                "final_val_loss": extra.pop("final_val_loss", math.nan),
                 "steps": self.step, "tokens": self.tokens, "params": self.model.num_params(),
                 "wall_seconds": wall, "tokens_per_second": tokens_per_second,
                 "mfu": mfu(tokens_per_second / self.dist.world, self.flops_per_token, self.peak_flops),
                 "peak_flops": self.peak_flops, "skipped_steps": self.skipped_steps,
-                "peak_memory_bytes": hooks.peak_memory_bytes(self.dist.device), "world_size": self.dist.world,
-                "data": self.data.stats, **({"evals": self.final_evals} if self.final_evals else {})}
+                "peak_memory_bytes": peak_memory_bytes(self.dist.device), "world_size": self.dist.world,
+                "data": {**self.data.stats, **self._sources_seen()},
+                **({"branch": self.run.branch} if self.run.branch else {}),
+                **({"rollbacks": self.rollbacks} if self.rollbacks else {}), **extra}
+
+
+    def _sources_seen(self) -> dict:
+        """A mixture's tokens drawn per source: {"drawn": {name: {weight, tokens, share, epochs}}}."""
+        stats = getattr(self.sampler, "source_stats", None)
+        return {"drawn": stats()} if callable(stats) else {}
+
+
+def _callback_states_before_callbacks(meta: dict) -> dict:
+    """The callbacks' states in a checkpoint written before callbacks kept their own (fields at the top)."""
+    return {"train_metrics": {"throughput": meta.get("throughput", [])},
+            "validation": {"last_val_loss": meta.get("last_val_loss", math.nan)},
+            "non_finite_guard": {"in_a_row": meta.get("consecutive_skips", 0)}}
 
 
 def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
@@ -239,13 +342,43 @@ def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.Run
     if status.get("state") == "diverged":
         return "diverged", (f"{run_dir}: diverged at step {status.get('step')} on an earlier attempt "
                             f"({status.get('message')}); not retried: remove the folder to train it again")
-    rundir.write_json_atomic(config_path, {"identity": run.identity(), "world_size": world,
+    if run.branch and not _has_progress(run_dir):
+        refusal = _wait_for_parent(run, run_dir)
+        if refusal:
+            return "refused", refusal
+    steps = len(run_plan(run))  # what max_steps was before batch schedules
+    rundir.write_json_atomic(config_path, {"identity": run.identity(), "world_size": world, "steps": steps,
                                            "torch": torch.__version__, "python": platform.python_version(),
                                            "config": run.to_dict()})
     attempts = status.get("attempts", 0) + 1
-    rundir.write_status(run_dir, "running", step=0, max_steps=run.train.max_steps, attempts=attempts,
+    rundir.write_status(run_dir, "running", step=0, max_steps=steps, attempts=attempts,
                         log=rundir.log_path(), message="")
     return "train", None
+
+
+def _wait_for_parent(run: RunConfig, run_dir: Path, poll_seconds: float = 2.0, start_grace: float = 120.0) -> str:
+    """A branch starts from its parent's checkpoint at the branch step: wait while the parent is being trained
+    (or queued to start within `start_grace` seconds); '' when the checkpoint is there, else why not."""
+    parent, step = run.branch["parent"], run.branch["step"]
+    parent_dir = rundir.sibling_run_dir(run_dir, parent)
+    ckpt = rundir.checkpoint_root(parent_dir) / rundir.step_dir_name(step)
+    waited, told = 0.0, False
+    while not (ckpt / rundir.CKPT_META).is_file():
+        state = (rundir.read_status(parent_dir) or {}).get("state", "not started")
+        if not rundir.RunLock(parent_dir).held_by_live_process() and (state != "pending" or waited > start_grace):
+            return (f"{run_dir}: a branch of {parent!r} at step {step}, but {parent_dir} has no checkpoint at step "
+                    f"{step} (parent {state}); train the parent first with the same experiment file (it keeps "
+                    f"that checkpoint), e.g. ablate run FILE --only {parent}")
+        if not told:
+            print(f"[{run.name} seed{run.train.seed}] waiting for {parent!r} to reach step {step}", flush=True)
+            told = True
+        time.sleep(poll_seconds)
+        waited += poll_seconds
+    held = rundir.read_json(parent_dir / rundir.CONFIG).get("identity")
+    if held != run.branch.get("parent_identity"):
+        return (f"{run_dir}: a branch of {parent!r}, whose folder {parent_dir} holds another config (identity {held}, "
+                f"the experiment's parent is {run.branch.get('parent_identity')}); retrain the parent or pass --out")
+    return ""
 
 
 def _decide(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
@@ -282,7 +415,7 @@ def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
     """Train one run (resuming if its folder has a checkpoint); return its summary. Rank 0 holds the run's lock
     and writes the files. Raises RunLocked when another live process trains the run, RunDiverged when it diverged
     (now or on an earlier attempt); any other failure is recorded in status.json and error.txt, then raised."""
-    check_eval_tasks(run)  # before a run folder or any data exists
+    check_registered_names(run)  # before a run folder or any data exists
     check_data_config(run.data, run.model.vocab_size)
     d = init_distributed(run.train.device)
     if run.train.float8:  # refused here, before a run folder or any data exists, where it cannot run

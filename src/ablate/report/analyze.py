@@ -291,7 +291,7 @@ def _overview(runs: list[Run], skipped: list[str]) -> dict:
     for r in runs:
         s = r.summary or {}
         rows.append({"run": r.label, "variant": r.variant, "seed": r.seed, "status": r.status, "note": r.note,
-                     "steps": r.last_step, "max_steps": r.config.get("train", {}).get("max_steps"),
+                     "steps": r.last_step, "max_steps": r.planned_steps,
                      "tokens": s.get("tokens", r.train_loss[-1].tokens if r.train_loss else None),
                      "params": s.get("params"), "wall_seconds": s.get("wall_seconds"),
                      "final_val_loss": s.get("final_val_loss")})

@@ -69,6 +69,7 @@ class Run:
     note: str
     last_step: int
     train_loss: list[Point] = field(default_factory=list)
+    planned_steps: int | None = None  # the steps the run takes (a scheduled batch takes more than max_steps)
     scores: dict[tuple[str, str], list[Point]] = field(default_factory=dict)  # (task key, metric) -> by step
     _items: dict = field(default_factory=dict, repr=False)
 
@@ -134,9 +135,9 @@ def load_run(path: Path, variant: str) -> Run:
         if _finite(row.get("val/loss")):
             val_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/loss"]), None)
     train_loss = [train_by_step[s] for s in sorted(train_by_step)]
-    status, note, last_step = _status(summary, train_loss, config.get("train", {}).get("max_steps"),
-                                      rundir.read_status(path) or {})
-    run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss)
+    planned = held.get("steps") or config.get("train", {}).get("max_steps")  # "steps": since batch schedules
+    status, note, last_step = _status(summary, train_loss, planned, rundir.read_status(path) or {})
+    run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss, planned)
 
     if val_by_step:
         run.scores[(VAL_TASK, "loss")] = [val_by_step[s] for s in sorted(val_by_step)]
