@@ -277,12 +277,16 @@ def load_checkpoint(path: Path, model, optimizer, d: Dist) -> dict:
     if failure is not None:
         raise failure
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
+    # Only the optimizer's per-parameter state (moments, momentum, step) is read: its parameter groups and their
+    # settings are this run's config (a branch may change the lr multipliers or weight decay), and checkpoints
+    # written before the groups were per role (two groups: decay, no decay) load the same way.
+    state = {"model": model_sd, "optim": {"state": optim_sd["state"]}}
     same_world = meta["world"] == d.world
     if same_world:
         state[f"rng_rank{d.rank}"] = _rng_state()
     dcp_load(state, path, metadata)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict={"state": state["optim"]["state"], "param_groups": optim_sd["param_groups"]})
     if same_world:
         rng = state[f"rng_rank{d.rank}"]
         torch.set_rng_state(rng["torch"])
