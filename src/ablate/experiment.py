@@ -18,7 +18,7 @@ from ablate.batching import batch_plan
 from ablate.config import ConfigError, RunConfig, _SECTIONS, apply_overrides, validate, variant
 from ablate.data import check_data_config
 from ablate.sources import entries
-from ablate.optim import check_optimizer_name
+from ablate.train import check_registered_names
 
 
 class ExperimentError(ValueError):
@@ -245,14 +245,6 @@ def _check_name_override(overrides: dict, runs: list[RunConfig]) -> None:
                               f"same name; allowed: --set name=... only with one variant (use --only)")
 
 
-def _check_tasks(run: RunConfig) -> None:
-    """eval.tasks names known tasks (config.validate leaves this to the eval suite, which config never imports)."""
-    if run.eval.tasks.strip():  # lazily: experiments without tasks never load the suite
-        from ablate.eval.suite import check_config_tasks
-
-        check_config_tasks(run.eval.tasks)
-
-
 def _check_device(run: RunConfig) -> None:
     if run.train.device == "cuda":
         import torch
@@ -296,8 +288,7 @@ def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, s
                                   from_text=True)
             for seed in chosen_seeds or [run.train.seed]:
                 seeded = validate(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed)))
-                _check_tasks(seeded)
-                check_optimizer_name(seeded.optim)
+                check_registered_names(seeded)  # optim.name and eval.tasks, which config cannot check
                 _check_device(seeded)
                 check_data_config(seeded.data, seeded.model.vocab_size)
                 resolved.append(seeded)
