@@ -36,7 +36,6 @@ from ablate.parallel import Dist
 META = rundir.CKPT_META  # the folder names (step_N, .tmp_step_N, damaged_step_N) are rundir's
 DCP_METADATA = ".metadata"
 META_KEYS = ("step", "world", "tokens", "sampler")
-STEP_NAME = rundir.STEP_NAME
 
 
 class CheckpointError(ConfigError):

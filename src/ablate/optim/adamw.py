@@ -4,11 +4,11 @@ from __future__ import annotations
 import torch
 
 from ablate.config import OptimConfig
-from ablate.optim.registry import SettingsFromConfig, register
+from ablate.optim.registry import register
 
 
 @register("adamw")
-class AdamW(SettingsFromConfig, torch.optim.AdamW):
+class AdamW(torch.optim.AdamW):
     def __init__(self, groups: list[dict], cfg: OptimConfig):
         # The fused kernel (CPU and CUDA, FSDP2's DTensors included) makes one pass over each parameter instead of
         # one per arithmetic op: measured 3-6x faster than foreach for the optimizer step on this CPU.

@@ -21,7 +21,7 @@ import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ablate.config import OptimConfig
-from ablate.optim.registry import SettingsFromConfig, register
+from ablate.optim.registry import register
 
 # Newton-Schulz applies p(s) = a*s + b*s^3 + c*s^5 to every singular value s of X (X, X X^T X, (X X^T)^2 X share
 # X's singular vectors), so iterating it moves every s towards where p levels off, without an SVD. The textbook
@@ -68,7 +68,7 @@ def update_scale(rows: int, cols: int) -> float:
 
 
 @register("muon")
-class Muon(SettingsFromConfig, torch.optim.Optimizer):
+class Muon(torch.optim.Optimizer):
     def __init__(self, groups: list[dict], cfg: OptimConfig):
         defaults = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps, "weight_decay": 0.0,
                     "momentum": cfg.momentum, "ns_steps": cfg.ns_steps}

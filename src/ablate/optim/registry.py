@@ -30,16 +30,3 @@ def check_optimizer_name(cfg: OptimConfig) -> None:
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     check_optimizer_name(cfg)
     return OPTIMIZERS[cfg.name](param_groups(model, cfg), cfg)
-
-
-class SettingsFromConfig:
-    """Mixin for registered optimizers: loading a checkpoint restores the per-parameter state (moments, momentum)
-    but keeps every group's settings (lr multiplier, weight decay, betas, ...) as this run's config built them.
-    torch's load_state_dict would otherwise replace them with the checkpoint's copy, and a run branched with a new
-    weight decay or lr multiplier would silently train with the old one."""
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        settings = [{k: v for k, v in group.items() if k != "params"} for group in self.param_groups]
-        super().load_state_dict(state_dict)
-        for group, kept in zip(self.param_groups, settings):
-            group.update(kept)
