@@ -5,6 +5,19 @@ task configs for lm-eval that read the same items.
 """
 from ablate_evals import (arc_challenge, arc_easy, boolq, commonsense_qa, copa, hellaswag, openbookqa, piqa, sciq,
                           social_iqa, winogrande)
+from ablate_evals import arc_challenge_test, arc_easy_test, copycolors, copycolors_xl, mmlu
+from ablate_evals import basic_skills, lambada
 
+CORE = (arc_easy, arc_challenge, hellaswag, piqa, social_iqa, winogrande, openbookqa, commonsense_qa, sciq, boolq, copa)
 TASKS = {module.TASK.name: module.TASK for module in (
-    arc_easy, arc_challenge, hellaswag, piqa, social_iqa, winogrande, openbookqa, commonsense_qa, sciq, boolq, copa)}
+    *CORE, arc_easy_test, arc_challenge_test, mmlu, copycolors, copycolors_xl, lambada)}
+TASKS.update((task.name, task) for task in basic_skills.TASKS)  # six tasks from one builder
+
+# Named suites, accepted wherever a task list is (eval.tasks, `ablate eval --tasks`), mixed with task names.
+SUITES = {
+    # the tasks that move first for small models: provisional, until issue 16's ladder measures them
+    "small": ["arc_easy", "arc_challenge", "hellaswag", "piqa", "mmlu", "lambada",
+              *(task.name for task in basic_skills.TASKS), "copycolors"],
+    "core": [module.TASK.name for module in CORE],  # the suite's first 11 tasks
+    "all": list(TASKS),
+}

@@ -5,8 +5,10 @@
 
 Every variant sees the same 614k tokens (150 steps of the constant batch); smaller early batches take more, cheaper
 steps. `ramp` grows linearly in tokens from 8 to 32 over the first half of the tokens; `ramp_sqrt_lr` also scales
-the LR by sqrt(batch / 32); `dynamic` (the batch-size paper's idea that the best batch grows as the loss falls)
-starts at 8 and doubles each time the tokens seen double past 77k. On a checkout's ../shared/data.
+the LR by sqrt(batch / 32); `dynamic` starts at 8 and doubles each time the tokens seen double past 77k. Growing
+the batch during training is the batch-size warmup of the lecture seed 002 (the critical batch grows as training
+goes on); the doubling rule is ours: the batch-size paper's abstract (seed 001) proposes a dynamic scheduler but
+does not give its rule. On a checkout's ../shared/data.
 """
 from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant
 

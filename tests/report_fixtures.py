@@ -58,12 +58,16 @@ def write_run(root: Path, variant: str, seed: int, steps: list[int], val: list[f
     for task, spec in tasks.items():
         for step, items in spec["items"].items():
             n = len(items)
-            names = [k for k in items[0] if k not in ("id", "gold")]
-            values = {m: sum(r[m] for r in items) / n for m in names}
-            evals.append({"step": step, "tokens": step * tokens_per_step, "task": task, "format": "cf", "n": n,
-                          "chance": spec["chance"], "primary": spec["primary"], "metrics": values,
-                          "stderr": {m: math.sqrt(v * (1 - v) / n) for m, v in values.items()},
-                          "truncated": 0, "seconds": 0.1})
+            names = [k for k in items[0] if k not in ("id", "gold", "group")]
+            line = {"step": step, "tokens": step * tokens_per_step, "task": task, "format": "cf", "n": n,
+                    "chance": spec["chance"], "primary": spec["primary"],
+                    "metrics": {m: _mean([r[m] for r in items]) for m in names},
+                    "stderr": {m: _stderr([r[m] for r in items]) for m in names}, "truncated": 0, "seconds": 0.1}
+            if "group" in items[0]:  # macro average over groups, each group's means logged, as the eval suite does
+                groups = {g: [r for r in items if r["group"] == g] for g in sorted({r["group"] for r in items})}
+                line["groups"] = {g: {m: _mean([r[m] for r in rows]) for m in names} for g, rows in groups.items()}
+                line["metrics"] = {m: _mean([line["groups"][g][m] for g in groups]) for m in names}
+            evals.append(line)
             _write_jsonl(run / "eval_items" / f"step_{step:07d}" / f"{task}_cf.jsonl", items)
     _write_jsonl(run / "evals.jsonl", evals)
     if finished:
@@ -72,6 +76,18 @@ def write_run(root: Path, variant: str, seed: int, steps: list[int], val: list[f
             "tokens": steps[-1] * tokens_per_step,
             "params": 12345, "wall_seconds": 12.5, "tokens_per_second": 1e4, "mfu": 0.1}))
     return run
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _stderr(values: list[float]) -> float:
+    """sqrt(p (1 - p) / n) for 0/1 values, else the sample sd / sqrt(n)."""
+    n, m = len(values), _mean(values)
+    if set(values) <= {0.0, 1.0}:
+        return math.sqrt(m * (1 - m) / n)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / max(n - 1, 1) / n)
 
 
 def accuracy_items(correct: set[int], extra: dict[str, set[int]] | None = None) -> list[dict]:

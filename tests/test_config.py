@@ -19,6 +19,9 @@ def test_defaults_validate():
     ({"train.global_batch": 12}, "train.global_batch", "multiple of train.micro_batch"),
     ({"schedule.name": "linear"}, "schedule.name", "'cosine', 'wsd', 'constant'"),
     ({"model.rope_fraction": 0.01}, "model.rope_fraction", "(0, 1]"),
+    ({"train.seed": 2 ** 70}, "train.seed", "[0, 4294967296)"),
+    ({"train.seed": -1}, "train.seed", "[0, 4294967296)"),
+    ({"name": "report.json"}, "name", "any other name"),
 ])
 def test_bad_values_name_field_and_allowed(overrides, field, allowed):
     with pytest.raises(ConfigError) as err:
@@ -76,3 +79,16 @@ def test_section_type_checked():
     with pytest.raises(ConfigError, match="model: expected ModelConfig"):
         validate(dataclasses.replace(RunConfig(), model=TrainConfig()))
     assert ModelConfig(ffn="swiglu", d_model=128).ffn_dim == 352  # 8/3 * 128 = 341 -> multiple of 32
+
+
+def test_reserved_names_are_the_files_the_report_writes(tmp_path):
+    """A variant folder named like a report file would collide with it in runs/<experiment>/."""
+    from report_fixtures import build_toy_experiment
+
+    from ablate.config import REPORT_FILES
+    from ablate.report import write_report
+
+    root = build_toy_experiment(tmp_path)
+    before = {p.name for p in root.iterdir()}
+    write_report(root)
+    assert {p.name for p in root.iterdir()} - before == set(REPORT_FILES)

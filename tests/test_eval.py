@@ -11,8 +11,8 @@ import torch.nn.functional as F
 import ablate_evals
 from ablate.config import ConfigError, ModelConfig, apply_overrides
 from ablate.eval import engine, suite
-from ablate.eval.metrics import METRICS, ItemScores, item_metrics, predictions
-from ablate.eval.tasks import render, requests_for
+from ablate.eval.metrics import METRICS, METRICS_BY_KIND, ItemScores, item_metrics, predictions
+from ablate.eval.tasks import LETTERS, render, requests_for
 from ablate.experiment import ExperimentError, load_experiment
 from ablate.model import Transformer
 from ablate.train import run_dir_for, train
@@ -41,7 +41,7 @@ def random_model(max_len: int, **knobs) -> Transformer:
 
 
 def test_every_task_builds_valid_items():
-    assert len(ablate_evals.TASKS) == 11
+    assert len(ablate_evals.SUITES["core"]) == 11 and list(ablate_evals.SUITES["all"]) == list(ablate_evals.TASKS)
     for name, task in ablate_evals.TASKS.items():
         items = task.items(15)
         assert len(items) == min(15, len(task.rows()))
@@ -52,8 +52,9 @@ def test_every_task_builds_valid_items():
             assert len(item.contexts) in (1, len(item.continuations))
             assert all(c.strip() for c in item.contexts) and all(c.startswith(" ") for c in item.continuations)
             contexts, letters = render(item, "mcf")
-            assert letters[item.gold] == f" {'ABCDE'[item.gold]}" and item.choice_texts[-1] in contexts[0]
-        assert task.primary_for("cf") in METRICS and task.primary_for("mcf") == "acc_raw"
+            assert letters[item.gold] == f" {LETTERS[item.gold]}" and item.choice_texts[-1] in contexts[0]
+        assert task.primary_for("cf") in METRICS_BY_KIND[task.kind]
+        assert task.primary_for("mcf") == ("acc_raw" if task.kind == "choice" else task.primary)  # one continuation
 
 
 def test_sciq_answers_are_not_always_last():

@@ -47,9 +47,12 @@ def test_final_scores_snr_and_chance(toy):
     q = s["quality"]
     finals = [0.70, 0.60, 0.45]
     assert q["signal"] == pytest.approx((0.70 - 0.45) / np.mean(finals))
+    # Signal and Noise: noise = np.std (ddof 0) of a run's last 3 checkpoints, mean over runs, relative to the same
+    # mean as the signal; SNR = range of the finals / mean within-run std
     tails = [[v + o for v in TOY[name][-3:]] for name in TOY for o in (0.01, -0.01)]
-    noise = np.mean([np.std(t, ddof=1) / np.mean(t) for t in tails])
-    assert q["noise"] == pytest.approx(noise) and q["snr"] == pytest.approx(q["signal"] / noise)
+    mean_sd = np.mean([np.std(t) for t in tails])
+    assert q["noise"] == pytest.approx(mean_sd / np.mean(finals))
+    assert q["snr"] == pytest.approx(q["signal"] / q["noise"]) and q["snr"] == pytest.approx(0.25 / mean_sd)
     c = q["chance"]
     se = np.mean([np.sqrt(p * (1 - p) / 100) for p in [0.71, 0.69, 0.61, 0.59, 0.46, 0.44]])
     assert c["chance"] == 0.25 and c["z_final"] == pytest.approx((np.mean(finals) - 0.25) / se)
@@ -71,19 +74,28 @@ def test_pairwise_two_seeds_establish_nothing(toy):
     assert ab["seeds_needed"] == 3  # no seed spread observed: the minimum
     assert ab["p_items"] < 0.01 and ab["ci"][0] > 0 and ab["seeds_agree"] == 2 and ab["n_items"] == 100
     flat = next(p for p in series(report, "flat:cf", "acc_raw")["pairwise"] if (p["a"], p["b"]) == ("A", "B"))
-    assert flat["diff"] == 0 and flat["better"] is None and flat["significant"] is None  # not a decision metric
+    # flat is no decision metric but a candidate, so in the family: two seeds, not tested, not significant
+    assert flat["diff"] == 0 and flat["better"] is None and flat["significant"] is False
     assert flat["p_items"] == pytest.approx(1.0) and flat["ci"][0] < 0 < flat["ci"][1] and flat["seeds_needed"] is None
     val = next(p for p in series(report, "val_loss", "loss")["pairwise"] if (p["a"], p["b"]) == ("A", "C"))
     assert val["diff"] == pytest.approx(-0.2) and val["better"] == "A" and val["significant"] is False
-    assert report["inference"]["tests"] == 0 and report["inference"]["comparisons"] == 6
+    assert report["inference"]["tests"] == 0 and report["inference"]["comparisons"] == 9  # 3 pairs x 3 candidates
+    assert report["inference"]["family_metrics"] == [["val_loss", "loss"], ["toy:cf", "acc_per_char"],
+                                                     ["flat:cf", "acc_raw"]]  # not the choices-only baseline
+    baseline = series(report, "toy:cf", "acc_choices_only")["pairwise"][0]
+    assert baseline["significant"] is None and baseline["p_bh"] is None
 
 
 def test_recommendation_and_headline(toy):
     root, report = toy
     rec = report["recommendation"]
     assert [(e["task"], e["metric"]) for e in rec["suite"]] == [("val_loss", "loss"), ("toy:cf", "acc_per_char")]
-    assert rec["rejected"] == [{"task": "flat:cf", "metric": "acc_raw", "failed": ["monotone"],
-                                "not_computable": ["consistent"]}]
+    assert rec["rejected"] == [{"task": "flat:cf", "status": "no_signal",
+                                "reasons": {"acc_raw": "not monotone (rho 0 < 0.5); consistent not computable"}}]
+    toy_choice = next(c for c in rec["choices"] if c["task"] == "toy:cf")
+    assert toy_choice["metric"] == "acc_per_char" and toy_choice["figures"]["monotonicity"] == pytest.approx(0.6)
+    assert toy_choice["others"] == [{"metric": "acc_choices_only", "why": "a baseline (answer priors), never a signal"}]
+    assert toy_choice["text"].startswith("toy: acc_per_char (rho 0.6, SNR ")
     assert series(report, "toy:cf", "acc_choices_only")["quality"]["passes"] is False  # a baseline, never a signal
     assert rec["aggregate"]["A"]["mean_rank"] == 1 and rec["aggregate"]["C"]["mean_rank"] == 3
     assert rec["aggregate_over"] == [["val_loss", "loss"], ["toy:cf", "acc_per_char"]]  # flat: no signal, left out
@@ -116,7 +128,7 @@ def test_files_agree_with_report_json(toy):
     on_disk = json.loads((root / "report.json").read_text())
     assert on_disk == report
     md, page = (root / "report.md").read_text(), (root / "report.html").read_text()
-    assert report["headline"]["text"].split(";")[0] in md
+    assert report["headline"]["text"].split(";")[0] in md.replace("\\", "")  # markdown escapes (~ etc.) aside
     assert page.count("data:image/png;base64,") >= 4  # training loss, val_loss, flat, toy, ranking
     tau = series(report, "toy:cf", "acc_per_char")["quality"]["ranking"]["tau_second_half"]
     assert f"{tau:.3g}" in md and f"{tau:.3g}" in page
@@ -140,7 +152,7 @@ def test_one_seed_one_checkpoint_says_what_it_cannot_compute(tmp_path):
     assert s["quality"]["snr"] is None and s["quality"]["ranking"]["tau_second_half"] is None
     pair = s["pairwise"][0]  # 60 vs 40 of 100 items: evaluation noise says "different", one seed says nothing
     assert pair["p_items"] < 0.05 and pair["p_seeds"] is None and pair["seeds_needed"] is None
-    assert pair["significant"] is None  # toy cannot show signal from one checkpoint: not a decision metric
+    assert pair["significant"] is False  # a candidate, in the family; one seed: not tested
     val = series(report, "val_loss", "loss")["pairwise"][0]
     assert val["significant"] is False and not val["testable"]
     text = report["headline"]["text"]
@@ -202,7 +214,13 @@ def test_stats_edge_cases():
     assert stats.spearman([1, 2], [1, 2]) is None and stats.spearman([1, 2, 3], [5, 5, 5]) == 0
     assert stats.kendall([1, 1, 1], [1, 2, 3]) == 0 and stats.kendall([1, 2, 3], [2, 2, 2]) is None
     assert stats.decision_accuracy([1, 1], [1, 2]) == 0.5 and stats.decision_accuracy([1, 2], [3, 3]) is None
-    assert stats.relative_dispersion([1.0]) is None and stats.relative_std([2.0]) is None
+    assert stats.signal_noise([1.0], [[1.0, 2.0]]) == {"signal": None, "noise": None, "snr": None}
+    assert stats.signal_noise([1.0, 2.0], [[3.0]])["snr"] is None  # one checkpoint: no noise estimate
+    flat = stats.signal_noise([1.0, 2.0], [[1.0, 1.0], [2.0, 2.0]])  # checkpoints that do not move: SNR unknown
+    assert flat["snr"] is None and flat["noise"] == 0 and flat["signal"] == pytest.approx(1 / 1.5)
+    # a margin whose variants straddle zero: signal and noise relative to a mean near 0 blow up, SNR does not
+    margin = stats.signal_noise([-0.1, 0.1], [[-0.2, 0.0], [0.0, 0.2]])
+    assert margin["signal"] is None and margin["snr"] == pytest.approx(0.2 / 0.1)
     with pytest.raises(ReportError, match="no run folders"):
         build_report(__import__("pathlib").Path(__file__).parent)
 

@@ -99,6 +99,46 @@ def test_wsd_batch_recovers_b_opt_and_b_min():
     assert edge["status"] == "at_most" and edge["bound_b"] == 1024 and edge["b_opt"] is None
 
 
+class SyntheticWsd:
+    """A WSD E(S) with known constants: 1/(S - S_min) up to S=2000, C (S - S_opt)^2 + E_min up to S=4500, then
+    A1 S + A0, joined with equal values and slopes. B_opt = E_min / S_opt = 10000 tokens per step, B_min = A1 = 6000;
+    the quadratic stage holds the batch sizes 7667 to 16000 (a factor 2.1)."""
+    S_MIN, S1, S_OPT, S2, C, E_MIN = 1000.0, 2000.0, 3000.0, 4500.0, 2.0, 3e7
+    A1 = 2 * C * (S2 - S_OPT)
+    A0 = C * (S2 - S_OPT) ** 2 + E_MIN - A1 * S2
+    D = 2 * C * (S_OPT - S1) * (S1 - S_MIN) ** 2
+    F = C * (S1 - S_OPT) ** 2 + E_MIN - D / (S1 - S_MIN)
+
+    def tokens(self, s: float) -> float:
+        if s < self.S1:
+            return self.D / (s - self.S_MIN) + self.F
+        return self.C * (s - self.S_OPT) ** 2 + self.E_MIN if s <= self.S2 else self.A1 * s + self.A0
+
+    def steps(self, b: float) -> float:
+        """Where a run of b tokens per step (E = b S) reaches the loss: E(S) / S = b."""
+        from scipy.optimize import brentq
+
+        return brentq(lambda s: self.tokens(s) / s - b, self.S_MIN * (1 + 1e-9), 1e9)
+
+
+def test_wsd_batch_is_exact_on_a_fine_grid_and_says_when_a_grid_is_too_coarse():
+    curve = SyntheticWsd()
+    b_opt = curve.E_MIN / curve.S_OPT
+    fine = np.array([6500, 7000, 9000, 10000, 11000, 14000, 20000, 40000.])  # 3 in the quadratic stage, 2 linear
+    fit = wsd_batch(fine, [curve.steps(b) for b in fine])
+    assert fit["status"] == "vertex" and fit["b_opt"] == pytest.approx(b_opt, rel=1e-9)
+    assert fit["b_min"] == pytest.approx(curve.A1, rel=1e-9) and fit["window_span"] < 2
+    assert "span a factor" not in fit["note"]
+    coarse = 8000 * 2.0 ** np.arange(5)  # powers of 2: at most 2 of them in the quadratic stage
+    fit = wsd_batch(coarse, [curve.steps(b) for b in coarse])
+    print(f"powers-of-2 grid: B_opt {fit['b_opt']:.0f} for {b_opt:.0f} ({fit['b_opt'] / b_opt - 1:+.1%})")
+    assert fit["status"] == "vertex" and fit["b_opt"] < 0.95 * b_opt  # biased low...
+    assert fit["window_span"] == pytest.approx(4) and "span a factor 4" in fit["note"]  # ...and the report says so
+    from ablate.report.sweep_render import _notes
+
+    assert "span a factor 4" in _notes(critical_batch(coarse, [curve.steps(b) for b in coarse]), fit)  # the table
+
+
 def test_power_law_recovers_e_a_alpha_with_cis():
     rng = np.random.default_rng(0)
     n = np.geomspace(1e5, 1e7, 5)

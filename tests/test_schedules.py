@@ -82,8 +82,26 @@ def test_bad_schedules_are_refused_with_the_field():
         apply_overrides(run, {"train.batch_schedule": "stages", "train.batch_stages": "0:8,100:32"})
     with pytest.raises(ConfigError, match="train.batch_start"):
         apply_overrides(run, {"train.batch_schedule": "ramp", "train.batch_ramp_tokens": 100})
-    with pytest.raises(ConfigError, match="world size"):
-        check_plan([8, 12], micro_batch=4, world=2)
+    with pytest.raises(ConfigError, match=r"train.batch_stages: .*gives steps of \[12\] sequences, not multiples "
+                                          r"of the world size \(8\)"):
+        check_plan([8, 12], 8, TrainConfig(global_batch=16, micro_batch=4, batch_schedule="stages",
+                                           batch_stages="0:8,100:12,200:16"))
+
+
+def test_a_ramp_that_would_vanish_is_refused_naming_both_fields():
+    """batch_start 4 under micro_batch 16 used to train every step at 16: a ramp compared with itself."""
+    run = tiny()
+    ramp = {"train.global_batch": 16, "train.micro_batch": 16, "train.batch_start": 4, "train.batch_ramp_tokens": 512}
+    for kind in ("ramp", "dynamic"):
+        with pytest.raises(ConfigError, match=rf"train.batch_start: {kind}: 4 is not a multiple of "
+                                              rf"train.micro_batch=16 .*it would start at 16"):
+            apply_overrides(run, {**ramp, "train.batch_schedule": kind})
+    with pytest.raises(ConfigError, match=r"train.batch_stages: batches \[8\] are not multiples of "
+                                          r"train.micro_batch=16"):
+        apply_overrides(run, {"train.global_batch": 16, "train.micro_batch": 16, "train.batch_schedule": "stages",
+                              "train.batch_stages": "0:8,512:16"})
+    fine = apply_overrides(run, {**ramp, "train.batch_schedule": "ramp", "train.micro_batch": 4})
+    assert batch_plan(fine.train, SEQ)[0] == 4  # the ramp starts where it says
 
 
 def test_lr_rescale_rules():

@@ -24,7 +24,7 @@ LAYERS = [
     {"model", "data", "optim", "parallel", "eval", "report"},
     {"checkpoint"},
     {"callbacks", "load"},
-    {"eval_callback", "export", "lm_eval_model", "stability"},
+    {"eval_callback", "export", "lm_eval_model", "stability", "score"},
     {"train"},
     {"experiment", "sweep", "plan"},
     {"slurm"},
@@ -132,7 +132,8 @@ RUN_FOLDER_NAMES = {rundir.CONFIG, rundir.SUMMARY, rundir.STATUS, rundir.METRICS
                     rundir.ERROR, rundir.LOGS, rundir.CHECKPOINTS, rundir.TOKENIZER, rundir.TENSORBOARD,
                     rundir.EVAL_ITEMS, rundir.CKPT_META, rundir.CKPT_REASON}
 PREFIXES = (rundir.STEP_PREFIX, rundir.TMP_PREFIX, rundir.DAMAGED_PREFIX)  # of checkpoint and eval_items folders
-ELSEWHERE = {("ablate.data", rundir.TOKENIZER)}
+ELSEWHERE = {("ablate.data", rundir.TOKENIZER),
+             ("ablate.eval.tasks", rundir.CONFIG)}  # an oe-eval request folder's config.json, not a run's
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "ablate.rundir"))

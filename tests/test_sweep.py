@@ -263,9 +263,9 @@ def test_launcher_local_runs_the_submitit_path_from_the_command_line(tmp_path):
 
 
 def test_wrong_status_and_report_options_get_one_line(tmp_path):
-    for args, expected in ((["status", str(tmp_path), "--watch", "0"], "--watch 0: allowed: seconds > 0"),
+    for args, expected in ((["status", str(tmp_path), "--watch", "0"], "--watch 0: allowed: seconds in (0, 86400]"),
                            (["report", str(tmp_path), "--power", "1.5"], "--power 1.5: allowed: in (0, 1)"),
                            (["report", str(tmp_path), "--min-seeds", "1"], "--min-seeds 1: allowed: a whole number"),
-                           (["run", str(TINY), "--jobs", "0"], "--jobs: 0; allowed: a whole number >= 1")):
+                           (["run", str(TINY), "--jobs", "0"], "--jobs 0: allowed: a whole number >= 1")):
         result = run_cli(*args, check=False)
         assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, args

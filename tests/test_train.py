@@ -1,5 +1,7 @@
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -9,8 +11,9 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from ablate.config import ConfigError, apply_overrides
+from ablate.config import ConfigError, apply_overrides, parse_set_args
 from ablate.experiment import load_experiment
+from ablate.sweep import attempt
 from ablate.train import run_dir_for, train
 from conftest import REPO, TINY, run_cli
 
@@ -77,6 +80,24 @@ def test_other_config_in_same_folder_is_refused(tiny_run):
     run, out, _ = tiny_run
     with pytest.raises(ConfigError, match="holds a run of a different config"):
         train(apply_overrides(run, {"optim.lr": 1e-4}), out)
+
+
+def test_rerun_with_eval_tasks_added_says_the_run_is_finished_and_how_to_score_them(tmp_path):
+    settings = ["--set", "train.max_steps=2", "--set", "train.val_every=0"]
+    run = load_experiment(TINY, only=["mha"], overrides=parse_set_args(settings[1::2]))[0]
+    train(run, tmp_path)
+    run_dir = run_dir_for(tmp_path, run)
+    tasks = ["--set", "eval.tasks=copa,arc_easy", "--set", "eval.limit=4"]
+    rerun = run_cli("run", str(TINY), "--only", "mha", *settings, *tasks, "--out", str(tmp_path))
+    line = next(x for x in rerun.stdout.splitlines() if x.startswith("run 1/1 finished"))
+    assert f"; already finished ({run_dir / 'summary.json'}); not trained again; eval.tasks copa,arc_easy were " \
+           f"not scored at its last step: score them with ablate eval {run_dir} --tasks copa,arc_easy --format cf " \
+           f"--limit 4" in line, rerun.stdout
+    command = re.search(r"score them with (ablate eval .*)$", line).group(1)
+    scored = run_cli(*shlex.split(command)[1:])  # the command as printed scores them
+    assert "step 2" in scored.stdout and "copa" in scored.stdout
+    state, message = attempt(apply_overrides(run, {"eval.tasks": "copa,arc_easy", "eval.limit": 4}), tmp_path)
+    assert state == "finished" and "already finished" in message and "ablate eval" not in message  # scored now
 
 
 def test_kill_9_then_resume_matches_uninterrupted(tmp_path):

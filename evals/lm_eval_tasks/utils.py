@@ -27,3 +27,8 @@ def doc_to_choice(doc):
 
 def doc_to_target(doc):
     return doc["gold"] if len(doc["contexts"]) == 1 else doc["continuations"][0]
+
+
+def continuation(doc):
+    """The target of a continuation task (output_type loglikelihood: LAMBADA's final word)."""
+    return doc["continuations"][0]

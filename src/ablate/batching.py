@@ -2,7 +2,12 @@
 
 A run's batch schedule is decided before it starts: `batch_plan` lists the global batch of every optimizer step, so
 the number of steps, the LR schedule's length and any step's batch are known from the config alone, and a run
-resumed in the middle of a ramp takes exactly the steps it would have taken.
+resumed in the middle of a ramp takes exactly the steps it would have taken. Every batch of a plan is a multiple of
+train.micro_batch (config.validate refuses a batch_start or stage that is not: a ramp would silently change it).
+
+The plan does not depend on the world size; the world only splits each step: every rank takes batch / world of its
+sequences in passes of at most micro_batch (`rank_passes`), so one experiment file trains the same numbers on 1
+process, N gloo processes or N GPUs, and only a batch that is not a multiple of the world is refused.
 """
 from __future__ import annotations
 
@@ -62,14 +67,40 @@ def run_plan(run) -> list[int]:
     return batch_plan(run.train, run.data.seq_len, branch["step"], branch["tokens"])
 
 
-def check_plan(plan: list[int], micro_batch: int, world: int, where: str = "train.batch_schedule") -> None:
-    """Every batch must split into micro_batch x world sequences per pass; ConfigError naming the first that cannot."""
-    per_pass = micro_batch * world
-    bad = sorted({b for b in plan if b % per_pass})  # 0: a step a branch's parent took
-    if bad:
-        raise ConfigError(f"{where}: global batches {bad[:5]} are not multiples of train.micro_batch ({micro_batch}) "
-                          f"x world size ({world}); allowed: multiples of {per_pass} (set batch_start, "
-                          f"batch_stages or micro_batch to fit)")
+def rank_passes(batch: int, world: int, micro_batch: int) -> list[int]:
+    """The forward passes one rank takes for a step of `batch` sequences: its share batch / world, in as few passes
+    of at most micro_batch as can be, as equal as can be (sizes differ by at most 1). [] for a step not trained here
+    (0: a step a branch's parent took)."""
+    share = batch // world
+    count = -(-share // micro_batch)
+    return [share // count + (k < share % count) for k in range(count)]
+
+
+def largest_pass(plan: list[int], world: int, micro_batch: int) -> int:
+    """The most sequences one rank takes in one forward pass over the whole plan: micro_batch, or less when every
+    step's share per rank is smaller (the quickstart's 16 over 2 ranks: 8)."""
+    return max((max(rank_passes(b, world, micro_batch), default=0) for b in plan), default=0)
+
+
+def check_plan(plan: list[int], world: int, train: TrainConfig) -> None:
+    """Every step's batch must split evenly over the ranks (equal shares keep the loss and the gradient a mean over
+    the step's sequences, and every rank takes as many passes as the others): ConfigError naming the field that
+    sets the first that cannot."""
+    if train.global_batch % world:
+        raise ConfigError(f"train.global_batch: {train.global_batch} is not a multiple of the world size ({world}): "
+                          f"each rank takes an equal share of a step's sequences; allowed: multiples of {world}")
+    bad = sorted({b for b in plan if b % world})
+    if not bad:
+        return
+    if train.batch_schedule in ("ramp", "dynamic") and train.batch_start % world:
+        where = f"train.batch_start: {train.batch_start}"
+    elif train.batch_schedule == "stages" and any(b % world for _, b in parse_batch_stages(train.batch_stages)):
+        where = f"train.batch_stages: {train.batch_stages!r}"
+    else:  # the ramp's steps between its ends, or a last step that takes what is left: whole micro-batches
+        where = (f"train.batch_schedule: {train.batch_schedule!r} with train.micro_batch={train.micro_batch} (ramp "
+                 f"steps and a last step of what is left are whole micro-batches)")
+    raise ConfigError(f"{where} gives steps of {bad[:5]} sequences, not multiples of the world size ({world}); "
+                      f"allowed: batches that are multiples of {world} (e.g. train.micro_batch a multiple of {world})")
 
 
 def lr_batch_scale(batch: int, train: TrainConfig) -> float:

@@ -16,6 +16,7 @@ import json
 import pickle
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -137,7 +138,9 @@ def dcp_load(state: dict, ckpt: Path, metadata: Metadata | None = None) -> None:
     """dcp.load that runs no code from the checkpoint; its failures become one DamagedCheckpointError."""
     metadata = read_metadata(ckpt) if metadata is None else metadata
     try:
-        dcp.load(state, storage_reader=SafeFileSystemReader(ckpt, metadata), planner=SafeLoadPlanner())
+        with warnings.catch_warnings():  # eval and export load without a process group, as DCP warns it assumes
+            warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
+            dcp.load(state, storage_reader=SafeFileSystemReader(ckpt, metadata), planner=SafeLoadPlanner())
     except CheckpointException as exc:  # DCP gathers each rank's error: name the first one
         first = next(iter(exc.failures.values()))[0]
         raise DamagedCheckpointError(ckpt, f"loading failed: {_describe(first)}") from None

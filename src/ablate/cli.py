@@ -5,23 +5,180 @@ Under torchrun every rank runs the same command; rank 0 prints.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
+from pathlib import Path
 
 from ablate.config import ConfigError, parse_set_args
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 0,1,2; got {text!r}") from None
+# ---------------------------------------------------------------------------------------------------------------
+# option values: each option's argparse type is a rule below, so a wrong value stops the command in one line,
+# `ablate: error: --option VALUE: allowed: ...`, exit 2, before anything is read, computed or written
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line without the usage block (--help still prints it)."""
+
+    def error(self, message):
+        head, sep, rest = message.partition(": ")
+        if sep and head.startswith("argument "):  # argparse's "argument --limit: <what the rule said>"
+            option = head.removeprefix("argument ").split("/")[-1]
+            if rest.startswith(option):  # a library check that names the option itself
+                message = rest
+            else:
+                message = f"{option} {rest}" if "allowed: " in rest else f"{option}: {rest}"
+        else:
+            message = f"{message} (see {self.prog} --help)"
+        self.exit(2, f"ablate: error: {message}\n")
+
+
+class _Why(ValueError):
+    """A value refused for a reason the rule's allowed values do not say (e.g. no GPU here)."""
+
+
+def _rule(convert, allowed: str):
+    """An argparse type: convert(text) returns the value or raises ValueError; the refusal reads
+    `VALUE: [why; ]allowed: ALLOWED` and the parser puts the option in front of it."""
+    def check(text: str):
+        try:
+            return convert(text)
+        except _Why as exc:
+            why = f"{exc}; "
+        except ValueError:
+            why = ""
+        raise argparse.ArgumentTypeError(f"{text if text.strip() else repr(text)}: {why}allowed: {allowed}")
+    return check
+
+
+def _number(kind: type, low: float, high: float | None = None, open_low: bool = False, open_high: bool = False,
+            noun: str | None = None):
+    """A finite int or float within bounds: _number(float, 0, 1, True, True) is the open interval (0, 1)."""
+    def convert(text: str):
+        value = kind(text)
+        if not (math.isfinite(value) and (value > low if open_low else value >= low)
+                and (high is None or (value < high if open_high else value <= high))):
+            raise ValueError(text)
+        return value
+    noun = noun or ("a whole number" if kind is int else "a number")
+    if high is None:
+        return _rule(convert, f"{noun} {'>' if open_low else '>='} {low}")
+    span = f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+    return _rule(convert, span if noun == "a number" else f"{noun} {span}")  # "in (0, 1)" says it is a number
+
+
+def _one_of(*names: str):
+    def convert(text: str) -> str:
+        if text not in names:
+            raise ValueError(text)
+        return text
+    return _rule(convert, ", ".join(names))
+
+
+def _text(allowed: str, check=None, names: bool = False):
+    """Non-blank text (names: at least one comma-separated name) as typed, or what `check` returns. `check` is a
+    library function whose ValueError names the option itself (an unknown task, a file for a folder): its line
+    is passed through."""
+    def convert(text: str):
+        if not any(part.strip() for part in (text.split(",") if names else [text])):
+            raise ValueError(text)
+        try:
+            checked = check(text) if check else None
+        except _Why:
+            raise
+        except (ValueError, NotImplementedError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text if checked is None else checked
+    return _rule(convert, allowed)
+
+
+def _seed_list(text: str) -> list[int]:
+    seeds = [int(x) for x in text.split(",") if x.strip()]  # negative or repeated: load_experiment says so
+    if not seeds:
+        raise ValueError(text)
+    return seeds
+
+
+def _size(text: str) -> str:
+    from ablate.plan import parse_size
+
+    if parse_size(text) <= 0:
+        raise ValueError(text)
+    return text
+
+
+def _set_pair(text: str) -> str:
+    parse_set_args([text])  # ConfigError (a ValueError) when there is no section.field=
+    return text
+
+
+def _runs_root(text: str) -> str:
+    """--out: a folder, made if missing (experiment.check_out_dir says why not in its own line)."""
+    from ablate.experiment import check_out_dir
+
+    return str(check_out_dir(text))
+
+
+def _samples_file(text: str) -> str:
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise _Why("is a folder")
+    if not path.parent.is_dir():
+        raise _Why(f"{path.parent} is not a folder")
+    return text
+
+
+def _device(text: str) -> str:
+    if text == "cpu":
+        return text
+    if not re.fullmatch(r"cuda(:[0-9]+)?", text):
+        raise ValueError(text)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise _Why("no CUDA device is visible here")
+    if int(text.partition(":")[2] or 0) >= torch.cuda.device_count():
+        raise _Why(f"{torch.cuda.device_count()} CUDA devices are visible here")
+    return text
+
+
+def _tasks(text: str) -> None:
+    from ablate.eval.suite import parse_tasks
+
+    parse_tasks(text)
+
+
+def _format(text: str) -> None:
+    from ablate.eval.suite import check_format
+
+    check_format(text)
+
+
+def _slurm(text: str) -> None:
+    from ablate.slurm import parse_slurm_options
+
+    parse_slurm_options(text)
+
+
+# the rules several options share
+WHOLE_1 = _number(int, 1)
+SHARE = _number(float, 0, 1, open_low=True, open_high=True)
+CORRELATION = _number(float, -1, 1)
+NON_NEGATIVE = _number(float, 0)
+ONLY = _text("variant names or globs, comma-separated, e.g. 'lr=0.01*'", names=True)
+SEEDS = _rule(_seed_list, "comma-separated whole numbers >= 0, e.g. 0,1,2")
+SET = _rule(_set_pair, "SECTION.FIELD=VALUE, e.g. train.max_steps=20")
+DEVICE_MEMORY = _rule(_size, "a size > 0 such as 24GiB, 80GB or 512MiB")
+RUNS_ROOT = _text("a folder (created if missing)", _runs_root)
+PATH = _text("a path")  # positionals: '' would silently mean the current folder
 
 
 def cmd_run(args) -> int:
-    from ablate.experiment import check_out_dir, load_experiment
+    from ablate.experiment import load_experiment
 
-    out = str(check_out_dir(args.out))
+    out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
     runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
     _check_memory(runs, args)
     if args.launcher != "here":
@@ -36,7 +193,9 @@ def cmd_run(args) -> int:
                               "torchrun groups itself with --gpus-per-run G)")
         slots = None
     else:
-        slots = sweep.machine_slots(args.jobs, args.runs_per_gpu, args.gpus_per_run)
+        at_most = len(runs)  # more runs at once than there are runs would only split the threads finer
+        slots = sweep.machine_slots(args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most),
+                                    args.gpus_per_run)
     return _run_here(runs, out, slots)
 
 
@@ -155,8 +314,6 @@ def cmd_plan(args) -> int:
     from ablate import plan
     from ablate.experiment import load_experiment
 
-    if args.world_size < 1:
-        raise ConfigError(f"--world-size {args.world_size}: allowed: a whole number >= 1")
     overrides = parse_set_args(args.set)
     if args.dtype:
         overrides["train.dtype"] = args.dtype
@@ -198,8 +355,14 @@ def cmd_eval(args) -> int:
     from ablate.eval import engine, suite
     from ablate.load import load_model
 
+    if args.list:
+        print(suite.format_task_list(args.limit or None))
+        return 0
+    if not args.path:
+        raise ValueError("ablate eval: a run folder or checkpoint to score is required (or --list)")
     tasks = suite.parse_tasks(args.tasks) if args.tasks else list(suite.all_tasks())
-    suite.check_format(args.format)
+    if args.every_checkpoint:
+        return _score_every_checkpoint(args, tasks)
     loaded = load_model(args.path, device=args.device)
     # bf16: matmuls in bf16 under autocast, log-likelihoods still summed in fp32 (as in-training evals of bf16 runs)
     autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16) if args.dtype == "bf16" else None
@@ -219,12 +382,30 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def _score_every_checkpoint(args, tasks: list[str]) -> int:
+    from ablate.score import score_checkpoints
+
+    if args.log_samples or args.no_write:
+        raise ValueError("--every-checkpoint: writes each evaluation to its run folder; not with --log-samples "
+                         "or --no-write (score one checkpoint for those)")
+    done = score_checkpoints(args.path, tasks, args.format, args.limit or None, args.batch_size, args.device,
+                             args.dtype, rescore=args.rescore)
+    for line in done.skipped:
+        print(f"skipped {line}")
+    print(f"scored {len(done.written)} checkpoint(s) in {done.seconds:.1f}s", flush=True)
+    return 0
+
+
 @_bad_input
 def cmd_export(args) -> int:
     from ablate.export import export_hf
 
-    out = export_hf(args.checkpoint, args.hf)
-    print(f"wrote a transformers model to {out}")
+    replaced, kept = export_hf(args.checkpoint, args.hf, force=args.force)
+    print(f"wrote a transformers model to {args.hf}")
+    if replaced:
+        print(f"--force: replaced {len(replaced)} existing file(s): {', '.join(replaced)}")
+    if kept:
+        print(f"--force: left {len(kept)} other entr{'ies' if len(kept) > 1 else 'y'} as they were: {', '.join(kept)}")
     return 0
 
 
@@ -233,20 +414,12 @@ def cmd_report(args) -> int:
 
     from ablate.report import Options, ReportError, write_report
 
-    for flag, value, ok, allowed in (("--alpha", args.alpha, 0 < args.alpha < 1, "in (0, 1)"),
-                                     ("--power", args.power, 0 < args.power < 1, "in (0, 1)"),
-                                     ("--min-seeds", args.min_seeds, args.min_seeds >= 2, "a whole number >= 2"),
-                                     ("--min-shared-items", args.min_shared_items, 0 < args.min_shared_items <= 1,
-                                      "in (0, 1]"),
-                                     ("--bootstrap", args.bootstrap, args.bootstrap >= 100, ">= 100"),
-                                     ("--last-k", args.last_k, args.last_k >= 2, "a whole number >= 2")):
-        if not ok:
-            raise ConfigError(f"{flag} {value}: allowed: {allowed}")
     start = time.perf_counter()
     opts = Options(alpha=args.alpha, min_seeds=args.min_seeds, power=args.power,
                    min_shared_items=args.min_shared_items, min_monotonicity=args.min_monotonicity,
                    min_tau=args.min_tau, min_z=args.min_z, min_snr=args.min_snr, last_k=args.last_k,
-                   early_fraction=args.early_fraction, bootstrap=args.bootstrap, scale=[f for f in (args.scale or "").split(",") if f])
+                   early_fraction=args.early_fraction, bootstrap=args.bootstrap, scale=[f for f in (args.scale or "").split(",") if f],
+                   average_last=args.average_last, subject_snr_floor=args.subject_snr_floor)
     out = args.out or args.runs_dir
     try:
         report = write_report(args.runs_dir, out, opts)
@@ -259,79 +432,103 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ablate", description="Pre-training ablations: train variants, compare them.")
+    parser = _Parser(prog="ablate", description="Pre-training ablations: train variants, compare them.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train every variant x seed of an experiment file")
-    run.add_argument("file", help="experiment file (Python) defining `runs`")
-    run.add_argument("--only", action="append",
+    run.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
+    run.add_argument("--only", action="append", type=ONLY,
                      help="variant names or globs (e.g. 'lr=0.01*'), comma-separated or repeated")
-    run.add_argument("--seeds", type=_int_list, help="comma-separated seeds, overriding the file's `seeds`")
-    run.add_argument("--out", default="runs", help="runs root (default: runs/)")
-    run.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+    run.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
+    run.add_argument("--out", default="runs", type=RUNS_ROOT, help="runs root (default: runs/)")
+    run.add_argument("--set", action="append", default=[], type=SET, metavar="SECTION.FIELD=VALUE",
                      help="override a config field, e.g. --set train.max_steps=20 (repeatable)")
-    run.add_argument("--jobs", type=int, metavar="N",
-                     help="runs at once on this machine (CPU: cores/N threads each; GPUs: default one per GPU)")
-    run.add_argument("--runs-per-gpu", type=int, default=1, metavar="K", help="several small runs share each GPU")
-    run.add_argument("--gpus-per-run", type=int, default=1, metavar="G", help="each run a torchrun group of G GPUs")
-    run.add_argument("--device-memory", metavar="SIZE", help="refuse runs whose per-rank memory estimate (ablate "
-                     "plan) exceeds SIZE, e.g. 80GiB (default: a visible GPU's memory; none on CPU)")
-    run.add_argument("--launcher", choices=["here", "local", "slurm"], default="here",
+    run.add_argument("--jobs", type=WHOLE_1, metavar="N",
+                     help="runs at once on this machine, at most the number of runs (CPU: cores/N threads each; "
+                          "GPUs: default one per GPU)")
+    run.add_argument("--runs-per-gpu", type=WHOLE_1, default=1, metavar="K", help="several small runs share each GPU")
+    run.add_argument("--gpus-per-run", type=WHOLE_1, default=1, metavar="G", help="each run a torchrun group of G GPUs")
+    run.add_argument("--device-memory", metavar="SIZE", type=DEVICE_MEMORY, help="refuse runs whose per-rank memory "
+                     "estimate (ablate plan) exceeds SIZE, e.g. 80GiB (default: a visible GPU's memory; none on CPU)")
+    run.add_argument("--launcher", type=_one_of("here", "local", "slurm"), default="here", metavar="LAUNCHER",
                      help="here (default): this machine; slurm: a submitit job array; local: the same submitit "
                           "path with its local executor")
-    run.add_argument("--slurm", metavar="KEY=VALUE,...",
+    run.add_argument("--slurm", metavar="KEY=VALUE,...", type=_text("KEY=VALUE,... (see README)", _slurm),
                      help="SLURM options, e.g. partition=gpu,time=120,gpus_per_run=1 (see README)")
     run.set_defaults(func=cmd_run)
     pl = sub.add_parser("plan", help="what each run costs (parameters, FLOPs, tokens, per-rank memory, time) before "
                                      "any compute; refuses runs that cannot fit the device memory")
-    pl.add_argument("file", help="experiment file (Python) defining `runs`")
-    pl.add_argument("--only", action="append", help="variant names or globs, comma-separated or repeated")
-    pl.add_argument("--seeds", type=_int_list, help="comma-separated seeds, overriding the file's `seeds`")
-    pl.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+    pl.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
+    pl.add_argument("--only", action="append", type=ONLY, help="variant names or globs, comma-separated or repeated")
+    pl.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
+    pl.add_argument("--set", action="append", default=[], type=SET, metavar="SECTION.FIELD=VALUE",
                     help="override a config field, e.g. --set train.micro_batch=8 (repeatable)")
-    pl.add_argument("--world-size", type=int, default=1, metavar="N", help="ranks FSDP2 shards over (default 1)")
-    pl.add_argument("--device-memory", metavar="SIZE",
+    pl.add_argument("--world-size", type=WHOLE_1, default=1, metavar="N", help="ranks FSDP2 shards over (default 1)")
+    pl.add_argument("--device-memory", metavar="SIZE", type=DEVICE_MEMORY,
                     help="memory per device, e.g. 24GiB or 80GB (default: the visible GPU's, else no check)")
-    pl.add_argument("--dtype", choices=["auto", "fp32", "bf16"], help="override train.dtype")
-    pl.add_argument("--out", default="runs", help="runs root whose finished runs give the MFU (default: runs/)")
+    pl.add_argument("--dtype", type=_one_of("auto", "fp32", "bf16"), metavar="auto|fp32|bf16",
+                    help="override train.dtype")
+    pl.add_argument("--out", default="runs", type=RUNS_ROOT,
+                    help="runs root whose finished runs give the MFU (default: runs/)")
     pl.set_defaults(func=cmd_plan)
     st = sub.add_parser("status", help="one line per run: state, step, loss, tokens/s, ETA, failures")
-    st.add_argument("runs_dir", help="runs/ or runs/<experiment>/")
-    st.add_argument("--watch", type=float, nargs="?", const=5.0, metavar="SECONDS",
-                    help="refresh every SECONDS (5) until nothing runs")
+    st.add_argument("runs_dir", type=PATH, help="runs/ or runs/<experiment>/")
+    st.add_argument("--watch", type=_number(float, 0, 86400, open_low=True, noun="seconds"), nargs="?", const=5.0,
+                    metavar="SECONDS", help="refresh every SECONDS (5; at most a day) until nothing runs")
     st.set_defaults(func=cmd_status)
     ev = sub.add_parser("eval", help="score a run or checkpoint on the cloze task suite")
-    ev.add_argument("path", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
-    ev.add_argument("--tasks", help="comma-separated task names (default: all)")
-    ev.add_argument("--limit", type=int, default=1000, help="items per task, a fixed-seed subsample; 0: all")
-    ev.add_argument("--format", default="cf", help="cf (cloze) or mcf (multiple-choice letters)")
-    ev.add_argument("--batch-size", type=int, default=32, help="rows per forward pass")
-    ev.add_argument("--device", default="cpu", help="cpu or cuda")
-    ev.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast matmuls (default fp32)")
-    ev.add_argument("--log-samples", metavar="FILE", help="write one JSON line per request and per item")
+    ev.add_argument("path", nargs="?", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
+    ev.add_argument("--tasks", type=_text("task or suite names, comma-separated", _tasks, names=True),
+                    help="comma-separated task and suite names, e.g. small,boolq (default: all)")
+    ev.add_argument("--list", action="store_true", help="print the tasks and suites with their item counts")
+    ev.add_argument("--limit", type=_number(int, 0), default=1000,
+                    help="items per task, a fixed-seed subsample (default 1000); 0: every item of each task")
+    ev.add_argument("--format", default="cf", type=_text("cf, mcf", _format),
+                    help="cf (cloze) or mcf (multiple-choice letters)")
+    ev.add_argument("--batch-size", type=WHOLE_1, default=32, help="rows per forward pass")
+    ev.add_argument("--device", default="cpu", type=_rule(_device, "cpu, cuda, cuda:N"), help="cpu or cuda")
+    ev.add_argument("--dtype", default="fp32", type=_one_of("fp32", "bf16"), metavar="fp32|bf16",
+                    help="bf16: autocast matmuls (default fp32)")
+    ev.add_argument("--log-samples", metavar="FILE", type=_text("a file in an existing folder", _samples_file),
+                    help="write one JSON line per request and per item")
     ev.add_argument("--no-write", action="store_true", help="print only; leave evals.jsonl and eval_items/ alone")
+    ev.add_argument("--every-checkpoint", action="store_true",
+                    help="PATH is a run, an experiment or a runs root: score every kept checkpoint of every run "
+                         "on the tasks it was not scored on yet (one process; requests tokenized once)")
+    ev.add_argument("--rescore", action="store_true", help="with --every-checkpoint: score scored ones again too")
     ev.set_defaults(func=cmd_eval)
     ex = sub.add_parser("export", help="write a checkpoint as a transformers model (safetensors + config + tokenizer)")
-    ex.add_argument("checkpoint", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
-    ex.add_argument("--hf", required=True, metavar="DIR", help="output folder")
+    ex.add_argument("checkpoint", type=PATH, help="a run folder (its newest checkpoint) or its checkpoints/step_N")
+    ex.add_argument("--hf", required=True, metavar="DIR", type=_text("a folder, new or empty"),
+                    help="output folder, new or empty")
+    ex.add_argument("--force", action="store_true",
+                    help="write into a non-empty DIR, replacing the files the export writes (says which)")
     ex.set_defaults(func=cmd_export)
     rep = sub.add_parser("report", help="compare the runs of one experiment: report.html, report.md, report.json")
-    rep.add_argument("runs_dir", help="runs/<experiment>/ holding <variant>/seed<k>/ run folders")
-    rep.add_argument("--out", help="folder for the report files (default: RUNS_DIR)")
-    rep.add_argument("--scale", help="config field(s) forming a scale axis, e.g. model.d_model (comma-separated)")
-    rep.add_argument("--alpha", type=float, default=0.05,
+    rep.add_argument("runs_dir", type=PATH, help="runs/<experiment>/ holding <variant>/seed<k>/ run folders")
+    rep.add_argument("--out", type=RUNS_ROOT, help="folder for the report files (default: RUNS_DIR)")
+    rep.add_argument("--scale", type=_text("config fields, comma-separated, e.g. model.d_model", names=True),
+                     help="config field(s) forming a scale axis, e.g. model.d_model (comma-separated)")
+    rep.add_argument("--alpha", type=SHARE, default=0.05,
                      help="significance level of seed-level tests after Benjamini-Hochberg (0.05)")
-    rep.add_argument("--min-seeds", type=int, default=3, help="seeds per variant needed to test a difference (3)")
-    rep.add_argument("--power", type=float, default=0.8, help="the power 'seeds needed' is estimated for (0.8)")
-    rep.add_argument("--min-shared-items", type=float, default=0.5,
+    rep.add_argument("--min-seeds", type=_number(int, 2), default=3,
+                     help="seeds per variant needed to test a difference (3)")
+    rep.add_argument("--power", type=SHARE, default=0.8, help="the power 'seeds needed' is estimated for (0.8)")
+    rep.add_argument("--min-shared-items", type=_number(float, 0, 1, open_low=True), default=0.5,
                      help="runs scored different items: compare over shared ids when they are >= this share (0.5)")
-    rep.add_argument("--min-monotonicity", type=float, default=0.5, help="early-signal threshold on Spearman rho")
-    rep.add_argument("--min-tau", type=float, default=0.6, help="threshold on Kendall tau over the second half")
-    rep.add_argument("--min-z", type=float, default=2.0, help="standard errors past chance to count as above it")
-    rep.add_argument("--min-snr", type=float, help="optional threshold on the signal-to-noise ratio (off)")
-    rep.add_argument("--last-k", type=int, default=3, help="last checkpoints whose spread is a run's noise (3)")
-    rep.add_argument("--early-fraction", type=float, default=0.25,
+    rep.add_argument("--min-monotonicity", type=CORRELATION, default=0.5, help="early-signal threshold on Spearman rho")
+    rep.add_argument("--min-tau", type=CORRELATION, default=0.6, help="threshold on Kendall tau over the second half")
+    rep.add_argument("--min-z", type=NON_NEGATIVE, default=2.0, help="standard errors past chance to count as above it")
+    rep.add_argument("--min-snr", type=NON_NEGATIVE, help="optional threshold on the signal-to-noise ratio (off)")
+    rep.add_argument("--last-k", type=_number(int, 2), default=3,
+                     help="last checkpoints whose spread is a run's noise (3)")
+    rep.add_argument("--early-fraction", type=SHARE, default=0.25,
                      help="share of training of the 'early' checkpoint for decision accuracy (0.25)")
-    rep.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates for CIs (2000)")
+    rep.add_argument("--bootstrap", type=_number(int, 100, 1_000_000), default=2000,
+                     help="bootstrap replicates for CIs (2000)")
+    rep.add_argument("--average-last", type=_number(int, 1), default=1, metavar="K",
+                     help="a run's score: the mean of its last K evaluations, less checkpoint noise (1: the last)")
+    rep.add_argument("--subject-snr-floor", type=_number(float, 0, open_low=True), metavar="X",
+                     help="leave a grouped task's subjects (MMLU) of SNR below X out of its average (off)")
     rep.set_defaults(func=cmd_report)
     return parser
 

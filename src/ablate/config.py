@@ -110,7 +110,7 @@ class ScheduleConfig:
 class TrainConfig:
     max_steps: int = 200
     global_batch: int = 16  # sequences per optimizer step, over all ranks and accumulation steps
-    micro_batch: int = 16  # sequences per forward pass on one rank
+    micro_batch: int = 16  # the most sequences one rank takes per forward pass (fewer when global_batch / world is smaller)
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
@@ -346,10 +346,43 @@ def validate(run: RunConfig) -> RunConfig:
     _validate_branch(run)
     _validate_eval(run.eval)
     _validate_axes(run)
-    for name in (run.experiment, run.name):
-        _require(bool(name) and "/" not in name and not name.startswith("."), "name/experiment",
-                 f"{name!r} must be a non-empty folder name")
+    _require(0 <= t.seed < SEED_LIMIT, "train.seed", f"{t.seed}; allowed: a whole number in [0, {SEED_LIMIT})")
+    for field_name in ("experiment", "name"):
+        problem = folder_name_problem(getattr(run, field_name))
+        _require(problem is None, field_name, f"{problem}; allowed: {FOLDER_NAME_RULE}")
+    _require(run.name not in REPORT_FILES, "name", f"{run.name!r} is the name of a file `ablate report` writes "
+             f"beside the variants' folders; allowed: any other name")
     return run
+
+
+SEED_LIMIT = 2 ** 32  # numpy's and torch's generators all take it (seed + rank stays far below torch's 2**63)
+REPORT_FILES = ("report.json", "report.md", "report.html")  # written into runs/<experiment>/ by `ablate report`
+
+
+# Experiment and variant names are folder names (runs/<experiment>/<variant>/). 200 bytes of a file system's 255
+# leave room for the names made from them. A backslash is allowed: POSIX file systems take it (ablate runs on POSIX
+# only), and names such as $\alpha$=0.5 carry it.
+FOLDER_NAME_MAX_BYTES = 200
+FOLDER_NAME_RULE = (f"printable characters of any script and the space, except /; not '.', '..' or a name beginning "
+                    f"with '.'; no space at either end; at most {FOLDER_NAME_MAX_BYTES} bytes in UTF-8")
+
+
+def folder_name_problem(name: str) -> str | None:
+    """What keeps `name` from being a folder name that shows as written everywhere, or None."""
+    shown = repr(name) if len(name) <= 80 else f"{name[:40]!r}... ({len(name)} characters)"
+    bad = sorted({c for c in name if c == "/" or not c.isprintable()})  # control, format and non-ASCII spaces
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if not name:
+        return "'' is empty"
+    if bad:
+        return f"{shown} holds {', '.join(repr(c) for c in bad)}"
+    if name.startswith("."):
+        return f"{shown} begins with '.' ('.' and '..' name folders themselves, '.x' is hidden)"
+    if name != name.strip():
+        return f"{shown} begins or ends with a space"
+    if size > FOLDER_NAME_MAX_BYTES:
+        return f"{shown} is {size} bytes in UTF-8"
+    return None
 
 
 def parse_batch_stages(text: str) -> list[tuple[int, int]]:
@@ -375,11 +408,22 @@ def _validate_batch_schedule(t: TrainConfig) -> None:
         _require(0 < t.batch_start <= t.global_batch, "train.batch_start",
                  f"{kind}: must be in (0, train.global_batch={t.global_batch}], got {t.batch_start}")
         _require(t.batch_ramp_tokens > 0, "train.batch_ramp_tokens", f"{kind}: must be > 0")
+        # the schedule's batches are whole micro-batches: another start would be rounded (4 with micro_batch 16
+        # trains at 16 from the first step, and the ramp is gone without a word)
+        rounded = max(t.micro_batch, t.batch_start // t.micro_batch * t.micro_batch)
+        _require(t.batch_start % t.micro_batch == 0, "train.batch_start",
+                 f"{kind}: {t.batch_start} is not a multiple of train.micro_batch={t.micro_batch} (the schedule's "
+                 f"batches are whole micro-batches: it would start at {rounded}); allowed: multiples of "
+                 f"{t.micro_batch} up to {t.global_batch}, or a smaller train.micro_batch")
     if kind == "stages":
         _require(bool(t.batch_stages.strip()), "train.batch_stages", "stages: needs a table, e.g. '0:8,200000:16'")
-        bad = [b for _, b in parse_batch_stages(t.batch_stages) if b > t.global_batch]
+        batches = [b for _, b in parse_batch_stages(t.batch_stages)]
+        bad = [b for b in batches if b > t.global_batch]
         _require(not bad, "train.batch_stages", f"batches {bad} exceed train.global_batch={t.global_batch} (the "
                  f"largest batch, which data preparation and memory are checked against)")
+        bad = [b for b in batches if b % t.micro_batch]
+        _require(not bad, "train.batch_stages", f"batches {bad} are not multiples of train.micro_batch="
+                 f"{t.micro_batch}; allowed: multiples of {t.micro_batch}, or a smaller train.micro_batch")
     else:
         _require(not t.batch_stages.strip(), "train.batch_stages", f"only read when batch_schedule='stages', "
                  f"not {kind!r}; allowed here: ''")

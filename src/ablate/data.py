@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -24,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from ablate import mixture
+from ablate import mixture, rundir
 from ablate.config import ConfigError, DataConfig
 from ablate.mixture import SequenceSampler  # also imported from here, its earlier home
 from ablate.sources import (ALLOWED, check_source_file, default_corpus_path, entries, is_document,  # noqa: F401
@@ -435,7 +434,7 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, sta
     """Tokenizer + token files into a temp folder, renamed into place: a killed build leaves no half cache."""
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".building-{os.path.basename(folder)}-")
+    tmp = str(rundir.new_temp_folder(parent, f".building-{os.path.basename(folder)}-"))  # umask, not 0o700
     try:
         tok, eos_id = _tokenizer_for(cfg, vocab_size, sources)
         tokenizer_vocab = tok.get_vocab_size(with_added_tokens=True)

@@ -11,6 +11,7 @@ import fnmatch
 import re
 import runpy
 import traceback
+import unicodedata
 from pathlib import Path
 from typing import Sequence
 
@@ -18,7 +19,7 @@ from ablate.batching import batch_plan
 from ablate.config import ConfigError, RunConfig, _SECTIONS, apply_overrides, validate, variant
 from ablate.data import check_data_config
 from ablate.sources import entries
-from ablate.train import check_registered_names
+from ablate.train import check_registered_names, check_this_machine
 
 
 class ExperimentError(ValueError):
@@ -177,7 +178,21 @@ def _runs_of(path: Path, namespace: dict) -> list[RunConfig]:
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise ExperimentError(f"{where}: variant names must differ; repeated: {duplicated}")
+    _check_case_clash(names, where)
     return list(runs)
+
+
+def _check_case_clash(names: list[str], where: str) -> None:
+    """Names that differ only in case (or in Unicode normalization: é as one code point or two) name one folder on
+    case-insensitive file systems such as macOS's and Windows'."""
+    folded: dict[str, list[str]] = {}
+    for name in names:
+        folded.setdefault(unicodedata.normalize("NFC", name).casefold(), []).append(name)
+    clash = next((group for group in folded.values() if len(group) > 1), None)
+    if clash:
+        raise ExperimentError(f"{where}: variant names {clash} differ only in case (or Unicode form), which makes "
+                              f"them one folder on case-insensitive file systems (macOS, Windows); allowed: names "
+                              f"that differ in more than case")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -245,14 +260,6 @@ def _check_name_override(overrides: dict, runs: list[RunConfig]) -> None:
                               f"same name; allowed: --set name=... only with one variant (use --only)")
 
 
-def _check_device(run: RunConfig) -> None:
-    if run.train.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("train.device: 'cuda' but no CUDA device is visible here; allowed here: 'auto', 'cpu'")
-
-
 def check_out_dir(path: str | Path) -> Path:
     """--out must be a folder or not exist yet (it is created), and not under a file."""
     out = Path(path).expanduser()
@@ -289,11 +296,16 @@ def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, s
             for seed in chosen_seeds or [run.train.seed]:
                 seeded = validate(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed)))
                 check_registered_names(seeded)  # optim.name and eval.tasks, which config cannot check
-                _check_device(seeded)
                 check_data_config(seeded.data, seeded.model.vocab_size)
                 resolved.append(seeded)
                 if is_chosen:
                     picked.add((seeded.name, seed))
         except ConfigError as exc:
             raise ExperimentError(f"{path}: variant {run.name!r}: {exc}") from None
-    return [r for r in resolve_branches(resolved, str(path)) if (r.name, r.train.seed) in picked]
+    chosen_runs = [r for r in resolve_branches(resolved, str(path)) if (r.name, r.train.seed) in picked]
+    for run in chosen_runs:  # train.device, train.float8, the world size (torchrun's WORLD_SIZE): before any compute
+        try:
+            check_this_machine(run)
+        except ConfigError as exc:
+            raise ExperimentError(f"{path}: variant {run.name!r}: {exc}") from None
+    return chosen_runs

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ablate import rundir
 from ablate.config import ModelConfig
 
 # Each entry: (does this config use a knob transformers cannot represent?, why). Checked in order.
@@ -73,23 +74,63 @@ def _eos_token(tokenizer) -> str | None:
     return next((t for t in EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
 
 
-def export_hf(path: str | Path, out_dir: str | Path) -> Path:
-    """Write the model at `path` (a run folder or checkpoints/step_N) to `out_dir` as a transformers model."""
+def check_out_dir(out_dir: str | Path, force: bool = False) -> list[str]:
+    """The entries already in `out_dir` (sorted). A file, a path under a file, or a non-empty folder without
+    `force` is refused in one line naming what is there."""
+    out = Path(out_dir).expanduser()
+    blocking = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        where = "is a file" if blocking == out else f"{blocking} is a file"
+        raise ValueError(f"--hf {out_dir}: {where}; allowed: a folder, new or empty")
+    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if present and not force:
+        shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
+        raise ValueError(f"--hf {out_dir}: not empty ({len(present)} entr{'y' if len(present) == 1 else 'ies'}: "
+                         f"{shown}); allowed: a new or empty folder, or --force to write over it")
+    return present
+
+
+def write_model(model, max_len: int, eos_id: int | None, out_dir: Path) -> list[str]:
+    """config.json, generation_config.json and model.safetensors of `model` (an ablate Transformer) as the
+    Llama/Qwen3 class reads them; returns the names written. Written directly (not through a transformers model
+    class), so no model is built twice and transformers' quantizer probes, which import torchao, never run."""
+    from safetensors.torch import save
+    from transformers import GenerationConfig
+    from transformers.utils import CONFIG_NAME, GENERATION_CONFIG_NAME, SAFE_WEIGHTS_NAME
+
+    m = model.cfg
+    config = hf_config(m, max_len, eos_id)
+    config.architectures = ["Qwen3ForCausalLM" if m.qk_norm else "LlamaForCausalLM"]
+    tensors = hf_state_dict(model.state_dict(), m)
+    if m.tie_embeddings:  # transformers ties lm_head to the embedding on load; the file holds it once
+        del tensors["lm_head.weight"]
+    config.save_pretrained(out_dir)
+    GenerationConfig.from_model_config(config).save_pretrained(out_dir)
+    # bytes written by Python, not save_file: its file is mode 0600 whatever the umask, unreadable to the team
+    (out_dir / SAFE_WEIGHTS_NAME).write_bytes(save({k: v.detach().to("cpu", torch.float32).contiguous()
+                                                    for k, v in tensors.items()}, metadata={"format": "pt"}))
+    return [CONFIG_NAME, GENERATION_CONFIG_NAME, SAFE_WEIGHTS_NAME]
+
+
+def export_hf(path: str | Path, out_dir: str | Path, force: bool = False) -> tuple[list[str], list[str]]:
+    """Write the model at `path` (a run folder or checkpoints/step_N) to `out_dir` as a transformers model.
+    Returns (the files already in `out_dir` that it replaced, the other entries it left there)."""
     from ablate.load import load_model, read_run_config
 
     check_exportable(read_run_config(path).model)  # refuse before loading weights or importing transformers
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
+    present = check_out_dir(out_dir, force)
     loaded = load_model(path)
-    m = loaded.model.cfg
+    out, run_dir = Path(out_dir).expanduser().resolve(), loaded.run_dir.resolve()
+    if out == run_dir or out.is_relative_to(run_dir / rundir.CHECKPOINTS):  # --force would write over the run
+        raise ValueError(f"--hf {out_dir}: the run folder or its {rundir.CHECKPOINTS}/; allowed: a folder outside "
+                         f"them")
+    from transformers import PreTrainedTokenizerFast
+
     tokenizer = loaded.tokenizer()
     eos = _eos_token(tokenizer)
-    config = hf_config(m, loaded.run.data.seq_len, tokenizer.token_to_id(eos) if eos else None)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(hf_state_dict(loaded.model.state_dict(), m), strict=True)
-    out_dir = Path(out_dir)
-    model.save_pretrained(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = write_model(loaded.model, loaded.run.data.seq_len, tokenizer.token_to_id(eos) if eos else None, out)
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=eos, bos_token=eos, pad_token=eos,
                                      model_max_length=loaded.run.data.seq_len)
-    hf_tok.save_pretrained(out_dir)
-    return out_dir
+    written += [Path(f).name for f in hf_tok.save_pretrained(out)]
+    return [name for name in present if name in written], [name for name in present if name not in written]

@@ -60,10 +60,12 @@ class Dist:
 
 
 def resolve_device(choice: str) -> torch.device:
+    """train.device as a torch device; ConfigError for 'cuda' where no GPU is visible (checked before any compute,
+    where experiments load, by ablate.train.check_this_machine)."""
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device='cuda' but no CUDA device is visible; allowed here: 'auto' or 'cpu'")
+        raise ConfigError("train.device: 'cuda' but no CUDA device is visible here; allowed here: 'auto', 'cpu'")
     return torch.device(choice)
 
 
@@ -102,7 +104,8 @@ FLOAT8_MIN_CAPABILITY = (8, 9)  # float8 tensor cores: Ada (8.9), Hopper (9.0) a
 
 
 def check_float8(device: torch.device) -> None:
-    """Refuse train.float8 before any compute where float8 matmuls do not exist, or torchao is missing."""
+    """Refuse train.float8 where float8 matmuls do not exist, or torchao is missing: before any compute, where
+    experiments load (ablate.train.check_this_machine), and again in parallelize."""
     if device.type != "cuda":
         raise ConfigError(f"train.float8: float8 training needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper "
                           f"or newer), but this run is on {device.type}; allowed here: False")

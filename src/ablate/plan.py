@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ablate import rundir
-from ablate.batching import check_plan, run_plan
+from ablate.batching import check_plan, largest_pass, rank_passes, run_plan
 from ablate.config import ConfigError, ModelConfig, RunConfig
 from ablate.kernels.reference import default_chunk_rows
 from ablate.model import Transformer
@@ -260,7 +260,8 @@ def estimate_memory(run: RunConfig, world: int = 1, device_type: str | None = No
     m, t = run.model, run.train
     shapes = shapes or model_shapes(run)
     p = precision_of(run, device_type or device_type_of(run))
-    batch, seq = t.micro_batch, run.data.seq_len
+    plan = run_plan(run)
+    batch, seq = largest_pass(plan, world, t.micro_batch), run.data.seq_len  # a rank's largest forward pass
     tokens, d, layers = batch * seq, m.d_model, m.n_layers
     head = m.vocab_size * d  # the output projection (the embedding when tied)
 
@@ -295,7 +296,7 @@ def estimate_memory(run: RunConfig, world: int = 1, device_type: str | None = No
                       moment=name)
 
     moments = []
-    accumulations = max(1, max(run_plan(run)) // (batch * world))
+    accumulations = max(len(rank_passes(b, world, t.micro_batch)) for b in plan)
     for micro in range(1, min(accumulations, 2) + 1):  # the first micro-batch, and one that finds gradients waiting
         waiting = 0 if micro == 1 else root_shard + layers * block_shard
         after = f"micro-batch {micro}"
@@ -394,7 +395,7 @@ def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> 
     seq = run.data.seq_len
     batches = run_plan(run)  # a branch's: 0 for the steps its parent trained
     try:
-        check_plan(batches, run.train.micro_batch, world)
+        check_plan(batches, world, run.train)
     except ConfigError as exc:
         raise ConfigError(f"{run.name}: {exc}") from None
     start, parent_tokens = (run.branch["step"], run.branch["tokens"]) if run.branch else (0, 0)
@@ -500,7 +501,8 @@ def format_report(plans: list[RunPlan], world: int, device_memory: int | None, m
     for name, same in variants.items():
         p, mem = same[0], same[0].memory
         rows.append([name, _precision_name(p.run, device_type_of(p.run)),
-                     f"{p.run.train.micro_batch}x{p.run.data.seq_len}", format_bytes(mem.params),
+                     f"{largest_pass(run_plan(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
+                     format_bytes(mem.params),
                      format_bytes(mem.grads), format_bytes(mem.optimizer),
                      format_bytes(mem.activations + mem.gathered), format_bytes(mem.total), mem.moment] +
                     ([_fits(mem.total, device_memory)] if device_memory else []))

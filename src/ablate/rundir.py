@@ -18,9 +18,9 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -96,10 +96,36 @@ def warn(message: str) -> None:
 # files
 
 
+# Temporary files and folders are made as open() and mkdir make them (0o666 / 0o777 less the umask, and a folder's
+# default ACL), not as mkstemp and mkdtemp do (0o600 / 0o700): what is renamed from them (a run's config.json and
+# summary.json, a data cache folder) must stay readable by teammates on a shared file system.
+
+
+def _new_file_beside(path: Path) -> tuple[int, Path]:
+    """A new temporary file beside `path`, open for writing."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:  # another writer drew the same name: draw again
+            continue
+
+
+def new_temp_folder(parent: str | Path, prefix: str) -> Path:
+    """A new, empty folder parent/<prefix><random> (for content renamed into place once complete)."""
+    while True:
+        folder = Path(parent) / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+
+
 def _replace(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename: readers see the old file or the new, never
     half of one (a kill leaves at most a stray .tmp file)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _new_file_beside(path)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -190,7 +216,7 @@ class RunLock:
 
     def acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, as any file
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -16,8 +16,9 @@ from ablate import rundir
 
 
 def natural_key(text: str) -> list:
-    """d32 < d64 < d128, lr=0.001 < lr=0.01: digits compare as numbers."""
-    return [float(part) if part.replace(".", "", 1).isdigit() else part
+    """d32 < d64 < d128, lr=0.001 < lr=0.01: digits compare as numbers. isdecimal, not isdigit: '²' is a digit
+    that float() refuses (a variant named x1² would stop `ablate status` and `ablate report`)."""
+    return [float(part) if part.replace(".", "", 1).isdecimal() else part
             for part in re.split(r"(\d+(?:\.\d+)?)", str(text))]
 
 

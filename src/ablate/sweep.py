@@ -34,8 +34,10 @@ def label(run: RunConfig) -> str:
 
 def attempt(run: RunConfig, out_root: str | Path) -> tuple[str, str]:
     """Train one run; return (state, one-line message). A run's own failure never raises (Ctrl-C does)."""
-    from ablate.train import train
+    from ablate.train import finished_note, train
 
+    run_dir = run_dir_for(out_root, run)
+    before = _summary_text(run_dir)
     try:
         summary = train(run, out_root)
     except rundir.RunLocked as exc:
@@ -46,8 +48,18 @@ def attempt(run: RunConfig, out_root: str | Path) -> tuple[str, str]:
         return "failed", str(exc)
     except Exception as exc:  # the traceback is in the run folder's error.txt
         return "failed", f"{type(exc).__name__}: {exc} (traceback: {run_dir_for(out_root, run) / rundir.ERROR})"
-    return "finished", (f"final_loss {summary['final_loss']:.4f}  final_val_loss {summary['final_val_loss']:.4f}  "
-                        f"{summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s")
+    losses = f"final_loss {summary['final_loss']:.4f}  final_val_loss {summary['final_val_loss']:.4f}"
+    if before is not None and before == json.dumps(summary, sort_keys=True):  # finished before this command
+        return "finished", f"{losses}; {finished_note(run, run_dir, summary)}"
+    return "finished", f"{losses}  {summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s"
+
+
+def _summary_text(run_dir: Path) -> str | None:
+    """A finished run's summary.json as canonical JSON (NaN compares equal), or None."""
+    try:
+        return json.dumps(rundir.read_json(run_dir / rundir.SUMMARY), sort_keys=True)
+    except rundir.RunFolderError:  # none yet, or damaged (train() sets it aside and trains on)
+        return None
 
 
 def run_one(run: dict | RunConfig, out_root: str, threads: int | None = None) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import platform
+import shlex
 import shutil
 import time
 import traceback
@@ -19,14 +21,15 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from ablate import checkpoint, rundir
-from ablate.batching import check_plan, lr_batch_scale, run_plan
+from ablate.batching import check_plan, largest_pass, lr_batch_scale, rank_passes, run_plan
 from ablate.callbacks import Callback, Checkpointer, MetricsChannel, NonFiniteGuard, TrainMetrics, Validation, \
     peak_memory_bytes
 from ablate.config import ConfigError, RunConfig, validate
 from ablate.data import PreparedData, check_data_config, prepare_data
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, check_optimizer_name, lr_factor, set_lr
-from ablate.parallel import Dist, check_float8, mfu, init_distributed, parallelize, peak_flops_for, seed_everything
+from ablate.parallel import Dist, check_float8, init_distributed, mfu, parallelize, peak_flops_for, resolve_device, \
+    seed_everything
 from ablate.rundir import run_dir_for
 from ablate.stability import LossSpikes, StabilityMonitors
 
@@ -47,6 +50,18 @@ def check_registered_names(run: RunConfig) -> RunConfig:
     return run
 
 
+def check_this_machine(run: RunConfig, world: int | None = None) -> RunConfig:
+    """What a run asks of the machine it starts on, checked before any compute: where experiments load (the world
+    size from torchrun's WORLD_SIZE, 1 without it) and again where training starts (the real world). A visible GPU
+    for train.device='cuda', float8 matmuls for train.float8, and every step's batch a multiple of the world size.
+    ConfigError otherwise."""
+    device = resolve_device(run.train.device)
+    if run.train.float8:
+        check_float8(device)
+    check_plan(run_plan(run), world or int(os.environ.get("WORLD_SIZE", 1)), run.train)
+    return run
+
+
 def standard_callbacks(run: RunConfig) -> list[Callback]:
     """Every run's callbacks in their order, with the eval suite for runs that name tasks."""
     found: list[Callback] = [NonFiniteGuard(), LossSpikes(), StabilityMonitors(), Validation(), TrainMetrics(),
@@ -63,15 +78,16 @@ class Trainer:
         self.run, self.run_dir, self.dist = check_registered_names(validate(run)), run_dir, d
         t = run.train
         self.seq_len = run.data.seq_len
-        if t.global_batch % (t.micro_batch * d.world):
-            raise ConfigError(f"train.global_batch: {t.global_batch} is not a multiple of train.micro_batch "
-                              f"({t.micro_batch}) x world size ({d.world}); allowed: multiples of "
-                              f"{t.micro_batch * d.world}")
         self.batch_plan = run_plan(run)  # the global batch of every step (0 before a branch's start), known ahead
-        check_plan(self.batch_plan, t.micro_batch, d.world)
+        check_plan(self.batch_plan, d.world, t)
         self.max_steps = len(self.batch_plan)
         self.callbacks = sorted(callbacks if callbacks is not None else standard_callbacks(run), key=lambda c: c.order)
         self.channel = MetricsChannel(run_dir, f"[{run.name} seed{t.seed}]", d.is_main)
+        largest = largest_pass(self.batch_plan, d.world, t.micro_batch)
+        if largest != t.micro_batch:  # micro_batch is the most a pass may take, not what it must
+            self.say(f"world size {d.world}: each rank takes {t.global_batch // d.world} of a step's "
+                     f"{t.global_batch} sequences, in passes of at most {largest} (train.micro_batch={t.micro_batch} "
+                     f"is the most a pass may take; config.json: rank_micro_batch)")
         on_gpu = d.device.type == "cuda"
         use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and on_gpu)
         # GPU: FSDP2 casts parameters to bf16 for compute. CPU: autocast (FSDP2's cast is slower there).
@@ -194,20 +210,22 @@ class Trainer:
         # batch is the same at any world size.
         indices = self.sampler.take(batch)
         per_rank = batch // d.world
-        accum_steps = per_rank // t.micro_batch
         mine = indices[d.rank * per_rank:(d.rank + 1) * per_rank]
-        loss_sum = torch.zeros((), device=d.device)
-        for k in range(accum_steps):
-            inputs, targets, doc_ids = self._to_device(*self.data.train.batch(
-                mine[k * t.micro_batch:(k + 1) * t.micro_batch], self.seq_len))
+        loss_sum, done = torch.zeros((), device=d.device), 0
+        for size in rank_passes(batch, d.world, t.micro_batch):
+            inputs, targets, doc_ids = self._to_device(*self.data.train.batch(mine[done:done + size], self.seq_len))
+            done += size
             with self.autocast:
                 loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
-            (loss / accum_steps).backward()
-            loss_sum += ce
+            # a pass's mean loss weighs by its share of the rank's sequences: the sum is their mean (k equal passes:
+            # divided by k), and ranks with equal shares average to the step's mean, at any world size
+            share = per_rank / size
+            (loss / share).backward()
+            loss_sum += ce / share
         max_norm = self.run.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        self.last_loss = d.mean(loss_sum.item() / accum_steps)
+        self.last_loss = d.mean(loss_sum.item())
         self.last_grad_norm, self.last_lr, self.last_batch = grad_norm.item(), lr, batch
         self._rolled_back = False
         # every callback is asked (none is skipped because another vetoed): each keeps its own count
@@ -346,8 +364,10 @@ def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.Run
         refusal = _wait_for_parent(run, run_dir)
         if refusal:
             return "refused", refusal
-    steps = len(run_plan(run))  # what max_steps was before batch schedules
+    plan = run_plan(run)
+    steps = len(plan)  # what max_steps was before batch schedules
     rundir.write_json_atomic(config_path, {"identity": run.identity(), "world_size": world, "steps": steps,
+                                           "rank_micro_batch": largest_pass(plan, world, run.train.micro_batch),
                                            "torch": torch.__version__, "python": platform.python_version(),
                                            "config": run.to_dict()})
     attempts = status.get("attempts", 0) + 1
@@ -388,6 +408,23 @@ def _decide(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> 
         return "refused", str(exc)
 
 
+def finished_note(run: RunConfig, run_dir: Path, summary: dict) -> str:
+    """What to tell of a run found finished: it is not trained again, nor are its in-training evals redone; the
+    command that scores the eval.tasks it was not scored on at its last step (ablate.sweep says it)."""
+    note = f"already finished ({run_dir / rundir.SUMMARY}); not trained again"
+    wanted = [t.strip() for t in run.eval.tasks.split(",") if t.strip()]
+    scored = {r.get("task") for r in rundir.read_jsonl(run_dir / rundir.EVALS)
+              if r.get("step") == summary.get("steps") and r.get("format") == run.eval.format}
+    missing = [t for t in wanted if t not in scored]
+    if not missing:
+        return note
+    if not rundir.checkpoint_steps(run_dir):
+        return f"{note}; eval.tasks {','.join(missing)} were not scored, and it keeps no checkpoint to score"
+    command = (f"ablate eval {shlex.quote(str(run_dir))} --tasks {','.join(missing)} --format {run.eval.format} "
+               f"--limit {run.eval.limit}")
+    return f"{note}; eval.tasks {','.join(missing)} were not scored at its last step: score them with {command}"
+
+
 def _has_progress(run_dir: Path) -> bool:
     return (run_dir / rundir.SUMMARY).exists() or bool(rundir.checkpoint_steps(run_dir)) or \
         bool(rundir.read_jsonl(run_dir / rundir.METRICS))
@@ -418,8 +455,7 @@ def train(run: RunConfig, out_root: str | Path = "runs") -> dict:
     check_registered_names(run)  # before a run folder or any data exists
     check_data_config(run.data, run.model.vocab_size)
     d = init_distributed(run.train.device)
-    if run.train.float8:  # refused here, before a run folder or any data exists, where it cannot run
-        check_float8(d.device)
+    check_this_machine(run, d.world)
     run_dir = run_dir_for(out_root, run)
     lock = rundir.RunLock(run_dir)
     trainer = None

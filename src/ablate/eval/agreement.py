@@ -12,8 +12,9 @@ from ablate.eval.suite import TaskResult
 
 @dataclass
 class LmEvalRun:
-    items: dict[str, dict[str, dict]]  # task -> item id -> {"lls": [...], "lengths": [...], "multiple_input": bool}
-    accuracy: dict[str, dict[str, float]]  # task -> {"acc": ..., "acc_norm": ...}
+    items: dict[str, dict[str, dict]]  # task -> item id -> {"lls": [...], "greedy": [...], "lengths": [...],
+    # "multiple_input": bool}
+    accuracy: dict[str, dict[str, float]]  # task -> {"acc": ..., "acc_norm": ...} (a continuation task: "acc")
     seconds: float
 
 
@@ -24,10 +25,12 @@ def run_lm_eval_hf(hf_dir: str, tasks: list[str], fmt: str = "cf", limit: int | 
     import lm_eval.models.huggingface  # noqa: F401  (imports transformers: outside the timing, as ablate's imports are)
     from lm_eval.tasks import TaskManager
 
+    from ablate_evals import TASKS
     from ablate_evals.lm_eval_tasks import PATH
     from ablate_evals.lm_eval_tasks.utils import doc_to_choice
 
-    names = {f"ablate_{t}" + ("_mcf" if fmt == "mcf" else ""): t for t in tasks}
+    # a continuation task has one config: its one request is the same in either format
+    names = {f"ablate_{t}" + ("_mcf" if fmt == "mcf" and TASKS[t].kind == "choice" else ""): t for t in tasks}
     start = time.perf_counter()
     out = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},dtype=float32", tasks=list(names),
                                   limit=limit, batch_size=batch_size, device="cpu", log_samples=True,
@@ -39,20 +42,24 @@ def run_lm_eval_hf(hf_dir: str, tasks: list[str], fmt: str = "cf", limit: int | 
         for sample in out["samples"][lm_name]:
             doc = sample["doc"]
             per_item[doc["id"]] = {"lls": [float(r[0]) for r in sample["filtered_resps"]],
+                                   "greedy": [bool(r[1]) for r in sample["filtered_resps"]],
                                    "lengths": [len(c) for c in doc_to_choice(doc)],
                                    "multiple_input": len(doc["contexts"]) > 1}
         items[task] = per_item
         res = out["results"][lm_name]
-        accuracy[task] = {"acc": res["acc,none"], "acc_norm": res["acc_norm,none"]}
+        accuracy[task] = {name: res[f"{name},none"] for name in ("acc", "acc_norm") if f"{name},none" in res}
     return LmEvalRun(items, accuracy, seconds)
 
 
 def compare(results: list[TaskResult], reference: LmEvalRun) -> dict[str, dict[str, float]]:
     """Per task: share of items whose chosen answer is the same (raw and per-char argmax; raw only where choices
-    differ in context), and accuracy differences in points."""
+    differ in context), and accuracy differences in points; a continuation task: see _compare_continuations."""
     report = {}
     for r in results:
         ref = reference.items[r.task]
+        if "acc_greedy" in r.metrics:
+            report[r.task] = _compare_continuations(r, ref, reference.accuracy[r.task]["acc"])
+            continue
         mine = {str(s["id"]): s["predictions"] for s in r.samples if s["type"] == "item"}
         same_raw, same_char, n_char = 0, 0, 0
         for item_id, ref_item in ref.items():
@@ -69,3 +76,13 @@ def compare(results: list[TaskResult], reference: LmEvalRun) -> dict[str, dict[s
                                                           - reference.accuracy[r.task]["acc_norm"]))
         report[r.task] = row
     return report
+
+
+def _compare_continuations(r: TaskResult, ref: dict[str, dict], ref_acc: float) -> dict[str, float]:
+    """A continuation task (one request per item): share of items whose greedy flag is the same, the largest
+    log-probability difference, and the greedy accuracy difference in points."""
+    mine = {str(s["id"]): s for s in r.samples if s["type"] == "request"}
+    same = sum(mine[item_id]["greedy"] == ref_item["greedy"][0] for item_id, ref_item in ref.items())
+    diff = max(abs(mine[item_id]["logprob"] - ref_item["lls"][0]) for item_id, ref_item in ref.items())
+    return {"items": len(ref), "same_greedy": same / len(ref), "max_logprob_diff": diff,
+            "acc_greedy_diff_points": 100 * abs(r.metrics["acc_greedy"] - ref_acc)}

@@ -1,31 +1,44 @@
 """Per-item metrics from one pass of log-likelihoods, and their means with standard errors.
 
-Accuracies differ only in how a choice's log-likelihood is normalized before the argmax: none (raw), per token,
-per character (lm-eval's acc_norm), or PMI (minus the log-likelihood of the same continuation after a bare
-"Answer:"). The unconditional pass alone gives choices-only accuracy: how far answer priors go without the question.
-The continuous metrics (gold log-probability, bits per byte, probability mass, margins) move before accuracy does.
+A task is of one of two kinds, and its kind fixes its metrics (METRICS_BY_KIND):
+- "choice": pick one of several continuations. Accuracies differ only in how a choice's log-likelihood is
+  normalized before the argmax: none (raw), per token, per character (lm-eval's acc_norm), or PMI (minus the
+  log-likelihood of the same continuation after a bare "Answer:"). The unconditional pass alone gives choices-only
+  accuracy: how far answer priors go without the question. The continuous metrics (gold log-probability, bits per
+  byte, probability mass, margins, DataDecide's correct/total/normalized probabilities) move before accuracy does.
+- "continuation": one gold continuation to score (LAMBADA's final word). Accuracy is whether greedy decoding
+  would produce it (every token the argmax: chance 0); the rest measure how likely it is. Metrics across choices
+  (margins, shares of probability, choices-only) do not exist for it.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 ACCURACIES = ("acc_raw", "acc_per_token", "acc_per_char", "acc_pmi", "acc_choices_only")
-CONTINUOUS = ("gold_logprob", "gold_bpb", "gold_prob", "margin", "margin_pmi")
-METRICS = ACCURACIES + CONTINUOUS
+# correct_prob, total_prob, norm_correct_prob: DataDecide's CORRECT_PROB, TOTAL_PROB and NORM_CORRECT_PROB, each
+# per character (their *_per_char): built from exp(log-likelihood / characters), the continuation's geometric-mean
+# probability per character, so answers of different lengths are on one scale.
+CONTINUOUS = ("gold_logprob", "gold_bpb", "gold_prob", "margin", "margin_pmi", "correct_prob", "total_prob",
+              "norm_correct_prob")
+METRICS = ACCURACIES + CONTINUOUS  # a choice task's
+CONTINUATION_METRICS = ("acc_greedy", "gold_logprob", "gold_bpb", "correct_prob")
+METRICS_BY_KIND = {"choice": METRICS, "continuation": CONTINUATION_METRICS}
+KINDS = tuple(METRICS_BY_KIND)
 
 
 @dataclass
 class ItemScores:
-    """Everything the engine measured for one item, one entry per choice."""
+    """Everything the engine measured for one item, one entry per choice (one in all for a continuation task)."""
     logprobs: list[float]  # log P(continuation | context)
-    unconditional: list[float]  # log P(continuation | "Answer:")
+    unconditional: list[float]  # log P(continuation | "Answer:"); empty for a continuation task
     tokens: list[int]
     chars: list[int]
     bytes: list[int]
     gold: int
+    greedy: list[bool] = field(default_factory=list)  # every token of the continuation was the argmax
 
 
 def predictions(s: ItemScores) -> dict[str, int]:
@@ -38,26 +51,42 @@ def predictions(s: ItemScores) -> dict[str, int]:
             "choices_only": int(np.argmax(uncond))}
 
 
-def item_metrics(s: ItemScores) -> dict[str, float]:
+def _gold_metrics(s: ItemScores) -> dict[str, float]:
+    """What the gold continuation alone gives: its log-probability, bits per byte, and per-character probability."""
+    ll, g = float(s.logprobs[s.gold]), s.gold
+    return {"gold_logprob": ll,
+            "gold_bpb": -ll / (math.log(2) * max(s.bytes[g], 1)),
+            "correct_prob": math.exp(ll / max(s.chars[g], 1))}
+
+
+def item_metrics(s: ItemScores, kind: str = "choice") -> dict[str, float]:
+    if kind == "continuation":
+        return {"acc_greedy": float(s.greedy[s.gold]), **_gold_metrics(s)}
+    if kind != "choice":
+        raise ValueError(f"kind: {kind!r}; allowed: {', '.join(KINDS)}")
     ll, uncond = np.asarray(s.logprobs, dtype=np.float64), np.asarray(s.unconditional, dtype=np.float64)
     pred = predictions(s)
     g = s.gold
     wrong = [i for i in range(len(ll)) if i != g]
     probs = np.exp(ll - ll.max())
     pmi = ll - uncond
+    per_char = ll / np.maximum(s.chars, 1)
+    log_total = float(np.logaddexp.reduce(per_char))  # log of the summed per-character probabilities
     row = {f"acc_{name}": float(pred[name] == g) for name in ("raw", "per_token", "per_char", "pmi", "choices_only")}
-    row.update(gold_logprob=float(ll[g]),
-               gold_bpb=float(-ll[g] / (math.log(2) * max(s.bytes[g], 1))),
+    row.update(_gold_metrics(s),
                gold_prob=float(probs[g] / probs.sum()),
                margin=float(ll[g] - ll[wrong].mean()) if wrong else 0.0,
-               margin_pmi=float(pmi[g] - pmi[wrong].mean()) if wrong else 0.0)
-    return row
+               margin_pmi=float(pmi[g] - pmi[wrong].mean()) if wrong else 0.0,
+               total_prob=math.exp(log_total),
+               norm_correct_prob=math.exp(per_char[g] - log_total))
+    return {name: row[name] for name in METRICS}
 
 
-def aggregate(rows: list[dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+def aggregate(rows: list[dict[str, float]], names: tuple[str, ...] = METRICS) -> tuple[dict[str, float],
+                                                                                         dict[str, float]]:
     """(mean of each metric, its standard error std/sqrt(n) with the sample std, as lm-eval reports)."""
     means, stderrs = {}, {}
-    for name in METRICS:
+    for name in names:
         values = np.asarray([r[name] for r in rows], dtype=np.float64)
         means[name] = float(values.mean()) if len(values) else math.nan
         stderrs[name] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else 0.0

@@ -2,10 +2,14 @@
 
 evals.jsonl gets one line per task per evaluation; eval_items/step_<N>/<task>_<format>.jsonl one line per item
 (the report's paired tests read those); `--log-samples` one line per request and per item, as lm-eval's does.
+A task with groups (MMLU's subjects) reports the mean over groups of each group's mean, and keeps those in "groups".
+A continuation task (LAMBADA: one gold continuation, no choices) has one request per item, no unconditional pass,
+and its own metrics (metrics.METRICS_BY_KIND); its "chance" is that of its greedy accuracy, 0.
 """
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +17,7 @@ from pathlib import Path
 from ablate import rundir
 from ablate.config import ConfigError
 from ablate.eval import engine
-from ablate.eval.metrics import ItemScores, aggregate, item_metrics, predictions
+from ablate.eval.metrics import METRICS, METRICS_BY_KIND, ItemScores, aggregate, item_metrics, predictions
 from ablate.eval.tasks import FORMATS, Task, requests_for
 
 
@@ -23,14 +27,23 @@ def all_tasks() -> dict[str, Task]:
     return TASKS
 
 
+def all_suites() -> dict[str, list[str]]:
+    from ablate_evals import SUITES
+
+    return SUITES
+
+
 def parse_tasks(text: str, where: str = "--tasks") -> list[str]:
-    """'arc_easy,hellaswag' -> names, refusing unknown ones with the list of allowed names."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    known = all_tasks()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"{where}: unknown task {unknown[0]!r}; allowed: {', '.join(known)}")
-    return names
+    """'arc_easy,hellaswag' or 'small,boolq' -> task names, suites expanded, each name once in first-seen order;
+    refusing unknown names with the allowed tasks and suites."""
+    known, suites = all_tasks(), all_suites()
+    names = []
+    for name in (t.strip() for t in text.split(",") if t.strip()):
+        if name not in known and name not in suites:
+            raise ValueError(f"{where}: unknown task {name!r}; allowed: {', '.join(known)}; "
+                             f"or a suite: {', '.join(suites)}")
+        names += suites.get(name, [name])
+    return list(dict.fromkeys(names))
 
 
 def check_config_tasks(tasks: str) -> None:
@@ -63,12 +76,26 @@ class TaskResult:
     seconds: float
     items: list[dict] = field(default_factory=list)  # per-item rows for eval_items/
     samples: list[dict] = field(default_factory=list)  # per-request and per-item lines for --log-samples
+    groups: dict[str, dict[str, float]] = field(default_factory=dict)  # a grouped task's {group: {metric: mean}}
 
     def record(self, step: int, tokens: int) -> dict:
-        """The evals.jsonl line."""
+        """The evals.jsonl line; "groups" only for a task with groups."""
         return {"step": step, "tokens": tokens, "task": self.task, "format": self.format, "n": self.n,
                 "chance": self.chance, "primary": self.primary, "metrics": self.metrics, "stderr": self.stderr,
-                "truncated": self.truncated, "seconds": self.seconds}
+                "truncated": self.truncated, "seconds": self.seconds,
+                **({"groups": self.groups} if self.groups else {})}
+
+
+def macro_average(rows: list[dict], groups: list[str], names: tuple[str, ...] = METRICS) -> tuple[dict, dict, dict]:
+    """(means, stderrs, per-group means) of per-item rows in groups: each metric's mean is the mean over groups of
+    the group's mean, its standard error sqrt(sum of the groups' squared standard errors) / number of groups."""
+    members: dict[str, list[dict]] = {}
+    for row, group in zip(rows, groups):
+        members.setdefault(group, []).append(row)
+    per_group = [aggregate(members[g], names) for g in sorted(members)]
+    means = {m: sum(g_means[m] for g_means, _ in per_group) / len(per_group) for m in names}
+    stderrs = {m: math.sqrt(sum(g_stderrs[m] ** 2 for _, g_stderrs in per_group)) / len(per_group) for m in names}
+    return means, stderrs, {g: g_means for g, (g_means, _) in zip(sorted(members), per_group)}
 
 
 @dataclass
@@ -76,7 +103,8 @@ class Prepared:
     """A task's items, requests and token ids: what does not change between evaluations of one run."""
     items: list
     requests: list
-    spans: list[tuple[int, int, int]]  # per item: (first conditional, first unconditional, number of choices)
+    spans: list[tuple[int, int, int]]  # per item: (first conditional, first unconditional, number of choices);
+    # an item's requests are requests[first conditional:next item's first conditional]
     encoded: list[tuple[list[int], list[int]]]
 
 
@@ -84,7 +112,7 @@ def prepare(tokenizer, task: Task, fmt: str, limit: int | None) -> Prepared:
     items = task.items(limit)
     requests, spans = [], []
     for item in items:
-        conditional, unconditional = requests_for(item, fmt)
+        conditional, unconditional = requests_for(item, fmt, task.kind)
         spans.append((len(requests), len(requests) + len(conditional), len(conditional)))
         requests += conditional + unconditional
     return Prepared(items, requests, spans, engine.encode(tokenizer, requests))
@@ -99,15 +127,18 @@ def evaluate_task(lm: engine.LogitsModel, tokenizer, task: Task, fmt: str = "cf"
     rows, samples, truncated = [], [], 0
     for item, (cond, uncond, k) in zip(items, spans):
         mine = [requests[cond + i] for i in range(k)]
+        k_uncond = k if task.kind == "choice" else 0  # a continuation task has no unconditional requests
         s = ItemScores(logprobs=[scored[cond + i].logprob for i in range(k)],
-                       unconditional=[scored[uncond + i].logprob for i in range(k)],
+                       unconditional=[scored[uncond + i].logprob for i in range(k_uncond)],
                        tokens=[scored[cond + i].tokens for i in range(k)],
                        chars=[len(r.continuation) for r in mine],
-                       bytes=[len(r.continuation.encode()) for r in mine], gold=item.gold)
-        truncated += any(scored[cond + i].truncated or scored[uncond + i].truncated for i in range(k))
-        rows.append({"id": item.id, "gold": item.gold, **item_metrics(s)})
+                       bytes=[len(r.continuation.encode()) for r in mine], gold=item.gold,
+                       greedy=[scored[cond + i].greedy for i in range(k)])
+        truncated += any(scored[j].truncated for j in range(cond, uncond + k_uncond))
+        rows.append({"id": item.id, "gold": item.gold, **({"group": item.group} if item.group else {}),
+                     **item_metrics(s, task.kind)})
         if log_samples:
-            for j in list(range(cond, cond + k)) + list(range(uncond, uncond + k)):
+            for j in range(cond, uncond + k_uncond):
                 r, sc = requests[j], scored[j]
                 samples.append({"type": "request", "task": task.name, "format": fmt, "id": item.id,
                                 "context": r.context, "continuation": r.continuation, "tokens": sc.tokens,
@@ -115,12 +146,19 @@ def evaluate_task(lm: engine.LogitsModel, tokenizer, task: Task, fmt: str = "cf"
                                 "conditional": j < uncond, "truncated": sc.truncated})
             samples.append({"type": "item", "task": task.name, "format": fmt, "id": item.id,
                             "choices": [r.continuation for r in mine], "gold": item.gold,
-                            "predictions": predictions(s)})
-    means, stderrs = aggregate(rows)
-    chance = sum(1 / len(item.continuations) for item in items) / max(len(items), 1)
+                            **({"predictions": predictions(s)} if task.kind == "choice" else
+                               {"greedy": s.greedy[item.gold]})})
+    groups, names = {}, METRICS_BY_KIND[task.kind]
+    if task.group is not None:
+        means, stderrs, groups = macro_average(rows, [item.group for item in items], names)
+    else:
+        means, stderrs = aggregate(rows, names)
+    # the chance level of the task's accuracies: 1/choices, or 0 for greedy reproduction of a continuation
+    chance = 0.0 if task.kind == "continuation" else \
+        sum(1 / len(item.continuations) for item in items) / max(len(items), 1)
     return TaskResult(task=task.name, format=fmt, n=len(items), chance=chance, primary=task.primary_for(fmt),
                       metrics=means, stderr=stderrs, truncated=truncated, seconds=time.perf_counter() - start,
-                      items=rows, samples=samples)
+                      items=rows, samples=samples, groups=groups)
 
 
 def evaluate(lm: engine.LogitsModel, tokenizer, tasks: list[str], fmt: str = "cf", limit: int | None = 1000,
@@ -169,14 +207,39 @@ def summary_entry(results: list[TaskResult]) -> dict:
                      "chance": r.chance} for r in results}
 
 
+def format_task_list(limit: int | None = None) -> str:
+    """`ablate eval --list`: each task (items, items scored at `limit`, primary metric, its description's first
+    line), then each suite (tasks, items, items at `limit`, the tasks it names)."""
+    tasks, suites = all_tasks(), all_suites()
+    sizes = {name: len(task.rows()) for name, task in tasks.items()}
+    scored = {name: min(n, limit) if limit else n for name, n in sizes.items()}
+    at = f"at {limit}" if limit else "at all"
+    width = max(map(len, tasks))
+    lines = [f"{'task':<{width}}{'items':>7}{at:>9}  {'primary':<14}description"]
+    for name, task in tasks.items():
+        first = task.description.strip().splitlines()[0] if task.description.strip() else ""
+        lines.append(f"{name:<{width}}{sizes[name]:>7}{scored[name]:>9}  {task.primary:<14}{first}")
+    lines += ["", f"{'suite':<{width}}{'tasks':>7}{'items':>9}{at:>9}  tasks"]
+    for name, members in suites.items():
+        lines.append(f"{name:<{width}}{len(members):>7}{sum(sizes[t] for t in members):>9}"
+                     f"{sum(scored[t] for t in members):>9}  {', '.join(members)}")
+    return "\n".join(lines)
+
+
+# (header, metric) columns of the table; a metric the task's kind lacks prints "-"
+TABLE_COLUMNS = (("raw", "acc_raw"), ("tok", "acc_per_token"), ("char", "acc_per_char"), ("pmi", "acc_pmi"),
+                 ("c-only", "acc_choices_only"), ("greedy", "acc_greedy"), ("bpb", "gold_bpb"),
+                 ("cprob", "correct_prob"), ("ncprob", "norm_correct_prob"))
+
+
 def format_table(results: list[TaskResult]) -> str:
-    head = (f"{'task':<15}{'fmt':<5}{'n':>6}{'chance':>8}  {'primary':<15}{'value':>7}{'+-':>6}"
-            f"{'raw':>7}{'tok':>7}{'char':>7}{'pmi':>7}{'c-only':>8}{'bpb':>7}{'trunc':>6}{'sec':>7}")
+    width = max([15] + [len(r.task) + 1 for r in results])
+    head = (f"{'task':<{width}}{'fmt':<5}{'n':>6}{'chance':>8}  {'primary':<18}{'value':>7}{'+-':>6}"
+            + "".join(f"{label:>8}" for label, _ in TABLE_COLUMNS) + f"{'trunc':>6}{'sec':>7}")
     lines = [head, "-" * len(head)]
     for r in results:
         m = r.metrics
-        lines.append(f"{r.task:<15}{r.format:<5}{r.n:>6}{r.chance:>8.3f}  {r.primary:<15}{m[r.primary]:>7.3f}"
-                     f"{r.stderr[r.primary]:>6.3f}{m['acc_raw']:>7.3f}{m['acc_per_token']:>7.3f}"
-                     f"{m['acc_per_char']:>7.3f}{m['acc_pmi']:>7.3f}{m['acc_choices_only']:>8.3f}"
-                     f"{m['gold_bpb']:>7.3f}{r.truncated:>6}{r.seconds:>7.1f}")
+        cells = "".join(f"{m[name]:>8.3f}" if name in m else f"{'-':>8}" for _, name in TABLE_COLUMNS)
+        lines.append(f"{r.task:<{width}}{r.format:<5}{r.n:>6}{r.chance:>8.3f}  {r.primary:<18}{m[r.primary]:>7.3f}"
+                     f"{r.stderr[r.primary]:>6.3f}{cells}{r.truncated:>6}{r.seconds:>7.1f}")
     return "\n".join(lines)

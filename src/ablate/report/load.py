@@ -1,7 +1,12 @@
 """Run folders -> plain Python tables for the report. Reads files only, never live objects.
 
 RUNS_DIR is runs/<experiment>/ holding <variant>/seed<k>/ folders (see README "Each run writes"). Each task is keyed
-"<task>:<format>" (e.g. "arc_easy:cf"); validation loss is the task "val_loss" with the one metric "loss".
+"<task>:<format>" (e.g. "arc_easy:cf"); validation loss is the task "val_loss" with the one metric "loss". A task
+averaged over groups (MMLU's subjects) logs each group's means in its evals.jsonl line ("groups": {group: {metric:
+mean}}) and each item's group in its eval_items rows ("group").
+
+Metric names are read generically: the direction from a small table of name parts (bpb, loss, nll, perplexity:
+lower is better), a chance level only for accuracies and zero-chance margins.
 """
 from __future__ import annotations
 
@@ -14,9 +19,14 @@ from ablate import rundir
 from ablate.status import natural_key
 
 VAL_TASK = "val_loss"
-LOWER_IS_BETTER = {"loss", "gold_bpb"}  # every other metric (accuracies, margins, logprob, prob) is higher-is-better
+# A metric whose name holds one of these parts ("gold_bpb", "loss", "bits_per_byte") is lower-is-better; every other
+# metric (accuracies, probabilities, log-probabilities, margins) is higher-is-better.
+LOWER_IS_BETTER_PARTS = {"loss", "bpb", "nll", "perplexity", "ppl", "bits_per_byte"}
 BASELINE_METRICS = {"acc_choices_only"}  # answer-prior baselines: shown, never recommended as a signal
-ZERO_CHANCE_METRICS = {"margin_pmi"}  # a model that knows nothing about the task scores 0 in expectation
+# A model that knows nothing about the task scores 0 in expectation: a PMI margin, and a continuation task's greedy
+# accuracy (whatever chance its line logs: one continuation is no 1-in-k choice)
+ZERO_CHANCE_METRICS = {"margin_pmi", "acc_greedy"}
+GROUP_FIELDS = ("groups", "subjects")  # an evals.jsonl line's per-group means (the second: an older spelling)
 # Accuracies whose normalization already divides out answer priors: past chance is enough, the choices-only
 # baseline is shown but not required.
 PRIOR_CONTROLLED = {"acc_pmi"}
@@ -27,8 +37,13 @@ class ReportError(ValueError):
 
 
 def direction(metric: str) -> int:
-    """+1 when higher is better, -1 when lower is better."""
-    return -1 if metric in LOWER_IS_BETTER else 1
+    """+1 when higher is better, -1 when lower is better (a name part in LOWER_IS_BETTER_PARTS)."""
+    parts = set(metric.lower().split("_")) | {metric.lower()}
+    return -1 if parts & LOWER_IS_BETTER_PARTS else 1
+
+
+def is_accuracy(metric: str) -> bool:
+    return metric == "acc" or metric.startswith("acc_")
 
 
 @dataclass
@@ -48,14 +63,19 @@ class TaskInfo:
     chance: float | None  # chance accuracy (accuracy metrics); ln(vocab) for val_loss
     items_stem: str  # eval_items/step_N/<items_stem>.jsonl
     n: int | None = None
+    groups: list[str] = field(default_factory=list)  # a task averaged over groups (MMLU's subjects): their names
+    kept_groups: dict[str, set[str]] = field(default_factory=dict)  # metric -> groups its average keeps (floor)
 
     def chance_for(self, metric: str) -> float | None:
-        """The score of a model that knows nothing, where one is defined. None for gold_bpb, gold_logprob, gold_prob
-        and the raw margin: their no-knowledge level depends on answer lengths and priors (and they improve with
-        general LM quality), so they are compared between variants but never taken for task-specific signal."""
-        if metric.startswith("acc_") or metric == "loss":
+        """The score of a model that knows nothing, where one is defined: for accuracies (an accuracy at chance never
+        counts as signal) and zero-chance margins. None for continuous metrics (gold_bpb, correct_prob, the raw
+        margin...): their no-knowledge level depends on answer lengths and priors, so they are judged by what the
+        runs show (monotone, consistent, SNR, decision accuracy across scales), not by a distance from chance."""
+        if metric in ZERO_CHANCE_METRICS:
+            return 0.0
+        if is_accuracy(metric) or metric == "loss":
             return self.chance
-        return 0.0 if metric in ZERO_CHANCE_METRICS else None
+        return None
 
 
 @dataclass
@@ -71,6 +91,8 @@ class Run:
     train_loss: list[Point] = field(default_factory=list)
     planned_steps: int | None = None  # the steps the run takes (a scheduled batch takes more than max_steps)
     scores: dict[tuple[str, str], list[Point]] = field(default_factory=dict)  # (task key, metric) -> by step
+    # a task averaged over groups: (task key, metric) -> {group: by step}
+    group_scores: dict[tuple[str, str], dict[str, list[Point]]] = field(default_factory=dict)
     _items: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -152,6 +174,13 @@ def load_run(path: Path, variant: str) -> Run:
                 run.scores.setdefault((f"{task}:{fmt}", metric), []).append(
                     Point(step, row.get("tokens", 0), float(value), float(se) if _finite(se) else None,
                           row["n"] if isinstance(row.get("n"), int) else None))
+        groups = next((row[f] for f in GROUP_FIELDS if isinstance(row.get(f), dict)), {})
+        for group, means in groups.items():
+            means = means.get("metrics", means) if isinstance(means, dict) else {}
+            for metric, value in means.items():
+                if _finite(value):
+                    run.group_scores.setdefault((f"{task}:{fmt}", metric), {}).setdefault(str(group), []).append(
+                        Point(step, row.get("tokens", 0), float(value), None))
     return run
 
 
@@ -170,6 +199,8 @@ def task_infos(runs: list[Run]) -> dict[str, TaskInfo]:
             for metric in row.get("metrics") or {}:
                 if metric not in info.metrics:
                     info.metrics.append(metric)
+            groups = next((row[f] for f in GROUP_FIELDS if isinstance(row.get(f), dict)), {})
+            info.groups += [str(g) for g in groups if str(g) not in info.groups]
             if not info.primary or info.primary not in info.metrics:
                 info.primary = row.get("primary") or (info.metrics[0] if info.metrics else "")
     ordered = {k: tasks[k] for k in ([VAL_TASK] if VAL_TASK in tasks else []) + sorted(set(tasks) - {VAL_TASK})}
@@ -231,7 +262,8 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
     Without a scale axis: one group, labelled by variant folder name. With one (config fields such as
     model.d_model), runs of the same method at different scales have different folder names; a method's label is
     its folder name with the scale removed ("mqa@d64" -> "mqa", "d_model=64,n_kv_heads=1" -> "n_kv_heads=1"), or,
-    when that is ambiguous, the config fields that set the methods apart.
+    when that is ambiguous at some scale, the config fields that set the methods apart there (fields that change
+    only with the scale, such as steps, are not among them).
     """
     if not scale_fields:
         groups: dict[str, list[Run]] = {}
@@ -249,21 +281,26 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
     def strip(name: str) -> str:
         return ",".join(p for p in name.split("@")[0].split(",") if p.split("=")[0] not in leaves)
 
-    names = {}
+    # A method is a config apart from the scale at one scale: its other fields (steps, eval cadence) may grow with
+    # the scale, so methods are matched across scales by name, never by config.
+    key_of = {id(r): (scale_of[id(r)], method_of[id(r)]) for r in runs}
+    names: dict[tuple, set[str]] = {}
     for run in runs:
-        names.setdefault(method_of[id(run)], set()).add(strip(run.variant))
-    by_name = all(len(n) == 1 and next(iter(n)) for n in names.values()) and \
-        len({next(iter(n)) for n in names.values()}) == len(names)
+        names.setdefault(key_of[id(run)], set()).add(strip(run.variant))
+    at_scale = {sc: [k for k in names if k[0] == sc] for sc in set(scale_of.values())}
+    by_name = all(len(n) == 1 and next(iter(n)) for n in names.values()) and all(
+        len({next(iter(names[k])) for k in keys}) == len(keys) for keys in at_scale.values())
     if by_name:
-        label = {m: next(iter(n)) for m, n in names.items()}
-    else:  # name the methods by the fields that differ between them
-        flats = {m: dict(json.loads(m)) for m in names}
-        differing = sorted(k for k in set().union(*flats.values())
-                           if len({json.dumps(f.get(k), default=str) for f in flats.values()}) > 1)
-        label = {m: ",".join(f"{k.split('.')[-1]}={flats[m].get(k)}" for k in differing) or "base" for m in names}
+        label = {k: next(iter(n)) for k, n in names.items()}
+    else:  # name the methods by the fields that differ between them at some scale
+        flats = {k: dict(json.loads(k[1])) for k in names}
+        differing = sorted(f for f in set().union(*flats.values())
+                           if any(len({json.dumps(flats[k].get(f), default=str) for k in keys}) > 1
+                                  for keys in at_scale.values()))
+        label = {k: ",".join(f"{f.split('.')[-1]}={flats[k].get(f)}" for f in differing) or "base" for k in names}
     scales: dict[tuple, dict[str, list[Run]]] = {}
-    for run in sorted(runs, key=lambda r: (natural_key(label[method_of[id(r)]]), r.seed)):
-        scales.setdefault(scale_of[id(run)], {}).setdefault(label[method_of[id(run)]], []).append(run)
+    for run in sorted(runs, key=lambda r: (natural_key(label[key_of[id(r)]]), r.seed)):
+        scales.setdefault(scale_of[id(run)], {}).setdefault(label[key_of[id(run)]], []).append(run)
 
     def order(scale):
         return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in scale)

@@ -6,12 +6,17 @@
 - Identical items: a run re-scored with `ablate eval --limit 50` holds 50-item scores where the others hold 200.
   Scores are compared only over the item ids every run scored: the intersection when it is large enough, else
   the task is left out. Either way the mismatch is named (which runs, how many items each).
+- Averaged last evaluations (`--average-last K`): a run's score is the mean of its last K evaluations up to the
+  compared one, per item where per-item files exist (Signal and Noise: averaging checkpoints cuts noise).
+- Groups (MMLU's subjects): a task averaged over groups scores each run as the mean over groups of the group's
+  mean, so per-item values are weighted to make their plain mean that macro average; groups a floor left out
+  (subjects.py) are left out of the items too.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ablate.report.load import Point, Run, TaskInfo
 
@@ -25,12 +30,16 @@ class Matched:
     values: dict[str, dict[str, float]] | None  # run label -> {item id: value}, over `ids`
     mismatch: dict | None  # {"task", "runs": {label: items}, "shared": k, "kept": bool, "text": ...}
     left_out: str | None  # why this comparison cannot be made
+    windows: dict[str, list[Point]] = field(default_factory=dict)  # run label -> the evaluations averaged, last
+    # `points`; one evaluation unless --average-last
 
     def score(self, label: str) -> float:
-        """A run's score: its mean over the compared items, else the value its evaluation logged."""
+        """A run's score: its mean over the compared items (each item's mean over the averaged evaluations), else
+        the mean of the values its averaged evaluations logged."""
         if self.values is not None and self.ids:
             return float(sum(self.values[label][i] for i in self.ids) / len(self.ids))
-        return self.points[label].value
+        window = self.windows.get(label) or [self.points[label]]
+        return float(sum(p.value for p in window) / len(window))
 
 
 def final_points(runs: list[Run], key) -> tuple[dict[str, Point], int | None, bool]:
@@ -59,20 +68,66 @@ def _by_count(counts: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
-def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float) -> Matched:
+def _window(points: list[Point], last: Point, k: int) -> list[Point]:
+    """The last k evaluations of a run up to `last` (fewer when the run has fewer)."""
+    upto = [p for p in points if p.step <= last.step]
+    return upto[-max(1, k):]
+
+
+def _item_values(run: Run, task: TaskInfo, metric: str, step: int) -> tuple[dict, dict] | None:
+    """({item id: value}, {item id: group}) of one evaluation, or None when the run has no usable per-item file (or,
+    for a metric whose groups a floor cut, rows that do not say their group)."""
+    rows = run.items(task, step)
+    if not rows:
+        return None
+    values = {i: r.get(metric) for i, r in rows.items()}
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values.values()):
+        return None
+    group_of = {}
+    if task.groups:  # rows of a task averaged over groups say their group ("subject": an older spelling)
+        group_of = {i: str(g) for i, r in rows.items() if (g := r.get("group", r.get("subject"))) is not None}
+    kept = task.kept_groups.get(metric)
+    if kept is not None:
+        if len(group_of) < len(rows):
+            return None
+        values = {i: v for i, v in values.items() if group_of[i] in kept}
+    return {i: float(v) for i, v in values.items()}, group_of
+
+
+def _averaged(evals: list[dict]) -> dict[str, float]:
+    """Each item's mean over several evaluations of one run (the items all of them scored)."""
+    if len(evals) == 1:
+        return evals[0]
+    ids = set.intersection(*(set(e) for e in evals))
+    return {i: sum(e[i] for e in evals) / len(evals) for i in ids}
+
+
+def _macro_weights(values: dict[str, dict[str, float]], ids: list[str], group_of: dict) -> dict:
+    """Values weighted so that their plain mean over `ids` is the mean over groups of each group's mean."""
+    counts = Counter(group_of[i] for i in ids)
+    w = {i: len(ids) / (len(counts) * counts[group_of[i]]) for i in ids}
+    return {label: {i: v[i] * w[i] for i in ids} for label, v in values.items()}
+
+
+def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float, average_last: int = 1) -> Matched:
     """The evaluations and items a comparison of `runs` on (task, metric) uses. min_share: the intersection of
-    item ids must hold at least this share of the smallest run's items (and >= 2 items) to be used."""
+    item ids must hold at least this share of the smallest run's items (and >= 2 items) to be used. average_last:
+    each run's last this many evaluations up to the compared one are averaged."""
     key = (task.key, metric)
     points, tokens, at_last = final_points(runs, key)
+    windows = {r.label: _window(r.scores[key], points[r.label], average_last) for r in runs}
     values: dict[str, dict[str, float]] | None = {}
+    group_of: dict = {}
     for run in runs:
-        rows = run.items(task, points[run.label].step)
-        if not rows or any(not isinstance(r.get(metric), (int, float)) or not math.isfinite(r[metric])
-                           for r in rows.values()):
+        evals = [_item_values(run, task, metric, p.step) for p in windows[run.label]]
+        if any(e is None for e in evals):
             values = None
             break
-        values[run.label] = {i: float(r[metric]) for i, r in rows.items()}
-    out = Matched(points, tokens, at_last, None, None, None, None)
+        values[run.label] = _averaged([e[0] for e in evals])
+        for _, groups in evals:
+            group_of.update(groups)
+    out = Matched(points, tokens, at_last, None, None, None, None, windows)
+    grouped = bool(task.groups) and values is not None and all(i in group_of for v in values.values() for i in v)
     if values is None:  # no item ids to match: at least the logged item counts must agree
         counts = {label: p.n for label, p in points.items() if p.n is not None}
         if len(set(counts.values())) > 1:
@@ -85,6 +140,8 @@ def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float) -> Mat
     first = next(iter(sets.values()))
     if all(s == first for s in sets.values()):
         out.ids, out.values = sorted(first), values
+        if grouped:
+            out.values = _macro_weights(values, out.ids, group_of)
         return out
     shared = set.intersection(*sets.values())
     smallest = min(len(s) for s in sets.values())
@@ -98,6 +155,8 @@ def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float) -> Mat
     out.mismatch = {"task": task.key, "runs": counts, "shared": len(shared), "kept": kept, "text": text}
     if kept:
         out.ids, out.values = sorted(shared), {k: {i: v[i] for i in shared} for k, v in values.items()}
+        if grouped:
+            out.values = _macro_weights(out.values, out.ids, group_of)
     else:
         out.left_out = text
     return out

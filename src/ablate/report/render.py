@@ -117,14 +117,19 @@ def _final_scores(group: dict, suffix: str, report: dict) -> Section:
         "tokens: see each table). Mean and seed sd over seeds; 95% CI: two-level bootstrap (seeds, then items). "
         "Pairwise, diff = a - b, tested at the level of replication, the training seed: paired t-test over per-seed "
         "differences when both variants ran the same seeds, Welch's t-test otherwise; not tested with fewer than "
-        f"{o['min_seeds']} seeds per variant. p_BH: Benjamini-Hochberg adjusted over the decision family "
-        f"({inference['family']}); significant: p_BH < {o['alpha']:g}, decided for decision metrics at the largest "
-        f"scale only (n/a elsewhere). Seeds needed: per variant, for {o['power']:.0%} power at alpha {o['alpha']:g} "
+        f"{o['min_seeds']} seeds per variant. p_BH: Benjamini-Hochberg adjusted over the family "
+        f"({inference['family']}); significant: p_BH < {o['alpha']:g}, decided for the family's metrics at the "
+        f"largest scale only (n/a elsewhere); decisions are read on the decision metrics alone. Seeds needed: per "
+        f"variant, for {o['power']:.0%} power at alpha {o['alpha']:g} "
         "(one test, before the adjustment), taking the observed difference and seed spread as true: the normal "
         "approximation n = ((z_(1-alpha/2) + z_power) x sd_diff / |diff|)^2, raised until the t-test's power "
         "(noncentral t) reaches the target; sd_diff: sd of the per-seed differences, or the pooled seed sd x sqrt(2) "
         "unpaired; at least the minimum seeds. p (items): paired "
         "t-test over items with the seeds held fixed: evaluation noise only, never the decision."])
+    if o.get("average_last", 1) > 1:
+        sec.paragraphs.append(f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
+                              f"to the compared one (each item's mean, where per-item files exist; runs with fewer "
+                              f"evaluations average what they have: the 'averaged' counts in report.json).")
     for field, values in group.get("shape_differences", {}).items():
         sec.paragraphs.append(f"{field} differs between runs ("
                               + "; ".join(f"{v}: {', '.join(names)}" for v, names in values.items())
@@ -202,25 +207,21 @@ def _verdict(s: dict) -> str:
     if q["passes"]:
         return "PASS"
     parts = [f"fails {k}" for k, ok in q["criteria"].items() if ok is False]
-    if s["chance"] is None:
-        parts.append("no chance level: compared, not a task signal")
-    parts += [f"{k} not computable" for k, ok in q["criteria"].items() if ok is None and k != "above_chance"]
-    if q["criteria"]["above_chance"] is None and s["chance"] is not None:
-        parts.append("above_chance not computable")
-    return "; ".join(parts)
+    return "; ".join(parts + [f"{k} not computable" for k, ok in q["criteria"].items() if ok is None])
 
 
 def _quality(group: dict, suffix: str, report: dict) -> Section:
     o = report["options"]
     sec = Section(f"Task quality{suffix}", [
         f"Per task and metric. mono: Spearman rho of score vs step, mean over runs (oriented: + = improving). seed sd: "
-        f"spread of final scores over seeds. ckpt sd: spread over a run's last {o['last_k']} checkpoints. SNR: "
-        "relative spread of the variants' final scores over the mean relative std of the last checkpoints "
-        "(Signal-and-Noise). z chance: final score past chance in standard errors; first sig: first checkpoint "
-        f"where z >= {o['min_z']:g}. vs choices-only: accuracy gain over the choices-only baseline (z). tau 2nd "
-        "half: mean Kendall tau of the ranking at each checkpoint in the second half vs the final ranking. "
-        f"consistent from: share of training after which tau stays >= {o['min_tau']:g}. DA early: decision "
-        f"accuracy at the first checkpoint past {o['early_fraction']:g} of training."])
+        f"spread of final scores over seeds. ckpt sd: spread over a run's last {o['last_k']} checkpoints. SNR "
+        "(Signal and Noise, AI2 2025): the largest gap between the variants' final scores over the runs' mean "
+        "std over their last checkpoints (the paper's relative dispersion over relative std, both relative to the "
+        "same mean). z chance: final score past chance in standard errors (accuracies and zero-chance margins "
+        f"only); first sig: first checkpoint where z >= {o['min_z']:g}. vs choices-only: accuracy gain over the "
+        "choices-only baseline (z). tau 2nd half: mean Kendall tau of the ranking at each checkpoint in the second "
+        f"half vs the final ranking. consistent from: share of training after which tau stays >= {o['min_tau']:g}. "
+        f"DA early: decision accuracy at the first checkpoint past {o['early_fraction']:g} of training."])
     rows = []
     for s in group["series"]:
         q, c, r = s["quality"], s["quality"]["chance"], s["quality"]["ranking"]
@@ -232,9 +233,9 @@ def _quality(group: dict, suffix: str, report: dict) -> Section:
                      fmt(q["checkpoint_spread"], 3), fmt(q["snr"], 3), fmt(c["z_final"], 3), first, gain,
                      fmt(r["tau_second_half"], 3), fmt(r["consistent_from_fraction"], 2),
                      fmt(r["early_decision_accuracy"], 3), _verdict(s)])
-    sec.tables.append(("Early-signal criteria", ["task", "metric", "mono", "seed sd", "ckpt sd", "SNR", "z chance",
-                                                 "first sig (tokens)", "vs choices-only", "tau 2nd half",
-                                                 "consistent from", "DA early", "verdict"], rows))
+    sec.tables.append(("Signal criteria", ["task", "metric", "mono", "seed sd", "ckpt sd", "SNR", "z chance",
+                                           "first sig (tokens)", "vs choices-only", "tau 2nd half",
+                                           "consistent from", "DA early", "verdict"], rows))
     for s in group["series"]:
         by = s["quality"]["ranking"]["by_checkpoint"]
         if s["primary"] and by:
@@ -245,15 +246,52 @@ def _quality(group: dict, suffix: str, report: dict) -> Section:
     return sec
 
 
-def _across_scales(report: dict) -> Section | None:
-    if not report["across_scales"]:
+def _trust(report: dict) -> Section | None:
+    """Which signal to trust at which scale: SNR at each scale and decision accuracy to the largest, with CIs."""
+    across = report["across_scales"]
+    if not across:
         return None
-    rows = [[a["task"], a["metric"], str(r["scale"]), ", ".join(r["variants"]), fmt(r["decision_accuracy"], 3),
-             fmt(r["tau"], 3)] for a in report["across_scales"] for r in a["by_scale"]]
-    return Section("Across scales", [f"Order of the variants' final scores at each smaller scale vs the largest "
-                                     f"({report['groups'][-1]['scale']})."],
-                   tables=[("Decision accuracy vs the largest scale", ["task", "metric", "scale", "variants",
-                                                                        "decision accuracy", "Kendall tau"], rows)])
+    largest = report["groups"][-1]["scale"]
+    smaller = [g["scale"] for g in report["groups"][:-1]]
+    header = ["task", "metric"] + [h for sc in smaller for h in (f"SNR @{sc}", f"DA {sc}->{largest} [95% CI]")] + \
+        [f"SNR @{largest}", "mean DA"]
+    rows = []
+    for a in across:
+        by = {json.dumps(r["scale"]): r for r in a["by_scale"]}
+        cells = []
+        for sc in smaller:
+            r = by.get(json.dumps(sc))
+            cells += ["", ""] if r is None else [fmt(r["snr"], 3),
+                                                 f"{fmt(r['decision_accuracy'], 3)} {fmt_ci(r['ci'])}"]
+        note = " (primary)" if a["primary"] else " (baseline)" if a["metric"] == "acc_choices_only" else ""
+        rows.append([a["task"], a["metric"] + note] + cells
+                    + [fmt(a["snr"], 3), fmt(a["mean_decision_accuracy"], 3)])
+    return Section("Which signal to trust at which scale", [
+        f"For every task x metric: SNR at each scale, and the decision accuracy (DA) of each smaller scale's final "
+        f"ranking of the variants against the largest's ({largest}): the share of variant pairs it orders as the "
+        f"largest does (a pair tied at the smaller scale counts one half). 95% CI: bootstrap over seeds, each "
+        f"variant's runs resampled at each scale apart ({report['options']['bootstrap']} replicates). Validation "
+        f"loss is the first row, to read each task metric's DA against. With few variants DA moves in coarse steps "
+        f"(2 variants: 0, 1/2 or 1). Kendall tau per scale is in report.json (across_scales)."],
+                   tables=[("SNR and decision accuracy by scale", header, rows)])
+
+
+def _subject_floor(report: dict) -> Section | None:
+    entries = report.get("subject_floor") or []
+    if not entries:
+        return None
+    e0 = entries[0]
+    where = ("chosen on these runs (one scale: in-sample, which favours groups where these variants happen to "
+             "differ)" if e0["in_sample"] else
+             f"chosen on the smaller scales ({', '.join(str(s) for s in e0['chosen_at'])}) only, applied at every "
+             "scale")
+    bullets = [f"{e['task']} [{e['metric']}]: " + (
+        f"{len(e['dropped'])} of {e['groups']} left out: {', '.join(e['dropped'])}" if e["dropped"] else
+        (e["note"] or f"none of {e['groups']} below the floor")) for e in entries]
+    return Section("Groups left out (subject SNR floor)", [
+        f"Groups (subjects) whose SNR is below {e0['floor']:g} are left out of their task's average, per metric, at "
+        f"every checkpoint of every run; {where}. Per-group SNRs are in report.json (subject_floor)."],
+                   bullets=bullets)
 
 
 def _recommendation(report: dict) -> Section:
@@ -261,15 +299,16 @@ def _recommendation(report: dict) -> Section:
     t = rec["thresholds"]
     snr = "" if t["min_snr"] is None else f", SNR >= {t['min_snr']:g}"
     sec = Section("Recommendation", [
-        f"Thresholds: monotonicity >= {t['min_monotonicity']:g}, final score >= {t['min_z']:g} standard errors past "
-        f"chance (and past the choices-only baseline for accuracies other than acc_pmi; metrics without a chance "
-        f"level are compared but never recommended), "
-        f"Kendall tau over the second half >= {t['min_tau']:g}{snr}."])
-    if rec["suite"]:
-        sec.bullets = [f"{e['task']}: use {e['metric']} ({e['direction']} is better); passing metrics: "
-                       f"{', '.join(e['passing_metrics'])}" for e in rec["suite"]]
-        sec.paragraphs.append("Early-signal suite for this setup:")
-    else:
+        f"Every metric is a candidate, judged by what the runs show. Gates: monotonicity >= "
+        f"{t['min_monotonicity']:g}, Kendall tau over the second half >= {t['min_tau']:g}{snr}, and for metrics with "
+        f"a chance level (accuracies, zero-chance margins) a final score >= {t['min_z']:g} standard errors past "
+        f"chance (and past the choices-only baseline for accuracies other than acc_pmi): an accuracy at chance never "
+        f"counts. Of the metrics that pass, a task enters the decision set through the best measured: the highest "
+        f"decision accuracy from the smaller scales (with a scale axis), then SNR, then monotonicity, then tau. The "
+        f"choice never looks at which variant a metric favours.",
+        "Metric chosen per task, and why the others lost:"])
+    sec.bullets = [c["text"] for c in rec["choices"]]
+    if not rec["suite"]:
         sec.paragraphs.append("No task passed: no early-signal suite for this setup.")
     if rec["aggregate"]:
         rows = [[v, fmt(a["mean_z"], 3), fmt(a["mean_rank"], 3), str(a["tasks"])] for v, a in
@@ -277,10 +316,8 @@ def _recommendation(report: dict) -> Section:
         sec.tables.append(("Aggregate over the decision metrics, validation loss and the suite (z: each metric's "
                            "variant means standardised, oriented so higher is better; rank 1 = best)",
                            ["variant", "mean z", "mean rank", "metrics"], rows))
-    if rec["rejected"]:
-        sec.tables.append(("Not in the suite (primary metric)", ["task", "metric", "failed", "not computable"],
-                           [[r["task"], r["metric"], ", ".join(r["failed"]), ", ".join(r["not_computable"])]
-                            for r in rec["rejected"]]))
+    rows = [[c["task"], c["metric"] or "none", ", ".join(c["passing_metrics"])] for c in rec["choices"]]
+    sec.tables.append(("Decision set", ["task", "metric", "passing metrics"], rows))
     return sec
 
 
@@ -295,17 +332,23 @@ def _sweep(report: dict, with_images: bool) -> list[Section]:
 
 def sections(report: dict, with_images: bool) -> list[Section]:
     groups = report["groups"]
-    out = [Section("Headline", [report["headline"]["text"], "Decisions rest on validation loss and the tasks that "
-                                "pass the early-signal criteria, tested over training seeds; family: "
-                                + report["inference"]["family"] + f" (Benjamini-Hochberg, alpha "
-                                f"{report['inference']['alpha']:g})."]), _overview(report)]
+    k = report["options"].get("average_last", 1)
+    averaged = (f" Each run's score is the mean of its last {k} evaluations up to the compared one (--average-last "
+                f"{k}), per item where per-item files exist." if k > 1 else "")
+    out = [Section("Headline", [report["headline"]["text"], "Decisions rest on validation loss and each task's best "
+                                "measured metric that passes the signal criteria (see Recommendation), tested over "
+                                "training seeds; family: " + report["inference"]["family"] + f" (Benjamini-Hochberg, "
+                                f"alpha {report['inference']['alpha']:g})." + averaged]), _overview(report)]
+    floor = _subject_floor(report)
+    if floor:
+        out.append(floor)
     for group in reversed(groups):  # largest scale first
         suffix = _group_title(group, groups)
         out += [_final_scores(group, suffix, report), _curves(group, suffix, with_images),
                 _quality(group, suffix, report)]
-    across = _across_scales(report)
-    if across:
-        out.append(across)
+    trust = _trust(report)
+    if trust:
+        out.append(trust)
     out.append(_recommendation(report))
     out += _sweep(report, with_images)
     out.append(Section("Cannot compute", [] if report["cannot_compute"] else ["Nothing: every figure was computed."],
@@ -313,10 +356,26 @@ def sections(report: dict, with_images: bool) -> list[Section]:
     return out
 
 
+# What would start markup where markdown is rendered (GitHub, CommonMark), each taken literally after a backslash:
+# emphasis, code, GitHub's math and strikethrough, a table cell's end, headings, the backslash itself; _ at a
+# word's edge (inside a word, as in acc_per_char, it is text); ]( of a link, & of an entity, < of a tag or
+# autolink. Everything else stays as written, so the raw file reads well too ("p < 0.05", val_loss).
+_MD_MARKUP = re.compile(r"[\\*`$~|#]|(?<![^\W_])_|_(?![^\W_])|\](?=\()|&(?=#?\w+;)|<(?=[A-Za-z/!?])")
+
+
+_MD_BLOCK_START = re.compile(r"^(?:[-+](?=\s|$)|>|\d{1,9}(?=[.)](?:\s|$)))")  # a list item or a quote
+
+
 def _md_escape(text: str) -> str:
-    """Names are data: keep them from opening HTML tags or breaking table cells; leave "p < 0.05" readable."""
-    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    return re.sub(r"<(?=[A-Za-z/!?])", r"\\<", text)
+    """Names are data: shown as written in rendered markdown, never opening markup or breaking a table cell."""
+    return _MD_MARKUP.sub(lambda m: "\\" + m.group(), text.replace("\n", " "))
+
+
+def _md_line(text: str) -> str:
+    """_md_escape for text that begins a line (a paragraph, a bullet's text), where "- x", "1. x" and "> x" would
+    start a list or a quote (table cells keep "-0.3" as it is)."""
+    return _MD_BLOCK_START.sub(lambda m: m.group() + "\\" if m.group()[0].isdigit() else "\\" + m.group(),
+                               _md_escape(text))
 
 
 def to_markdown(report: dict) -> str:
@@ -324,9 +383,9 @@ def to_markdown(report: dict) -> str:
     for sec in sections(report, with_images=False):
         lines += [f"## {_md_escape(sec.title)}", ""]
         for p in sec.paragraphs:
-            lines += [_md_escape(p), ""]
+            lines += [_md_line(p), ""]
         if sec.bullets:
-            lines += [f"- {_md_escape(b)}" for b in sec.bullets] + [""]
+            lines += [f"- {_md_line(b)}" for b in sec.bullets] + [""]
         for caption, header, rows in sec.tables:
             lines += [f"**{_md_escape(caption)}**", "", "| " + " | ".join(_md_escape(h) for h in header) + " |",
                       "|" + "---|" * len(header)]
@@ -348,7 +407,9 @@ def to_html(report: dict) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report['experiment'])}"
              f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report['experiment'])}</h1>"]
-    for sec in sections(report, with_images=True):
+    with plots.as_written():  # the plots of every section (sweep_plots.py's too) show names as written
+        content = sections(report, with_images=True)
+    for sec in content:
         parts.append(f"<h2>{e(sec.title)}</h2>")
         for p in sec.paragraphs:
             first = sec.title == "Headline" and p is sec.paragraphs[0]

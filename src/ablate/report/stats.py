@@ -42,14 +42,29 @@ def _constant(x: np.ndarray) -> bool:
     return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.max(np.abs(x)))))
 
 
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks from 1 (ties share the mean of their ranks), as scipy's rankdata, without its call overhead."""
+    order = np.argsort(x, kind="mergesort")
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(x.size)
+    xs = x[order]
+    first = np.r_[True, xs[1:] != xs[:-1]]
+    dense = first.cumsum()[inverse]
+    bounds = np.r_[np.nonzero(first)[0], x.size]
+    return 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
+
+
 def spearman(x, y) -> float | None:
-    """Spearman rho; a constant series has no rank order and counts as 0 (no monotone trend)."""
+    """Spearman rho (Pearson correlation of average ranks); a constant series has no rank order and counts as 0 (no
+    monotone trend)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.size < 3:
         return None
     if np.all(y == y[0]) or np.all(x == x[0]):
         return 0.0
-    return _clean(stats.spearmanr(x, y).statistic)
+    rx, ry = _ranks(x), _ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return _clean(float(np.clip((rx @ ry) / math.sqrt((rx @ rx) * (ry @ ry)), -1.0, 1.0)))
 
 
 def kendall(x, y) -> float | None:
@@ -60,38 +75,79 @@ def kendall(x, y) -> float | None:
         return None
     if np.all(x == x[0]):
         return 0.0
-    return _clean(stats.kendalltau(x, y).statistic)
+    i, j = np.triu_indices(x.size, 1)  # tau-b from the pairs' signs (scipy's kendalltau, without its overhead)
+    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    return _clean(float((sx @ sy) / math.sqrt(np.count_nonzero(sx) * np.count_nonzero(sy))))
 
 
 def decision_accuracy(early, final) -> float | None:
     """Share of variant pairs ordered at `early` as at `final` (oriented scores). Pairs tied at `final` are left
-    out; a pair tied at `early` counts one half (a coin flip)."""
+    out; a pair tied at `early` counts one half (a coin flip). Differences within float rounding are ties."""
     early, final = np.asarray(early, float), np.asarray(final, float)
-    scores = []
-    for i in range(len(final)):
-        for j in range(i + 1, len(final)):
-            truth = np.sign(final[i] - final[j])
-            if truth == 0:
-                continue
-            guess = np.sign(early[i] - early[j])
-            scores.append(0.5 if guess == 0 else float(guess == truth))
+    if final.size < 2:
+        return None
+    guess, truth = _pair_signs(early[None, :])[0], _pair_signs(final[None, :])[0]
+    scores = [0.5 if g == 0 else float(g == t) for g, t in zip(guess, truth) if t != 0]
     return float(np.mean(scores)) if scores else None
 
 
-def relative_dispersion(final_means) -> float | None:
-    """Signal-and-Noise "signal": the largest gap between variants' final scores over their mean (absolute)."""
+def _pair_signs(means: np.ndarray) -> np.ndarray:
+    """sign(mean_i - mean_j) for every pair i < j of the columns of a (replicates, variants) array; differences
+    within float rounding of the values count as ties."""
+    i, j = np.triu_indices(means.shape[1], 1)
+    diff = means[:, i] - means[:, j]
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(means))))
+    return np.where(np.abs(diff) <= tol, 0.0, np.sign(diff))
+
+
+def bootstrap_decision_accuracy(early: list, final: list, n_boot: int, seed: int,
+                                level: float = 0.95) -> list[float] | None:
+    """Percentile CI of decision_accuracy(variant means at `early`, variant means at `final`) over seeds: each
+    variant's run-level scores (oriented) are resampled with replacement, at each scale apart, the means recomputed
+    and the decision accuracy with them. early[k], final[k]: variant k's scores at the two scales."""
+    if n_boot < 1 or len(final) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+
+    def means(groups):
+        return np.stack([np.asarray(g, float)[rng.integers(0, len(g), size=(n_boot, len(g)))].mean(axis=1)
+                         for g in groups], axis=1)
+
+    guess, truth = _pair_signs(means(early)), _pair_signs(means(final))
+    counted = truth != 0
+    score = np.where(guess == 0, 0.5, (guess == truth).astype(float)) * counted
+    decided = counted.sum(axis=1) > 0
+    if not decided.any():
+        return None
+    da = score[decided].sum(axis=1) / counted[decided].sum(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(da, [tail, 100 - tail])
+    return [float(lo), float(hi)]
+
+
+def signal_noise(final_means, tails) -> dict:
+    """Signal-to-noise ratio as Signal and Noise (Heineman et al., AI2 2025, arXiv 2508.13144) defines it, for one
+    metric over one set of variants:
+        signal = max_{j,k} |m_j - m_k| / m     (m_j: variant j's final score, m: their mean)
+        noise  = std(one run's last checkpoints) / m     (np.std, ddof 0)
+        SNR    = signal / noise
+    The paper measures noise on one training run; here every run is one, and the noise is the mean of theirs
+    (tails: each run's last checkpoint scores). Where the paper divides a run's std by that run's own mean, both are
+    divided by the same m here, so SNR = (range of the variants' finals) / (mean within-run std): the same number
+    when runs score alike (as variants of one ablation do), and still defined for metrics near or across zero
+    (margins), where a run's own mean would make it explode. Signal and noise are None when m is 0; SNR needs only
+    a spread: None when the runs' last checkpoints do not move."""
     m = np.asarray(final_means, float)
-    if m.size < 2 or np.mean(m) == 0:
-        return None
-    return float((m.max() - m.min()) / abs(m.mean()))
-
-
-def relative_std(last_values) -> float | None:
-    """Signal-and-Noise "noise" of one run: std of its last checkpoints' scores over their mean (absolute)."""
-    v = np.asarray(last_values, float)
-    if v.size < 2 or np.mean(v) == 0:
-        return None
-    return float(v.std(ddof=1) / abs(v.mean()))
+    sds = [float(np.std(t)) for t in tails if len(t) >= 2]
+    out = {"signal": None, "noise": None, "snr": None}
+    if m.size < 2 or not sds:
+        return out
+    spread, sd, ref = float(m.max() - m.min()), float(np.mean(sds)), abs(float(m.mean()))
+    if ref > 0:
+        out["signal"], out["noise"] = spread / ref, sd / ref
+    if sd > 1e-15 * max(1.0, abs(float(m.max()))):
+        out["snr"] = spread / sd
+    return out
 
 
 def std(values) -> float | None:
@@ -101,8 +157,10 @@ def std(values) -> float | None:
 
 def chance_z(mean: float, stderr: float | None, chance: float | None, sign: int) -> float | None:
     """Distance from chance in standard errors, positive when better than chance."""
-    if chance is None or stderr is None or not math.isfinite(stderr) or stderr <= 0:
+    if chance is None or stderr is None or not math.isfinite(stderr) or stderr < 0:
         return None
+    if stderr == 0:  # every item alike: exactly at chance is at chance (a greedy accuracy of 0); else unknown
+        return 0.0 if mean == chance else None
     return float(sign * (mean - chance) / stderr)
 
 
@@ -124,7 +182,8 @@ def _t_pvalue(diffs: np.ndarray) -> float | None:
         return 1.0
     if _constant(diffs):
         return 0.0
-    return _clean(stats.ttest_1samp(diffs, 0.0).pvalue)
+    t = diffs.mean() / (diffs.std(ddof=1) / math.sqrt(diffs.size))  # scipy's ttest_1samp, without its overhead
+    return _clean(2 * stats.t.sf(abs(t), diffs.size - 1))
 
 
 def seed_test(a: dict[int, float], b: dict[int, float]) -> dict:

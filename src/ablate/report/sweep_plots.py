@@ -1,20 +1,12 @@
-"""Plots of the sweep views, drawn from report["sweep"] only, as base64 PNGs (the Agg canvas, as plots.py)."""
+"""Plots of the sweep views, drawn from report["sweep"] only, as base64 PNGs (the Agg canvas and text shown as
+written: plots.py's png() and as_written())."""
 from __future__ import annotations
 
-import base64
-import io
-
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-
-def _png(fig: Figure) -> str:
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+from ablate.report.plots import png
 
 
 def _fig():
@@ -44,7 +36,7 @@ def heatmap_png(hm: dict, metric: str) -> str | None:
     ax.set_ylabel(hm["y"])
     fixed = ", ".join(f"{k}={v}" for k, v in hm["fixed"].items())
     ax.set_title(f"{metric}, mean over seeds" + (f" ({fixed})" if fixed else ""), fontsize=9)
-    return _png(fig)
+    return png(fig)
 
 
 def lr_png(views: list[dict], metric: str) -> str | None:
@@ -71,7 +63,7 @@ def lr_png(views: list[dict], metric: str) -> str | None:
     ax.set_title("final score against LR (star: fitted optimum, 95% CI)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def loss_curves_png(ctx: dict) -> str | None:
@@ -90,7 +82,7 @@ def loss_curves_png(ctx: dict) -> str | None:
     ax.set_title(f"loss curves per batch size ({ctx['label']}); dotted: target losses", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def es_png(ctx: dict) -> str | None:
@@ -120,7 +112,7 @@ def es_png(ctx: dict) -> str | None:
     ax.set_title("E vs S per target loss (solid: hyperbola fit; dashed: WSD quadratic)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def power_law_png(scale: dict, metric: str) -> str | None:
@@ -144,4 +136,4 @@ def power_law_png(scale: dict, metric: str) -> str | None:
     ax.set_title("score against model size (grey: seeds)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
