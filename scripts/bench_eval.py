@@ -47,6 +47,10 @@ def main() -> None:
     reference = next(iter(runs.values()))
     print(f"{'task':<15}{'items':>6}{'same raw':>10}{'d acc raw':>11}{'same char':>11}{'d acc char':>12}")
     for task, row in agreement.compare(results, reference).items():
+        if "same_greedy" in row:  # a continuation task: the greedy flag and accuracy instead of a chosen answer
+            print(f"{task:<15}{row['items']:>6}{100 * row['same_greedy']:>9.1f}%{row['acc_greedy_diff_points']:>10.2f}pt"
+                  f"  (greedy; largest log-probability difference {row['max_logprob_diff']:.2g})")
+            continue
         print(f"{task:<15}{row['items']:>6}{100 * row['same_raw']:>9.1f}%{row['acc_raw_diff_points']:>10.2f}pt"
               f"{100 * row.get('same_per_char', float('nan')):>10.1f}%"
               f"{row.get('acc_per_char_diff_points', float('nan')):>10.2f}pt")
@@ -69,8 +73,9 @@ def work(tokenizer, tasks: list[str], fmt: str, limit: int, max_len: int) -> tup
     ours, theirs = {"tokens": 0, "scored": 0}, 0
     for name in tasks:
         conditional, unconditional = [], []
-        for item in suite.all_tasks()[name].items(limit):
-            c, u = requests_for(item, fmt)
+        task = suite.all_tasks()[name]
+        for item in task.items(limit):
+            c, u = requests_for(item, fmt, task.kind)
             conditional += c
             unconditional += u
         encoded = engine.encode(tokenizer, conditional + unconditional)

@@ -186,3 +186,15 @@ def test_agreement_with_lm_eval_hf_on_new_tasks(tiny_run):
         assert row["items"] == 20
         assert row["same_raw"] >= 0.995 and row["acc_raw_diff_points"] <= 0.2, (task, row)
         assert row["same_per_char"] >= 0.995 and row["acc_per_char_diff_points"] <= 0.2, (task, row)
+
+
+def test_macro_average_of_single_item_groups_keeps_a_standard_error():
+    """20 items over 20 subjects (a small --limit of MMLU): each subject's own spread is unknown, so each takes
+    the items' sample sd: the stderr equals the plain one, never 0."""
+    from ablate.eval.metrics import METRICS, aggregate
+
+    values = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0] * 2
+    rows = [{name: v for name in METRICS} for v in values]
+    means, stderrs, _ = suite.macro_average(rows, [f"s{i}" for i in range(20)])
+    _, plain = aggregate(rows)
+    assert stderrs["acc_raw"] == pytest.approx(plain["acc_raw"]) and stderrs["acc_raw"] > 0

@@ -93,6 +93,13 @@ def macro_average(rows: list[dict], groups: list[str], names: tuple[str, ...] = 
     for row, group in zip(rows, groups):
         members.setdefault(group, []).append(row)
     per_group = [aggregate(members[g], names) for g in sorted(members)]
+    # a group of one item has no spread of its own (aggregate gives 0): it takes the spread of all the items, so a
+    # small --limit spread over many groups does not report a standard error of 0
+    _, overall = aggregate(rows, names)
+    for (_, g_stderrs), g in zip(per_group, sorted(members)):
+        if len(members[g]) < 2:
+            for m in names:
+                g_stderrs[m] = overall[m] * math.sqrt(len(rows))
     means = {m: sum(g_means[m] for g_means, _ in per_group) / len(per_group) for m in names}
     stderrs = {m: math.sqrt(sum(g_stderrs[m] ** 2 for _, g_stderrs in per_group)) / len(per_group) for m in names}
     return means, stderrs, {g: g_means for g, (g_means, _) in zip(sorted(members), per_group)}
