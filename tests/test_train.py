@@ -200,3 +200,22 @@ def test_resume_from_the_last_checkpoint_keeps_the_summary(tiny_run, tmp_path):
     again = train(run, copy)
     for key in ("final_loss", "final_val_loss", "steps", "tokens", "tokens_per_second"):
         assert again[key] == summary[key], key
+
+
+def test_finished_note_expands_suites(tmp_path):
+    """eval.tasks="small" names a suite: a run scored on its tasks at its last step is not told to score again."""
+    import json
+
+    import ablate_evals
+    from ablate import rundir
+    from ablate.config import EvalConfig, RunConfig
+    from ablate.train import finished_note
+
+    run = RunConfig(eval=EvalConfig(tasks="small"))
+    small = ablate_evals.SUITES["small"]
+    (tmp_path / rundir.EVALS).write_text("".join(json.dumps({"step": 8, "task": t, "format": "cf"}) + "\n"
+                                                 for t in small[1:]))
+    assert f"eval.tasks {small[0]} were not scored" in finished_note(run, tmp_path, {"steps": 8})
+    with (tmp_path / rundir.EVALS).open("a") as f:
+        f.write(json.dumps({"step": 8, "task": small[0], "format": "cf"}) + "\n")
+    assert "not scored" not in finished_note(run, tmp_path, {"steps": 8})

@@ -61,7 +61,9 @@ def score_checkpoints(path: str | Path, tasks: list[str], fmt: str = "cf", limit
             loaded = load_model(rundir.checkpoint_root(run_dir) / rundir.step_dir_name(step), device=device)
             # one tokenizer object per distinct tokenizer file, so the prepared requests are reused across runs
             digest = hashlib.sha256(loaded.tokenizer_path.read_bytes()).hexdigest()
-            tokenizer = tokenizers.setdefault(digest, loaded.tokenizer())
+            if digest not in tokenizers:
+                tokenizers[digest] = loaded.tokenizer()
+            tokenizer = tokenizers[digest]
             lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=device,
                                         autocast=autocast)
             results = suite.evaluate(lm, tokenizer, missing, fmt, limit, batch_size, cache=prepared)

@@ -412,7 +412,9 @@ def finished_note(run: RunConfig, run_dir: Path, summary: dict) -> str:
     """What to tell of a run found finished: it is not trained again, nor are its in-training evals redone; the
     command that scores the eval.tasks it was not scored on at its last step (ablate.sweep says it)."""
     note = f"already finished ({run_dir / rundir.SUMMARY}); not trained again"
-    wanted = [t.strip() for t in run.eval.tasks.split(",") if t.strip()]
+    from ablate.eval.suite import parse_tasks
+
+    wanted = parse_tasks(run.eval.tasks, "eval.tasks") if run.eval.tasks.strip() else []  # suites expanded
     scored = {r.get("task") for r in rundir.read_jsonl(run_dir / rundir.EVALS)
               if r.get("step") == summary.get("steps") and r.get("format") == run.eval.format}
     missing = [t for t in wanted if t not in scored]

@@ -89,6 +89,9 @@ class TaskResult:
 def macro_average(rows: list[dict], groups: list[str], names: tuple[str, ...] = METRICS) -> tuple[dict, dict, dict]:
     """(means, stderrs, per-group means) of per-item rows in groups: each metric's mean is the mean over groups of
     the group's mean, its standard error sqrt(sum of the groups' squared standard errors) / number of groups."""
+    if not rows:  # no item: NaN means, as aggregate gives
+        means, stderrs = aggregate(rows, names)
+        return means, stderrs, {}
     members: dict[str, list[dict]] = {}
     for row, group in zip(rows, groups):
         members.setdefault(group, []).append(row)
