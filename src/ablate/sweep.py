@@ -222,7 +222,9 @@ def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], re
     scratch = Path(tempfile.mkdtemp(prefix="ablate-sweep-"))
     try:
         while pending or any(slot.job for slot in slots):
-            for slot in [s for s in slots if s.job is None and pending]:
+            for slot in [s for s in slots if s.job is None]:
+                if not pending:  # two slots free at once with one run left: the second stays idle
+                    break
                 index, run = pending.pop(0)
                 stamp = time.strftime("%Y%m%d-%H%M%S")
                 _dispatch(slot, Job(index, run, run_dir_for(out_root, run) / rundir.LOGS / f"{stamp}-{index}.log",
