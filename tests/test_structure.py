@@ -21,7 +21,9 @@ MAX_LINES = 600
 LAYERS = [
     {"config", "rundir", "kernels"},  # nothing else of ablate
     {"sources", "status", "batching", "mixture"},  # mixture: below data, which imports it
-    {"model", "data", "optim", "parallel", "eval", "report"},
+    {"model", "data", "optim", "eval", "report"},
+    {"checks"},  # what a run asks (names, machine), checked before compute: experiment loading stops here
+    {"parallel"},
     {"checkpoint"},
     {"callbacks", "load"},
     {"eval_callback", "export", "lm_eval_model", "stability", "score"},

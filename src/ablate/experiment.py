@@ -19,7 +19,7 @@ from ablate.batching import batch_plan
 from ablate.config import ConfigError, RunConfig, _SECTIONS, apply_overrides, validate, variant
 from ablate.data import check_data_config
 from ablate.sources import entries
-from ablate.train import check_registered_names, check_this_machine
+from ablate.checks import check_registered_names, check_this_machine
 
 
 class ExperimentError(ValueError):

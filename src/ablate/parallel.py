@@ -21,6 +21,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
+from ablate.checks import check_float8, resolve_device  # noqa: F401  (also imported from here)
 from ablate.config import ConfigError
 from ablate.rundir import write_json_atomic
 
@@ -59,16 +60,6 @@ class Dist:
         return next((v for v in gathered if v is not None), None)
 
 
-def resolve_device(choice: str) -> torch.device:
-    """train.device as a torch device; ConfigError for 'cuda' where no GPU is visible (checked before any compute,
-    where experiments load, by ablate.train.check_this_machine)."""
-    if choice == "auto":
-        choice = "cuda" if torch.cuda.is_available() else "cpu"
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: 'cuda' but no CUDA device is visible here; allowed here: 'auto', 'cpu'")
-    return torch.device(choice)
-
-
 def init_distributed(device_choice: str = "auto") -> Dist:
     """Join the torchrun group if launched by torchrun, else make a 1-process group. Idempotent."""
     device = resolve_device(device_choice)
@@ -98,26 +89,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-FLOAT8_MIN_CAPABILITY = (8, 9)  # float8 tensor cores: Ada (8.9), Hopper (9.0) and newer
-
-
-def check_float8(device: torch.device) -> None:
-    """Refuse train.float8 where float8 matmuls do not exist, or torchao is missing: before any compute, where
-    experiments load (ablate.train.check_this_machine), and again in parallelize."""
-    if device.type != "cuda":
-        raise ConfigError(f"train.float8: float8 training needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper "
-                          f"or newer), but this run is on {device.type}; allowed here: False")
-    capability = torch.cuda.get_device_capability(device)
-    if capability < FLOAT8_MIN_CAPABILITY:
-        raise ConfigError(f"train.float8: float8 training needs compute capability >= 8.9, but "
-                          f"{torch.cuda.get_device_name(device)} has {capability[0]}.{capability[1]}; "
-                          f"allowed here: False")
-    try:
-        import torchao.float8  # noqa: F401
-    except ModuleNotFoundError:
-        raise ConfigError("train.float8: needs torchao; install it with pip install 'ablate[float8]'") from None
 
 
 def float8_filter(module: nn.Module, fqn: str) -> bool:

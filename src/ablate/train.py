@@ -22,14 +22,14 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from ablate import checkpoint, rundir
 from ablate.batching import check_plan, largest_pass, lr_batch_scale, rank_passes, run_plan
+from ablate.checks import check_registered_names, check_this_machine
 from ablate.callbacks import Callback, Checkpointer, MetricsChannel, NonFiniteGuard, TrainMetrics, Validation, \
     peak_memory_bytes
 from ablate.config import ConfigError, RunConfig, validate
 from ablate.data import PreparedData, check_data_config, prepare_data
 from ablate.model import Transformer
-from ablate.optim import build_optimizer, check_optimizer_name, lr_factor, set_lr
-from ablate.parallel import Dist, check_float8, init_distributed, mfu, parallelize, peak_flops_for, resolve_device, \
-    seed_everything
+from ablate.optim import build_optimizer, lr_factor, set_lr
+from ablate.parallel import Dist, init_distributed, mfu, parallelize, peak_flops_for, seed_everything
 from ablate.rundir import run_dir_for
 from ablate.stability import LossSpikes, StabilityMonitors
 
@@ -37,29 +37,6 @@ from ablate.stability import LossSpikes, StabilityMonitors
 @lru_cache(maxsize=None)
 def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> float:
     return peak_flops_for(torch.device(device_type, index), dtype)
-
-
-def check_registered_names(run: RunConfig) -> RunConfig:
-    """The names config (importing nothing of ablate) cannot check, optim.name and eval.tasks, against their
-    registries: ConfigError if unknown."""
-    check_optimizer_name(run.optim)
-    if run.eval.tasks.strip():  # lazily: runs without tasks never load the suite
-        from ablate.eval.suite import check_config_tasks
-
-        check_config_tasks(run.eval.tasks)
-    return run
-
-
-def check_this_machine(run: RunConfig, world: int | None = None) -> RunConfig:
-    """What a run asks of the machine it starts on, checked before any compute: where experiments load (the world
-    size from torchrun's WORLD_SIZE, 1 without it) and again where training starts (the real world). A visible GPU
-    for train.device='cuda', float8 matmuls for train.float8, and every step's batch a multiple of the world size.
-    ConfigError otherwise."""
-    device = resolve_device(run.train.device)
-    if run.train.float8:
-        check_float8(device)
-    check_plan(run_plan(run), world or int(os.environ.get("WORLD_SIZE", 1)), run.train)
-    return run
 
 
 def standard_callbacks(run: RunConfig) -> list[Callback]:
