@@ -183,7 +183,7 @@ def _child(args) -> int:
 
 def compare(name: str, world: int, steps: int, rss: bool) -> dict:
     from ablate.config import RunConfig
-    from ablate.plan import estimate_memory
+    from ablate.memory import estimate_memory
 
     run_dict = case_config(name, world)
     return {"estimate": estimate_memory(RunConfig.from_dict(run_dict), world, "cpu"),
@@ -202,7 +202,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.measure:
         return _child(args)
-    from ablate.plan import format_bytes
+    from ablate.memory import format_bytes
 
     print(f"{'case':16s} {'world':>5s} {'estimate':>10s} {'measured':>10s} {'est/meas':>8s}"
           + (f" {'RSS':>10s} {'est/RSS':>7s}" if args.rss else "") + "  peak moment (estimate)")

@@ -4,9 +4,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "experiments" / "tiny.py"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked gpu skip, saying why, where no CUDA device is visible."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_tests and not torch.cuda.is_available():
+        for item in gpu_tests:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -174,6 +174,7 @@ def test_accepted_report_thresholds_reach_the_report(paths, tmp_path):
 # eval and export print only their own lines, and the export is a model transformers reads with the same logits
 
 
+@pytest.mark.slow
 def test_eval_and_export_print_only_their_own_lines(trained, paths, tmp_path):
     """In fresh processes, as a user runs them; the export goes into a folder of the user's files with --force."""
     evaluated = run_cli("eval", str(trained), "--tasks", "copa", "--limit", "4", "--no-write")

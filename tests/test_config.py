@@ -2,8 +2,9 @@ import dataclasses
 
 import pytest
 
-from ablate.config import (ConfigError, ModelConfig, RunConfig, TrainConfig, apply_overrides, grid, parse_set_args,
-                           validate, variant)
+from ablate.config import ConfigError, ModelConfig, RunConfig, TrainConfig, validate
+from ablate.overrides import apply_overrides, parse_set_args
+from ablate.variants import grid, variant
 
 
 def test_defaults_validate():

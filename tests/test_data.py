@@ -13,7 +13,9 @@ from tokenizers import Tokenizer
 
 from ablate import data, sources
 from ablate.config import ConfigError, DataConfig
-from ablate.data import SequenceSampler, TokenData, check_data_config, load_documents, prepare_data
+from ablate.data import check_data_config, load_documents, prepare_data
+from ablate.mixture import SequenceSampler
+from ablate.token_files import TokenData
 
 VOCAB = 300
 SUBJECTS = ["The river", "A small village", "The committee", "Marie Curie", "The old bridge", "Our neighbour",
@@ -234,7 +236,7 @@ def test_second_prepare_reuses_the_cache_without_reencoding(tmp_path, docs, monk
     def fail(*args, **kwargs):
         raise AssertionError("re-tokenized although the cache holds this content")
     monkeypatch.setattr(data, "_write_tokens", fail)
-    monkeypatch.setattr(data, "_train_bpe", fail)
+    monkeypatch.setattr(data, "train_bpe", fail)  # where data looks it up
     second = prepare_data(cfg, VOCAB)
     assert second.cache_dir == first.cache_dir and second.stats == first.stats
     for f, st in before.items():

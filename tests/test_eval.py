@@ -9,12 +9,13 @@ import torch
 import torch.nn.functional as F
 
 import ablate_evals
-from ablate.config import ConfigError, ModelConfig, apply_overrides
+from ablate.config import ConfigError, ModelConfig
 from ablate.eval import engine, suite
 from ablate.eval.metrics import METRICS, METRICS_BY_KIND, ItemScores, item_metrics, predictions
 from ablate.eval.tasks import LETTERS, render, requests_for
 from ablate.experiment import ExperimentError, load_experiment
 from ablate.model import Transformer
+from ablate.overrides import apply_overrides
 from ablate.train import run_dir_for, train
 from conftest import TINY, run_cli
 
@@ -182,6 +183,7 @@ def test_training_hook_writes_evals(eval_run):
     assert "eval/copa_cf/acc_raw" in events.Tags()["scalars"]
 
 
+@pytest.mark.slow
 def test_cli_eval_matches_the_hook_and_logs_samples(eval_run, tmp_path):
     run_dir, _ = eval_run
     samples = tmp_path / "samples.jsonl"
@@ -201,6 +203,7 @@ def test_cli_eval_matches_the_hook_and_logs_samples(eval_run, tmp_path):
     assert set(items[0]["predictions"]) == {"raw", "per_token", "per_char", "pmi", "choices_only"}
 
 
+@pytest.mark.slow
 def test_cli_eval_in_bf16_is_close_to_fp32(eval_run, tmp_path):
     run_dir, _ = eval_run
     logprobs = {}
@@ -249,6 +252,7 @@ def test_export_refuses_unrepresentable_knobs():
             check_exportable(ModelConfig(**knobs))
 
 
+@pytest.mark.slow
 def test_agreement_with_lm_eval_hf(eval_run, tmp_path):
     """ablate's engine on the ablate model vs lm-eval's HF backend on the exported model: same items, same
     chosen answers, same accuracies."""
@@ -270,6 +274,7 @@ def test_agreement_with_lm_eval_hf(eval_run, tmp_path):
             assert row["same_per_char"] >= 0.995 and row["acc_per_char_diff_points"] <= 0.2, (task, row)
 
 
+@pytest.mark.slow
 def test_lm_eval_command_runs_the_ablate_model(eval_run, tmp_path):
     """`ablate-lm-eval --model ablate`: lm-eval's own command, in a fresh process, with the model registered by
     ablate (no start-up hook), scores ablate's task configs as ablate's engine does."""
@@ -293,6 +298,7 @@ def test_lm_eval_command_runs_the_ablate_model(eval_run, tmp_path):
         assert results[f"ablate_{r.task}"]["acc_norm,none"] == pytest.approx(r.metrics["acc_per_char"])
 
 
+@pytest.mark.slow
 def test_fsdp_eval_equals_one_process(eval_run, tmp_path):
     """Under torchrun with 2 FSDP ranks each rank scores a share of the rows; the gathered results equal one
     process's (the 2-rank model equals the 1-rank one to ~1e-6)."""

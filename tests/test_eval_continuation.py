@@ -186,6 +186,7 @@ def save_hf(model: Transformer, tokenizer, out) -> str:
     return str(out)
 
 
+@pytest.mark.slow
 def test_agreement_with_lm_eval_hf(bigram, tokenizer, tmp_path):
     """ablate's engine on the ablate model vs lm-eval's HF backend on the exported model, with ablate's task configs:
     LAMBADA's (log-probability, is_greedy) per item, basic_skills' chosen answers in CF and MCF."""

@@ -114,6 +114,7 @@ def test_suites_expand_wherever_tasks_are_named():
         suite.check_config_tasks("smal")
 
 
+@pytest.mark.slow
 def test_cli_eval_list_and_path_required():
     result = run_cli("eval", "--list", "--limit", "500")
     lines = result.stdout.splitlines()
@@ -167,6 +168,7 @@ def test_evaluate_mmlu_records_subjects(tiny_run):
     assert "groups" not in plain.record(8, 0) and "group" not in plain.items[0]
 
 
+@pytest.mark.slow
 def test_agreement_with_lm_eval_hf_on_new_tasks(tiny_run):
     """ablate's engine on the ablate model vs lm-eval's HF backend on the exported model, on the same first 20
     items of each new task: the same chosen answers and accuracies. (MMLU's first 20 items are 20 subjects' first,

@@ -59,3 +59,16 @@ def test_cli_reports_error_before_compute(tmp_path):
     assert result.returncode == 2
     assert "model.n_heads: 3 does not divide model.d_model=32" in result.stderr
     assert not any(tmp_path.iterdir())  # nothing was created: no compute started
+
+
+def test_registered_names_are_checked_for_the_runs_that_train(tmp_path):
+    """optim.name and eval.tasks are checked once per chosen run: a file with branches reads every variant (a
+    chosen branch needs its parent's identity), but a bad name in a variant that will not train stops nothing."""
+    path = write(tmp_path, """
+        from ablate import RunConfig, branch, variant
+        stable = variant(RunConfig(), "stable")
+        runs = [stable, branch(stable, 0.5, "cool"), variant(RunConfig(), "lion", {"optim.name": "lion"})]
+    """)
+    assert [(r.name, r.branch["step"]) for r in load_experiment(path, only=["cool"])] == [("cool", 100)]
+    with pytest.raises(ExperimentError, match=r"exp.py: variant 'lion': optim.name: 'lion' unknown; allowed: adamw"):
+        load_experiment(path)

@@ -11,8 +11,9 @@ import zipfile
 import pytest
 import torch
 
-from ablate.config import ConfigError, apply_overrides
+from ablate.config import ConfigError
 from ablate.experiment import load_experiment
+from ablate.overrides import apply_overrides
 from conftest import REPO, TINY
 
 
@@ -68,6 +69,7 @@ def test_float8_conversion_takes_the_block_linears():
     assert torch.isfinite(model.layers[0].attn.q_proj.weight.grad).all()
 
 
+@pytest.mark.slow
 def test_kernels_ship_in_the_wheel(tmp_path):
     """kernels/ is mapped to ablate.kernels (pyproject package-dir), so an installed package has it too."""
     source = tmp_path / "source"  # a copy: building in the checkout would write build/ into it

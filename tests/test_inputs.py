@@ -316,6 +316,7 @@ def test_a_first_prepare_prints_each_phase_and_a_second_uses_the_cache(tmp_path,
     assert not any("tokeniz" in p for p in phases)
 
 
+@pytest.mark.slow
 def test_progress_lines_show_on_the_command_line(tmp_path):
     source = write_jsonl(tmp_path / "a.jsonl", make_docs(300))
     result = run_cli("run", experiment(tmp_path, f"source={source!r}, seq_len=16"), "--out",

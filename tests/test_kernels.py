@@ -229,6 +229,7 @@ def test_model_trains_the_same_with_triton_kernels():
         torch.testing.assert_close(models["triton"](tokens), models["torch"](tokens), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_trainer_runs_with_triton_kernels(tmp_path):
     """The whole training loop (FSDP2 on a 1-rank group, validation, checkpoints) with kernels="triton"."""
     from ablate.experiment import load_experiment

@@ -310,6 +310,7 @@ def test_fsdp_entry_points_on_one_rank():
             shutdown_distributed()
 
 
+@pytest.mark.slow
 def test_fsdp_entry_points_on_two_gloo_ranks():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1],

@@ -13,7 +13,7 @@ import pytest
 from ablate.config import FOLDER_NAME_RULE
 from ablate.experiment import ExperimentError, load_experiment
 from ablate.report import plots
-from ablate.report.render import _md_escape, _md_line
+from ablate.report.fmt import md_escape, md_line
 from conftest import run_cli
 
 EXPERIMENT = "names & $x% 'q'"  # the file's name: the experiment's too
@@ -69,6 +69,7 @@ def awkward(tmp_path_factory):
     return {"runs": runs_dir, "cache": cache, "hf": hf, "eval_run": run_dir}, outputs
 
 
+@pytest.mark.slow
 def test_names_show_as_written_in_status_and_report(awkward):
     folders, outputs = awkward
     runs_dir = folders["runs"]
@@ -90,7 +91,7 @@ def test_names_show_as_written_in_status_and_report(awkward):
 
     markdown = (runs_dir / "report.md").read_text()
     for name in ACCEPTED:  # the raw file keeps plain names as they are, markup characters behind a backslash
-        assert f"| {_md_escape(name)} |" in markdown
+        assert f"| {md_escape(name)} |" in markdown
     assert f"| {ACCEPTED[0]} |" in markdown and f"| {ACCEPTED[-1]} |" in markdown
     markdown_it = pytest.importorskip("markdown_it")
     rendered = html.unescape(markdown_it.MarkdownIt("commonmark").enable("table").render(markdown))
@@ -99,6 +100,7 @@ def test_names_show_as_written_in_status_and_report(awkward):
         assert f"<td>{name}</td>" in rendered
 
 
+@pytest.mark.slow
 def test_eval_and_export_take_the_awkward_run(awkward):
     folders, outputs = awkward
     run_dir = folders["eval_run"]
@@ -112,6 +114,7 @@ def test_eval_and_export_take_the_awkward_run(awkward):
     assert len(list((run_dir / "eval_items").glob("step_*/arc_easy_cf.jsonl"))) == 1
 
 
+@pytest.mark.slow
 def test_every_file_written_is_readable_by_the_team(awkward):
     """Under umask 022: files 0644, folders 0755, as any tool makes them; nothing 0600 from a temporary file."""
     folders, _ = awkward
@@ -149,7 +152,7 @@ def test_plots_draw_names_as_written():
                                   "~~s~~ ~t~", "#1 x #", r"$\alpha$", "- x", "1. x", "> q", "_lead", "acc_per_char"])
 def test_markdown_shows_markup_characters_as_written(name):
     markdown_it = pytest.importorskip("markdown_it")
-    text = f"**{_md_escape(name)}**\n\n| a |\n|---|\n| {_md_escape(name)} |\n\n- {_md_line(name)}\n\n{_md_line(name)}\n"
+    text = f"**{md_escape(name)}**\n\n| a |\n|---|\n| {md_escape(name)} |\n\n- {md_line(name)}\n\n{md_line(name)}\n"
     rendered = html.unescape(markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text))
     assert rendered.count(name) == 4, rendered
 

@@ -233,6 +233,7 @@ def test_muon_state_survives_a_dcp_checkpoint(tmp_path):
 
 # -- one process and two equal ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_muon_two_gloo_processes_match_one(tmp_path):
     """Equal global batch (8): one process accumulates 2 micro-batches of 4, two processes take 4 each and each
     orthogonalises the whole gathered matrices. ffn_hidden=33 shards the up/gate matrices unevenly (17 + 16 rows).

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # builds a wheel and an sdist
+
 BUILD = """
 import sys, setuptools.build_meta as backend
 kind, out = sys.argv[1], sys.argv[2]
@@ -37,6 +39,9 @@ def _check_wheel(wheel: str) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.endswith(".pth")], names  # nothing runs at users' start-up
     assert "ablate/kernels/__init__.py" in names and "ablate_evals/lm_eval_tasks/__init__.py" in names
+    # every module of the tree ships (a package missing from pyproject's list once left out ablate/optim/)
+    modules = {f"ablate/{p.relative_to(REPO / 'src' / 'ablate')}" for p in (REPO / "src" / "ablate").rglob("*.py")}
+    assert not modules - set(names), sorted(modules - set(names))
     entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "ablate = ablate.cli:main" in entry_points and "ablate-lm-eval = ablate.lm_eval_cli:main" in entry_points
 

@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from ablate import branch, plan, rundir
-from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig, variant
+from ablate import branch, memory, plan, rundir, variant
+from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from ablate.model import Transformer
 from conftest import REPO, TINY, run_cli
 
@@ -23,14 +23,14 @@ def _run(**sections) -> RunConfig:
 
 
 def test_parse_size_reads_binary_and_decimal_units():
-    assert plan.parse_size("24GiB") == 24 * 2**30
-    assert plan.parse_size("80GB") == 80 * 10**9
-    assert plan.parse_size("512 MiB") == 512 * 2**20
-    assert plan.parse_size("1.5T") == 1_500_000_000_000
-    assert plan.parse_size("1000") == 1000
+    assert memory.parse_size("24GiB") == 24 * 2**30
+    assert memory.parse_size("80GB") == 80 * 10**9
+    assert memory.parse_size("512 MiB") == 512 * 2**20
+    assert memory.parse_size("1.5T") == 1_500_000_000_000
+    assert memory.parse_size("1000") == 1000
     for bad in ("", "GiB", "12 parsecs", "-3GB"):
         with pytest.raises(ConfigError, match="--device-memory"):
-            plan.parse_size(bad)
+            memory.parse_size(bad)
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -112,8 +112,8 @@ def test_saved_activations_are_counted_op_by_op(name, bf16):
     cfg = ModelConfig(vocab_size=256, d_model=64, n_layers=3, n_heads=4, **ARCHITECTURES.get(name, {}))
     doc_mask = name == "doc_mask"
     matrices = sum(p.numel() for p in Transformer(cfg, 8).layers[0].parameters() if p.dim() == 2)
-    precision = plan.Precision("cpu", "autocast" if bf16 else "fp32")
-    estimate = plan.activation_bytes(cfg, 2, 48, precision, doc_mask, matrices)
+    precision = memory.Precision("cpu", "autocast" if bf16 else "fp32")
+    estimate = memory.activation_bytes(cfg, 2, 48, precision, doc_mask, matrices)
     assert estimate == _saved_by_autograd(cfg, 2, 48, bf16, doc_mask)
 
 
@@ -121,8 +121,8 @@ def test_dropout_is_counted_roughly():
     """Dropout sends attention to the math backend, whose saved tensors are approximated (within 10%)."""
     cfg = ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, dropout=0.1)
     matrices = sum(p.numel() for p in Transformer(cfg, 8).layers[0].parameters() if p.dim() == 2)
-    estimate = plan.activation_bytes(cfg, 2, 48, plan.Precision("cpu", "fp32"), False, matrices)
-    without = plan.activation_bytes(dataclasses.replace(cfg, dropout=0.0), 2, 48, plan.Precision("cpu", "fp32"),
+    estimate = memory.activation_bytes(cfg, 2, 48, memory.Precision("cpu", "fp32"), False, matrices)
+    without = memory.activation_bytes(dataclasses.replace(cfg, dropout=0.0), 2, 48, memory.Precision("cpu", "fp32"),
                                     False, matrices)
     assert estimate > 1.2 * without
     assert estimate == pytest.approx(_saved_by_autograd(cfg, 2, 48, False, False), rel=0.1)
@@ -134,31 +134,31 @@ def test_dropout_is_counted_roughly():
 
 def test_more_ranks_shard_the_state_but_not_the_activations():
     run = _run(train=TrainConfig(max_steps=10, global_batch=8, micro_batch=4))
-    one, two = plan.estimate_memory(run, 1, "cpu"), plan.estimate_memory(run, 2, "cpu")
+    one, two = memory.estimate_memory(run, 1, "cpu"), memory.estimate_memory(run, 2, "cpu")
     assert two.params < 0.55 * one.params and two.optimizer < 0.55 * one.optimizer
-    assert one.optimizer == pytest.approx(2 * (one.params - plan.model_shapes(run).buffer_bytes))  # AdamW: 2 states
+    assert one.optimizer == pytest.approx(2 * (one.params - memory.model_shapes(run).buffer_bytes))  # AdamW: 2 states
     assert two.activations == pytest.approx(one.activations, rel=0.05)
     assert two.gathered > one.gathered  # over two ranks an all-gather's buffer lives beside the gathered parameters
 
 
 def test_accumulation_finds_gradients_waiting():
-    alone = plan.estimate_memory(_run(), 1, "cpu")  # global 8 = micro 4 x 2: the second micro-batch has grads
-    no_accumulation = plan.estimate_memory(_run(train=TrainConfig(global_batch=4, micro_batch=4)), 1, "cpu")
-    assert "micro-batch 2" in alone.moment and alone.grads >= alone.params - plan.model_shapes(_run()).buffer_bytes
+    alone = memory.estimate_memory(_run(), 1, "cpu")  # global 8 = micro 4 x 2: the second micro-batch has grads
+    no_accumulation = memory.estimate_memory(_run(train=TrainConfig(global_batch=4, micro_batch=4)), 1, "cpu")
+    assert "micro-batch 2" in alone.moment and alone.grads >= alone.params - memory.model_shapes(_run()).buffer_bytes
     assert no_accumulation.total < alone.total
 
 
 def test_muon_keeps_one_state_for_hidden_matrices():
-    adamw = plan.estimate_memory(_run(), 1, "cpu")
-    muon = plan.estimate_memory(_run(optim=OptimConfig(name="muon")), 1, "cpu")
+    adamw = memory.estimate_memory(_run(), 1, "cpu")
+    muon = memory.estimate_memory(_run(optim=OptimConfig(name="muon")), 1, "cpu")
     assert 0.5 * adamw.optimizer < muon.optimizer < adamw.optimizer
     with pytest.raises(ConfigError, match="optim.name"):
-        plan.estimate_memory(_run(optim=OptimConfig(name="lion")), 1, "cpu")
+        memory.estimate_memory(_run(optim=OptimConfig(name="lion")), 1, "cpu")
 
 
 def test_bf16_on_gpu_halves_gathered_parameters_and_activations():
     run = _run(train=TrainConfig(global_batch=4, micro_batch=4, dtype="bf16"))
-    cpu, gpu = plan.estimate_memory(run, 1, "cpu"), plan.estimate_memory(run, 1, "cuda")
+    cpu, gpu = memory.estimate_memory(run, 1, "cpu"), memory.estimate_memory(run, 1, "cuda")
     assert gpu.params == cpu.params and gpu.optimizer == cpu.optimizer  # fp32 shards either way
     assert gpu.gathered == pytest.approx(cpu.gathered / 2)
     assert gpu.activations < cpu.activations  # no bf16 weight copies, bf16 residual stream
@@ -166,14 +166,14 @@ def test_bf16_on_gpu_halves_gathered_parameters_and_activations():
 
 def test_check_fits_refuses_naming_what_the_run_needs_and_has():
     run = _run()
-    need = plan.estimate_memory(run, 1, "cpu").total
-    assert plan.check_fits(run, 1, None, "cpu").total == need
-    assert plan.check_fits(run, 1, need, "cpu").total == need
+    need = memory.estimate_memory(run, 1, "cpu").total
+    assert memory.check_fits(run, 1, None, "cpu").total == need
+    assert memory.check_fits(run, 1, need, "cpu").total == need
     with pytest.raises(ConfigError) as refused:
-        plan.check_fits(run, 1, need - 1, "cpu")
+        memory.check_fits(run, 1, need - 1, "cpu")
     message = str(refused.value)
-    assert "base (seed 0)" in message and plan.format_bytes(need) in message
-    assert plan.format_bytes(need - 1) in message and "train.micro_batch" in message
+    assert "base (seed 0)" in message and memory.format_bytes(need) in message
+    assert memory.format_bytes(need - 1) in message and "train.micro_batch" in message
 
 
 def test_earlier_mfu_is_the_median_of_finished_runs(tmp_path):
@@ -200,6 +200,7 @@ def _bench():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,world", [("small-fp32", 1), ("long-bf16", 1), ("doc-mask-gelu", 2)])
 def test_estimate_is_within_20_percent_of_the_measured_peak(case, world):
     """Live CPU tensor bytes at their highest over 2 training steps of the real trainer (the second has optimizer
@@ -207,7 +208,7 @@ def test_estimate_is_within_20_percent_of_the_measured_peak(case, world):
     bench = _bench()
     run_dict = bench.case_config(case, world)
     measured = bench.measure_in_subprocess(run_dict, world, steps=2)
-    estimate = plan.estimate_memory(RunConfig.from_dict(run_dict), world, "cpu")
+    estimate = memory.estimate_memory(RunConfig.from_dict(run_dict), world, "cpu")
     assert measured["peak_bytes"] > 150 * 2**20  # large enough not to be noise
     assert 0.8 < estimate.total / measured["peak_bytes"] < 1.2, (estimate, measured)
 
@@ -216,6 +217,7 @@ def test_estimate_is_within_20_percent_of_the_measured_peak(case, world):
 # the command line
 
 
+@pytest.mark.slow
 def test_cli_plan_prints_both_tables_and_refuses_what_cannot_fit():
     shown = run_cli("plan", str(TINY), "--world-size", "2")
     for text in ("mha", "mqa", "all runs", "FLOP/token", "tokens/param", "per rank", "FSDP2 over 2 ranks"):

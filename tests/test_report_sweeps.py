@@ -6,10 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from ablate.config import ConfigError, RunConfig, TrainConfig, apply_overrides, grid, validate, variant
+from ablate.config import ConfigError, RunConfig, TrainConfig, validate
+from ablate.overrides import apply_overrides
+from ablate.variants import grid, variant
 from ablate.experiment import load_experiment
 from ablate.report import write_report
-from ablate.report.sweep_fits import critical_batch, lr_optimum, power_law, wsd_batch
+from ablate.report.grid.fits import critical_batch, lr_optimum, power_law, wsd_batch
 from ablate.train import train
 from conftest import TINY
 from report_fixtures import GRID_B_NOISE, GRID_LR_STAR, build_grid_experiment, build_toy_experiment
@@ -134,7 +136,7 @@ def test_wsd_batch_is_exact_on_a_fine_grid_and_says_when_a_grid_is_too_coarse():
     print(f"powers-of-2 grid: B_opt {fit['b_opt']:.0f} for {b_opt:.0f} ({fit['b_opt'] / b_opt - 1:+.1%})")
     assert fit["status"] == "vertex" and fit["b_opt"] < 0.95 * b_opt  # biased low...
     assert fit["window_span"] == pytest.approx(4) and "span a factor 4" in fit["note"]  # ...and the report says so
-    from ablate.report.sweep_render import _notes
+    from ablate.report.grid.sections import _notes
 
     assert "span a factor 4" in _notes(critical_batch(coarse, [curve.steps(b) for b in coarse]), fit)  # the table
 
@@ -166,7 +168,8 @@ def test_write_report_on_a_3x2_grid(tmp_path):
     assert (hm["x"], hm["y"], hm["x_values"], hm["y_values"]) == ("optim.lr", "train.global_batch",
                                                                   [1e-3, 3e-3, 1e-2], [16, 32])
     cell = next(c for c in sweep["cells"] if c["label"] == "lr=0.01,global_batch=32")
-    assert hm["mean"][1][2] == pytest.approx(cell["mean"]) and hm["best"]["label"] == "lr=0.003,global_batch=16"  # at equal tokens, batch 32 has had half the steps
+    assert hm["mean"][1][2] == pytest.approx(cell["mean"])
+    assert hm["best"]["label"] == "lr=0.003,global_batch=16"  # at equal tokens, batch 32 has had half the steps
     for view in sweep["lr"]:  # one optimum per batch size, at the known 3e-3
         fit = view["fit"]
         assert fit["status"] == "vertex" and abs(fit["lr_opt"] / GRID_LR_STAR - 1) < 0.10

@@ -6,12 +6,13 @@ import math
 
 import pytest
 
-import ablate.train as train_module
 from ablate import branch, variant
 from ablate.batching import batch_plan, check_plan, lr_batch_scale, total_tokens
 from ablate.callbacks import Callback
-from ablate.config import ConfigError, TrainConfig, apply_overrides
+from ablate.config import ConfigError, TrainConfig
 from ablate.experiment import ExperimentError, load_experiment, resolve_branches
+from ablate.optim import lr_factor
+from ablate.overrides import apply_overrides
 from ablate.train import run_dir_for, train
 from conftest import TINY
 
@@ -139,7 +140,7 @@ class StopAt(Callback):
             raise KeyboardInterrupt
 
 
-def test_ramp_trains_logs_and_resumes_bit_exactly_mid_ramp(tmp_path, monkeypatch):
+def test_ramp_trains_logs_and_resumes_bit_exactly_mid_ramp(tmp_path):
     run = tiny(**RAMP)
     plan = batch_plan(run.train, SEQ)
     straight = train(run, tmp_path / "straight")
@@ -147,15 +148,12 @@ def test_ramp_trains_logs_and_resumes_bit_exactly_mid_ramp(tmp_path, monkeypatch
     assert [r["batch"] for r in rows] == plan and straight["steps"] == len(plan)
     assert straight["tokens"] == sum(plan) * SEQ == rows[-1]["tokens"]
     for r in rows:  # the LR rescale rule, applied to each step's batch
-        assert r["lr"] == pytest.approx(run.optim.lr * train_module.lr_factor(r["step"] - 1, len(plan), run.schedule)
+        assert r["lr"] == pytest.approx(run.optim.lr * lr_factor(r["step"] - 1, len(plan), run.schedule)
                                         * math.sqrt(r["batch"] / 8))
 
     stop = next(s for s in range(4, len(plan)) if s % 3 and plan[s] != plan[-1] and s > 3)  # after a checkpoint
-    standard = train_module.standard_callbacks
-    monkeypatch.setattr(train_module, "standard_callbacks", lambda r: standard(r) + [StopAt(stop)])
     with pytest.raises(KeyboardInterrupt):
-        train(run, tmp_path / "resumed")
-    monkeypatch.setattr(train_module, "standard_callbacks", standard)
+        train(run, tmp_path / "resumed", callbacks=[StopAt(stop)])
     resumed = train(run, tmp_path / "resumed")
     assert losses(run_dir_for(tmp_path / "resumed", run)) == losses(run_dir_for(tmp_path / "straight", run))
     assert resumed["tokens"] == straight["tokens"] and resumed["final_loss"] == straight["final_loss"]
@@ -238,6 +236,7 @@ def test_branch_point_follows_overrides_and_seeds(tmp_path):
     assert len({r.identity() for r in runs}) == 4
 
 
+@pytest.mark.slow
 def test_branches_side_by_side_wait_for_their_parent(tmp_path):
     """--jobs 2: the branch's worker starts while its parent trains, waits for the checkpoint, then continues it."""
     from conftest import run_cli

@@ -6,6 +6,7 @@ import pytest
 from ablate import rundir
 from conftest import TINY, run_cli
 
+pytestmark = pytest.mark.slow  # every test scores checkpoints of runs the CLI trains
 
 
 @pytest.fixture(scope="module")

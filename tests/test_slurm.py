@@ -84,6 +84,7 @@ def test_requeues_are_counted_and_bounded(tmp_path, capsys):
     assert "not requeued: already requeued 2 times (max_requeues=2)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_local_array_end_to_end(tmp_path, capsys):
     runs = load_experiment(TINY)
     assert submit(runs, str(tmp_path), {}, local=True) == ["finished", "finished"]
@@ -93,6 +94,7 @@ def test_local_array_end_to_end(tmp_path, capsys):
     assert out.count("submitted job ") == 2 and "slurm: 2 finished, 0 failed, 0 diverged" in out
 
 
+@pytest.mark.slow
 def test_one_run_over_two_processes(tmp_path):
     """gpus_per_run=2: one task of 2 processes, joined through the torchrun variables RunTask exports (gloo on
     CPU here: submitit's LocalExecutor hands out GPU ids it does not check)."""
@@ -101,6 +103,7 @@ def test_one_run_over_two_processes(tmp_path):
     assert json.loads((run_dir(tmp_path, run) / "summary.json").read_text())["world_size"] == 2
 
 
+@pytest.mark.slow
 def test_crashed_task_counts_as_failed(tmp_path, capsys):
     """A task that dies outright (here: killed) never returns a state: it is counted failed, with its message."""
     run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "1000"})[0]
@@ -134,6 +137,7 @@ def _train_rows(path: Path) -> list[tuple]:
     return [(r["step"], r["loss"], r["grad_norm"], r["lr"]) for r in rows if "loss" in r]
 
 
+@pytest.mark.slow
 def test_preempted_task_is_requeued_and_resumes(tmp_path):
     """Interrupt a task mid-run with the signal SLURM sends before a time limit (and that submitit's local
     controller sends at its timeout): submitit calls RunTask.checkpoint, requeues, and the run resumes from its

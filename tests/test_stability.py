@@ -10,7 +10,6 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import ablate.train as train_module
 from ablate import rundir
 from ablate.callbacks import Callback
 from ablate.config import TrainConfig
@@ -27,25 +26,30 @@ TINY_SPIKES = {"train.max_steps": "32", "train.spike_window": "16", "train.spike
 # -- the detector on constructed loss curves -----------------------------------------------------------------------
 
 
-def fake_trainer(policy: str = "log", window: int = 50):
+def detector(policy: str = "log", window: int = 50) -> LossSpikes:
+    """LossSpikes as a run with this spike_policy and spike_window (and the default threshold) makes it."""
+    return LossSpikes(TrainConfig().spike_threshold, window, policy)
+
+
+def fake_trainer():
     """What LossSpikes reads of a Trainer, with its console lines and logged fields kept."""
-    trainer = SimpleNamespace(run=SimpleNamespace(name="fake", train=TrainConfig(spike_policy=policy,
-                                                                                 spike_window=window)),
-                              step=0, last_loss=math.nan, last_grad_norm=1.0, said=[], logged=[])
+    trainer = SimpleNamespace(step=0, last_loss=math.nan, last_grad_norm=1.0, rollbacks=[], said=[], logged=[])
     trainer.say = trainer.said.append
     trainer.log = lambda fields: trainer.logged.append((trainer.step, fields))
     return trainer
 
 
-def feed(spikes: LossSpikes, trainer, losses) -> list[bool]:
-    """Each loss through the callback as the trainer would: before_update, then post_step once the step counts."""
-    verdicts = []
+def feed(spikes: LossSpikes, trainer, losses) -> list[str]:
+    """Each loss through the callback as the trainer would: before_update, then post_step once the step counts.
+    The verdicts' actions (take, skip, rollback, stop)."""
+    actions = []
     for loss in losses:
         trainer.last_loss = loss
-        verdicts.append(spikes.before_update(trainer))
+        verdict = spikes.before_update(trainer)
+        actions.append(verdict.action)
         trainer.step += 1
         spikes.post_step(trainer)
-    return verdicts
+    return actions
 
 
 def noisy_falling_curve(steps: int = 500, seed: int = 0) -> list[float]:
@@ -61,8 +65,8 @@ def test_robust_z_of_a_known_window():
 
 def test_no_spike_on_a_smooth_noisy_falling_curve():
     losses = noisy_falling_curve()
-    spikes, trainer = LossSpikes(), fake_trainer()
-    assert all(feed(spikes, trainer, losses))
+    spikes, trainer = detector(), fake_trainer()
+    assert set(feed(spikes, trainer, losses)) == {"take"}
     worst = max(robust_z(losses[i - 50:i], losses[i])[0] for i in range(50, len(losses)))
     print(f"largest z over 500 noisy falling steps: {worst:.2f} (threshold 6)")
     assert spikes.spikes == [] and trainer.said == [] and worst < 6
@@ -72,19 +76,20 @@ def test_a_tenfold_jump_is_flagged_and_kept_out_of_the_window_when_skipped():
     losses = noisy_falling_curve()
     losses[300] *= 10
     for policy in ("log", "skip"):
-        spikes, trainer = LossSpikes(), fake_trainer(policy)
+        spikes, trainer = detector(policy), fake_trainer()
         verdicts = feed(spikes, trainer, losses[:301])
         window_steps = [step for step, _ in spikes.window]
         assert window_steps == [*range(251 if policy == "skip" else 252, 301), *([301] if policy == "log" else [])]
         verdicts += feed(spikes, trainer, losses[301:])  # a logged spike in the window hides nothing after it
         assert [(s["step"], s["action"]) for s in spikes.spikes] == [(301, policy)]  # steps count from 1
-        assert spikes.spikes[0]["z"] > 100 and verdicts[300] == (policy == "log") and verdicts.count(False) <= 1
+        assert spikes.spikes[0]["z"] > 100 and verdicts[300] == {"log": "take", "skip": "skip"}[policy]
+        assert len(verdicts) - verdicts.count("take") <= 1
         assert "step 301: loss spike" in trainer.said[0]
         assert [step for step, fields in trainer.logged] == [301] and "stability/spike_z" in trainer.logged[0][1]
 
 
 def test_no_detection_before_the_window_has_eight_losses():
-    spikes, trainer = LossSpikes(), fake_trainer()
+    spikes, trainer = detector(), fake_trainer()
     feed(spikes, trainer, [3.0, 3.01, 2.99, 3.0, 3.02, 2.98, 3.0, 300.0])  # the 8th loss sees 7 before it
     assert spikes.spikes == []
     feed(spikes, trainer, [3.0, 300.0])
@@ -96,11 +101,11 @@ def test_resumed_detector_finds_the_same_spikes():
     losses = noisy_falling_curve()
     for step in (120, 260, 261, 400):
         losses[step] += 2.0
-    straight, trainer = LossSpikes(), fake_trainer("skip")
+    straight, trainer = detector("skip"), fake_trainer()
     feed(straight, trainer, losses)
-    first, trainer = LossSpikes(), fake_trainer("skip")
+    first, trainer = detector("skip"), fake_trainer()
     feed(first, trainer, losses[:250])
-    resumed = LossSpikes()
+    resumed = detector("skip")
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
     feed(resumed, trainer, losses[250:])
     assert [s["step"] for s in straight.spikes] == [121, 261, 262, 401]
@@ -108,7 +113,7 @@ def test_resumed_detector_finds_the_same_spikes():
 
 
 def test_a_rollback_drops_the_abandoned_steps_losses_from_the_window():
-    spikes, trainer = LossSpikes(), fake_trainer()
+    spikes, trainer = detector(), fake_trainer()
     feed(spikes, trainer, noisy_falling_curve(30))
     trainer.step = 20  # restored to a checkpoint of step 20: steps 21..30 never happened
     spikes.pre_train(trainer)
@@ -121,13 +126,17 @@ def test_a_rollback_drops_the_abandoned_steps_losses_from_the_window():
 class GarbageBatch(Callback):
     """Test-only: the batch of the `at`-th read of the sampler is replaced by random tokens (a real spike: the
     model is scored on data it cannot predict). It follows the batch, not the step number, so after a rollback the
-    steps taken again read other data. Keeps the weights (local shards) after steps at-1 and at."""
+    steps taken again read other data. Keeps the weights (local shards) after steps at-1 and at. The run uses this
+    very instance, not a copy (__deepcopy__), so the test can read what it saw."""
     name, order = "garbage_batch", 1
 
     def __init__(self, at: int):
         self.at, self.reads, self.poisoned, self.garbage_served = at, 0, set(), 0
         self.weights: dict[int, list[torch.Tensor]] = {}
         self.installed = False
+
+    def __deepcopy__(self, memo):
+        return self
 
     def pre_train(self, trainer) -> None:
         if self.installed:  # pre_train comes again after a rollback
@@ -146,7 +155,7 @@ class GarbageBatch(Callback):
             inputs, targets, doc_ids = batch(indices, seq_len)
             if self.poisoned & set(int(i) for i in indices):
                 self.garbage_served += 1
-                tokens = torch.randint(0, trainer.run.model.vocab_size, (2, *inputs.shape),
+                tokens = torch.randint(0, trainer.data.vocab_size, (2, *inputs.shape),
                                        generator=torch.Generator().manual_seed(self.garbage_served))
                 inputs, targets = tokens[0], tokens[1]
             return inputs, targets, doc_ids
@@ -158,15 +167,13 @@ class GarbageBatch(Callback):
             self.weights[trainer.step] = [local_shard(p).clone() for p in trainer.model.parameters()]
 
 
-def spiked_run(tmp_path, monkeypatch, policy: str, **overrides):
+def spiked_run(tmp_path, policy: str, **overrides):
     """A tiny run whose SPIKE_AT-th batch is garbage: (run, run folder, summary or the exception, GarbageBatch)."""
     garbage = GarbageBatch(SPIKE_AT)
-    standard = train_module.standard_callbacks
-    monkeypatch.setattr(train_module, "standard_callbacks", lambda run: standard(run) + [garbage])
     run = load_experiment(TINY, only=["mha"], overrides={**TINY_SPIKES, "train.spike_policy": policy,
                                                           **overrides})[0]
     try:
-        result = train(run, tmp_path)
+        result = train(run, tmp_path, callbacks=[garbage])
     except rundir.RunDiverged as exc:
         result = exc
     return run, run_dir_for(tmp_path, run), result, garbage
@@ -184,8 +191,8 @@ def final_meta(run_dir, step: int) -> dict:
     return json.loads((rundir.checkpoint_root(run_dir) / rundir.step_dir_name(step) / rundir.CKPT_META).read_text())
 
 
-def test_log_policy_records_the_spike_and_takes_the_update(tmp_path, monkeypatch):
-    run, run_dir, summary, garbage = spiked_run(tmp_path, monkeypatch, "log")
+def test_log_policy_records_the_spike_and_takes_the_update(tmp_path):
+    run, run_dir, summary, garbage = spiked_run(tmp_path, "log")
     spike, = summary["spikes"]  # exactly one: the real curve around it raises nothing
     print(f"injected spike: loss {spike['loss']:.3f}, median {spike['median']:.3f}, z {spike['z']:.1f}")
     assert spike["step"] == SPIKE_AT and spike["action"] == "log" and spike["z"] > 2 * run.train.spike_threshold
@@ -197,8 +204,8 @@ def test_log_policy_records_the_spike_and_takes_the_update(tmp_path, monkeypatch
     assert all(changed)  # the update was taken
 
 
-def test_skip_policy_leaves_the_weights_of_the_spiking_step_alone(tmp_path, monkeypatch):
-    run, run_dir, summary, garbage = spiked_run(tmp_path, monkeypatch, "skip")
+def test_skip_policy_leaves_the_weights_of_the_spiking_step_alone(tmp_path):
+    run, run_dir, summary, garbage = spiked_run(tmp_path, "skip")
     spike, = summary["spikes"]
     assert spike["step"] == SPIKE_AT and spike["action"] == "skip"
     assert summary["steps"] == 32 and summary["skipped_steps"] == 1
@@ -208,8 +215,8 @@ def test_skip_policy_leaves_the_weights_of_the_spiking_step_alone(tmp_path, monk
     assert math.isfinite(summary["final_loss"])
 
 
-def test_rollback_policy_restores_the_checkpoint_and_reads_past_the_bad_batch(tmp_path, monkeypatch):
-    run, run_dir, summary, garbage = spiked_run(tmp_path, monkeypatch, "rollback")
+def test_rollback_policy_restores_the_checkpoint_and_reads_past_the_bad_batch(tmp_path):
+    run, run_dir, summary, garbage = spiked_run(tmp_path, "rollback")
     spike, = summary["spikes"]
     assert spike["step"] == SPIKE_AT and spike["action"] == "rollback"
     rollback, = summary["rollbacks"]
@@ -226,14 +233,14 @@ def test_rollback_policy_restores_the_checkpoint_and_reads_past_the_bad_batch(tm
     assert window_steps == list(range(13, 29))
 
 
-def test_rollback_before_any_checkpoint_ends_the_run_as_diverged(tmp_path, monkeypatch):
-    run, run_dir, error, _ = spiked_run(tmp_path, monkeypatch, "rollback", **{"train.ckpt_every": "0"})
+def test_rollback_before_any_checkpoint_ends_the_run_as_diverged(tmp_path):
+    run, run_dir, error, _ = spiked_run(tmp_path, "rollback", **{"train.ckpt_every": "0"})
     assert isinstance(error, rundir.RunDiverged) and "no checkpoint to roll back to yet" in str(error)
     assert rundir.read_status(run_dir)["state"] == "diverged"
 
 
-def test_stop_policy_ends_the_run_as_diverged_naming_the_spike(tmp_path, monkeypatch):
-    run, run_dir, error, _ = spiked_run(tmp_path, monkeypatch, "stop")
+def test_stop_policy_ends_the_run_as_diverged_naming_the_spike(tmp_path):
+    run, run_dir, error, _ = spiked_run(tmp_path, "stop")
     assert isinstance(error, rundir.RunDiverged)
     status = rundir.read_status(run_dir)
     assert status["state"] == "diverged" and status["step"] == SPIKE_AT - 1
@@ -283,6 +290,7 @@ def test_monitors_are_logged_every_monitor_every_steps(monitored_run):
         assert [e.step for e in events.Scalars(tag)] == [5, 10]
 
 
+@pytest.mark.slow
 def test_monitors_are_the_same_for_one_and_two_gloo_processes(monitored_run, tmp_path):
     args = ["run", str(TINY), "--only", "mqa", *(x for k, v in MONITORS.items() for x in ("--set", f"{k}={v}"))]
     run_cli(*args, "--out", str(tmp_path), torchrun_procs=2)
@@ -299,7 +307,7 @@ def test_the_trend_line_finds_a_spike_while_the_loss_still_falls_fast():
     losses = noisy_falling_curve(200)
     plain = robust_z(losses[:39][-30:], losses[39] + 0.5)[0]
     losses[39] += 0.5
-    spikes, trainer = LossSpikes(), fake_trainer("log", window=30)
+    spikes, trainer = detector("log", window=30), fake_trainer()
     feed(spikes, trainer, losses)
     assert [s["step"] for s in spikes.spikes] == [40] and plain < 6  # the plain median would have missed it
 
@@ -310,7 +318,11 @@ def test_rollbacks_are_capped():
 
     losses = noisy_falling_curve(100)
     losses[80] *= 10
-    spikes, trainer = LossSpikes(), fake_trainer("rollback")
-    trainer.rollbacks = [{}] * MAX_ROLLBACKS
-    with pytest.raises(FloatingPointError, match=f"rolled back {MAX_ROLLBACKS} times"):
-        feed(spikes, trainer, losses)
+    spikes, trainer = detector("rollback"), fake_trainer()
+    assert feed(spikes, trainer, losses[:80]) == ["take"] * 80
+    trainer.rollbacks, trainer.last_loss = [{}] * MAX_ROLLBACKS, losses[80]
+    verdict = spikes.before_update(trainer)  # the trainer raises FloatingPointError(reason): the run diverged
+    assert verdict.action == "stop" and verdict.reason.startswith("step 81: loss spike")
+    assert f"already rolled back {MAX_ROLLBACKS} times, stopped" in verdict.reason
+    trainer.rollbacks = [{}] * (MAX_ROLLBACKS - 1)  # one rollback left: rolled back
+    assert spikes.before_update(trainer).action == "rollback" and trainer.said[-1].endswith("rolling back")

@@ -21,15 +21,20 @@ MAX_LINES = 600
 LAYERS = [
     {"config", "rundir", "kernels"},  # nothing else of ablate
     {"sources", "status", "batching", "mixture"},  # mixture: below data, which imports it
-    {"model", "data", "optim", "eval", "report"},
+    {"tokenizer", "overrides"},  # tokenizer: data.tokenizer checked, loaded, trained; overrides: dotted --set/variant
+    {"token_files"},  # the prepared token files as training reads them: below data, which writes them
+    {"model", "data", "optim", "eval", "report", "variants"},  # variants: variant, grid, branch (no torch)
     {"checks"},  # what a run asks (names, machine), checked before compute: experiment loading stops here
-    {"parallel"},
+    {"parallel", "memory"},  # memory: the per-rank peak of a step, which plan and run check
     {"checkpoint"},
     {"callbacks", "load"},
     {"eval_callback", "export", "lm_eval_model", "stability", "score"},
+    {"trainer"},  # the Trainer and its step, above every callback it runs
     {"train"},
-    {"experiment", "sweep", "plan"},
+    {"experiment"},  # below the launchers: a worker loads an experiment file's callbacks itself
+    {"sweep", "plan"},
     {"slurm"},
+    {"cli_options", "cli_run"},  # the option rules and `ablate run`, below the parser and main
     {"cli", "lm_eval_cli", "__init__"},
     {"__main__"},
 ]
@@ -45,7 +50,8 @@ ALLOWED = {
     "eval": {"config", "rundir"},  # the engine, suite, tasks and metrics never import callbacks, train or checkpoint
     "report": {"rundir", "status"},  # no torch: reads run folders through rundir alone
 }
-NO_TORCH = {"config", "rundir", "status", "report"}  # `ablate status` and `ablate report` start quickly
+# `ablate status`, `ablate report` and an experiment file's `from ablate import ...` start quickly
+NO_TORCH = {"config", "rundir", "status", "report", "variants", "overrides", "tokenizer"}
 
 
 def _modules() -> dict[str, Path]:
@@ -160,6 +166,96 @@ def test_modules_stay_small(module):
 def test_the_rules_see_real_imports():
     """The parser finds what is there (a rule that sees nothing passes vacuously)."""
     assert ablate_imports("ablate.model") == {"ablate.config", "ablate.kernels"}
-    assert "ablate.rundir" in ablate_imports("ablate.report.load")
+    assert "ablate.rundir" in ablate_imports("ablate.report.runs")
     assert "ablate.eval.engine" in ablate_imports("ablate.eval.suite")
     assert len(MODULES) > 40
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the import graph as a whole: no cycles, and loading an experiment stays clear of training
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the ablate modules it imports (at the top or inside functions)} for every module of ablate."""
+    return {m: ablate_imports(m) - {m} for m in MODULES}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as [a, b, ..., a], or None."""
+    state, path = {}, []  # state: "open" while on the current path, "done" once all it reaches is searched
+
+    def visit(module):
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            found = None if target in state else visit(target)
+            if found:
+                return found
+        path.pop()
+        state[module] = "done"
+        return None
+
+    for module in sorted(graph):
+        found = None if module in state else visit(module)
+        if found:
+            return found
+    return None
+
+
+def reached_from(start: str) -> dict[str, str]:
+    """{module: the chain of imports from `start` to it} for every module `start` imports, directly or not."""
+    graph, chains, todo = import_graph(), {start: start}, [start]
+    while todo:
+        module = todo.pop()
+        for target in sorted(graph.get(module, ())):
+            if target not in chains:
+                chains[target] = f"{chains[module]} -> {target}"
+                todo.append(target)
+    del chains[start]
+    return chains
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle():
+    """Two modules that import each other (even inside a function) are one module in two files: neither can be
+    read, tested or placed in a layer alone."""
+    cycle = find_cycle(import_graph())
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+# The modules that train (and those that start training): loading or checking an experiment reaches none of them
+TRAINING = {"ablate.train", "ablate.trainer", "ablate.callbacks", "ablate.stability", "ablate.eval_callback",
+            "ablate.checkpoint", "ablate.parallel", "ablate.model", "ablate.sweep", "ablate.slurm"}
+
+
+@pytest.mark.parametrize("module", ["ablate.experiment", "ablate.variants", "ablate.checks"])
+def test_loading_an_experiment_imports_no_training_module(module):
+    reached = reached_from(module)
+    bad = sorted(reached[m] for m in TRAINING & set(reached))
+    assert not bad, f"{module} reaches training modules: {bad}"
+
+
+def test_the_training_modules_are_named_right():
+    """A renamed training module must be renamed in TRAINING too, or the rule above checks nothing for it."""
+    assert TRAINING - set(MODULES) <= {"ablate.trainer"}  # the training loop, split out of train.py
+    assert {"ablate.config", "ablate.checks", "ablate.variants", "ablate.eval.suite"} <= set(reached_from(
+        "ablate.experiment"))  # the walk follows imports (checks imports the suite inside a function)
+
+
+# The modules that start runs, the only ones that import the run module (ablate.train): everything below it in
+# LAYERS, and experiment loading and planning beside it, never do
+RUN_STARTERS = {"ablate", "ablate.sweep", "ablate.slurm", "ablate.cli"}
+
+
+def test_only_the_modules_that_start_runs_import_the_run_module():
+    importers = {m for m, targets in import_graph().items() if "ablate.train" in targets}
+    assert "ablate.sweep" in importers  # the rule sees real imports
+    assert importers <= RUN_STARTERS, (f"{sorted(importers - RUN_STARTERS)} import ablate.train; only "
+                                       f"{sorted(RUN_STARTERS)} may (they start runs)")
+    assert all(LAYER[group_of(m)] > LAYER["train"] for m in RUN_STARTERS)

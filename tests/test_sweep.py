@@ -11,8 +11,8 @@ import time
 import pytest
 
 from ablate import rundir
-from ablate.config import apply_overrides
 from ablate.experiment import load_experiment
+from ablate.overrides import apply_overrides
 from ablate.sweep import attempt, machine_slots
 from ablate.train import run_dir_for
 from conftest import REPO, TINY, run_cli
@@ -54,6 +54,7 @@ def test_one_writer_per_run_and_a_dead_holders_lock_is_taken_over(tmp_path):
     assert [s for s, _ in losses(run_dir)] == list(range(1, 7))
 
 
+@pytest.mark.slow
 def test_two_overlapping_cli_runs_train_each_step_once(tmp_path):
     args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=30", "--out", str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -169,6 +170,7 @@ def test_a_run_that_cannot_run_stops_the_sweep_before_any_compute(tmp_path):
     assert not (tmp_path / "runs" / "iso" / "ok" / "seed0" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_one_failing_run_never_stops_the_others(tmp_path):
     """--jobs 2: one worker dies (as by the OOM killer) while the other trains on; the death is recorded."""
     exp = write_experiment(tmp_path / "iso.py", 'variant(base, "long", {"train.max_steps": 100000}), '
@@ -194,6 +196,7 @@ def test_one_failing_run_never_stops_the_others(tmp_path):
     assert "2 runs: 1 failed, 1 finished" in status and "log: " in status
 
 
+@pytest.mark.slow
 def test_jobs_2_gives_the_losses_of_serial_runs(tmp_path):
     args = ["run", str(TINY), "--set", "train.max_steps=8"]
     run_cli(*args, "--out", str(tmp_path / "serial"))  # OMP_NUM_THREADS=1: the thread count of --jobs 2
@@ -212,6 +215,7 @@ def test_jobs_2_gives_the_losses_of_serial_runs(tmp_path):
         assert logs and "step 8/8" in logs[0].read_text()
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_where_to_resume(tmp_path):
     cmd = [sys.executable, "-m", "ablate", "run", str(TINY), "--only", "mha", "--set", "train.max_steps=100000",
            "--set", "train.ckpt_every=5", "--out", str(tmp_path)]
@@ -249,6 +253,7 @@ def test_machine_slots_share_the_hardware():
         machine_slots(None, 1, 3, gpu_ids=["0", "1"], cores=2)
 
 
+@pytest.mark.slow
 def test_launcher_local_runs_the_submitit_path_from_the_command_line(tmp_path):
     args = ["run", str(TINY), "--set", "train.max_steps=6", "--out", str(tmp_path), "--launcher", "local"]
     first = run_cli(*args)

@@ -11,8 +11,9 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from ablate.config import ConfigError, apply_overrides, parse_set_args
+from ablate.config import ConfigError
 from ablate.experiment import load_experiment
+from ablate.overrides import apply_overrides, parse_set_args
 from ablate.sweep import attempt
 from ablate.train import run_dir_for, train
 from conftest import REPO, TINY, run_cli
@@ -82,6 +83,7 @@ def test_other_config_in_same_folder_is_refused(tiny_run):
         train(apply_overrides(run, {"optim.lr": 1e-4}), out)
 
 
+@pytest.mark.slow
 def test_rerun_with_eval_tasks_added_says_the_run_is_finished_and_how_to_score_them(tmp_path):
     settings = ["--set", "train.max_steps=2", "--set", "train.val_every=0"]
     run = load_experiment(TINY, only=["mha"], overrides=parse_set_args(settings[1::2]))[0]
@@ -100,6 +102,7 @@ def test_rerun_with_eval_tasks_added_says_the_run_is_finished_and_how_to_score_t
     assert state == "finished" and "already finished" in message and "ablate eval" not in message  # scored now
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_matches_uninterrupted(tmp_path):
     args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=40", "--set", "train.ckpt_every=10"]
     run_cli(*args, "--out", str(tmp_path / "straight"))
@@ -122,6 +125,7 @@ def test_kill_9_then_resume_matches_uninterrupted(tmp_path):
     assert sorted(train_losses(killed_dir)) == list(range(1, 41))
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one(tmp_path):
     """Equal global batch (8): one process accumulates 2 micro-batches of 4, two processes take 4 each."""
     args = ["run", str(TINY), "--only", "mqa", "--set", "train.max_steps=10", "--set", "train.ckpt_every=5"]
@@ -175,6 +179,7 @@ def test_load_model_reproduces_logged_val_losses(tiny_run):
     assert load_model(run_dir / "checkpoints" / "step_8").step == 8
 
 
+@pytest.mark.slow
 def test_compile_and_bf16_autocast_switches_train_like_eager(tmp_path):
     args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=4", "--set", "train.ckpt_every=0"]
     eager = run_cli(*args, "--out", str(tmp_path / "eager"))

@@ -48,6 +48,7 @@ def _losses(run_dir):
                                                                   if "val/loss" in r}
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_take_their_share_and_match_one(tmp_path):
     """micro_batch is the most a rank takes per pass: at 2 ranks the 4-sequence step is 2 per rank (said once,
     recorded in config.json), a 20-sequence step 4 + 3 + 3 per rank; the losses are one process's."""
@@ -73,6 +74,7 @@ def test_two_gloo_processes_take_their_share_and_match_one(tmp_path):
         assert worst < 1e-5 and worst_val < 1e-5
 
 
+@pytest.mark.slow
 def test_a_global_batch_two_ranks_cannot_split_is_refused_before_compute(tmp_path):
     """Each rank refuses at load (exit 2, one line), before data, a process group or a run folder exist."""
     out = tmp_path / "runs"

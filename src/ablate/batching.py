@@ -76,6 +76,22 @@ def rank_passes(batch: int, world: int, micro_batch: int) -> list[int]:
     return [share // count + (k < share % count) for k in range(count)]
 
 
+def rank_micro_batches(indices, world: int, rank: int, micro_batch: int, read):
+    """This rank's forward passes of a step whose global order of sequences is `indices`: yields, per pass,
+    read(its sequences) (the data's (inputs, targets, doc_ids)) and the pass's `share`, by which its mean loss is
+    divided. Every rank reads the same global order and takes its own slice: ranks see different data, and the
+    global batch is the same at any world size. share = the rank's sequences / the pass's, so the passes' divided
+    losses sum to the mean over the rank's sequences (k equal passes: each divided by k), and ranks with equal
+    shares average to the step's mean, at any world size."""
+    batch = len(indices)
+    per_rank = batch // world
+    mine = indices[rank * per_rank:(rank + 1) * per_rank]
+    done = 0
+    for size in rank_passes(batch, world, micro_batch):
+        yield read(mine[done:done + size]), per_rank / size
+        done += size
+
+
 def largest_pass(plan: list[int], world: int, micro_batch: int) -> int:
     """The most sequences one rank takes in one forward pass over the whole plan: micro_batch, or less when every
     step's share per rank is smaller (the quickstart's 16 over 2 ranks: 8)."""

@@ -1,18 +1,42 @@
-"""Callbacks around the one training loop: logging, validation, checkpoints, the non-finite guard.
+"""Callbacks around the one training loop (ablate.trainer): logging, validation, checkpoints, the non-finite guard;
+and the contract every callback, standard or your own, follows.
 
-Each callback owns its state (saved in every checkpoint through `state_dict`, so a resumed run continues it), runs
-in `order` (lower first), reads the Trainer but never writes its attributes, and reports only through
-`trainer.log`: the one channel (MetricsChannel) to metrics.jsonl, TensorBoard and the console. What a callback
-contributes to summary.json it returns from `summary()`. New concerns (the eval suite, loss spikes) are new
-callbacks, not new branches in the loop.
+A callback is a subclass of `Callback` that overrides the hooks it needs. The trainer calls them, in `order` (lower
+first; the standard ones run from 0 to 100, yours default to 50):
+
+- `pre_train(trainer)`: training (re)starts at trainer.step: first start, resume, and again after a rollback.
+- `before_update(trainer) -> Verdict`: after backward, before the optimizer step (trainer.last_loss and
+  last_grad_norm are this step's). Every callback is asked, none skipped because another objected; the trainer
+  then acts once on the strongest verdict: stop, then rollback, then skip, then take (None counts as take).
+- `post_step(trainer)`: after each step; trainer.step counts it (skipped updates too).
+- `post_train(trainer)`: after the last step (also when a run resumed from its final checkpoint takes no step).
+- `close()`: always, on success or failure.
+
+A callback reads the trainer through `TrainerView` (the attributes and methods listed there) and never writes its
+attributes; its settings come through its constructor. It owns its state: `state_dict()` is saved in every
+checkpoint under the callback's `name` (unique within a run) and handed back to `load_state_dict` on resume, so a
+resumed run continues it. What it adds to summary.json it returns from `summary(trainer)`.
+
+Reporting: metrics go through `trainer.log` (metrics.jsonl and TensorBoard, rank 0) and console lines through
+`trainer.say`. Callbacks whose results are files write those files themselves, on rank 0, with ablate.rundir's
+helpers: Validation writes eval_items/step_N/val_loss.jsonl, the eval suite (ablate.eval_callback) evals.jsonl and
+eval_items/step_N/<task>_<format>.jsonl, the Checkpointer checkpoints/.
+
+Your own callbacks go after the standard ones: `ablate.train(run, callbacks=[...])`, or a module-level
+`callbacks = [...]` in an experiment file (every run of the file). Each run gets a deep copy of what you passed,
+so keep in `__init__` only settings and state that copy (open files and the like belong in pre_train). Every rank
+calls every hook: a hook that runs collectives (a forward pass of the sharded model, all_reduce) must run them on
+every rank.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import resource
-import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -20,35 +44,100 @@ from ablate import rundir
 from ablate.checkpoint import save_checkpoint
 from ablate.parallel import mfu as model_flops_utilization
 
+if TYPE_CHECKING:
+    from ablate.token_files import PreparedData
+    from ablate.model import Transformer
+    from ablate.parallel import Dist
+
+ACTIONS = ("take", "skip", "rollback", "stop")  # the verdicts, weakest first
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A callback's word on this step's update (from before_update): "take" it; "skip" it (the weights stay, the
+    batch is spent; counted in summary.json's skipped_steps); "rollback" (restore the newest checkpoint, then go on
+    with the data after the batches read since); "stop" (the run ends as diverged, `reason` in status.json)."""
+    action: str = "take"
+    reason: str = ""
+
+    def __post_init__(self):
+        if self.action not in ACTIONS:
+            raise ValueError(f"Verdict action {self.action!r}; allowed: {', '.join(ACTIONS)}")
+
+    @property
+    def strength(self) -> int:
+        return ACTIONS.index(self.action)
+
+
+TAKE = Verdict()
+
+
+class TrainerView(Protocol):
+    """What a callback may read of the trainer (read only), and the methods it may call."""
+    step: int  # steps taken so far (a skipped update counts as a step)
+    tokens: int  # training tokens seen so far
+    max_steps: int
+    seq_len: int
+    last_loss: float  # this step's training loss, averaged over ranks
+    last_grad_norm: float
+    last_lr: float
+    last_batch: int  # this step's global batch (sequences)
+    last_step_tokens: int
+    last_step_seconds: float  # the step itself, without validation, evals or checkpoints
+    rollbacks: list[dict]  # {from_step, to_step, reason} of each rollback so far
+    flops_per_token: float  # the model's, at seq_len (for MFU)
+    peak_flops: float  # one device's, at the precision the run computes in
+    run_name: str
+    run_dir: Path
+    model: Transformer  # sharded (FSDP2): a forward pass needs every rank
+    optimizer: torch.optim.Optimizer
+    dist: Dist  # rank, world, device, is_main
+    data: PreparedData  # .train, .val (TokenData), .val_indices(), .tokenizer_path, .vocab_size
+    autocast: contextlib.AbstractContextManager  # the precision the model trains in (CPU bf16), else a no-op
+
+    def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
+        """A metrics.jsonl line {step, tokens, **fields} and TensorBoard scalars (rank 0)."""
+
+    def say(self, text: str) -> None:
+        """A console line prefixed with the run's name (rank 0)."""
+
+    def data_counts(self) -> dict:
+        """Tokens drawn per data source so far, {"data/tokens/<source>": n} ({} for one source)."""
+
+    def resume_state(self) -> dict:
+        """What a checkpoint stores beside model, optimizer and RNG (the callbacks' states among it)."""
+
 
 class Callback:
-    name = "callback"  # the key of its state in checkpoints
+    name = "callback"  # the key of its state in checkpoints: give each of your callbacks its own
     order = 50  # callbacks run in increasing order
 
-    def pre_train(self, trainer) -> None:
+    def pre_train(self, trainer: TrainerView) -> None:
         """Training (re)starts at trainer.step: after a resume, and after a rollback."""
 
-    def before_update(self, trainer) -> bool:
-        """After backward, before the optimizer step (trainer.last_loss and last_grad_norm are this step's).
-        Returning False skips this step's update."""
-        return True
+    def before_update(self, trainer: TrainerView) -> Verdict | None:
+        """After backward, before the optimizer step: the verdict on this step's update."""
+        return TAKE
 
-    def post_step(self, trainer) -> None:
-        """After each optimizer step; trainer.step counts it."""
+    def post_step(self, trainer: TrainerView) -> None:
+        """After each step; trainer.step counts it."""
 
-    def post_train(self, trainer) -> None:
+    def post_train(self, trainer: TrainerView) -> None:
         """After the last step (also when a run is resumed from its final checkpoint and takes no step)."""
 
     def close(self) -> None:
         """Always called, on success or failure."""
 
     def state_dict(self) -> dict:
+        """JSON-able state, saved in every checkpoint under `name`."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """The state a checkpoint saved ({} when it holds none for this callback)."""
 
-    def summary(self) -> dict:
+    def summary(self, trainer: TrainerView) -> dict:
+        """Figures for summary.json (keys of its own, or the places kept for final_val_loss, tokens_per_second and
+        mfu)."""
         return {}
 
 
@@ -121,29 +210,36 @@ class MetricsChannel:
 
 
 class TrainMetrics(Callback):
-    """Loss, lr, gradient norm, batch, tokens/s, MFU and memory every `log_every` steps (and the last)."""
+    """Loss, lr, gradient norm, batch, tokens/s, MFU and memory every `log_every` steps (and the last); the run's
+    tokens_per_second and mfu for summary.json."""
     name, order = "train_metrics", 90
 
-    def __init__(self):
+    def __init__(self, log_every: int):
+        self.log_every = log_every
         self.interval_seconds, self.interval_tokens = 0.0, 0
-        self.throughput: list[float] = []  # tokens/s of each logged interval, for summary.json
+        self.throughput: list[float] = []  # tokens/s of each logged interval
 
-    def post_step(self, trainer) -> None:
+    @staticmethod
+    def mfu(trainer: TrainerView, tokens_per_second: float) -> float | None:
+        """The model FLOPs utilisation of a speed over all ranks; None when above 100%: the peak was measured too
+        low (a busy machine), and the figure would mislead."""
+        return model_flops_utilization(tokens_per_second / trainer.dist.world, trainer.flops_per_token,
+                                       trainer.peak_flops)
+
+    def post_step(self, trainer: TrainerView) -> None:
         # time in the step itself: validation, evals and checkpoints stay out of tokens/s
         self.interval_seconds += trainer.last_step_seconds
         self.interval_tokens += trainer.last_step_tokens
-        if not due(trainer.step, trainer.run.train.log_every, trainer.max_steps):
+        if not due(trainer.step, self.log_every, trainer.max_steps):
             return
         tokens_per_second = self.interval_tokens / max(self.interval_seconds, 1e-9)
-        # None when above 100%: the peak was measured too low (a busy machine), and the figure would mislead
-        mfu = model_flops_utilization(tokens_per_second / trainer.dist.world, trainer.flops_per_token,
-                                      trainer.peak_flops)
+        mfu = self.mfu(trainer, tokens_per_second)
         memory = peak_memory_bytes(trainer.dist.device)
         trainer.log({"loss": trainer.last_loss, "lr": trainer.last_lr, "grad_norm": trainer.last_grad_norm,
                      "batch": trainer.last_batch, "tokens_per_second": tokens_per_second, "mfu": mfu,
                      "memory_bytes": memory, **trainer.data_counts()})
         self.throughput.append(tokens_per_second)
-        seconds_per_step = self.interval_seconds / max(trainer.run.train.log_every, 1)
+        seconds_per_step = self.interval_seconds / max(self.log_every, 1)
         eta = (trainer.max_steps - trainer.step) * seconds_per_step
         mfu_text = "mfu n/a (peak unreliable)" if mfu is None else f"mfu {100 * mfu:.1f}%"
         trainer.say(f"step {trainer.step}/{trainer.max_steps} loss {trainer.last_loss:.4f} lr {trainer.last_lr:.2e} "
@@ -157,24 +253,27 @@ class TrainMetrics(Callback):
     def load_state_dict(self, state: dict) -> None:
         self.throughput = list(state.get("throughput", []))
 
-    def summary(self) -> dict:
-        return {"throughput": self.throughput}
+    def summary(self, trainer: TrainerView) -> dict:
+        tokens_per_second = sum(self.throughput) / len(self.throughput) if self.throughput else math.nan
+        return {"tokens_per_second": tokens_per_second, "mfu": self.mfu(trainer, tokens_per_second)}
 
 
 class Validation(Callback):
-    """Held-out loss every `val_every` steps and at the end; per-sequence losses kept as the items of paired
-    comparisons between variants."""
+    """Held-out loss of the first `sequences` validation sequences every `every` steps and at the end, forward
+    passes of at most `micro_batch` sequences per rank; per-sequence losses kept (eval_items/step_N/val_loss.jsonl)
+    as the items of paired comparisons between variants."""
     name, order = "validation", 20
 
-    def __init__(self):
+    def __init__(self, every: int, sequences: int, micro_batch: int, doc_mask: bool):
+        self.every, self.sequences, self.micro_batch, self.doc_mask = every, sequences, micro_batch, doc_mask
         self.last_val_loss = math.nan
 
-    def post_step(self, trainer) -> None:
-        if due(trainer.step, trainer.run.train.val_every, trainer.max_steps):
+    def post_step(self, trainer: TrainerView) -> None:
+        if due(trainer.step, self.every, trainer.max_steps):
             self.validate(trainer)
 
-    def validate(self, trainer) -> None:
-        losses = trainer.validation_losses()
+    def validate(self, trainer: TrainerView) -> None:
+        losses = self.losses(trainer)
         self.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
         trainer.log({"val/loss": self.last_val_loss})
         if trainer.dist.is_main:
@@ -182,43 +281,70 @@ class Validation(Callback):
                                [{"id": i, "loss": loss} for i, loss in sorted(losses.items())])
         trainer.say(f"step {trainer.step} val_loss {self.last_val_loss:.4f}")
 
+    @torch.no_grad()
+    def losses(self, trainer: TrainerView) -> dict[int, float]:
+        """Loss of each held-out sequence ({sequence index: mean token loss}), split over ranks for the forward
+        passes and gathered on every rank. Every rank runs the same number of forward passes, as FSDP2 needs."""
+        d, size = trainer.dist, self.micro_batch
+        indices = [int(i) for i in trainer.data.val_indices(self.sequences, trainer.seq_len)]
+        count, mine = len(indices), indices[d.rank::d.world]
+        passes = -(-count // (size * d.world))
+        losses = {}
+        trainer.model.eval()
+        for k in range(passes):
+            part = mine[k * size:(k + 1) * size]
+            chunk = part or [0]  # a rank with nothing left still runs a forward, on item 0, and keeps nothing
+            inputs, targets, doc_ids = [x.to(d.device, non_blocking=True)
+                                        for x in trainer.data.val.batch(chunk, trainer.seq_len)]
+            with trainer.autocast:  # a chunk of logits at a time: a 50k vocabulary never is whole
+                per_token = trainer.model.per_token_loss(inputs, targets, doc_ids if self.doc_mask else None)
+            losses.update(zip(part, per_token.mean(dim=1).tolist()))
+        trainer.model.train()
+        gathered = [None] * d.world
+        torch.distributed.all_gather_object(gathered, losses)
+        return {i: loss for part in gathered for i, loss in part.items()}
+
     def state_dict(self) -> dict:
         return {"last_val_loss": self.last_val_loss}
 
     def load_state_dict(self, state: dict) -> None:
         self.last_val_loss = state.get("last_val_loss", math.nan)
 
-    def summary(self) -> dict:
+    def summary(self, trainer: TrainerView) -> dict:
         return {"final_val_loss": self.last_val_loss}
 
 
 class Checkpointer(Callback):
-    """DCP checkpoint every `ckpt_every` steps, at the steps branches start from (train.keep_steps, never rotated
-    away) and at the end. Last in order, so every other callback's state at this step is in it."""
+    """DCP checkpoint every `every` steps, at `keep_steps` (the steps branches start from, never rotated away) and
+    at the end; the newest `keep` others are kept. Last in order, so every other callback's state at this step is
+    in it."""
     name, order = "checkpointer", 100
 
-    def post_step(self, trainer) -> None:
-        t = trainer.run.train
-        if due(trainer.step, t.ckpt_every, trainer.max_steps) or trainer.step in t.keep_steps:
+    def __init__(self, every: int, keep: int, keep_steps: list[int]):
+        self.every, self.keep, self.keep_steps = every, keep, keep_steps
+
+    def post_step(self, trainer: TrainerView) -> None:
+        if due(trainer.step, self.every, trainer.max_steps) or trainer.step in self.keep_steps:
             save_checkpoint(rundir.checkpoint_root(trainer.run_dir), trainer.step, trainer.model, trainer.optimizer,
-                            trainer.resume_state(), trainer.dist, keep=t.keep_checkpoints, keep_steps=t.keep_steps)
+                            trainer.resume_state(), trainer.dist, keep=self.keep, keep_steps=self.keep_steps)
 
 
 class NonFiniteGuard(Callback):
-    """Skips the update of a step whose loss or gradient is NaN/inf; stops a run that keeps having them."""
+    """Skips the update of a step whose loss or gradient is NaN/inf; stops a run that has `patience` of them in a
+    row (FloatingPointError: the run ends as diverged)."""
     name, order = "non_finite_guard", 0
 
     def __init__(self, patience: int = 5):
         self.patience, self.in_a_row = patience, 0
 
-    def before_update(self, trainer) -> bool:
+    def before_update(self, trainer: TrainerView) -> Verdict:
         finite = math.isfinite(trainer.last_loss) and math.isfinite(trainer.last_grad_norm)
         self.in_a_row = 0 if finite else self.in_a_row + 1
-        return finite
+        return TAKE if finite else Verdict("skip", "non-finite loss or gradient")
 
-    def post_step(self, trainer) -> None:
-        if self.in_a_row >= self.patience:
-            raise FloatingPointError(f"{trainer.run.name}: {self.in_a_row} steps in a row had a non-finite loss or "
+    def post_step(self, trainer: TrainerView) -> None:
+        if self.in_a_row >= self.patience:  # raised after the step, so the skipped step counts in status.json
+            raise FloatingPointError(f"{trainer.run_name}: {self.in_a_row} steps in a row had a non-finite loss or "
                                      f"gradient (last at step {trainer.step}); lower optim.lr, set model.z_loss or "
                                      f"model.qk_norm, or check the data")
 
@@ -227,4 +353,3 @@ class NonFiniteGuard(Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.in_a_row = state.get("in_a_row", 0)
-

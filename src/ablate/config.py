@@ -1,8 +1,8 @@
-"""Typed run configuration: dataclasses, validation, dotted overrides, identity hash.
+"""Typed run configuration: dataclasses, validation, identity hash.
 
 Every field is checked against its annotation (and a Literal's allowed values) before any compute starts, and a
-failure names the field and what it accepts. Variants are built with `variant(base, name, {"model.n_kv_heads": 1})`,
-the same dotted syntax as the CLI's `--set`.
+failure names the field and what it accepts. Fields are replaced with dotted overrides ({"model.n_kv_heads": 1}) by
+ablate.overrides, the syntax of the CLI's `--set` and of ablate.variants (variant, grid, branch).
 """
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ from typing import Any, Literal
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message names the field and the allowed values."""
+
+
+class ExperimentError(ValueError):
+    """An experiment file, or the runs it gives, that cannot load; the message names the file (and line)."""
 
 
 @dataclass
@@ -179,7 +183,7 @@ class RunConfig:
         for key, value in d.items():
             if key not in sections:
                 raise ConfigError(f"unknown field {key!r}; allowed: {sorted(sections)}")
-            section_cls = _SECTIONS.get(key)
+            section_cls = SECTIONS.get(key)
             if key == "train" and isinstance(value, dict) and "val_batches" in value:
                 # run folders from before data.val_sequences: the field never changed the trained weights
                 value = {k: v for k, v in value.items() if k != "val_batches"}
@@ -196,7 +200,7 @@ class RunConfig:
                             "keep_steps"):
             d["train"].pop(bookkeeping)
         for section, name in _ADDED_LATER:  # at their defaults they leave the identities of earlier runs as they were
-            if d[section][name] == _default(_SECTIONS[section], name):
+            if d[section][name] == _default(SECTIONS[section], name):
                 d[section].pop(name)
         if not d["branch"]:
             d.pop("branch")
@@ -219,8 +223,9 @@ def _default(section_cls, name: str):
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-_SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
-             "train": TrainConfig, "eval": EvalConfig}
+# The sections of a RunConfig by field name: the first part of a dotted key ("model" in "model.n_layers")
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
+            "train": TrainConfig, "eval": EvalConfig}
 
 
 def _build(section_cls, value: Any, where: str):
@@ -239,17 +244,18 @@ def _build(section_cls, value: Any, where: str):
 # type checking
 
 
-def _describe(tp) -> str:
+def describe_type(tp) -> str:
+    """An annotation in words, for error messages: "one of 'cf', 'mcf'", "int or None"."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(tp))
+        return " or ".join(describe_type(a) for a in typing.get_args(tp))
     if origin is list:
-        return f"a list of {_describe(typing.get_args(tp)[0])}"
+        return f"a list of {describe_type(typing.get_args(tp)[0])}"
     if origin is dict:
         key_tp, value_tp = typing.get_args(tp)
-        return f"a dict of {_describe(key_tp)} -> {_describe(value_tp)}"
+        return f"a dict of {describe_type(key_tp)} -> {describe_type(value_tp)}"
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
@@ -277,13 +283,13 @@ def _check_types(obj, where: str) -> None:
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if f.name in _SECTIONS and isinstance(obj, RunConfig):
-            if not isinstance(value, _SECTIONS[f.name]):
-                raise ConfigError(f"{f.name}: expected {_SECTIONS[f.name].__name__}, got {type(value).__name__}")
+        if f.name in SECTIONS and isinstance(obj, RunConfig):
+            if not isinstance(value, SECTIONS[f.name]):
+                raise ConfigError(f"{f.name}: expected {SECTIONS[f.name].__name__}, got {type(value).__name__}")
             _check_types(value, f.name)
         elif not _matches(value, hints[f.name]):
             raise ConfigError(f"{where}.{f.name}: got {value!r} ({type(value).__name__}); "
-                              f"allowed: {_describe(hints[f.name])}")
+                              f"allowed: {describe_type(hints[f.name])}")
 
 
 def _require(ok: bool, field_name: str, message: str) -> None:
@@ -442,8 +448,8 @@ def _validate_axes(run: RunConfig) -> None:
     """Each axis names a section.field and records the value the run has, so config.json never misstates a grid."""
     for key, value in run.axes.items():
         section, _, name = key.partition(".")
-        _require(section in _SECTIONS and name in {f.name for f in dataclasses.fields(_SECTIONS[section])},
-                 f"axes[{key!r}]", f"not a config field; allowed: section.field, section one of {sorted(_SECTIONS)}")
+        _require(section in SECTIONS and name in {f.name for f in dataclasses.fields(SECTIONS[section])},
+                 f"axes[{key!r}]", f"not a config field; allowed: section.field, section one of {sorted(SECTIONS)}")
         actual = getattr(getattr(run, section), name)
         _require(actual == value and type(actual) is type(value) or actual is value, f"axes[{key!r}]",
                  f"records {value!r} but the run has {key}={actual!r} (axes are set by grid())")
@@ -455,102 +461,3 @@ def _validate_eval(e: EvalConfig) -> None:
     _require(e.batch_size > 0, "eval.batch_size", "must be > 0")
     # the names in eval.tasks are checked against the task suite by ablate.eval.suite.check_config_tasks, where
     # experiments are loaded and where training starts: config imports nothing of ablate
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# dotted overrides: "model.n_layers=2", shared by experiment files (variant/grid) and the CLI (--set)
-
-
-def _parse_value(text: str, tp, where: str):
-    """Turn CLI text into a value of the annotated type."""
-    origin = typing.get_origin(tp)
-    options = typing.get_args(tp) if origin in (typing.Union, types.UnionType) else (tp,)
-    if text.lower() == "none" and type(None) in options:
-        return None
-    for option in options:
-        if typing.get_origin(option) is Literal:
-            if text in typing.get_args(option):
-                return text
-        elif option is bool:
-            if text.lower() in ("true", "1", "yes", "false", "0", "no"):
-                return text.lower() in ("true", "1", "yes")
-        elif option is int:
-            try:
-                return int(text)
-            except ValueError:
-                pass
-        elif option is float:
-            try:
-                return float(text)
-            except ValueError:
-                pass
-        elif option is str:
-            return text
-        elif typing.get_origin(option) is list:  # "100,200": a list of ints
-            try:
-                return [_parse_value(part, typing.get_args(option)[0], where) for part in text.split(",") if part]
-            except ConfigError:
-                pass
-    raise ConfigError(f"{where}: cannot read {text!r}; allowed: {_describe(tp)}")
-
-
-def apply_overrides(run: RunConfig, overrides: dict[str, Any], *, from_text: bool = False) -> RunConfig:
-    """Return a copy of `run` with dotted fields replaced ("train.max_steps": 20); values may be CLI text."""
-    sections = {}
-    top = {}
-    for key, value in overrides.items():
-        parts = key.split(".")
-        if len(parts) == 1 and parts[0] in ("experiment", "name"):
-            top[parts[0]] = value
-            continue
-        if len(parts) != 2 or parts[0] not in _SECTIONS:
-            raise ConfigError(f"{key}: expected section.field with section one of {sorted(_SECTIONS)} "
-                              f"(or 'name' / 'experiment')")
-        section, name = parts
-        section_cls = _SECTIONS[section]
-        hints = typing.get_type_hints(section_cls)
-        if name not in hints:
-            raise ConfigError(f"{key}: unknown field; allowed: {sorted(hints)}")
-        if from_text and isinstance(value, str):
-            value = _parse_value(value, hints[name], key)
-        sections.setdefault(section, {})[name] = value
-    replaced = {s: dataclasses.replace(getattr(run, s), **kv) for s, kv in sections.items()}
-    # overriding a grid axis (--set optim.lr=...) moves the run on that axis: its record follows
-    axes = {k: sections.get(k.partition(".")[0], {}).get(k.partition(".")[2], v) for k, v in run.axes.items()}
-    return validate(dataclasses.replace(run, **top, **replaced, axes=axes))
-
-
-def parse_set_args(pairs: list[str]) -> dict[str, str]:
-    """['model.n_layers=2', ...] -> {'model.n_layers': '2'}"""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. train.max_steps=20")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def variant(base: RunConfig, name: str, overrides: dict[str, Any] | None = None,
-            axes: dict[str, Any] | None = None) -> RunConfig:
-    """A named copy of `base` with dotted fields replaced: variant(base, "gqa", {"model.n_kv_heads": 2}).
-    A variant is off any grid (empty `axes`) unless `axes` says where it sits, e.g. {"optim.lr": 0.01}."""
-    return validate(dataclasses.replace(apply_overrides(dataclasses.replace(base, name=name, axes={}), overrides or {}),
-                                        axes=dict(axes or {})))
-
-
-def grid(base: RunConfig, axes: dict[str, list]) -> list[RunConfig]:
-    """Every combination of the values on each dotted axis, named like 'lr=0.001,global_batch=16'. Each run
-    records its values in `axes` ({"optim.lr": 0.001, "train.global_batch": 16}, added to any the base has), which
-    config.json keeps for the report's sweep views."""
-    runs = [(base, [])]
-    for key, values in axes.items():
-        short = key.split(".")[-1]
-        runs = [(apply_overrides(r, {key: v}), parts + [f"{short}={v}"]) for r, parts in runs for v in values]
-    return [validate(dataclasses.replace(r, name=",".join(parts) or base.name,
-                                         axes={**base.axes, **{k: _dotted(r, k) for k in axes}})) for r, parts in runs]
-
-
-def _dotted(run: RunConfig, key: str):
-    section, _, name = key.partition(".")
-    return getattr(getattr(run, section), name)

@@ -1,6 +1,7 @@
 """Data: text sources -> tokenizer -> one flat memory-mapped file of token ids per split -> shuffled sequences.
 
-Sources are resolved, checked and read in `ablate.sources`. `prepare_data` hashes the raw text on the main rank, and
+Sources are resolved, checked and read in `ablate.sources`; the tokenizer is `ablate.tokenizer`'s; the token files
+are read back through `ablate.token_files`. `prepare_data` hashes the raw text on the main rank, and
 only when no cache folder holds that content trains or loads the tokenizer and tokenizes once into
 <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy, tokenizer.json, stats.json. Documents are
 concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks. Each phase prints a line
@@ -8,7 +9,6 @@ to stderr when it starts and ends (a first run spends minutes here and must not 
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
@@ -21,20 +21,18 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
-import torch
 
 from ablate import mixture, rundir
 from ablate.config import ConfigError, DataConfig
-from ablate.mixture import SequenceSampler  # also imported from here, its earlier home
 from ablate.sources import (ALLOWED, check_source_file, default_corpus_path, entries, is_document,  # noqa: F401
                             load_documents, load_hub_dataset, raw_texts, resolve, source_names, source_weights,
                             valid_texts)
+from ablate.token_files import PreparedData, open_split
+from ablate.tokenizer import BPE_TRAINING_CAP, check_tokenizer, check_vocab_fits, load_tokenizer_file, train_bpe
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>")
-BPE_TRAINING_CAP = 50_000_000  # characters of training text the BPE sees: bounds its time and memory
 ENCODE_CHUNK = 1000  # documents per encode_batch call
 PROGRESS_SECONDS = 10.0  # without a terminal, a progress line at least this often (and every 25%)
 
@@ -80,37 +78,6 @@ def _content_hash(parts, max_documents: int | None) -> tuple[str, int, int, int]
 # config checks
 
 
-TOKENIZER_ALLOWED = "'bpe' or a tokenizer.json saved by HF tokenizers"
-
-
-def _check_tokenizer(tokenizer: str, vocab_size: int | None) -> None:
-    if tokenizer == "bpe":
-        if vocab_size is not None and vocab_size < 257:
-            raise ConfigError(f"model.vocab_size: {vocab_size} is too small for data.tokenizer='bpe' (256 bytes + "
-                              f"eos); allowed: >= 257")
-        return
-    path = os.path.expanduser(tokenizer)
-    if not os.path.isfile(path):
-        raise ConfigError(f"data.tokenizer: {tokenizer!r} is not a file; allowed: {TOKENIZER_ALLOWED}")
-    st = os.stat(path)
-    tokenizer_vocab = _tokenizer_vocab(tokenizer, st.st_size, st.st_mtime_ns)
-    if vocab_size is not None:
-        _check_vocab_fits(tokenizer_vocab, vocab_size)
-
-
-@functools.lru_cache(maxsize=64)
-def _tokenizer_vocab(path: str, size: int, mtime_ns: int) -> int:
-    """Loaded once per file version: load_experiment checks every run x seed."""
-    tok, _ = _load_tokenizer_file(path)
-    return tok.get_vocab_size(with_added_tokens=True)
-
-
-def _check_vocab_fits(tokenizer_vocab: int, vocab_size: int) -> None:
-    if tokenizer_vocab > vocab_size:
-        raise ConfigError(f"model.vocab_size: {vocab_size} is smaller than the tokenizer's vocabulary of "
-                          f"{tokenizer_vocab}; allowed: >= {tokenizer_vocab}")
-
-
 def check_data_config(cfg: DataConfig, vocab_size: int | None = None) -> None:
     """Cheap checks before any compute: sources exist, their files are not empty, binary or unparsable at their
     start and hold the text column (where a file says so cheaply), the tokenizer is 'bpe' or a loadable
@@ -127,58 +94,11 @@ def check_data_config(cfg: DataConfig, vocab_size: int | None = None) -> None:
             kind, files = resolve(entry, field_name)
             for path in files if kind == "files" else []:
                 check_source_file(path, field_name, cfg.text_field)
-    _check_tokenizer(cfg.tokenizer, vocab_size)
+    check_tokenizer(cfg.tokenizer, vocab_size)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# tokenizer
-
-
-def _load_tokenizer_file(path: str):
-    from tokenizers import Tokenizer
-    full_path = os.path.expanduser(path)
-    try:
-        tok = Tokenizer.from_file(full_path)
-    except Exception as error:  # tokenizers raises a bare Exception whose text rarely says what is wrong
-        raise ConfigError(f"data.tokenizer: {_why_not_a_tokenizer(full_path, error)}; "
-                          f"allowed: {TOKENIZER_ALLOWED}") from None
-    for name in EOS_CANDIDATES:
-        if tok.token_to_id(name) is not None:
-            return tok, tok.token_to_id(name)
-    raise ConfigError(f"data.tokenizer: {path!r} has none of the end-of-text tokens {list(EOS_CANDIDATES)}")
-
-
-def _why_not_a_tokenizer(path: str, error: Exception) -> str:
-    try:
-        with open(path, "rb") as f:
-            spec = json.loads(f.read().decode("utf-8"))
-    except UnicodeDecodeError as bad:
-        return f"{path}: not UTF-8 text (byte at offset {bad.start}), so not a tokenizer.json"
-    except json.JSONDecodeError as bad:
-        return f"{path}:{bad.lineno}: not JSON ({bad.msg} at column {bad.colno}), so not a tokenizer.json"
-    missing = [k for k in ("model",) if not isinstance(spec, dict) or k not in spec]
-    detail = f"no {', '.join(repr(k) for k in missing)}" if missing else str(error).strip().splitlines()[0]
-    return f"{path}: JSON, but not a tokenizer ({detail})"
-
-
-def _train_bpe(texts: Iterator[str], vocab_size: int):
-    """A byte-level BPE (every byte is a token, so any text round-trips) with <|endoftext|> as eos."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_CANDIDATES[0]],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-
-    def capped():  # the first ~50 MB of training text is plenty to learn merges
-        seen = 0
-        for text in texts:
-            if seen >= BPE_TRAINING_CAP:
-                return
-            seen += len(text)
-            yield text
-    tok.train_from_iterator(capped(), trainer)
-    return tok, tok.token_to_id(EOS_CANDIDATES[0])
+# tokenizing: documents -> a flat file of ids
 
 
 class _Progress:
@@ -230,83 +150,7 @@ def _write_tokens(tok, texts: Iterator[str], eos_id: int, bin_path: str, dtype, 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# token files
-
-
-@dataclass
-class TokenData:
-    """One tokenized split, memory-mapped: documents concatenated, each followed by eos. A mixture's split holds
-    its sources one after another, sequences numbered source after source; no window crosses into the next source."""
-    tokens: np.ndarray  # np.memmap of uint16 or uint32 ids
-    doc_starts: np.ndarray  # int64 offset of each document's first token (sorted)
-    source_names: tuple[str, ...] = ()  # a mixture's sources, in data.source order; () for one stream
-    source_starts: np.ndarray | None = None  # a mixture: each source's first token offset, then the end
-
-    def sequences_per_source(self, seq_len: int) -> np.ndarray:
-        if self.source_starts is None:
-            return np.asarray([(len(self.tokens) - 1) // seq_len])  # -1: the last window needs one more target
-        return (np.diff(self.source_starts) - 1) // seq_len  # ... inside its own source
-
-    def num_sequences(self, seq_len: int) -> int:
-        return int(self.sequences_per_source(seq_len).sum())
-
-    def source_of(self, indices, seq_len: int) -> np.ndarray:
-        """Each sequence's source, an index into source_names (all 0 for one stream)."""
-        return mixture.source_of(mixture.first_indices(self.sequences_per_source(seq_len)), indices)
-
-    def tokens_per_source(self, indices, seq_len: int) -> dict[str, int]:
-        """Tokens these sequences hold, per source name ({} for one stream): a step's data/tokens/<source>."""
-        counts = np.bincount(self.source_of(indices, seq_len), minlength=len(self.source_names))
-        return {name: int(n) * seq_len for name, n in zip(self.source_names, counts)}
-
-    def _window_starts(self, indices: np.ndarray, seq_len: int) -> np.ndarray:
-        if self.source_starts is None:
-            return indices * seq_len
-        first = mixture.first_indices(self.sequences_per_source(seq_len))
-        source = mixture.source_of(first, indices)
-        return self.source_starts[source] + (indices - first[source]) * seq_len
-
-    def batch(self, indices, seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """inputs (B, S), targets (B, S) = inputs shifted by one, doc_ids (B, S): each position's document counted
-        from the window's first document (0, 0, 1, 1, 1, 2, ...), for intra-document attention masks."""
-        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if len(indices) and (indices.min() < 0 or indices.max() >= self.num_sequences(seq_len)):
-            raise IndexError(f"sequence index out of range [0, {self.num_sequences(seq_len)}) at seq_len {seq_len}")
-        starts = self._window_starts(indices, seq_len)
-        windows = np.stack([np.asarray(self.tokens[s:s + seq_len + 1], dtype=np.int64) for s in starts])
-        positions = starts[:, None] + np.arange(seq_len)
-        doc_of = np.searchsorted(self.doc_starts, positions, side="right") - 1
-        doc_ids = (doc_of - doc_of[:, :1]).astype(np.int32)
-        return (torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy()),
-                torch.from_numpy(doc_ids))
-
-
-@dataclass
-class PreparedData:
-    train: TokenData
-    val: TokenData
-    tokenizer_path: str
-    vocab_size: int
-    eos_id: int
-    cache_dir: str
-    stats: dict
-    weights: tuple[float, ...] = ()  # a mixture's weights (sum 1), in the order of train.source_names
-
-    def sampler(self, seq_len: int, seed: int):
-        """The training order: a SequenceSampler, or for a mixture a MixtureSampler over its sources."""
-        if not self.weights:
-            return SequenceSampler(self.train.num_sequences(seq_len), seed=seed)
-        return mixture.MixtureSampler(self.train.sequences_per_source(seq_len), self.weights, seed,
-                                      self.train.source_names, seq_len)
-
-    def val_indices(self, count: int, seq_len: int) -> np.ndarray:
-        """The fixed validation set: the first `count` sequences (fewer if the split holds fewer); for a mixture
-        held out per source, an equal share from each source whatever the weights, so that runs of other mixes
-        (an ablation of the mix, a branch that changes it) are scored on the same sequences."""
-        if self.weights and self.val.source_starts is not None:
-            sources = len(self.weights)
-            return mixture.held_out_indices(self.val.sequences_per_source(seq_len), [1 / sources] * sources, count)
-        return np.arange(min(count, self.val.num_sequences(seq_len)))
+# the cache: content-addressed folders of token files
 
 
 def _file_hash(path: str) -> str:
@@ -316,15 +160,6 @@ def _file_hash(path: str) -> str:
 
 def _cache_root(cfg: DataConfig) -> str:
     return os.path.expanduser(cfg.cache_dir or os.environ.get("ABLATE_CACHE") or "~/.cache/ablate")
-
-
-def _open_split(folder: str, split: str, dtype: str, names=()) -> TokenData:
-    opened = TokenData(tokens=np.memmap(os.path.join(folder, f"{split}.bin"), dtype=dtype, mode="r"),
-                       doc_starts=np.load(os.path.join(folder, f"{split}_docs.npy"), mmap_mode="r"))
-    bounds = os.path.join(folder, f"{split}_sources.npy")  # a mixture's split held out per source
-    if os.path.exists(bounds):
-        opened.source_names, opened.source_starts = tuple(names), np.load(bounds)
-    return opened
 
 
 @dataclass
@@ -408,7 +243,7 @@ def _read_sources(cfg: DataConfig, hf_cache: str) -> _Sources:
 
 def _tokenizer_for(cfg: DataConfig, vocab_size: int, sources: _Sources):
     if cfg.tokenizer != "bpe":
-        return _load_tokenizer_file(cfg.tokenizer)
+        return load_tokenizer_file(cfg.tokenizer)
     train_bytes = sum(s.train_bytes for s in sources.streams)
     _say(f"training a byte-level BPE tokenizer (vocab {vocab_size}) on "
          f"{_megabytes(min(train_bytes, BPE_TRAINING_CAP))} ...")
@@ -416,7 +251,7 @@ def _tokenizer_for(cfg: DataConfig, vocab_size: int, sources: _Sources):
     # every stream's training documents, interleaved so that the capped text holds about as much of each
     texts = mixture.balanced([itertools.islice(valid_texts(s.parts, cfg.max_documents), s.n_train)
                               for s in sources.streams])
-    tok, eos_id = _train_bpe(texts, vocab_size)
+    tok, eos_id = train_bpe(texts, vocab_size)
     _say(f"tokenizer trained in {time.perf_counter() - start:.1f}s")
     return tok, eos_id
 
@@ -438,7 +273,7 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, sta
     try:
         tok, eos_id = _tokenizer_for(cfg, vocab_size, sources)
         tokenizer_vocab = tok.get_vocab_size(with_added_tokens=True)
-        _check_vocab_fits(tokenizer_vocab, vocab_size)
+        check_vocab_fits(tokenizer_vocab, vocab_size)
         tok.save(os.path.join(tmp, "tokenizer.json"))
         dtype = "uint16" if tokenizer_vocab <= 2 ** 16 else "uint32"
 
@@ -578,8 +413,8 @@ def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
     if weights:
         stats["sources"] = _named_source_stats(stats["sources"], names, weights)
     dtype = stats["dtype"]
-    prepared = PreparedData(train=_open_split(folder, "train", dtype, names),
-                            val=_open_split(folder, "val", dtype, names),
+    prepared = PreparedData(train=open_split(folder, "train", dtype, names),
+                            val=open_split(folder, "val", dtype, names),
                             tokenizer_path=os.path.join(folder, "tokenizer.json"), vocab_size=stats["vocab_size"],
                             eos_id=stats["eos_id"], cache_dir=folder, stats=stats, weights=tuple(weights))
     _check_enough_tokens(cfg, prepared, global_batch)  # every rank: the same files, the same verdict

@@ -15,92 +15,11 @@ import unicodedata
 from pathlib import Path
 from typing import Sequence
 
-from ablate.batching import batch_plan
-from ablate.config import ConfigError, RunConfig, _SECTIONS, apply_overrides, validate, variant
-from ablate.data import check_data_config
-from ablate.sources import entries
 from ablate.checks import check_registered_names, check_this_machine
-
-
-class ExperimentError(ValueError):
-    pass
-
-
-def branch(parent: RunConfig, at: float | int, name: str, changes: dict | None = None) -> RunConfig:
-    """A run that starts from `parent`'s checkpoint at `at` (a share of the parent's steps such as 0.8, or a step)
-    and continues with `changes` (decay shape and length, data mix, batch, LR, max_steps): a WSD cooldown, a stage
-    of a multi-stage recipe, a batch change. The parent trains once, keeps that checkpoint and is shared by all
-    its branches; the model, optimizer and sequence length stay the parent's."""
-    _branch_point(parent, at, name)  # a bad `at` stops here, at the line of the file
-    run = variant(parent, name, changes)
-    for field, kept in (("model", run.model == parent.model), ("optim.name", run.optim.name == parent.optim.name),
-                        ("data.seq_len", run.data.seq_len == parent.data.seq_len),
-                        ("data.tokenizer", run.data.tokenizer == parent.data.tokenizer),
-                        # the tokenizer and the sampler's positions belong to the sources; their weights may change
-                        ("the sources of data.source", entries(run.data.source) == entries(parent.data.source)),
-                        ("data.val_source", run.data.val_source == parent.data.val_source)):
-        if not kept:
-            raise ConfigError(f"branch {name!r}: changes {field}, which a branch keeps from its parent {parent.name!r} "
-                              f"(it continues the parent's weights, optimizer state and data position); allowed "
-                              f"changes: schedule, optim lr and other fields, train (batch, length, ...), the weights of the "
-                              f"data mix, eval")
-    return _attach(run, parent, at)
-
-
-def _branch_point(parent: RunConfig, at: float | int, name: str) -> tuple[int, int]:
-    """(step, tokens seen by then) of the parent where a branch starts."""
-    plan = batch_plan(parent.train, parent.data.seq_len)
-    step = round(at * len(plan)) if isinstance(at, float) else at
-    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 < step < len(plan):
-        raise ConfigError(f"branch {name!r}: at={at!r} gives step {step}; allowed: a share in (0, 1) or a step in "
-                          f"[1, {len(plan) - 1}] of the parent {parent.name!r}'s {len(plan)} steps")
-    return step, sum(plan[:step]) * parent.data.seq_len
-
-
-def _attach(run: RunConfig, parent: RunConfig, at: float | int) -> RunConfig:
-    """`run` as a branch of `parent` at `at`: the branch point and the parent's identity, from the parent as it is
-    now (load_experiment calls this again once seeds and --set are applied to both)."""
-    step, tokens = _branch_point(parent, at, run.name)
-    return validate(dataclasses.replace(run, branch={"parent": parent.name, "at": at, "step": step, "tokens": tokens,
-                                                     "parent_identity": parent.identity()}))
-
-
-def resolve_branches(runs: list[RunConfig], where: str) -> list[RunConfig]:
-    """Each branch after its parent (same seed), with the parent's identity recorded; each parent keeps the
-    checkpoints its branches start from (train.keep_steps). ExperimentError for a branch without its parent."""
-    kept = {(r.name, r.train.seed): r for r in runs}
-    for run in runs:
-        if run.branch and (run.branch["parent"], run.train.seed) not in kept:
-            raise ExperimentError(f"{where}: branch {run.name!r} (seed {run.train.seed}) starts from "
-                                  f"{run.branch['parent']!r}, which is not among the runs; allowed parents: "
-                                  f"{sorted({r.name for r in runs})}")
-    ordered, placed = [], set()
-
-    def place(key, chain=()):
-        if key in placed:
-            return
-        if key in chain:
-            raise ExperimentError(f"{where}: branches form a cycle: {' -> '.join(k[0] for k in chain + (key,))}")
-        run = kept[key]
-        if run.branch:  # its parent goes first; the branch point is taken from the parent as it is now
-            parent_key = (run.branch["parent"], run.train.seed)
-            place(parent_key, chain + (key,))
-            try:
-                run = _attach(run, kept[parent_key], run.branch["at"])
-            except ConfigError as exc:
-                raise ExperimentError(f"{where}: {exc}") from None
-        kept[key] = run
-        ordered.append(run)
-        placed.add(key)
-
-    for run in runs:
-        place((run.name, run.train.seed))
-    keep: dict[tuple, set] = {}  # each parent keeps the checkpoints its branches start from (bookkeeping)
-    for run in ordered:
-        if run.branch:
-            keep.setdefault((run.branch["parent"], run.train.seed), set()).add(run.branch["step"])
-    return [dataclasses.replace(r, train=dataclasses.replace(r.train, keep_steps=sorted(
-        set(r.train.keep_steps) | keep.get((r.name, r.train.seed), set())))) for r in ordered]
+from ablate.config import SECTIONS, ConfigError, ExperimentError, RunConfig, validate
+from ablate.data import check_data_config
+from ablate.overrides import apply_overrides
+from ablate.variants import resolve_branches
 
 
 def _line_in(path: Path, exc: BaseException) -> str:
@@ -134,7 +53,7 @@ def _explain_type_error(exc: TypeError) -> str:
     match = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", message)
     if match:
         cls_name, bad = match.groups()
-        classes = {c.__name__: c for c in (RunConfig, *_SECTIONS.values())}
+        classes = {c.__name__: c for c in (RunConfig, *SECTIONS.values())}
         if cls_name in classes:
             allowed = sorted(f.name for f in dataclasses.fields(classes[cls_name]))
             return f"{cls_name}: unknown field {bad!r}; allowed: {', '.join(allowed)}"
@@ -293,19 +212,44 @@ def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, s
                 run = dataclasses.replace(run, experiment=path.stem)
             run = apply_overrides(run, overrides if is_chosen else {k: v for k, v in overrides.items() if k != "name"},
                                   from_text=True)
+            check_data_config(run.data, run.model.vocab_size)  # once per variant: the seed changes no data field
             for seed in chosen_seeds or [run.train.seed]:
                 seeded = validate(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed)))
-                check_registered_names(seeded)  # optim.name and eval.tasks, which config cannot check
-                check_data_config(seeded.data, seeded.model.vocab_size)
                 resolved.append(seeded)
                 if is_chosen:
                     picked.add((seeded.name, seed))
         except ConfigError as exc:
             raise ExperimentError(f"{path}: variant {run.name!r}: {exc}") from None
     chosen_runs = [r for r in resolve_branches(resolved, str(path)) if (r.name, r.train.seed) in picked]
-    for run in chosen_runs:  # train.device, train.float8, the world size (torchrun's WORLD_SIZE): before any compute
+    for run in chosen_runs:  # once per run that will train, before any compute
         try:
-            check_this_machine(run)
+            check_registered_names(run)  # optim.name and eval.tasks, which config cannot check
+            check_this_machine(run)  # train.device, train.float8, the world size (torchrun's WORLD_SIZE)
         except ConfigError as exc:
             raise ExperimentError(f"{path}: variant {run.name!r}: {exc}") from None
     return chosen_runs
+
+
+def experiment_callbacks(path: str | Path) -> list:
+    """The file's module-level `callbacks`: Callback instances (ablate.callbacks) that every run of the file adds to
+    its standard ones; [] when the file defines none. Raises ExperimentError naming the file and the field."""
+    import sys
+    from types import ModuleType
+
+    path = Path(path)
+    namespace = _run_file(path)
+    found = namespace.get("callbacks", [])
+    if isinstance(found, ModuleType):  # `from ablate import callbacks`: the module, not a list of them
+        return []
+    where = f"{_defined_at(path, 'callbacks')}: callbacks"
+    if not isinstance(found, (list, tuple)):
+        raise ExperimentError(f"{where} is a {type(found).__name__}; allowed: a list of ablate.callbacks.Callback "
+                              f"instances")
+    # looked up, not imported: loading an experiment stays clear of torch, and a file that made a Callback has
+    # imported ablate.callbacks itself
+    base = getattr(sys.modules.get("ablate.callbacks"), "Callback", None)
+    for i, entry in enumerate(found):
+        if base is None or not isinstance(entry, base):
+            raise ExperimentError(f"{where}[{i}] is a {type(entry).__name__}; allowed: instances of a subclass of "
+                                  f"ablate.callbacks.Callback")
+    return list(found)

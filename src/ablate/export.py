@@ -69,7 +69,7 @@ def hf_state_dict(state: dict[str, torch.Tensor], m: ModelConfig) -> dict[str, t
 
 
 def _eos_token(tokenizer) -> str | None:
-    from ablate.data import EOS_CANDIDATES
+    from ablate.tokenizer import EOS_CANDIDATES
 
     return next((t for t in EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
 

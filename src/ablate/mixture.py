@@ -46,6 +46,14 @@ class SequenceSampler:
                 self.epoch, self.cursor = self.epoch + 1, 0
         return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
+    def tokens_per_source(self) -> dict[str, int]:
+        """{}: one stream has no sources to count (MixtureSampler's has one entry per source)."""
+        return {}
+
+    def source_stats(self) -> dict[str, dict]:
+        """{}: one stream has no per-source figures for summary.json (MixtureSampler's has)."""
+        return {}
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "cursor": self.cursor}
 

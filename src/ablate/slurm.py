@@ -71,10 +71,11 @@ def _check_nodes(options: dict) -> None:
 
 
 class RunTask(submitit.helpers.Checkpointable if submitit else object):
-    """What one array task runs: a run, then (on preemption/timeout) the same call again, counted."""
+    """What one array task runs: a run (with the callbacks its experiment file defines), then (on
+    preemption/timeout) the same call again, counted."""
 
-    def __init__(self, max_requeues: int, threads: int | None):
-        self.max_requeues, self.threads = max_requeues, threads
+    def __init__(self, max_requeues: int, threads: int | None, experiment_file: str | None = None):
+        self.max_requeues, self.threads, self.experiment_file = max_requeues, threads, experiment_file
 
     def __call__(self, run: dict, out_root: str, requeues: int = 0) -> str:
         from ablate.sweep import run_one  # imports torch: only in the task
@@ -87,7 +88,7 @@ class RunTask(submitit.helpers.Checkpointable if submitit else object):
         if requeues and env.global_rank == 0:
             print(f"ablate: requeue {requeues}/{self.max_requeues} of {run['name']} seed{run['train']['seed']}: "
                   f"resuming", flush=True)
-        return run_one(run, out_root, threads=self.threads)
+        return run_one(run, out_root, threads=self.threads, experiment_file=self.experiment_file)
 
     def checkpoint(self, run: dict, out_root: str, requeues: int = 0):
         """Called by submitit (rank 0) on the stop signal: the call to requeue, or None to stop here. Nothing to
@@ -128,8 +129,10 @@ def _threads(options: dict, n_runs: int, local: bool) -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // (n_runs * procs)) if local else None
 
 
-def launch(runs: list[RunConfig], out_root: str, options: dict, local: bool = False) -> list:
-    """Submit one array task per run; return submitit's jobs in run order (print a line per run)."""
+def launch(runs: list[RunConfig], out_root: str, options: dict, local: bool = False,
+           experiment_file: str | None = None) -> list:
+    """Submit one array task per run; return submitit's jobs in run order (print a line per run). Each task loads
+    the callbacks `experiment_file` defines (a path every task can read)."""
     if not runs:
         return []
     if submitit is None:
@@ -147,7 +150,7 @@ def launch(runs: list[RunConfig], out_root: str, options: dict, local: bool = Fa
     except RuntimeError as exc:  # no srun on this machine
         raise ConfigError(f"--slurm: {exc}") from None
     executor.update_parameters(**executor_parameters(options, f"ablate-{experiment}", local))
-    task = RunTask(options["max_requeues"], _threads(options, len(runs), local))
+    task = RunTask(options["max_requeues"], _threads(options, len(runs), local), experiment_file)
     jobs = executor.map_array(task, [r.to_dict() for r in runs], [str(out_root)] * len(runs))
     for job, run in zip(jobs, runs):
         print(f"submitted job {job.job_id}: {run_dir_for(out_root, run)}", flush=True)
@@ -176,8 +179,10 @@ def collect(jobs: list, runs: list[RunConfig], out_root: str) -> list[str]:
     return states
 
 
-def submit(runs: list[RunConfig], out_root: str, options: dict, local: bool = False, wait: bool = True) -> list[str]:
-    """One job-array task per run (SLURM, or real local processes with local=True). With wait, the runs' final
-    states in run order (finished, failed, diverged, locked); without, the job ids."""
-    jobs = launch(runs, out_root, options, local)
+def submit(runs: list[RunConfig], out_root: str, options: dict, local: bool = False, wait: bool = True,
+           experiment_file: str | None = None) -> list[str]:
+    """One job-array task per run (SLURM, or real local processes with local=True), each with the callbacks
+    `experiment_file` defines. With wait, the runs' final states in run order (finished, failed, diverged, locked);
+    without, the job ids."""
+    jobs = launch(runs, out_root, options, local, experiment_file)
     return collect(jobs, runs, out_root) if wait else [str(job.job_id) for job in jobs]

@@ -4,9 +4,10 @@
 LossSpikes scores each step's loss against the recent losses of updates that were taken: a robust z-score,
 (loss - expected) / (1.4826 * MAD of the residuals) over the last train.spike_window of them, the expectation a
 robust (Theil-Sen) line through the window, so neither a few earlier spikes nor a falling curve hide the next one.
-Above train.spike_threshold, train.spike_policy decides: "log" records it,
-"skip" drops the step's update, "rollback" restores the newest checkpoint and skips the batches read since (as
-PaLM did), "stop" ends the run as diverged. The loss is averaged over ranks, so every rank takes the same decision.
+Above train.spike_threshold, train.spike_policy decides its verdict: "log" records it and takes the update,
+"skip" drops the step's update, "rollback" has the trainer restore the newest checkpoint and skip the batches read
+since (as PaLM did), "stop" ends the run as diverged. The loss is averaged over ranks, so every rank gives the same
+verdict.
 
 StabilityMonitors logs what decides between QK-norm and z-loss (attention and output logits) and how far each
 block's weights moved in one update, every train.monitor_every steps (0: every train.log_every).
@@ -18,7 +19,7 @@ import statistics
 
 import torch
 
-from ablate.callbacks import Callback, due
+from ablate.callbacks import TAKE, Callback, TrainerView, Verdict, due
 
 MAX_ROLLBACKS = 5  # a run that has rolled back this often ends as diverged rather than loop
 MIN_LOSSES = 8  # with fewer recent losses the median and MAD say little: no detection
@@ -52,60 +53,61 @@ class LossSpikes(Callback):
     updates taken, and the spikes found so far ({step, loss, z, median, action}, summary.json "spikes"). A skipped
     spike never enters the window. After a rollback the window keeps its losses up to the restored step and drops
     those of the abandoned steps (it may then hold fewer than spike_window until it refills). "rollback" before the
-    first checkpoint cannot roll back: the run then ends as diverged (Trainer.roll_back raises FloatingPointError)."""
+    first checkpoint cannot roll back: the run then ends as diverged (Trainer.roll_back raises FloatingPointError),
+    and so does a run that has rolled back MAX_ROLLBACKS times (a "stop" verdict)."""
     name, order = "loss_spikes", 10  # after NonFiniteGuard, before every callback that logs the step
 
-    def __init__(self):
+    def __init__(self, threshold: float, window: int, policy: str):
+        """threshold: the z above which a loss is a spike; window: how many recent losses it is scored against;
+        policy: log, skip, rollback or stop (train.spike_threshold, spike_window, spike_policy)."""
+        self.threshold, self.size, self.policy = threshold, window, policy
         self.window: list[list] = []  # [step, loss], oldest first
         self.spikes: list[dict] = []
         self.pending: dict | None = None  # this step's spike, logged in post_step under the step's number
 
-    def pre_train(self, trainer) -> None:
+    def pre_train(self, trainer: TrainerView) -> None:
         # after a rollback: forget the abandoned steps' losses (after a resume there are none past trainer.step)
         self.window = [entry for entry in self.window if entry[0] <= trainer.step]
         self.pending = None
 
-    def before_update(self, trainer) -> bool:
-        t = trainer.run.train
+    def before_update(self, trainer: TrainerView) -> Verdict:
         step, loss = trainer.step + 1, trainer.last_loss  # trainer.step counts the steps already taken
         if not (math.isfinite(loss) and math.isfinite(trainer.last_grad_norm)):
-            return True  # NonFiniteGuard's case; such a loss never enters the window
+            return TAKE  # NonFiniteGuard's case; such a loss never enters the window
         if len(self.window) >= MIN_LOSSES:
             z, median = robust_z([x for _, x in self.window], loss, [s for s, _ in self.window], step)
-            if z > t.spike_threshold:
+            if z > self.threshold:
                 return self._act(trainer, {"step": step, "loss": loss, "z": z, "median": median,
-                                           "action": t.spike_policy})
-        self._remember(step, loss, t.spike_window)
-        return True
+                                           "action": self.policy})
+        self._remember(step, loss)
+        return TAKE
 
-    def _act(self, trainer, spike: dict) -> bool:
-        """Apply the policy to a spike; the verdict on this step's update."""
+    def _act(self, trainer: TrainerView, spike: dict) -> Verdict:
+        """Record a spike; the policy's verdict on this step's update."""
         self.spikes.append(spike)
-        policy = spike["action"]
         text = (f"step {spike['step']}: loss spike {spike['loss']:.4f}, z {spike['z']:.1f} above the median "
                 f"{spike['median']:.4f} expected from the last {len(self.window)} losses")
-        if policy == "stop":
-            raise FloatingPointError(f"{trainer.run.name}: {text}; stopped (train.spike_policy=stop)")
-        if policy == "rollback":
+        if self.policy == "stop":
+            return Verdict("stop", f"{text}; stopped (train.spike_policy=stop)")
+        if self.policy == "rollback":
             if len(trainer.rollbacks) >= MAX_ROLLBACKS:  # data that keeps spiking, or a run that cannot go on
-                raise FloatingPointError(f"{trainer.run.name}: {text}; already rolled back {len(trainer.rollbacks)} "
-                                         f"times, stopped (lower optim.lr, set model.qk_norm or model.z_loss)")
+                return Verdict("stop", f"{text}; already rolled back {len(trainer.rollbacks)} times, stopped (lower "
+                                       f"optim.lr, set model.qk_norm or model.z_loss)")
             trainer.say(f"{text}; rolling back")
-            trainer.roll_back(f"loss spike at step {spike['step']} (z {spike['z']:.1f})")
-            return False
+            return Verdict("rollback", f"loss spike at step {spike['step']} (z {spike['z']:.1f})")
         self.pending = spike
-        if policy == "skip":
+        if self.policy == "skip":
             trainer.say(f"{text}; update skipped")
-            return False
+            return Verdict("skip", f"loss spike at step {spike['step']}")
         trainer.say(f"{text}; update taken")
-        self._remember(spike["step"], spike["loss"], trainer.run.train.spike_window)
-        return True
+        self._remember(spike["step"], spike["loss"])
+        return TAKE
 
-    def _remember(self, step: int, loss: float, size: int) -> None:
+    def _remember(self, step: int, loss: float) -> None:
         self.window.append([step, loss])
-        del self.window[:-size]
+        del self.window[:-self.size]
 
-    def post_step(self, trainer) -> None:
+    def post_step(self, trainer: TrainerView) -> None:
         if self.pending is not None and self.pending["step"] == trainer.step:
             trainer.log({"stability/spike_z": self.pending["z"], "stability/spike_loss": self.pending["loss"]})
         self.pending = None
@@ -117,7 +119,7 @@ class LossSpikes(Callback):
         self.window = [list(entry) for entry in state.get("window", [])]
         self.spikes = [dict(spike) for spike in state.get("spikes", [])]
 
-    def summary(self) -> dict:
+    def summary(self, trainer: TrainerView) -> dict:
         return {"spikes": self.spikes}
 
 
@@ -138,42 +140,39 @@ def local_shard(param: torch.Tensor) -> torch.Tensor:
 
 
 class StabilityMonitors(Callback):
-    """Every train.monitor_every steps (0: every log_every), to metrics.jsonl and TensorBoard:
+    """Every `every` steps (train.monitor_every, 0: every log_every) and at the end, to metrics.jsonl and TensorBoard:
     `stability/max_attention_logit`, `stability/attention_logit_max/layer{i}` and `stability/output_logit_norm`
     (Transformer.stability_stats), and `stability/update_ratio/<block>` = ||W_after - W_before|| / ||W_before|| of
     that step's update, per block (embedding, layer{i}, head).
 
-    The logits are measured on a fixed micro-batch of validation sequences (the first micro_batch of them), not on
+    The logits are measured on a fixed micro-batch of validation sequences (the first `micro_batch`), not on
     the step's data: the curve then follows the weights alone, not which batch came, and is the same at any world
     size (every rank feeds the same sequences). The ratios need a copy of this rank's shards, taken in
     before_update on monitored steps only; the squared norms are summed over ranks, so they do not depend on the
     world size either. Not due: a step costs one comparison."""
     name, order = "stability_monitors", 15  # after the spike check, before the callbacks that log and checkpoint
 
-    def __init__(self):
+    def __init__(self, every: int, micro_batch: int, doc_mask: bool):
+        self.every, self.micro_batch, self.doc_mask = every, micro_batch, doc_mask
         self.groups: dict[str, list[torch.nn.Parameter]] = {}
         self.before: tuple[int, dict[str, list[torch.Tensor]]] | None = None  # (step, the shards before its update)
         self.inputs: tuple[torch.Tensor, torch.Tensor | None] | None = None  # the fixed micro-batch, made once
 
-    def pre_train(self, trainer) -> None:
+    def pre_train(self, trainer: TrainerView) -> None:
         # the sharded parameters the optimizer updates: no forward has run since the last load or backward, so
         # FSDP2 has them registered (a forward leaves the last block's whole ones in their place until backward)
         self.groups = parameter_groups(trainer.model)
         self.before = None
 
-    def _due(self, trainer, step: int) -> bool:
-        t = trainer.run.train
-        return due(step, t.monitor_every or t.log_every, trainer.max_steps)
-
-    def before_update(self, trainer) -> bool:
+    def before_update(self, trainer: TrainerView) -> Verdict:
         step = trainer.step + 1
-        if self._due(trainer, step):
+        if due(step, self.every, trainer.max_steps):
             self.before = (step, {name: [local_shard(p).clone() for p in params]
                                   for name, params in self.groups.items()})
-        return True
+        return TAKE
 
-    def post_step(self, trainer) -> None:
-        if not self._due(trainer, trainer.step):
+    def post_step(self, trainer: TrainerView) -> None:
+        if not due(trainer.step, self.every, trainer.max_steps):
             return
         fields = {}
         if self.before is not None and self.before[0] == trainer.step:  # not a snapshot of an abandoned step
@@ -182,7 +181,7 @@ class StabilityMonitors(Callback):
         fields.update({f"stability/{key}": value for key, value in self.logit_stats(trainer).items()})
         trainer.log(fields)
 
-    def update_ratios(self, trainer) -> dict[str, float]:
+    def update_ratios(self, trainer: TrainerView) -> dict[str, float]:
         device = trainer.dist.device
         squares = []  # per block: [||W_after - W_before||^2, ||W_before||^2] of this rank's shards
         for name, params in self.groups.items():
@@ -195,12 +194,11 @@ class StabilityMonitors(Callback):
         ratios = (totals[:, 0].sqrt() / totals[:, 1].sqrt()).tolist()
         return {f"stability/update_ratio/{name}": ratio for name, ratio in zip(self.groups, ratios)}
 
-    def logit_stats(self, trainer) -> dict[str, float]:
+    def logit_stats(self, trainer: TrainerView) -> dict[str, float]:
         """Transformer.stability_stats on the fixed micro-batch; every rank calls it (FSDP2 gathers the weights)."""
         if self.inputs is None:
-            count = min(trainer.run.train.micro_batch, trainer.data.val.num_sequences(trainer.seq_len))
+            count = min(self.micro_batch, trainer.data.val.num_sequences(trainer.seq_len))
             inputs, _, doc_ids = trainer.data.val.batch(list(range(count)), trainer.seq_len)
-            self.inputs = (inputs.to(trainer.dist.device),
-                           doc_ids.to(trainer.dist.device) if trainer.run.data.doc_mask else None)
+            self.inputs = (inputs.to(trainer.dist.device), doc_ids.to(trainer.dist.device) if self.doc_mask else None)
         with trainer.autocast:  # the precision the model trains in
             return trainer.model.stability_stats(*self.inputs)

@@ -5,8 +5,11 @@ diverged, locked) without letting one run's failure stop the others; the failure
 folder by train(). Side by side, each run gets its share of the machine: a set of GPUs (CUDA_VISIBLE_DEVICES) or
 cores / N torch threads, so N runs on one CPU neither fight over cores nor change their numbers.
 
-    python -m ablate.sweep --serve THREADS                 # a slot's worker: runs read from stdin, one a line
-    python -m ablate.sweep RUN_JSON OUT_ROOT [THREADS]     # one run (each process of a torchrun group)
+An experiment file's own `callbacks` reach every run: a worker is given the file's path and loads them itself
+(ablate.experiment.experiment_callbacks), as each SLURM task does.
+
+    python -m ablate.sweep --serve THREADS                                 # a slot's worker: runs from stdin
+    python -m ablate.sweep RUN_JSON OUT_ROOT [THREADS [EXPERIMENT_FILE]]   # one run (each process of a torchrun group)
 """
 from __future__ import annotations
 
@@ -20,9 +23,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from ablate import rundir
-from ablate.config import ConfigError, RunConfig
+from ablate.config import ConfigError, ExperimentError, RunConfig
 from ablate.rundir import run_dir_for
 
 RESULT_ENV = "ABLATE_RESULT"  # a worker writes its final state there, so the parent needs no exit-code mapping
@@ -32,14 +36,15 @@ def label(run: RunConfig) -> str:
     return f"{run.name} seed{run.train.seed}"
 
 
-def attempt(run: RunConfig, out_root: str | Path) -> tuple[str, str]:
-    """Train one run; return (state, one-line message). A run's own failure never raises (Ctrl-C does)."""
+def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> tuple[str, str]:
+    """Train one run (with the user's `callbacks` after the standard ones); return (state, one-line message). A
+    run's own failure never raises (Ctrl-C does)."""
     from ablate.train import finished_note, train
 
     run_dir = run_dir_for(out_root, run)
     before = _summary_text(run_dir)
     try:
-        summary = train(run, out_root)
+        summary = train(run, out_root, callbacks)
     except rundir.RunLocked as exc:
         return "locked", str(exc)
     except rundir.RunDiverged as exc:
@@ -54,6 +59,23 @@ def attempt(run: RunConfig, out_root: str | Path) -> tuple[str, str]:
     return "finished", f"{losses}  {summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s"
 
 
+def file_callbacks(path: str | Path, runs: list[RunConfig]) -> list:
+    """The callbacks an experiment file defines (`callbacks = [...]`, for every run of the file), checked against
+    each run's standard ones before any compute (ExperimentError naming the file); [] when it defines none."""
+    from ablate.experiment import experiment_callbacks
+
+    found = experiment_callbacks(path)
+    if found:
+        from ablate.trainer import run_callbacks
+
+        for run in runs:
+            try:
+                run_callbacks(run, found)
+            except ConfigError as exc:
+                raise ExperimentError(f"{path}: {exc}") from None
+    return found
+
+
 def _summary_text(run_dir: Path) -> str | None:
     """A finished run's summary.json as canonical JSON (NaN compares equal), or None."""
     try:
@@ -62,18 +84,24 @@ def _summary_text(run_dir: Path) -> str | None:
         return None
 
 
-def run_one(run: dict | RunConfig, out_root: str, threads: int | None = None) -> str:
-    """A worker: train one run in this (fresh) process and return its state. Honours torchrun's environment
-    variables, so G processes started together train it as one FSDP2 group."""
+def run_one(run: dict | RunConfig, out_root: str, threads: int | None = None,
+            experiment_file: str | None = None) -> str:
+    """A worker: train one run in this (fresh) process, with the callbacks `experiment_file` defines, and return
+    its state. Honours torchrun's environment variables, so G processes started together train it as one FSDP2
+    group."""
     import torch
 
+    from ablate.experiment import experiment_callbacks
     from ablate.parallel import shutdown_distributed
 
     if threads:
         torch.set_num_threads(threads)
     run = RunConfig.from_dict(run) if isinstance(run, dict) else run
     try:
-        state, message = attempt(run, out_root)
+        callbacks = experiment_callbacks(experiment_file) if experiment_file else []
+        state, message = attempt(run, out_root, callbacks)
+    except ExperimentError as exc:  # checked before the sweep began; the file changed since
+        state, message = "failed", str(exc)
     except KeyboardInterrupt:  # train() recorded where it stopped; the parent tells the user
         state, message = "interrupted", (rundir.read_status(run_dir_for(out_root, run)) or {}).get("message", "")
     finally:
@@ -170,16 +198,17 @@ def _env(slot: Slot, job: Job) -> dict:
     return env
 
 
-def _dispatch(slot: Slot, job: Job, out_root: str) -> None:
+def _dispatch(slot: Slot, job: Job, out_root: str, experiment_file: str | None) -> None:
     """Hand a run to the slot: to its waiting worker (imports and start-up paid once per slot, not per run), or,
     for several GPUs, to a torchrun group of its own."""
     job.log_path.parent.mkdir(parents=True, exist_ok=True)
     request = {"run": job.run.to_dict(), "out_root": str(out_root), "log": str(job.log_path),
-               "result": str(job.result_path)}
+               "result": str(job.result_path), "experiment_file": experiment_file}
     slot.job = job
     if len(slot.gpus) > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(slot.gpus)}",
-                   "-m", "ablate.sweep", json.dumps(request["run"]), str(out_root), str(slot.threads)]
+                   "-m", "ablate.sweep", json.dumps(request["run"]), str(out_root), str(slot.threads),
+                   *([experiment_file] if experiment_file else [])]
         with job.log_path.open("a") as log:
             slot.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(slot, job))
         return
@@ -214,9 +243,11 @@ def _outcome(slot: Slot, out_root: str) -> tuple[str, str]:
     return "failed", message
 
 
-def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], report) -> list[str]:
-    """Run every run in worker processes, as many at once as there are slots; returns the states in run order.
-    `report(index, run, state, message)` is told each start ("started") and each end."""
+def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], report,
+                     experiment_file: str | None = None) -> list[str]:
+    """Run every run in worker processes, as many at once as there are slots, each with the callbacks
+    `experiment_file` defines; returns the states in run order. `report(index, run, state, message)` is told each
+    start ("started") and each end."""
     states: list[str | None] = [None] * len(runs)
     pending = list(enumerate(runs, 1))
     scratch = Path(tempfile.mkdtemp(prefix="ablate-sweep-"))
@@ -228,7 +259,7 @@ def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], re
                 index, run = pending.pop(0)
                 stamp = time.strftime("%Y%m%d-%H%M%S")
                 _dispatch(slot, Job(index, run, run_dir_for(out_root, run) / rundir.LOGS / f"{stamp}-{index}.log",
-                                    scratch / f"{index}.json"), out_root)
+                                    scratch / f"{index}.json"), out_root, experiment_file)
                 report(index, run, "started", f"log {slot.job.log_path}")
             time.sleep(0.1)
             for slot in [s for s in slots if s.job and _finished(s)]:
@@ -280,7 +311,7 @@ def serve(threads: int) -> None:
         request = json.loads(line)
         os.environ[rundir.LOG_ENV], os.environ[RESULT_ENV] = request["log"], request["result"]
         with _output_to(request["log"]):
-            state = run_one(request["run"], request["out_root"], threads)
+            state = run_one(request["run"], request["out_root"], threads, request.get("experiment_file"))
         if state == "interrupted":
             sys.exit(130)
 
@@ -292,5 +323,6 @@ if __name__ == "__main__":
         except KeyboardInterrupt:  # Ctrl-C between runs
             sys.exit(130)
     else:
-        final = run_one(json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else None)
+        final = run_one(json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else None,
+                        sys.argv[4] if len(sys.argv) > 4 else None)
         sys.exit({"failed": 1, "interrupted": 130}.get(final, 0))

@@ -1,6 +1,6 @@
 """`ablate report`: many small runs -> which variant wins, how sure, and which tasks to trust.
 
-    load.py     run folders -> runs, tasks, scale groups
+    runs.py     run folders -> runs, tasks, scale groups
     stats.py    bootstrap CIs, seed-level tests, Benjamini-Hochberg, seeds needed, Spearman, Kendall, SNR,
                 decision accuracy (numpy/scipy)
     match.py    like with like: finals at equal tokens, scores over identical item sets
@@ -9,6 +9,8 @@
     across.py   every task x metric's SNR and decision accuracy from each smaller scale to the largest, with CIs
     choose.py   each task's best measured metric (every metric a candidate, judged by signal and noise)
     decide.py   the decision family, one sentence per decision metric, the winner
+    grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
+    fmt.py      what the text shares: the Section, numbers as shown, markdown escaping
     render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
 """
 from __future__ import annotations
@@ -17,8 +19,8 @@ import json
 from pathlib import Path
 
 from ablate.report.analyze import Options, build_report
-from ablate.report.load import ReportError
 from ablate.report.render import to_html, to_json, to_markdown
+from ablate.report.runs import ReportError
 
 __all__ = ["Options", "ReportError", "build_report", "write_report"]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report import choose, decide, match, stats, subjects
-from ablate.report import sweeps
 from ablate.report.across import across_scales
-from ablate.report.load import (BASELINE_METRICS, PRIOR_CONTROLLED, VAL_TASK, Run, TaskInfo, direction,
+from ablate.report.grid.analysis import analyze_sweep
+from ablate.report.runs import (BASELINE_METRICS, PRIOR_CONTROLLED, VAL_TASK, Run, TaskInfo, direction,
                                 group_by_scale, is_accuracy, load_runs, task_infos)
 from ablate.status import natural_key
 
@@ -364,7 +364,7 @@ def analyze_runs(runs: list[Run], tasks: dict[str, TaskInfo], opts: Options, exp
                        "groups": len(t.groups)} for t in tasks.values()],
             "groups": groups, "across_scales": across, "subject_floor": subject_floor,
             "recommendation": recommendation, "inference": inference,
-            "sweep": sweeps.analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
+            "sweep": analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
             "headline": decide.headline(experiment + (f" {where}" if where else ""), target, recommendation,
                                         overview, opts),
             "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),

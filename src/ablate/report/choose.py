@@ -20,7 +20,7 @@ import numpy as np
 from ablate.report import stats
 from ablate.report.across import mean_da
 from ablate.report.decide import decision_series
-from ablate.report.load import VAL_TASK, TaskInfo
+from ablate.report.runs import VAL_TASK, TaskInfo
 
 
 def _f(x, digits: int = 3) -> str:

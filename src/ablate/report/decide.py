@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ablate.report import stats
-from ablate.report.load import VAL_TASK
+from ablate.report.runs import VAL_TASK
 
 
 def best(final: dict, sign: int) -> str | None:

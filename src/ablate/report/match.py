@@ -18,7 +18,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ablate.report.load import Point, Run, TaskInfo
+from ablate.report.runs import Point, Run, TaskInfo
 
 
 @dataclass

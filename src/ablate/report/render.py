@@ -9,45 +9,10 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
-from dataclasses import dataclass, field
 
 from ablate.report import plots
-
-
-@dataclass
-class Section:
-    title: str
-    paragraphs: list[str] = field(default_factory=list)
-    tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # (caption, header, rows)
-    images: list[tuple[str, str]] = field(default_factory=list)  # (caption, base64 PNG), HTML only
-    bullets: list[str] = field(default_factory=list)
-
-
-def fmt(x, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if abs(x) < 1e-12:  # float rounding of an exact zero
-        return "0"
-    return f"{x:.{digits}g}"
-
-
-def fmt_p(p) -> str:
-    return "n/a" if p is None else "0 (no spread)" if p == 0 else f"{p:.2g}"
-
-
-def fmt_ci(ci) -> str:
-    return "n/a" if not ci else f"[{fmt(ci[0])}, {fmt(ci[1])}]"
-
-
-def fmt_seconds(s) -> str:
-    if s is None:
-        return "n/a"
-    return f"{s:.1f}s" if s < 120 else f"{s / 60:.1f}min" if s < 7200 else f"{s / 3600:.1f}h"
+from ablate.report.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
+from ablate.report.grid.sections import grid_sections
 
 
 def _group_title(group: dict, groups: list[dict]) -> str:
@@ -321,15 +286,6 @@ def _recommendation(report: dict) -> Section:
     return sec
 
 
-def _sweep(report: dict, with_images: bool) -> list[Section]:
-    """Grid runs on their axes (report["sweep"], from sweeps.py; its text and plots from sweep_render.py)."""
-    if not report.get("sweep"):
-        return []
-    from ablate.report.sweep_render import sweep_sections
-
-    return [Section(**part) for part in sweep_sections(report["sweep"], with_images)]
-
-
 def sections(report: dict, with_images: bool) -> list[Section]:
     groups = report["groups"]
     k = report["options"].get("average_last", 1)
@@ -350,48 +306,27 @@ def sections(report: dict, with_images: bool) -> list[Section]:
     if trust:
         out.append(trust)
     out.append(_recommendation(report))
-    out += _sweep(report, with_images)
+    if report.get("sweep"):  # grid runs on their axes (grid/analysis.py; their text and plots: grid/)
+        out += grid_sections(report["sweep"], with_images)
     out.append(Section("Cannot compute", [] if report["cannot_compute"] else ["Nothing: every figure was computed."],
                        bullets=report["cannot_compute"]))
     return out
 
 
-# What would start markup where markdown is rendered (GitHub, CommonMark), each taken literally after a backslash:
-# emphasis, code, GitHub's math and strikethrough, a table cell's end, headings, the backslash itself; _ at a
-# word's edge (inside a word, as in acc_per_char, it is text); ]( of a link, & of an entity, < of a tag or
-# autolink. Everything else stays as written, so the raw file reads well too ("p < 0.05", val_loss).
-_MD_MARKUP = re.compile(r"[\\*`$~|#]|(?<![^\W_])_|_(?![^\W_])|\](?=\()|&(?=#?\w+;)|<(?=[A-Za-z/!?])")
-
-
-_MD_BLOCK_START = re.compile(r"^(?:[-+](?=\s|$)|>|\d{1,9}(?=[.)](?:\s|$)))")  # a list item or a quote
-
-
-def _md_escape(text: str) -> str:
-    """Names are data: shown as written in rendered markdown, never opening markup or breaking a table cell."""
-    return _MD_MARKUP.sub(lambda m: "\\" + m.group(), text.replace("\n", " "))
-
-
-def _md_line(text: str) -> str:
-    """_md_escape for text that begins a line (a paragraph, a bullet's text), where "- x", "1. x" and "> x" would
-    start a list or a quote (table cells keep "-0.3" as it is)."""
-    return _MD_BLOCK_START.sub(lambda m: m.group() + "\\" if m.group()[0].isdigit() else "\\" + m.group(),
-                               _md_escape(text))
-
-
 def to_markdown(report: dict) -> str:
-    lines = [f"# Ablation report: {_md_escape(report['experiment'])}", ""]
+    lines = [f"# Ablation report: {md_escape(report['experiment'])}", ""]
     for sec in sections(report, with_images=False):
-        lines += [f"## {_md_escape(sec.title)}", ""]
+        lines += [f"## {md_escape(sec.title)}", ""]
         for p in sec.paragraphs:
-            lines += [_md_line(p), ""]
+            lines += [md_line(p), ""]
         if sec.bullets:
-            lines += [f"- {_md_line(b)}" for b in sec.bullets] + [""]
+            lines += [f"- {md_line(b)}" for b in sec.bullets] + [""]
         for caption, header, rows in sec.tables:
-            lines += [f"**{_md_escape(caption)}**", "", "| " + " | ".join(_md_escape(h) for h in header) + " |",
+            lines += [f"**{md_escape(caption)}**", "", "| " + " | ".join(md_escape(h) for h in header) + " |",
                       "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+            lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
             lines.append("")
-    lines.append(f"_Analysis took {report['seconds']:.1f}s over {_md_escape(report['runs_dir'])}; every figure is "
+    lines.append(f"_Analysis took {report['seconds']:.1f}s over {md_escape(report['runs_dir'])}; every figure is "
                  f"in report.json._")
     return "\n".join(lines) + "\n"
 
@@ -407,7 +342,7 @@ def to_html(report: dict) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report['experiment'])}"
              f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report['experiment'])}</h1>"]
-    with plots.as_written():  # the plots of every section (sweep_plots.py's too) show names as written
+    with plots.as_written():  # the plots of every section (grid/figures.py's too) show names as written
         content = sections(report, with_images=True)
     for sec in content:
         parts.append(f"<h2>{e(sec.title)}</h2>")

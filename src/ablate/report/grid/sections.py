@@ -1,14 +1,10 @@
-"""report["sweep"] -> the report's sweep sections, each a dict of title, paragraphs, tables of plain strings, PNGs
-and bullets (render.py's Section fields). Every number shown is read from the dict (report.json), none recomputed.
+"""report["sweep"] -> the report's sweep sections (fmt.Section: title, paragraphs, tables of plain strings, PNGs,
+bullets). Every number shown is read from the dict (report.json), none recomputed.
 """
 from __future__ import annotations
 
-from ablate.report import sweep_plots
-from ablate.report.render import fmt as _f  # render imports this module lazily: no cycle
-
-
-def _ci(ci, scale: float = 1.0) -> str:
-    return "n/a" if not ci else f"[{_f(ci[0] / scale, 3)}, {_f(ci[1] / scale, 3)}]"
+from ablate.report.fmt import Section, fmt, fmt_ci
+from ablate.report.grid import figures
 
 
 def _share(fit: dict) -> str:
@@ -25,11 +21,11 @@ def _notes(*fits: dict) -> str:
 
 def _optimum(fit: dict) -> str:
     if fit["status"] == "vertex":
-        return _f(fit["lr_opt"], 3)
+        return fmt(fit["lr_opt"], 3)
     if fit["status"] == "at_least":
-        return f"at least {_f(fit['bound_lr'], 3)}"
+        return f"at least {fmt(fit['bound_lr'], 3)}"
     if fit["status"] == "at_most":
-        return f"at most {_f(fit['bound_lr'], 3)}"
+        return f"at most {fmt(fit['bound_lr'], 3)}"
     return "n/a"
 
 
@@ -41,11 +37,11 @@ def _lr(sweep: dict, metric: str) -> tuple[list, list]:
     rows = []
     for v in sweep["lr"]:
         f = v["fit"]
-        within = "n/a" if not f["within"] else _ci(f["within"]) + (" (beyond the grid)" if f["within_beyond_grid"]
-                                                                    else "")
-        rows.append([v["label"], ", ".join(_f(x, 3) for x in v["lrs"]), f"{_f(f['best_lr'], 3)}: "
-                     f"{_f(f['best_value'])}", _optimum(f), _f(f["value_opt"]), _ci(f["ci"]) + _share(f), within,
-                     f["note"]])
+        within = "n/a" if not f["within"] else fmt_ci(f["within"], 3) + (
+            " (beyond the grid)" if f["within_beyond_grid"] else "")
+        rows.append([v["label"], ", ".join(fmt(x, 3) for x in v["lrs"]), f"{fmt(f['best_lr'], 3)}: "
+                     f"{fmt(f['best_value'])}", _optimum(f), fmt(f["value_opt"]), fmt_ci(f["ci"], 3) + _share(f),
+                     within, f["note"]])
     return paragraphs, [("Optimum LR", ["context", "LRs", "best measured", "fitted optimum", f"fitted {metric}",
                                         "95% CI", "within 1%", "note"], rows)]
 
@@ -62,27 +58,27 @@ def _batch(ctx: dict) -> tuple[list, list]:
         f"loss), B_min = A1 of its linear stage E = A1 S + A0 (smaller batches never reach the loss); the grid's own "
         f"bound on B_min is the smallest batch that reached the loss. MiniCPM: B_opt = 1.2110e9 / L^6.2393 "
         f"tokens, fitted to C4 loss with its own tokenizer: a reference, not comparable across corpora and "
-        f"tokenizers. Batch sizes in sequences of {_f(seq, 6)} tokens"
+        f"tokenizers. Batch sizes in sequences of {fmt(seq, 6)} tokens"
         + (f"; 95% CIs: seeds resampled at each batch size, curves re-read and refitted ({ctx['n_boot']} "
            f"replicates)." if ctx["n_boot"] else ".")]
     if ctx["note"]:
         paragraphs.append(f"Batch size ({ctx['label']}): {ctx['note']}.")
     if ctx["short_curves"]:
         paragraphs.append(f"Too few logged points in common over seeds, left out: {', '.join(ctx['short_curves'])}.")
-    points = [[_f(t["loss"]), str(p["batch"]), _f(p["steps"]), _f(p["tokens"])] for t in ctx["targets"]
+    points = [[fmt(t["loss"]), str(p["batch"]), fmt(p["steps"]), fmt(p["tokens"])] for t in ctx["targets"]
               for p in t["points"]]
-    points += [[_f(t["loss"]), str(b), "not reached", ""] for t in ctx["targets"] for b in t["not_reached"]]
+    points += [[fmt(t["loss"]), str(b), "not reached", ""] for t in ctx["targets"] for b in t["not_reached"]]
     fits = []
     for t in ctx["targets"]:
         c, w, seen = t["critical"], t["wsd"], t["b_min_observed"]
-        b_opt = _f(w["b_opt_sequences"], 3) if w["status"] == "vertex" else (
-            f"{w['status'].replace('_', ' ')} {_f(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
+        b_opt = fmt(w["b_opt_sequences"], 3) if w["status"] == "vertex" else (
+            f"{w['status'].replace('_', ' ')} {fmt(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
         grid_min = "n/a" if seen["at_most"] is None else f"<= {seen['at_most']}" + (
             f", > {seen['above']}" if seen["above"] is not None else "")
-        fits.append([_f(t["loss"]), _f(c["b_crit_sequences"], 3), _ci(c.get("ci_sequences")) + _share(c),
-                     _f(c["rel_rmse"], 2), b_opt, _ci(w.get("ci_sequences")) + _share(w),
-                     _f(w["b_min_sequences"], 3), grid_min,
-                     f"{_f(t['minicpm']['tokens'], 3)} ({_f(t['minicpm']['sequences'], 3)})", _notes(c, w)])
+        fits.append([fmt(t["loss"]), fmt(c["b_crit_sequences"], 3), fmt_ci(c.get("ci_sequences"), 3) + _share(c),
+                     fmt(c["rel_rmse"], 2), b_opt, fmt_ci(w.get("ci_sequences"), 3) + _share(w),
+                     fmt(w["b_min_sequences"], 3), grid_min,
+                     f"{fmt(t['minicpm']['tokens'], 3)} ({fmt(t['minicpm']['sequences'], 3)})", _notes(c, w)])
     tables = [(f"Steps and tokens to each target loss ({ctx['label']})", ["target loss", "batch", "steps S",
                                                                           "tokens E"], points),
               (f"Batch-size fits per target loss ({ctx['label']}; sequences per step)",
@@ -99,60 +95,64 @@ def _scale(scale: dict, metric: str) -> tuple[list, list]:
     f = scale["fit"]
     if f and f["status"] == "fit":
         ci = f["ci"] or {}
-        paragraphs.append(f"Fit: E = {_f(f['E'])} {_ci(ci.get('E'))}, A = {_f(f['A'])} {_ci(ci.get('A'))}, "
-                          f"alpha = {_f(f['alpha'])} {_ci(ci.get('alpha'))}; rmse {_f(f['rmse'], 3)}."
+        paragraphs.append(f"Fit: E = {fmt(f['E'])} {fmt_ci(ci.get('E'), 3)}, "
+                          f"A = {fmt(f['A'])} {fmt_ci(ci.get('A'), 3)}, "
+                          f"alpha = {fmt(f['alpha'])} {fmt_ci(ci.get('alpha'), 3)}; rmse {fmt(f['rmse'], 3)}."
                           + (f" {f['note']}." if f["note"] else ""))
     elif f:
         paragraphs.append(f"No power-law fit: {f['note']}.")
     if scale["note"]:
         paragraphs.append(scale["note"] + ".")
     tables = [("Best cell per model size", ["size", "params", "best cell", metric],
-               [[s["label"], _f(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
-                 s["best"], _f(s["mean"])] for s in scale["sizes"]])]
+               [[s["label"], fmt(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
+                 s["best"], fmt(s["mean"])] for s in scale["sizes"]])]
     if scale["decision"]:
         tables.append((f"Ranking of {ranked} at each size vs the largest",
                        ["size", "params", "cells", "decision accuracy", "Kendall tau"],
-                       [[d["label"], _f(d["params"], 6), str(len(d["cells"])), _f(d["decision_accuracy"], 3),
-                         _f(d["tau"], 3)] for d in scale["decision"]]))
+                       [[d["label"], fmt(d["params"], 6), str(len(d["cells"])), fmt(d["decision_accuracy"], 3),
+                         fmt(d["tau"], 3)] for d in scale["decision"]]))
     return paragraphs, tables
 
 
-def sweep_sections(sweep: dict, with_images: bool) -> list[dict]:
+def _drawn(images: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    """The (caption, PNG) pairs that were drawn: a plot with nothing to show is None."""
+    return [(caption, png) for caption, png in images if png]
+
+
+def grid_sections(sweep: dict, with_images: bool) -> list[Section]:
     """The "Sweep" section (cells, heatmap, what could not be computed), then one per view: optimum LR, batch size
-    per context, model size."""
+    per context, model size. Plots are drawn only with_images (for HTML)."""
     m = sweep["metric"] or {"source": "n/a", "direction": "lower"}
     metric = "val loss" if m["source"] == "final val/loss" else "loss"
     hm = sweep.get("heatmap")
-    head = {"title": "Sweep", "paragraphs": [
+    head = Section("Sweep", [
         f"Runs built by grid() over {', '.join(sweep['axes'])}, one cell per combination of values, seeds averaged; "
         f"score: {m['source']} ({m['direction']} is better). Every number here is in report.json under \"sweep\"."],
-        "bullets": list(sweep["notes"]), "images": [],
-        "tables": [("Grid cells", ["cell", "seeds", metric, "seed sd", "min", "max", "params"],
-                    [[c["label"], str(len(c["seeds"])), _f(c["mean"]), _f(c["std"], 3), _f(c["min"]), _f(c["max"]),
-                      _f(c["params"], 6)] for c in sweep["cells"]])]}
+        bullets=list(sweep["notes"]),
+        tables=[("Grid cells", ["cell", "seeds", metric, "seed sd", "min", "max", "params"],
+                 [[c["label"], str(len(c["seeds"])), fmt(c["mean"]), fmt(c["std"], 3), fmt(c["min"]), fmt(c["max"]),
+                   fmt(c["params"], 6)] for c in sweep["cells"]])])
     if hm:
         fixed = ", ".join(f"{k}={v}" for k, v in hm["fixed"].items())
-        head["tables"].append((f"{metric}: {hm['y']} (rows) x {hm['x']} (columns)" + (f", at {fixed}" if fixed else ""),
-                               [f"{hm['y']} \\ {hm['x']}"] + [str(x) for x in hm["x_values"]],
-                               [[str(y)] + [_f(v) for v in row] for y, row in zip(hm["y_values"], hm["mean"])]))
+        head.tables.append((f"{metric}: {hm['y']} (rows) x {hm['x']} (columns)" + (f", at {fixed}" if fixed else ""),
+                            [f"{hm['y']} \\ {hm['x']}"] + [str(x) for x in hm["x_values"]],
+                            [[str(y)] + [fmt(v) for v in row] for y, row in zip(hm["y_values"], hm["mean"])]))
         if with_images:
-            head["images"].append(("heatmap", sweep_plots.heatmap_png(hm, metric)))
+            head.images = _drawn([("heatmap", figures.heatmap_png(hm, metric))])
     out = [head]
     if sweep.get("lr"):
         paragraphs, tables = _lr(sweep, metric)
-        images = [("score against LR", sweep_plots.lr_png(sweep["lr"], metric))] if with_images else []
-        out.append({"title": "Sweep: optimum LR", "paragraphs": paragraphs, "tables": tables, "images": images})
+        images = _drawn([("score against LR", figures.lr_png(sweep["lr"], metric))]) if with_images else []
+        out.append(Section("Sweep: optimum LR", paragraphs, tables, images))
     for ctx in sweep.get("batch") or []:
         paragraphs, tables = _batch(ctx)
-        images = [(f"loss curves per batch size ({ctx['label']})", sweep_plots.loss_curves_png(ctx)),
-                  (f"E vs S ({ctx['label']})", sweep_plots.es_png(ctx))] if with_images else []
+        images = _drawn([(f"loss curves per batch size ({ctx['label']})", figures.loss_curves_png(ctx)),
+                         (f"E vs S ({ctx['label']})", figures.es_png(ctx))]) if with_images else []
         title = "Sweep: batch size" + ("" if ctx["label"] == "all" else f" ({ctx['label']})")
-        out.append({"title": title, "paragraphs": paragraphs, "tables": tables, "images": images})
+        out.append(Section(title, paragraphs, tables, images))
     if sweep.get("scale"):
         paragraphs, tables = _scale(sweep["scale"], metric)
-        images = [("score against model size", sweep_plots.power_law_png(sweep["scale"], metric))] \
+        images = _drawn([("score against model size", figures.power_law_png(sweep["scale"], metric))]) \
             if with_images else []
-        out.append({"title": "Sweep: model size", "paragraphs": paragraphs, "tables": tables, "images": images})
-    for part in out:
-        part["images"] = [(caption, png) for caption, png in part["images"] if png]
+        out.append(Section("Sweep: model size", paragraphs, tables, images))
     return out

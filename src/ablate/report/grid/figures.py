@@ -1,5 +1,5 @@
 """Plots of the sweep views, drawn from report["sweep"] only, as base64 PNGs (the Agg canvas and text shown as
-written: plots.py's png() and as_written())."""
+written: report/plots.py's png() and as_written())."""
 from __future__ import annotations
 
 import numpy as np

@@ -2,7 +2,7 @@
 
 A grid cell is one combination of axis values; its seeds are averaged. From the cells:
 - points and a heatmap of the primary metric (final val/loss, else final training loss) over two axes;
-- the metric against LR per value of the other axes, and the fitted optimum LR (sweep_fits.lr_optimum);
+- the metric against LR per value of the other axes, and the fitted optimum LR (fits.lr_optimum);
 - with a batch-size axis (train.global_batch): steps S and tokens E to reach target losses, read off the loss
   curves of each batch size at its best LR, and the fits of McCandlish's hyperbola (B_crit) and the WSD-revised E(S)
   of seed 001 (B_opt, B_min), beside MiniCPM's rule;
@@ -17,9 +17,9 @@ from collections import Counter
 import numpy as np
 
 from ablate.report import stats
+from ablate.report.grid import fits
 from ablate.report.match import final_points
-from ablate.report import sweep_fits as fits
-from ablate.report.load import VAL_TASK, ReportError, Run, get_dotted
+from ablate.report.runs import VAL_TASK, ReportError, Run, get_dotted
 
 LR_AXIS, BATCH_AXIS = "optim.lr", "train.global_batch"
 SIZE_FIELDS = ("model.d_model", "model.n_layers", "model.ffn_hidden")

@@ -1,0 +1,156 @@
+"""`ablate run FILE`: every run of an experiment file on this machine (one after another, or side by side in
+worker processes) or through submitit (a SLURM job array, or its local executor).
+
+Under torchrun every rank runs the same command; rank 0 prints.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ablate.config import ConfigError
+from ablate.overrides import parse_set_args
+
+
+def cmd_run(args) -> int:
+    from ablate.experiment import load_experiment
+
+    out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
+    runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
+    from ablate.sweep import file_callbacks
+
+    callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
+    _check_memory(runs, args)
+    if args.launcher != "here":
+        return _run_submitit(runs, out, args, callbacks)
+    if args.slurm:
+        raise ConfigError("--slurm: only with --launcher slurm (or local)")
+    from ablate import sweep
+
+    if "RANK" in os.environ:  # under torchrun every rank trains each run together, one after another
+        if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or args.gpus_per_run > 1:
+            raise ConfigError("--jobs/--runs-per-gpu/--gpus-per-run: not under torchrun (ablate starts the "
+                              "torchrun groups itself with --gpus-per-run G)")
+        slots = None
+    else:
+        at_most = len(runs)  # more runs at once than there are runs would only split the threads finer
+        slots = sweep.machine_slots(args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most),
+                                    args.gpus_per_run)
+    return _run_here(runs, out, slots, args.file, callbacks)
+
+
+def _check_memory(runs, args) -> None:
+    """Refuse, before any compute, runs whose per-rank memory (ablate plan's estimate) exceeds --device-memory or
+    the visible GPU's memory; on CPU without --device-memory nothing is checked."""
+    from ablate.memory import check_fits, device_memory_default, parse_size
+
+    memory = parse_size(args.device_memory) if args.device_memory else device_memory_default()
+    if memory is None:
+        return
+    world = int(os.environ.get("WORLD_SIZE", 1)) * max(args.gpus_per_run, 1)
+    for run in runs:
+        check_fits(run, world, memory)
+
+
+def _run_here(runs, out: str, slots, file: str, callbacks: list) -> int:
+    """All runs on this machine: in this process one after another, or side by side in worker processes (which
+    load the experiment file's callbacks themselves)."""
+    from ablate import rundir, sweep
+    from ablate.parallel import init_distributed, shutdown_distributed
+
+    d = init_distributed(runs[0].train.device)
+    states: list[str] = []
+    progress = _Progress(len(runs), d.is_main)
+    try:
+        sweep.prepare_all(runs, d)  # bad data stops everything here, before any run starts
+        if d.is_main:
+            _mark_pending(runs, out)
+        if slots is None or (len(slots) == 1 and len(slots[0].gpus) <= 1):
+            for k, run in enumerate(runs, 1):
+                progress(k, run, "started", str(rundir.run_dir_for(out, run)))
+                state, message = sweep.attempt(run, out, callbacks)
+                progress(k, run, state, message)
+                states.append(state)
+        else:
+            shutdown_distributed()  # the workers make their own process groups
+            if d.is_main:
+                print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
+            states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks))
+    except KeyboardInterrupt:
+        for run in runs:
+            status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
+            if status.get("state") == "interrupted" and d.is_main:
+                print(f"{sweep.label(run)}: {status['message']}", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        shutdown_distributed()
+    return _closing(states, runs, out) if d.is_main else int("failed" in states)
+
+
+class _Progress:
+    """The sweep's console: run k/N as each starts and ends."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+
+    def __call__(self, index, run, state, message) -> None:
+        from ablate.sweep import label
+
+        if self.enabled:
+            print(f"run {index}/{self.total} {state} {label(run)}: {message}", flush=True)
+
+
+def _describe(slots) -> str:
+    if not slots[0].gpus:
+        return f"{slots[0].threads} torch thread{'s' if slots[0].threads > 1 else ''} each"
+    return "; ".join(f"GPU {','.join(s.gpus)}" for s in slots[:8]) + (" ..." if len(slots) > 8 else "")
+
+
+def _mark_pending(runs, out: str) -> None:
+    """`ablate status` lists queued runs too; a folder that already has a status keeps it."""
+    from ablate import rundir
+
+    for run in runs:
+        run_dir = rundir.run_dir_for(out, run)
+        if not (run_dir / rundir.STATUS).exists() and not (run_dir / rundir.SUMMARY).exists():
+            rundir.write_status(run_dir, "pending", step=0, max_steps=run.train.max_steps, message="")
+
+
+def _closing(states: list[str], runs, out: str) -> int:
+    """How many finished, failed, diverged; what to run next. Exit 1 when any run failed."""
+    counts = {s: states.count(s) for s in ("finished", "failed", "diverged", "locked", "interrupted") if s in states}
+    text = ", ".join(f"{n} {'skipped (locked by another process)' if s == 'locked' else s}" for s, n in counts.items())
+    print(f"{len(states)} run{'s' if len(states) != 1 else ''}: {text}", flush=True)
+    for experiment in sorted({r.experiment for r in runs}):
+        print(f"next: ablate status {out}/{experiment}   ablate report {out}/{experiment}", flush=True)
+    return 1 if counts.get("failed") else 0
+
+
+def _file_for_workers(file: str, callbacks: list) -> str | None:
+    """The experiment file, for worker processes to load its callbacks from (None: it defines none)."""
+    return str(Path(file).resolve()) if callbacks else None
+
+
+def _run_submitit(runs, out: str, args, callbacks: list) -> int:
+    from ablate import slurm
+
+    if args.jobs not in (None, 1) or args.runs_per_gpu > 1:
+        raise ConfigError("--jobs/--runs-per-gpu: not with --launcher slurm/local; use --slurm "
+                          "array_parallelism=N,gpus_per_run=G")
+    options = slurm.parse_slurm_options(args.slurm or "")
+    if args.gpus_per_run > 1:  # --gpus-per-run G means the same as --slurm gpus_per_run=G
+        options["gpus_per_run"] = args.gpus_per_run
+    from ablate.sweep import prepare_all
+
+    if args.launcher == "local":
+        prepare_all(runs)  # on a cluster each task builds (or finds) the shared cache itself
+    _mark_pending(runs, out)
+    if args.launcher == "slurm":  # a sweep outlives a login shell: submit, then follow it with ablate status
+        slurm.submit(runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks))
+        for experiment in sorted({r.experiment for r in runs}):
+            print(f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
+                  f"report {out}/{experiment}", flush=True)
+        return 0
+    states = slurm.submit(runs, out, options, local=True, experiment_file=_file_for_workers(args.file, callbacks))
+    return _closing(states, runs, out)

@@ -1,0 +1,67 @@
+"""What every part of the report's text shares: the Section a renderer lays out, numbers as shown, and names escaped
+for markdown. Used by render.py and grid/sections.py; imports nothing of ablate (and no matplotlib).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Section:
+    """Neutral content: titles, paragraphs, tables of plain strings, images; the markdown and HTML writers only
+    escape and lay out."""
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # (caption, header, rows)
+    images: list[tuple[str, str]] = field(default_factory=list)  # (caption, base64 PNG), HTML only
+    bullets: list[str] = field(default_factory=list)
+
+
+def fmt(x, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if abs(x) < 1e-12:  # float rounding of an exact zero
+        return "0"
+    return f"{x:.{digits}g}"
+
+
+def fmt_p(p) -> str:
+    return "n/a" if p is None else "0 (no spread)" if p == 0 else f"{p:.2g}"
+
+
+def fmt_ci(ci, digits: int = 4) -> str:
+    return "n/a" if not ci else f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
+
+
+def fmt_seconds(s) -> str:
+    if s is None:
+        return "n/a"
+    return f"{s:.1f}s" if s < 120 else f"{s / 60:.1f}min" if s < 7200 else f"{s / 3600:.1f}h"
+
+
+# What would start markup where markdown is rendered (GitHub, CommonMark), each taken literally after a backslash:
+# emphasis, code, GitHub's math and strikethrough, a table cell's end, headings, the backslash itself; _ at a
+# word's edge (inside a word, as in acc_per_char, it is text); ]( of a link, & of an entity, < of a tag or
+# autolink. Everything else stays as written, so the raw file reads well too ("p < 0.05", val_loss).
+_MD_MARKUP = re.compile(r"[\\*`$~|#]|(?<![^\W_])_|_(?![^\W_])|\](?=\()|&(?=#?\w+;)|<(?=[A-Za-z/!?])")
+
+
+_MD_BLOCK_START = re.compile(r"^(?:[-+](?=\s|$)|>|\d{1,9}(?=[.)](?:\s|$)))")  # a list item or a quote
+
+
+def md_escape(text: str) -> str:
+    """Names are data: shown as written in rendered markdown, never opening markup or breaking a table cell."""
+    return _MD_MARKUP.sub(lambda m: "\\" + m.group(), text.replace("\n", " "))
+
+
+def md_line(text: str) -> str:
+    """md_escape for text that begins a line (a paragraph, a bullet's text), where "- x", "1. x" and "> x" would
+    start a list or a quote (table cells keep "-0.3" as it is)."""
+    return _MD_BLOCK_START.sub(lambda m: m.group() + "\\" if m.group()[0].isdigit() else "\\" + m.group(),
+                               md_escape(text))
