@@ -2,7 +2,8 @@
 5 solved examples of the same skill; OLMES reports per-token accuracy. Items and both renderings come from the
 oe-eval request files: CF scores each choice's text after the rc_5shot context, MCF the letter after the mc_5shot
 context (the same examples and question with lettered choices)."""
-from functools import lru_cache
+
+from functools import cache
 
 from ablate.eval.tasks import LETTERS, REQUESTS_PREFIX, Item, Task, load_rows
 
@@ -16,10 +17,12 @@ SKILLS = {  # name -> what an item asks, for its description
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def mcf_contexts(skill: str) -> dict[str, str]:
     """native_id -> the mc_5shot context (its 5 examples, then the question and its lettered choices)."""
-    return {row["native_id"]: row["contexts"][0] for row in load_rows(f"{REQUESTS_PREFIX}basic_skills_{skill}/mc_5shot")}
+    return {
+        row["native_id"]: row["contexts"][0] for row in load_rows(f"{REQUESTS_PREFIX}basic_skills_{skill}/mc_5shot")
+    }
 
 
 def builder(skill: str):
@@ -32,12 +35,25 @@ def builder(skill: str):
         mcf = mcf_contexts(skill)[item_id]
         if not mcf.endswith(listed):
             raise ValueError(f"basic_skills_{skill} {item_id}: the mc_5shot context does not end in its choices")
-        return Item(id=item_id, contexts=row["contexts"][:1], continuations=row["continuations"], gold=int(doc["gold"]),
-                    question=mcf[:-len(listed)], choice_texts=list(doc["choices"]))
+        return Item(
+            id=item_id,
+            contexts=row["contexts"][:1],
+            continuations=row["continuations"],
+            gold=int(doc["gold"]),
+            question=mcf[: -len(listed)],
+            choice_texts=list(doc["choices"]),
+        )
+
     return build
 
 
-TASKS = [Task(name=f"basic_skills_{skill}", data=f"{REQUESTS_PREFIX}basic_skills_{skill}/rc_5shot",
-              build=builder(skill), primary="acc_per_token",
-              description=f"basic_skills {skill.replace('_', ' ')}: {asks}, 5-shot.\n\n{__doc__}")
-         for skill, asks in SKILLS.items()]
+TASKS = [
+    Task(
+        name=f"basic_skills_{skill}",
+        data=f"{REQUESTS_PREFIX}basic_skills_{skill}/rc_5shot",
+        build=builder(skill),
+        primary="acc_per_token",
+        description=f"basic_skills {skill.replace('_', ' ')}: {asks}, 5-shot.\n\n{__doc__}",
+    )
+    for skill, asks in SKILLS.items()
+]

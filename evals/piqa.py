@@ -1,4 +1,5 @@
 """PIQA (validation, 1838 items): physical commonsense, which of 2 solutions reaches the goal; OLMES: per-char."""
+
 from ablate.eval.tasks import Task, question_answer_item
 
 

@@ -4,6 +4,7 @@
     ablate run experiments/gqa_vs_mha.py --set data.source=../shared/data/wiki2015/wiki-0[0-3].jsonl.gz \
         --set data.val_source=../shared/data/wiki2015/wiki-09.jsonl.gz
 """
+
 from ablate import ModelConfig, RunConfig, TrainConfig, variant
 
 base = RunConfig(

@@ -11,6 +11,7 @@ seeds; four checkpoints kept per run (25/50/75/100% of training) so every task x
 The report compares each smaller size's ranking of the six variants with the largest's (decision accuracy), per task
 and metric, beside validation loss. On a checkout's ../shared/data.
 """
+
 from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant
 
 # (name, d_model, n_layers, n_heads, steps): 16 x 128 tokens per step
@@ -29,13 +30,27 @@ def _base(d_model: int, n_layers: int, n_heads: int, steps: int) -> RunConfig:
     quarter = steps // 4
     return RunConfig(
         model=ModelConfig(vocab_size=4096, d_model=d_model, n_layers=n_layers, n_heads=n_heads),
-        data=DataConfig(source="../shared/data/wiki2015/wiki-00.jsonl.gz",
-                        val_source="../shared/data/wiki2015/wiki-09.jsonl.gz", seq_len=128, max_documents=2000),
-        train=TrainConfig(max_steps=steps, global_batch=16, micro_batch=16, log_every=10, val_every=quarter,
-                          ckpt_every=quarter, keep_checkpoints=4),
+        data=DataConfig(
+            source="../shared/data/wiki2015/wiki-00.jsonl.gz",
+            val_source="../shared/data/wiki2015/wiki-09.jsonl.gz",
+            seq_len=128,
+            max_documents=2000,
+        ),
+        train=TrainConfig(
+            max_steps=steps,
+            global_batch=16,
+            micro_batch=16,
+            log_every=10,
+            val_every=quarter,
+            ckpt_every=quarter,
+            keep_checkpoints=4,
+        ),
     )
 
 
-runs = [variant(_base(d, n, h, steps), f"{name}@{size}", changes)
-        for size, d, n, h, steps in SIZES for name, changes in ABLATIONS.items()]
+runs = [
+    variant(_base(d, n, h, steps), f"{name}@{size}", changes)
+    for size, d, n, h, steps in SIZES
+    for name, changes in ABLATIONS.items()
+]
 seeds = [0, 1, 2]

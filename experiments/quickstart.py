@@ -1,7 +1,8 @@
 """Quickstart: a 1.9M-parameter model trained on 1M tokens of the embedded corpus (about 2 minutes on 2 CPU cores).
 
-    ablate run experiments/quickstart.py
+ablate run experiments/quickstart.py
 """
+
 from ablate import DataConfig, EvalConfig, ModelConfig, RunConfig, ScheduleConfig, TrainConfig
 
 runs = [

@@ -5,6 +5,7 @@
 On the wiki shards of a checkout's ../shared/data: --set data.source=../shared/data/wiki2015/wiki-00.jsonl.gz
 --set data.val_source=../shared/data/wiki2015/wiki-09.jsonl.gz
 """
+
 from ablate import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig, grid
 
 base = RunConfig(

@@ -9,6 +9,7 @@ a linear, cosine or 1-sqrt shape; a fourth starts its decay at 60% (a longer coo
 share the parent's curve up to their start, and their first step repeats the parent's next one exactly. On the text
 of a checkout's ../shared/data (run from the repository's root).
 """
+
 from ablate import DataConfig, ModelConfig, RunConfig, ScheduleConfig, TrainConfig, branch, variant
 
 WIKI, BOOKS = "../shared/data/wiki2015/wiki-0[0-1].jsonl.gz", "../shared/data/openstax/openstax-00.jsonl.gz"
@@ -20,9 +21,13 @@ base = RunConfig(
 )
 stable = variant(base, "stable")
 decay = {"schedule.name": "wsd", "schedule.decay": 0.2}
-runs = [stable,
-        *[branch(stable, at=0.8, name=f"decay_{shape}", changes={**decay, "schedule.decay_shape": shape})
-          for shape in ("linear", "cosine", "sqrt")],
-        branch(stable, at=0.6, name="decay_linear_40pct", changes={**decay, "schedule.decay": 0.4}),
-        branch(stable, at=0.8, name="decay_linear_books", changes={**decay, "data.source": f"{WIKI}:0.5,{BOOKS}:0.5"})]
+runs = [
+    stable,
+    *[
+        branch(stable, at=0.8, name=f"decay_{shape}", changes={**decay, "schedule.decay_shape": shape})
+        for shape in ("linear", "cosine", "sqrt")
+    ],
+    branch(stable, at=0.6, name="decay_linear_40pct", changes={**decay, "schedule.decay": 0.4}),
+    branch(stable, at=0.8, name="decay_linear_books", changes={**decay, "data.source": f"{WIKI}:0.5,{BOOKS}:0.5"}),
+]
 seeds = [0, 1, 2]

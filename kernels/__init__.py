@@ -12,6 +12,7 @@ Triton is imported only when a Triton kernel is about to run, so CPU users need 
     cross_entropy_triton.py   chunked linear + cross-entropy with z-loss and ignore-index
     aot.py                    ahead-of-time builds of every kernel for sm_80/sm_90 (the CPU build check)
 """
+
 from __future__ import annotations
 
 import os
@@ -32,6 +33,7 @@ def use_triton(kernels: str, x: torch.Tensor) -> bool:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, kernels: str = "torch") -> torch.Tensor:
     if use_triton(kernels, x):
         from ablate.kernels import rmsnorm_triton
+
         return rmsnorm_triton.rms_norm(x, weight, eps)
     return reference.rms_norm(x, weight, eps)
 
@@ -39,6 +41,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, kernels: str = "
 def swiglu(gate: torch.Tensor, up: torch.Tensor, kernels: str = "torch") -> torch.Tensor:
     if use_triton(kernels, gate):
         from ablate.kernels import swiglu_triton
+
         return swiglu_triton.swiglu(gate, up)
     return reference.swiglu(gate, up)
 
@@ -46,17 +49,25 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, kernels: str = "torch") -> torc
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kernels: str = "torch") -> torch.Tensor:
     if use_triton(kernels, x):
         from ablate.kernels import rope_triton
+
         return rope_triton.apply_rope(x, cos, sin)
     return reference.apply_rope(x, cos, sin)
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                         z_loss: float = 0.0, chunk_rows: int | None = None,
-                         kernels: str = "torch") -> tuple[torch.Tensor, torch.Tensor]:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    z_loss: float = 0.0,
+    chunk_rows: int | None = None,
+    kernels: str = "torch",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean cross-entropy + z_loss * mean(logsumexp^2), mean cross-entropy detached) of hidden @ weight.T against
     targets, computed a chunk of rows at a time so the full logits are never held."""
     if use_triton(kernels, hidden):
         from ablate.kernels import cross_entropy_triton
+
         return cross_entropy_triton.linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows)
     return reference.linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows)
 

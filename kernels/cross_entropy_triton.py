@@ -6,6 +6,7 @@ logsumexp, and two more matmuls give the chunk's hidden-state gradient and its s
 One program per row: pass 1 reads the row for an online max/sum-of-exp (the logsumexp), pass 2 reads it again
 and writes softmax * (1 + 2 z lse) - onehot over it; ignored rows get zero loss and zero gradient.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,17 @@ NUM_WARPS = 8
 
 
 @triton.jit
-def cross_entropy_chunk_kernel(logits_ptr, targets_ptr, ce_ptr, z_ptr, n_cols, ignore_index, z_loss,
-                               WRITE_GRAD: tl.constexpr, BLOCK_V: tl.constexpr):
+def cross_entropy_chunk_kernel(
+    logits_ptr,
+    targets_ptr,
+    ce_ptr,
+    z_ptr,
+    n_cols,
+    ignore_index,
+    z_loss,
+    WRITE_GRAD: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * n_cols
     target = tl.load(targets_ptr + row)
@@ -49,16 +59,27 @@ def cross_entropy_chunk_kernel(logits_ptr, targets_ptr, ce_ptr, z_ptr, n_cols, i
 
 
 @torch.library.custom_op("ablate::cross_entropy_chunk", mutates_args=("logits",))
-def cross_entropy_chunk_op(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float,
-                           write_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_entropy_chunk_op(
+    logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float, write_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     if logits.stride(-1) != 1 or logits.stride(0) != logits.shape[1]:
         raise NotImplementedError("cross_entropy_chunk (Triton): logits must be contiguous (rows, vocab)")
     n_rows, n_cols = logits.shape
     ce_rows = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     z_rows = torch.empty_like(ce_rows)
     targets = targets.to(torch.int64).contiguous()  # the variant the AOT check builds
-    cross_entropy_chunk_kernel[(n_rows,)](logits, targets, ce_rows, z_rows, n_cols, ignore_index, z_loss,
-                                          WRITE_GRAD=write_grad, BLOCK_V=BLOCK_V, num_warps=NUM_WARPS)
+    cross_entropy_chunk_kernel[(n_rows,)](
+        logits,
+        targets,
+        ce_rows,
+        z_rows,
+        n_cols,
+        ignore_index,
+        z_loss,
+        WRITE_GRAD=write_grad,
+        BLOCK_V=BLOCK_V,
+        num_warps=NUM_WARPS,
+    )
     return ce_rows, z_rows
 
 
@@ -68,13 +89,21 @@ def _(logits, targets, ignore_index, z_loss, write_grad):
     return rows, torch.empty_like(rows)
 
 
-def cross_entropy_chunk(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float,
-                        write_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_entropy_chunk(
+    logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float, write_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Same contract as reference.cross_entropy_chunk."""
     return cross_entropy_chunk_op(logits, targets, ignore_index, float(z_loss), write_grad)
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                         z_loss: float = 0.0, chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return reference.linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows,
-                                          ce_chunk=cross_entropy_chunk)
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    z_loss: float = 0.0,
+    chunk_rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return reference.linear_cross_entropy(
+        hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk=cross_entropy_chunk
+    )

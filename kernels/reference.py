@@ -5,6 +5,7 @@ output projection and the loss are computed a chunk of rows at a time, and the g
 weight are formed in the same pass, so the full (tokens x vocab) logits never exist, on CPU as on GPU. The Triton
 version reuses this driver and only swaps the per-chunk loss step.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 # chunked linear + cross-entropy
 
 
-def cross_entropy_chunk(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float,
-                        write_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_entropy_chunk(
+    logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float, write_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One chunk's loss step: per-row (cross-entropy, logsumexp^2) in fp32, both 0 on ignored rows. With write_grad,
     `logits` (rows, vocab) is overwritten by d(sum of row losses)/d(logits):
     softmax * (1 + 2 * z_loss * lse) - onehot(target), zero on ignored rows (the caller divides by the count)."""
@@ -67,8 +69,17 @@ def default_chunk_rows(n_rows: int, width: int, vocab: int) -> int:
     return max(1, min(n_rows, max(MIN_CHUNK_ROWS, math.ceil(n_rows * width / vocab))))
 
 
-def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads,
-                                 ce_per_row: torch.Tensor | None = None):
+def chunked_linear_cross_entropy(
+    hidden,
+    weight,
+    targets,
+    ignore_index,
+    z_loss,
+    chunk_rows,
+    ce_chunk,
+    with_grads,
+    ce_per_row: torch.Tensor | None = None,
+):
     """(loss sum, ce sum, valid count, grad_hidden, grad_weight) of hidden (N, D) @ weight (V, D).T, a chunk of rows
     at a time. Gradients are of the *sums*: the caller divides by the count. ce_chunk is the per-chunk loss step.
     `ce_per_row` (N,), if given, receives each row's cross-entropy."""
@@ -84,15 +95,15 @@ def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, 
         dtype = torch.get_autocast_dtype(device_type)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     for start in range(0, n, chunk_rows):
-        rows = hidden[start:start + chunk_rows]
+        rows = hidden[start : start + chunk_rows]
         logits = rows @ weight.T  # (rows, vocab): the only vocab-sized buffer, one chunk at a time
-        ce_rows, z_rows = ce_chunk(logits, targets[start:start + chunk_rows], ignore_index, z_loss, with_grads)
+        ce_rows, z_rows = ce_chunk(logits, targets[start : start + chunk_rows], ignore_index, z_loss, with_grads)
         ce_sum += ce_rows.sum()
         z_sum += z_rows.sum()
         if ce_per_row is not None:
-            ce_per_row[start:start + chunk_rows] = ce_rows
+            ce_per_row[start : start + chunk_rows] = ce_rows
         if with_grads:  # `logits` now holds d(loss sum)/d(logits) for this chunk
-            grad_hidden[start:start + chunk_rows] = logits @ weight
+            grad_hidden[start : start + chunk_rows] = logits @ weight
             if logits.dtype == grad_weight.dtype:
                 grad_weight.addmm_(logits.T, rows)  # in place: no weight-sized temporary per chunk
             else:  # bf16 logits (autocast or bf16 weights) into the fp32 accumulator
@@ -102,15 +113,29 @@ def chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, 
 
 
 @torch.no_grad()
-def per_token_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                            ignore_index: int = -100, chunk_rows: int | None = None) -> torch.Tensor:
+def per_token_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
     """Cross-entropy of each position (fp32, shaped like targets, 0 where ignored) of hidden @ weight.T, never
     holding more than a chunk of logits: validation's per-sequence losses."""
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     out = torch.empty(flat_targets.shape, dtype=torch.float32, device=hidden.device)
     chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
-    chunked_linear_cross_entropy(flat_hidden, weight, flat_targets, ignore_index, 0.0, chunk_rows,
-                                 cross_entropy_chunk, with_grads=False, ce_per_row=out)
+    chunked_linear_cross_entropy(
+        flat_hidden,
+        weight,
+        flat_targets,
+        ignore_index,
+        0.0,
+        chunk_rows,
+        cross_entropy_chunk,
+        with_grads=False,
+        ce_per_row=out,
+    )
     return out.view(targets.shape)
 
 
@@ -120,7 +145,8 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk):
         loss_sum, ce_sum, count, grad_hidden, grad_weight = chunked_linear_cross_entropy(
-            hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True)
+            hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True
+        )
         ctx.save_for_backward(grad_hidden.div_(count), grad_weight.div_(count).to(weight.dtype))
         ce = ce_sum / count
         ctx.mark_non_differentiable(ce)
@@ -132,16 +158,24 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None, None
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                         z_loss: float = 0.0, chunk_rows: int | None = None,
-                         ce_chunk=cross_entropy_chunk) -> tuple[torch.Tensor, torch.Tensor]:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    z_loss: float = 0.0,
+    chunk_rows: int | None = None,
+    ce_chunk=cross_entropy_chunk,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean cross-entropy + z_loss * mean(logsumexp^2), mean cross-entropy detached) over tokens whose target is not
     ignore_index, for logits = hidden (..., D) @ weight (V, D).T, never holding more than a chunk of logits."""
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return LinearCrossEntropyFunction.apply(flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows,
-                                                ce_chunk)
+        return LinearCrossEntropyFunction.apply(
+            flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk
+        )
     loss_sum, ce_sum, count, _, _ = chunked_linear_cross_entropy(
-        flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=False)
+        flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=False
+    )
     return loss_sum / count, ce_sum / count

@@ -5,6 +5,7 @@ loops each program over many tiles and keeps its share of the weight gradient in
 per program; torch sums those few rows. All arithmetic is fp32 (loads are converted at once: bf16 math in the
 interpreter is wrong, and fp32 is what the reference does).
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,9 @@ BLOCK_SIZES = tuple(64 * 2**i for i in range(9))  # every BLOCK_D that launch_co
 def launch_config(width: int) -> dict:
     """Block sizes and warps for rows of `width`; the AOT build check compiles every one of them."""
     if width > MAX_WIDTH:
-        raise NotImplementedError(f"rms_norm (Triton): rows of width {width} > {MAX_WIDTH} are not supported; "
-                                  f"use model.kernels='torch'")
+        raise NotImplementedError(
+            f"rms_norm (Triton): rows of width {width} > {MAX_WIDTH} are not supported; use model.kernels='torch'"
+        )
     block_d = max(64, triton.next_power_of_2(width))
     block_rows = max(1, 2048 // block_d)
     # about 8 elements per thread: no register spills in the builds up to 8192 wide (16384 spills a little)
@@ -27,8 +29,9 @@ def launch_config(width: int) -> dict:
 
 
 @triton.jit
-def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, eps,
-                        BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+def rms_norm_fwd_kernel(
+    x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, eps, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr
+):
     rows = (tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     row_ok, col_ok = rows < n_rows, cols < n_cols
@@ -43,8 +46,18 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, eps,
 
 
 @triton.jit
-def rms_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols,
-                        BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+def rms_norm_bwd_kernel(
+    dy_ptr,
+    x_ptr,
+    w_ptr,
+    rstd_ptr,
+    dx_ptr,
+    dw_partial_ptr,
+    n_rows,
+    n_cols,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     pid, n_programs = tl.program_id(0), tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
     col_ok = cols < n_cols
@@ -82,20 +95,33 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous rows of x's shape
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(n_rows, cfg["BLOCK_ROWS"]),)
-    rms_norm_fwd_kernel[grid](x2, weight.contiguous(), y, rstd, n_rows, n_cols, eps, BLOCK_ROWS=cfg["BLOCK_ROWS"],
-                              BLOCK_D=cfg["BLOCK_D"], num_warps=cfg["num_warps"])
+    rms_norm_fwd_kernel[grid](
+        x2,
+        weight.contiguous(),
+        y,
+        rstd,
+        n_rows,
+        n_cols,
+        eps,
+        BLOCK_ROWS=cfg["BLOCK_ROWS"],
+        BLOCK_D=cfg["BLOCK_D"],
+        num_warps=cfg["num_warps"],
+    )
     return y, rstd
 
 
 @rms_norm_fwd.register_fake
 def _(x, weight, eps):
-    return (torch.empty_like(x, memory_format=torch.contiguous_format),
-            x.new_empty(x.numel() // x.shape[-1], dtype=torch.float32))
+    return (
+        torch.empty_like(x, memory_format=torch.contiguous_format),
+        x.new_empty(x.numel() // x.shape[-1], dtype=torch.float32),
+    )
 
 
 @torch.library.custom_op("ablate::rms_norm_bwd", mutates_args=())
-def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                 rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_norm_bwd(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     dy2 = dy.reshape(x2.shape).contiguous()
     n_rows, n_cols = x2.shape
@@ -103,8 +129,19 @@ def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     programs = _num_programs(x.device, triton.cdiv(n_rows, cfg["BLOCK_ROWS"]))
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw_partial = torch.empty(programs, n_cols, dtype=torch.float32, device=x.device)
-    rms_norm_bwd_kernel[(programs,)](dy2, x2, weight.contiguous(), rstd, dx, dw_partial, n_rows, n_cols,
-                                     BLOCK_ROWS=cfg["BLOCK_ROWS"], BLOCK_D=cfg["BLOCK_D"], num_warps=cfg["num_warps"])
+    rms_norm_bwd_kernel[(programs,)](
+        dy2,
+        x2,
+        weight.contiguous(),
+        rstd,
+        dx,
+        dw_partial,
+        n_rows,
+        n_cols,
+        BLOCK_ROWS=cfg["BLOCK_ROWS"],
+        BLOCK_D=cfg["BLOCK_D"],
+        num_warps=cfg["num_warps"],
+    )
     return dx, dw_partial.sum(0).to(weight.dtype)
 
 

@@ -5,6 +5,7 @@ projections need no copy; the output is contiguous (B, H, S, D). Each element re
 (col +- half, the same row: a cache hit) and cos/sin of its position, shared by every batch row and head.
 Backward is the same rotation by the opposite angle: the same kernel with sin negated.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,9 +17,26 @@ NUM_WARPS = 4
 
 
 @triton.jit
-def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n_elements, n_heads, seq_len, head_dim, half,
-                stride_b, stride_h, stride_s, stride_d, table_stride_b, table_stride_h, table_stride_s, sin_sign,
-                BLOCK: tl.constexpr):
+def rope_kernel(
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    n_elements,
+    n_heads,
+    seq_len,
+    head_dim,
+    half,
+    stride_b,
+    stride_h,
+    stride_s,
+    stride_d,
+    table_stride_b,
+    table_stride_h,
+    table_stride_s,
+    sin_sign,
+    BLOCK: tl.constexpr,
+):
     # int32 index arithmetic (the op checks n_elements < 2**31): 64-bit division would double the registers
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
@@ -67,13 +85,29 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sin_sign: float)
     if 2 * half > dim:
         raise ValueError(f"apply_rope: {2 * half} rotary dims do not fit heads of {dim}")
     if x.numel() >= 2**31:
-        raise NotImplementedError(f"apply_rope (Triton): {x.numel()} elements >= 2**31 in one call; split the batch "
-                                  f"or use model.kernels='torch'")
+        raise NotImplementedError(
+            f"apply_rope (Triton): {x.numel()} elements >= 2**31 in one call; split the batch "
+            f"or use model.kernels='torch'"
+        )
     cos, sin = cos.float().contiguous(), sin.float().contiguous()
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous: its flat index is the logical one
     n = out.numel()
-    rope_kernel[(triton.cdiv(n, BLOCK),)](x4, cos, sin, out, n, heads, seq, dim, half, *x4.stride(),
-                                          *_table_strides(cos, x4), sin_sign, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    rope_kernel[(triton.cdiv(n, BLOCK),)](
+        x4,
+        cos,
+        sin,
+        out,
+        n,
+        heads,
+        seq,
+        dim,
+        half,
+        *x4.stride(),
+        *_table_strides(cos, x4),
+        sin_sign,
+        BLOCK=BLOCK,
+        num_warps=NUM_WARPS,
+    )
     return out
 
 

@@ -3,6 +3,7 @@
 Backward recomputes sigmoid(gate) instead of saving silu(gate): it reads gate, up and the output gradient and
 writes the two input gradients, the minimum for this op.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,10 @@ def swiglu_bwd_kernel(dout_ptr, gate_ptr, up_ptr, dgate_ptr, dup_ptr, n_elements
 
 def _check(gate: torch.Tensor, up: torch.Tensor) -> None:
     if gate.shape != up.shape or gate.dtype != up.dtype:
-        raise NotImplementedError(f"swiglu (Triton): gate and up must share shape and dtype, got "
-                                  f"{tuple(gate.shape)} {gate.dtype} and {tuple(up.shape)} {up.dtype}")
+        raise NotImplementedError(
+            f"swiglu (Triton): gate and up must share shape and dtype, got "
+            f"{tuple(gate.shape)} {gate.dtype} and {tuple(up.shape)} {up.dtype}"
+        )
 
 
 @torch.library.custom_op("ablate::swiglu_fwd", mutates_args=())
@@ -70,8 +73,10 @@ def swiglu_bwd(dout: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tupl
 
 @swiglu_bwd.register_fake
 def _(dout, gate, up):
-    return (torch.empty_like(gate, memory_format=torch.contiguous_format),
-            torch.empty_like(up, memory_format=torch.contiguous_format))
+    return (
+        torch.empty_like(gate, memory_format=torch.contiguous_format),
+        torch.empty_like(up, memory_format=torch.contiguous_format),
+    )
 
 
 class SwiGLUFunction(torch.autograd.Function):

@@ -6,6 +6,7 @@ Exports the checkpoint to a temporary transformers folder, then times (end to en
 ablate's engine on the ablate model; lm-eval's HF backend at its default batch size (1) and at ablate's batch size.
 Prints per-task agreement (same chosen answer, accuracy difference) and the speed ratios. Run it on an idle machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,34 +35,46 @@ def main() -> None:
         start = time.perf_counter()
         loaded = load_model(args.path)
         lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len)
-        results = suite.evaluate(lm, loaded.tokenizer(), tasks, args.format, args.limit, args.batch_size,
-                                 log_samples=True)
+        results = suite.evaluate(
+            lm, loaded.tokenizer(), tasks, args.format, args.limit, args.batch_size, log_samples=True
+        )
         ablate_seconds = time.perf_counter() - start
         runs = {}
         if not args.skip_batch1:
             runs["lm-eval hf, batch 1"] = agreement.run_lm_eval_hf(hf_dir, tasks, args.format, args.limit, 1)
-        runs[f"lm-eval hf, batch {args.batch_size}"] = agreement.run_lm_eval_hf(hf_dir, tasks, args.format,
-                                                                                args.limit, args.batch_size)
-    print(f"\nmodel {loaded.checkpoint} ({loaded.model.num_params() / 1e6:.2f}M params), tasks {','.join(tasks)}, "
-          f"{args.limit} items each, format {args.format}, threads {os.environ.get('OMP_NUM_THREADS', 'default')}")
+        runs[f"lm-eval hf, batch {args.batch_size}"] = agreement.run_lm_eval_hf(
+            hf_dir, tasks, args.format, args.limit, args.batch_size
+        )
+    print(
+        f"\nmodel {loaded.checkpoint} ({loaded.model.num_params() / 1e6:.2f}M params), tasks {','.join(tasks)}, "
+        f"{args.limit} items each, format {args.format}, threads {os.environ.get('OMP_NUM_THREADS', 'default')}"
+    )
     reference = next(iter(runs.values()))
     print(f"{'task':<15}{'items':>6}{'same raw':>10}{'d acc raw':>11}{'same char':>11}{'d acc char':>12}")
     for task, row in agreement.compare(results, reference).items():
         if "same_greedy" in row:  # a continuation task: the greedy flag and accuracy instead of a chosen answer
-            print(f"{task:<15}{row['items']:>6}{100 * row['same_greedy']:>9.1f}%{row['acc_greedy_diff_points']:>10.2f}pt"
-                  f"  (greedy; largest log-probability difference {row['max_logprob_diff']:.2g})")
+            print(
+                f"{task:<15}{row['items']:>6}{100 * row['same_greedy']:>9.1f}%{row['acc_greedy_diff_points']:>10.2f}pt"
+                f"  (greedy; largest log-probability difference {row['max_logprob_diff']:.2g})"
+            )
             continue
-        print(f"{task:<15}{row['items']:>6}{100 * row['same_raw']:>9.1f}%{row['acc_raw_diff_points']:>10.2f}pt"
-              f"{100 * row.get('same_per_char', float('nan')):>10.1f}%"
-              f"{row.get('acc_per_char_diff_points', float('nan')):>10.2f}pt")
+        print(
+            f"{task:<15}{row['items']:>6}{100 * row['same_raw']:>9.1f}%{row['acc_raw_diff_points']:>10.2f}pt"
+            f"{100 * row.get('same_per_char', float('nan')):>10.1f}%"
+            f"{row.get('acc_per_char_diff_points', float('nan')):>10.2f}pt"
+        )
     ours, theirs = work(loaded.tokenizer(), tasks, args.format, args.limit, loaded.run.data.seq_len)
-    print(f"\nwork: ablate runs {ours['tokens']:,} tokens through the model (conditional and unconditional) and "
-          f"projects {ours['scored']:,} onto the vocabulary;\n      lm-eval runs {theirs:,} tokens (conditional "
-          f"only, a row per request but one-token continuations share theirs) and projects every one")
+    print(
+        f"\nwork: ablate runs {ours['tokens']:,} tokens through the model (conditional and unconditional) and "
+        f"projects {ours['scored']:,} onto the vocabulary;\n      lm-eval runs {theirs:,} tokens (conditional "
+        f"only, a row per request but one-token continuations share theirs) and projects every one"
+    )
     print(f"ablate engine, batch {args.batch_size}: {ablate_seconds:.1f}s")
     for name, run in runs.items():
-        print(f"{name}: {run.seconds:.1f}s  -> ablate is {run.seconds / ablate_seconds:.1f}x faster, "
-              f"{(run.seconds / theirs) / (ablate_seconds / ours['tokens']):.1f}x per token")
+        print(
+            f"{name}: {run.seconds:.1f}s  -> ablate is {run.seconds / ablate_seconds:.1f}x faster, "
+            f"{(run.seconds / theirs) / (ablate_seconds / ours['tokens']):.1f}x per token"
+        )
 
 
 def work(tokenizer, tasks: list[str], fmt: str, limit: int, max_len: int) -> tuple[dict[str, int], int]:
@@ -84,7 +97,7 @@ def work(tokenizer, tasks: list[str], fmt: str, limit: int, max_len: int) -> tup
         ours["scored"] += sum(len(r.targets) for r in rows)
         # lm-eval runs one row per request, but requests whose context + continuation minus its last token are the
         # same (one-token continuations after one context) share a row (its "logits cache")
-        rows_theirs = {tuple(c) + tuple(k[:-1]) for c, k in encoded[:len(conditional)]}
+        rows_theirs = {tuple(c) + tuple(k[:-1]) for c, k in encoded[: len(conditional)]}
         theirs += sum(min(len(row), max_len) for row in rows_theirs)  # contexts too long are cut to max_len
     return ours, theirs
 

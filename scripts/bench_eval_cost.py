@@ -9,6 +9,7 @@ length (forward, backward, AdamW) and scales them to the run's tokens. Prints th
 evaluation runs through the model, and the share of training time that in-training evaluation takes at
 `--evals-per-run` evaluations (1: the default cadence, at the end only). Run it on an idle machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,10 @@ def main() -> None:
     tasks = suite.parse_tasks(args.tasks)
     known = suite.all_tasks()
     start = time.perf_counter()
-    prepared = {(id(tokenizer), name, "cf", args.limit): suite.prepare(tokenizer, known[name], "cf", args.limit)
-                for name in tasks}
+    prepared = {
+        (id(tokenizer), name, "cf", args.limit): suite.prepare(tokenizer, known[name], "cf", args.limit)
+        for name in tasks
+    }
     tokenize_seconds = time.perf_counter() - start
     lm = engine.for_transformer(loaded.model, max_len=run.data.seq_len)
     start = time.perf_counter()
@@ -67,13 +70,19 @@ def main() -> None:
     train_seconds = seconds_per_token * run_tokens
     items = sum(r.n for r in results)
     print(f"model {loaded.checkpoint} ({loaded.model.num_params() / 1e6:.2f}M params), seq_len {seq}")
-    print(f"one evaluation: {len(tasks)} tasks, {items:,} items (limit {args.limit}), {eval_tokens:,} request "
-          f"tokens (before prefix sharing): {eval_seconds:.1f}s scoring + {tokenize_seconds:.1f}s tokenizing once")
-    print(f"training: {seconds_per_token * 1e6:.1f} us/token x {run_tokens:,} tokens = {train_seconds:.1f}s "
-          f"(measured over {args.train_steps} steps of {micro}x{seq})")
+    print(
+        f"one evaluation: {len(tasks)} tasks, {items:,} items (limit {args.limit}), {eval_tokens:,} request "
+        f"tokens (before prefix sharing): {eval_seconds:.1f}s scoring + {tokenize_seconds:.1f}s tokenizing once"
+    )
+    print(
+        f"training: {seconds_per_token * 1e6:.1f} us/token x {run_tokens:,} tokens = {train_seconds:.1f}s "
+        f"(measured over {args.train_steps} steps of {micro}x{seq})"
+    )
     share = args.evals_per_run * eval_seconds / train_seconds
-    print(f"in-training evaluation at {args.evals_per_run} per run: {100 * share:.1f}% of training time "
-          f"(eval/train ratio {share:.3f})")
+    print(
+        f"in-training evaluation at {args.evals_per_run} per run: {100 * share:.1f}% of training time "
+        f"(eval/train ratio {share:.3f})"
+    )
 
 
 if __name__ == "__main__":

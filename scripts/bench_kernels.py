@@ -9,6 +9,7 @@ its peak is the peak resident memory above what the process held before the forw
     python scripts/bench_kernels.py                 # GPU table if CUDA is visible, else the CPU memory ratio
     python scripts/bench_kernels.py --cpu-memory    # the CPU memory ratio, even on a GPU machine
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,15 @@ def cpu_memory_ratio() -> None:
     for kind in ("naive", "chunked"):
         out = subprocess.run([sys.executable, __file__, "--child", kind], capture_output=True, text=True, check=True)
         peaks[kind] = int(out.stdout.split()[-1])
-        print(f"{kind:8} linear+cross-entropy forward+backward, {TOKENS} tokens x {WIDTH} -> vocab {VOCAB}: "
-              f"peak +{peaks[kind] / 2**20:.0f} MiB")
+        print(
+            f"{kind:8} linear+cross-entropy forward+backward, {TOKENS} tokens x {WIDTH} -> vocab {VOCAB}: "
+            f"peak +{peaks[kind] / 2**20:.0f} MiB"
+        )
     ratio = peaks["chunked"] / peaks["naive"]
-    print(f"peak memory chunked/naive: {ratio:.3f} (target <= 0.25) "
-          f"[{peaks['chunked'] / 2**20:.0f} MiB vs {peaks['naive'] / 2**20:.0f} MiB]")
+    print(
+        f"peak memory chunked/naive: {ratio:.3f} (target <= 0.25) "
+        f"[{peaks['chunked'] / 2**20:.0f} MiB vs {peaks['naive'] / 2**20:.0f} MiB]"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -87,19 +92,36 @@ def _gpu_cases(device, dtype):
         return F.cross_entropy((h @ w.T).float(), targets)
 
     return [
-        ("rms_norm", {"torch": lambda x, w: reference.rms_norm(x, w, 1e-5),
-                      "triton": lambda x, w: kernels.rms_norm(x, w, 1e-5, kernels="triton")},
-         lambda: (leaf(batch * seq, WIDTH), leaf(WIDTH))),
-        ("swiglu", {"torch": reference.swiglu, "triton": lambda g, u: kernels.swiglu(g, u, kernels="triton")},
-         lambda: (leaf(batch * seq, ffn), leaf(batch * seq, ffn))),
-        ("rope", {"torch": lambda q: reference.apply_rope(q, cos, sin),
-                  "triton": lambda q: kernels.apply_rope(q, cos, sin, kernels="triton")},
-         lambda: (leaf(batch, seq, heads, head_dim).transpose(1, 2),)),
-        ("linear_cross_entropy", {
-            "torch full logits": naive_loss,
-            "torch": lambda h, w: reference.linear_cross_entropy(h, w, targets)[0],
-            "triton": lambda h, w: kernels.linear_cross_entropy(h, w, targets, kernels="triton")[0]},
-         lambda: (leaf(batch * seq, WIDTH), leaf(VOCAB, WIDTH, scale=0.02))),
+        (
+            "rms_norm",
+            {
+                "torch": lambda x, w: reference.rms_norm(x, w, 1e-5),
+                "triton": lambda x, w: kernels.rms_norm(x, w, 1e-5, kernels="triton"),
+            },
+            lambda: (leaf(batch * seq, WIDTH), leaf(WIDTH)),
+        ),
+        (
+            "swiglu",
+            {"torch": reference.swiglu, "triton": lambda g, u: kernels.swiglu(g, u, kernels="triton")},
+            lambda: (leaf(batch * seq, ffn), leaf(batch * seq, ffn)),
+        ),
+        (
+            "rope",
+            {
+                "torch": lambda q: reference.apply_rope(q, cos, sin),
+                "triton": lambda q: kernels.apply_rope(q, cos, sin, kernels="triton"),
+            },
+            lambda: (leaf(batch, seq, heads, head_dim).transpose(1, 2),),
+        ),
+        (
+            "linear_cross_entropy",
+            {
+                "torch full logits": naive_loss,
+                "torch": lambda h, w: reference.linear_cross_entropy(h, w, targets)[0],
+                "triton": lambda h, w: kernels.linear_cross_entropy(h, w, targets, kernels="triton")[0],
+            },
+            lambda: (leaf(batch * seq, WIDTH), leaf(VOCAB, WIDTH, scale=0.02)),
+        ),
     ]
 
 

@@ -18,6 +18,7 @@ With --rss a second run of each case, without the profiler, reports the RSS high
 not a measure of them: it adds the pages malloc keeps after frees, oneDNN's buffers, gloo's own buffers and lazily
 imported code, so plan for RAM above the estimate on CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,20 +36,46 @@ REPO = Path(__file__).resolve().parents[1]
 # Big enough that the measurement is not noise (tens of MiB of parameters and of activations), small enough for a
 # few steps in seconds on two cores.
 CASES = {
-    "small-fp32": {"model": {"vocab_size": 8192, "d_model": 384, "n_layers": 6, "n_heads": 6},
-                   "train": {"micro_batch": 8, "global_batch": 8}, "data": {"seq_len": 128}},
-    "wide-fp32-accum": {"model": {"vocab_size": 8192, "d_model": 640, "n_layers": 4, "n_heads": 10},
-                        "train": {"micro_batch": 2, "global_batch": 8}, "data": {"seq_len": 128}},
-    "long-bf16": {"model": {"vocab_size": 8192, "d_model": 256, "n_layers": 6, "n_heads": 4, "n_kv_heads": 2},
-                  "train": {"micro_batch": 8, "global_batch": 8, "dtype": "bf16"}, "data": {"seq_len": 512}},
-    "doc-mask-gelu": {"model": {"vocab_size": 8192, "d_model": 320, "n_layers": 4, "n_heads": 5, "ffn": "gelu",
-                                "tie_embeddings": False, "qk_norm": True},
-                      "train": {"micro_batch": 4, "global_batch": 8}, "data": {"seq_len": 256, "doc_mask": True}},
-    "muon-small-batch": {"model": {"vocab_size": 8192, "d_model": 512, "n_layers": 4, "n_heads": 8},
-                         "train": {"micro_batch": 2, "global_batch": 2}, "data": {"seq_len": 64},
-                         "optim": {"name": "muon"}},
-    "muon-wide": {"model": {"vocab_size": 1024, "d_model": 768, "n_layers": 2, "n_heads": 12},
-                  "train": {"micro_batch": 1, "global_batch": 1}, "data": {"seq_len": 32}, "optim": {"name": "muon"}},
+    "small-fp32": {
+        "model": {"vocab_size": 8192, "d_model": 384, "n_layers": 6, "n_heads": 6},
+        "train": {"micro_batch": 8, "global_batch": 8},
+        "data": {"seq_len": 128},
+    },
+    "wide-fp32-accum": {
+        "model": {"vocab_size": 8192, "d_model": 640, "n_layers": 4, "n_heads": 10},
+        "train": {"micro_batch": 2, "global_batch": 8},
+        "data": {"seq_len": 128},
+    },
+    "long-bf16": {
+        "model": {"vocab_size": 8192, "d_model": 256, "n_layers": 6, "n_heads": 4, "n_kv_heads": 2},
+        "train": {"micro_batch": 8, "global_batch": 8, "dtype": "bf16"},
+        "data": {"seq_len": 512},
+    },
+    "doc-mask-gelu": {
+        "model": {
+            "vocab_size": 8192,
+            "d_model": 320,
+            "n_layers": 4,
+            "n_heads": 5,
+            "ffn": "gelu",
+            "tie_embeddings": False,
+            "qk_norm": True,
+        },
+        "train": {"micro_batch": 4, "global_batch": 8},
+        "data": {"seq_len": 256, "doc_mask": True},
+    },
+    "muon-small-batch": {
+        "model": {"vocab_size": 8192, "d_model": 512, "n_layers": 4, "n_heads": 8},
+        "train": {"micro_batch": 2, "global_batch": 2},
+        "data": {"seq_len": 64},
+        "optim": {"name": "muon"},
+    },
+    "muon-wide": {
+        "model": {"vocab_size": 1024, "d_model": 768, "n_layers": 2, "n_heads": 12},
+        "train": {"micro_batch": 1, "global_batch": 1},
+        "data": {"seq_len": 32},
+        "optim": {"name": "muon"},
+    },
 }
 
 
@@ -58,9 +85,14 @@ def case_config(name: str, world: int = 1) -> dict:
     case = CASES[name]
     train = {"max_steps": 3, "log_every": 1, "peak_flops": 1e11, "seed": 0, **case["train"]}
     train["global_batch"] *= world
-    return {"experiment": "bench_plan", "name": name, "model": case["model"], "train": train,
-            "optim": case.get("optim", {}),
-            "data": {"source": "default", "max_documents": 300, "val_sequences": 2, **case["data"]}}
+    return {
+        "experiment": "bench_plan",
+        "name": name,
+        "model": case["model"],
+        "train": train,
+        "optim": case.get("optim", {}),
+        "data": {"source": "default", "max_documents": 300, "val_sequences": 2, **case["data"]},
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -96,8 +128,14 @@ def _live_bytes_peak(profiler, since_marker: str) -> int:
 
     nodes = list(walk(profiler.profiler.kineto_results.experimental_event_tree()))
     boundary = min(n.start_time_ns for n in nodes if n.name == since_marker)
-    return max((n.extra_fields.total_allocated for n in nodes if n.tag == _EventType.Allocation and
-                n.extra_fields.device.type == "cpu" and n.start_time_ns >= boundary), default=0)
+    return max(
+        (
+            n.extra_fields.total_allocated
+            for n in nodes
+            if n.tag == _EventType.Allocation and n.extra_fields.device.type == "cpu" and n.start_time_ns >= boundary
+        ),
+        default=0,
+    )
 
 
 def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict:
@@ -142,24 +180,43 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
     else:
         profiler.stop()
         peak = _live_bytes_peak(profiler, "bench_plan_steps")
-    result = {"rank": d.rank, "world": d.world, "peak_bytes": peak, "seconds": seconds, "device": d.device.type,
-              "what": "rss" if rss else "live"}
+    result = {
+        "rank": d.rank,
+        "world": d.world,
+        "peak_bytes": peak,
+        "seconds": seconds,
+        "device": d.device.type,
+        "what": "rss" if rss else "live",
+    }
     gathered = [None] * d.world
     torch.distributed.all_gather_object(gathered, result)
     return max(gathered, key=lambda r: r["peak_bytes"])
 
 
-def measure_in_subprocess(run_dict: dict, world: int = 1, steps: int = 2, rss: bool = False,
-                          timeout: float = 600) -> dict:
+def measure_in_subprocess(
+    run_dict: dict, world: int = 1, steps: int = 2, rss: bool = False, timeout: float = 600
+) -> dict:
     """`measure` in a fresh process (torchrun with `world` processes when > 1), so nothing of this process's memory
     enters the figure."""
     with tempfile.TemporaryDirectory() as tmp:
         config, out = Path(tmp) / "run.json", Path(tmp) / "measured.json"
         config.write_text(json.dumps(run_dict))
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"] \
-            if world > 1 else [sys.executable]
-        cmd = [*launcher, str(Path(__file__).resolve()), "--measure", str(config), "--steps", str(steps),
-               "--out", str(out), *(["--rss"] if rss else [])]
+        launcher = (
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
+            if world > 1
+            else [sys.executable]
+        )
+        cmd = [
+            *launcher,
+            str(Path(__file__).resolve()),
+            "--measure",
+            str(config),
+            "--steps",
+            str(steps),
+            "--out",
+            str(out),
+            *(["--rss"] if rss else []),
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
         if done.returncode != 0:
@@ -186,9 +243,11 @@ def compare(name: str, world: int, steps: int, rss: bool) -> dict:
     from ablate.memory import estimate_memory
 
     run_dict = case_config(name, world)
-    return {"estimate": estimate_memory(RunConfig.from_dict(run_dict), world, "cpu"),
-            "live": measure_in_subprocess(run_dict, world, steps),
-            "rss": measure_in_subprocess(run_dict, world, steps, rss=True) if rss else None}
+    return {
+        "estimate": estimate_memory(RunConfig.from_dict(run_dict), world, "cpu"),
+        "live": measure_in_subprocess(run_dict, world, steps),
+        "rss": measure_in_subprocess(run_dict, world, steps, rss=True) if rss else None,
+    }
 
 
 def main() -> int:
@@ -204,14 +263,19 @@ def main() -> int:
         return _child(args)
     from ablate.memory import format_bytes
 
-    print(f"{'case':16s} {'world':>5s} {'estimate':>10s} {'measured':>10s} {'est/meas':>8s}"
-          + (f" {'RSS':>10s} {'est/RSS':>7s}" if args.rss else "") + "  peak moment (estimate)")
+    print(
+        f"{'case':16s} {'world':>5s} {'estimate':>10s} {'measured':>10s} {'est/meas':>8s}"
+        + (f" {'RSS':>10s} {'est/RSS':>7s}" if args.rss else "")
+        + "  peak moment (estimate)"
+    )
     for world in (int(w) for w in args.world.split(",")):
         for name in args.cases.split(","):
             row = compare(name, world, args.steps, args.rss)
             estimate, live, rss = row["estimate"], row["live"]["peak_bytes"], row["rss"]
-            line = (f"{name:16s} {world:5d} {format_bytes(estimate.total):>10s} {format_bytes(live):>10s} "
-                    f"{estimate.total / live:8.3f}")
+            line = (
+                f"{name:16s} {world:5d} {format_bytes(estimate.total):>10s} {format_bytes(live):>10s} "
+                f"{estimate.total / live:8.3f}"
+            )
             if rss:
                 line += f" {format_bytes(rss['peak_bytes']):>10s} {estimate.total / rss['peak_bytes']:7.3f}"
             print(f"{line}  {estimate.moment} ({row['live']['seconds']:.1f}s)", flush=True)

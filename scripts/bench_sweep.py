@@ -6,6 +6,7 @@ Prints the wall time of each side and their ratio (both run here, one after the 
 compare across machines), and the time from a worker's process start to its first logged step, as a share of a
 60 s run. Run it on an idle machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ seeds = list(range({seeds}))
 
 def timed_run(exp: Path, out: Path, jobs: int, env: dict) -> float:
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "ablate", "run", str(exp), "--out", str(out), "--jobs", str(jobs)],
-                            env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "ablate", "run", str(exp), "--out", str(out), "--jobs", str(jobs)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode:
         raise SystemExit(f"--jobs {jobs} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
     return time.perf_counter() - start
@@ -48,8 +53,12 @@ def launch_overhead(exp: Path, out: Path, env: dict) -> float:
     metrics = run_dir_for(out, run) / "metrics.jsonl"
     threads = max(1, (os.cpu_count() or 1))
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "ablate.sweep", json.dumps(run.to_dict()), str(out),
-                             str(threads)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ablate.sweep", json.dumps(run.to_dict()), str(out), str(threads)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while not (metrics.is_file() and metrics.read_text().strip()):
         if proc.poll() is not None:
             raise SystemExit("the worker ended before its first step")
@@ -73,9 +82,26 @@ def main() -> None:
     env = {**os.environ, "ABLATE_CACHE": str(work / "cache")}
     env.pop("OMP_NUM_THREADS", None)
     # warm the data cache and the peak-FLOP/s measurement, so both sides start equal
-    subprocess.run([sys.executable, "-m", "ablate", "run", str(exp), "--out", str(work / "warm"), "--seeds", "0",
-                    "--only", "lr=0.001,n_kv_heads=1", "--set", "train.max_steps=1"], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ablate",
+            "run",
+            str(exp),
+            "--out",
+            str(work / "warm"),
+            "--seeds",
+            "0",
+            "--only",
+            "lr=0.001,n_kv_heads=1",
+            "--set",
+            "train.max_steps=1",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     serial = timed_run(exp, work / "jobs1", 1, env)
     side = timed_run(exp, work / "jobs2", 2, env)
     overhead = launch_overhead(exp, work / "launch", env)

@@ -10,6 +10,7 @@ the same dtype. Also reports the share of a step spent fetching the batch from t
 small: the data loader must never be what the step waits for. Run it on an idle machine: any other process on
 the 2 cores slows every figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,20 @@ def bench_config(quickstart: bool, mode: str) -> RunConfig:
         model = ModelConfig(vocab_size=16384, d_model=256, n_layers=6, n_heads=8)
         seq_len, micro_batch = 512, 8
     dtype = "bf16" if "bf16" in mode else "fp32"
-    return RunConfig(experiment="bench", name=mode, model=model, data=DataConfig(source="default", seq_len=seq_len),
-                     train=TrainConfig(max_steps=10_000, global_batch=micro_batch, micro_batch=micro_batch,
-                                       dtype=dtype, compile="compile" in mode, peak_flops=1.0))
+    return RunConfig(
+        experiment="bench",
+        name=mode,
+        model=model,
+        data=DataConfig(source="default", seq_len=seq_len),
+        train=TrainConfig(
+            max_steps=10_000,
+            global_batch=micro_batch,
+            micro_batch=micro_batch,
+            dtype=dtype,
+            compile="compile" in mode,
+            peak_flops=1.0,
+        ),
+    )
 
 
 def main() -> None:
@@ -80,11 +92,15 @@ def main() -> None:
             tokens_per_second = trainer.last_step_tokens / step
             peak = peaks["bf16" if "bf16" in mode else "fp32"]
             mfu = tokens_per_second * trainer.flops_per_token / peak
-            rows.append((mode, trainer.model.num_params(), tokens_per_second, mfu,
-                         statistics.median(fetch_times) / step))
-            print(f"{mode:>14}: {trainer.model.num_params() / 1e6:.2f}M params, step {step * 1e3:.0f} ms, "
-                  f"{tokens_per_second:,.0f} tok/s, MFU {100 * mfu:.1f}% of the measured {mode.split('+')[0]} peak, "
-                  f"batch fetch {100 * rows[-1][4]:.2f}% of a step", flush=True)
+            rows.append(
+                (mode, trainer.model.num_params(), tokens_per_second, mfu, statistics.median(fetch_times) / step)
+            )
+            print(
+                f"{mode:>14}: {trainer.model.num_params() / 1e6:.2f}M params, step {step * 1e3:.0f} ms, "
+                f"{tokens_per_second:,.0f} tok/s, MFU {100 * mfu:.1f}% of the measured {mode.split('+')[0]} peak, "
+                f"batch fetch {100 * rows[-1][4]:.2f}% of a step",
+                flush=True,
+            )
     if len(rows) > 1:
         base = rows[0]
         for mode, _, tps, _, _ in rows[1:]:

@@ -1,8 +1,13 @@
+import contextlib
+import io
 import os
+import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,8 +34,16 @@ def data_cache(tmp_path_factory):
 def run_cli(*args, torchrun_procs: int = 0, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `python -m ablate ...` (or under torchrun) in a fresh process, as a user would."""
     if torchrun_procs:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun_procs}",
-               "-m", "ablate", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={torchrun_procs}",
+            "-m",
+            "ablate",
+            *args,
+        ]
     else:
         cmd = [sys.executable, "-m", "ablate", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -38,3 +51,48 @@ def run_cli(*args, torchrun_procs: int = 0, check: bool = True, timeout: float =
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def cli_in_process(*args, check: bool = True) -> subprocess.CompletedProcess:
+    """`ablate ...` called in this process (cwd the repo, as run_cli): the exit code, and what the command prints,
+    as run_cli returns them, without a fresh interpreter's 1.5-2.5 s of imports. For refusals and quick commands;
+    what only a real process shows (its exit status as the shell sees it, library warnings at import, environment
+    variables read at start-up, signals, torchrun) takes run_cli."""
+    from ablate.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with _process_state_restored(), contextlib.chdir(REPO):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(arg) for arg in args])
+            except SystemExit as exc:  # argparse: a refusal (2) or --help (0)
+                code = exc.code
+            if isinstance(code, str):  # sys.exit("message"), as the interpreter reports it
+                print(code, file=sys.stderr)
+                code = 1
+    result = subprocess.CompletedProcess(["ablate", *map(str, args)], code or 0, out.getvalue(), err.getvalue())
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"ablate {' '.join(result.args[1:])} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+@contextlib.contextmanager
+def _process_state_restored():
+    """What a command changes in its process and a fresh one would drop with it: training seeds the random
+    generators; environment variables, torch threads and warning filters are kept too, so tests stay independent.
+    (main installs no signal or logging handlers; `ablate run` destroys the process group it makes.)"""
+    env, threads = dict(os.environ), torch.get_num_threads()
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        for name in set(os.environ) - set(env):
+            del os.environ[name]
+        os.environ.update(env)
+        torch.set_num_threads(threads)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])

@@ -1,4 +1,5 @@
 """Synthetic run folders whose report figures are known in advance (the run-folder contract of README "Reports")."""
+
 from __future__ import annotations
 
 import json
@@ -24,17 +25,32 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def write_run(root: Path, variant: str, seed: int, steps: list[int], val: list[float] | None, tasks: dict,
-              finished: bool = True, config_extra: dict | None = None, val_slope: float = 0.01,
-              val_items: dict[int, list[float]] | None = None, tokens_per_step: int = 100,
-              axes: dict | None = None) -> Path:
+def write_run(
+    root: Path,
+    variant: str,
+    seed: int,
+    steps: list[int],
+    val: list[float] | None,
+    tasks: dict,
+    finished: bool = True,
+    config_extra: dict | None = None,
+    val_slope: float = 0.01,
+    val_items: dict[int, list[float]] | None = None,
+    tokens_per_step: int = 100,
+    axes: dict | None = None,
+) -> Path:
     """tasks: {task: {"chance": c, "primary": m, "items": {step: [{"id", metric: value...}]}}}. val_items: per-item
     validation losses {step: [loss of sequence 0, 1, ...]} (val/loss is their mean), else 20 items spread around
     each `val` value by val_slope. axes: config["axes"], as grid() records it."""
     run = root / variant / f"seed{seed}"
     run.mkdir(parents=True)
-    config = {"experiment": root.name, "name": variant, "model": {"vocab_size": 512, "d_model": 32},
-              "data": {"source": "default"}, "train": {"max_steps": steps[-1], "seed": seed}}
+    config = {
+        "experiment": root.name,
+        "name": variant,
+        "model": {"vocab_size": 512, "d_model": 32},
+        "data": {"source": "default"},
+        "train": {"max_steps": steps[-1], "seed": seed},
+    }
     for dotted, value in (config_extra or {}).items():
         section, key = dotted.split(".")
         config.setdefault(section, {})[key] = value
@@ -42,16 +58,28 @@ def write_run(root: Path, variant: str, seed: int, steps: list[int], val: list[f
         config["axes"] = axes
     if val is None:
         val = [sum(val_items[s]) / len(val_items[s]) for s in steps]
-    (run / "config.json").write_text(json.dumps({"identity": f"{variant}-{seed}", "world_size": 1,
-                                                 "config": config}))
+    (run / "config.json").write_text(json.dumps({"identity": f"{variant}-{seed}", "world_size": 1, "config": config}))
     metrics = []
     for step, loss in zip(steps, val):
         tokens = step * tokens_per_step
-        metrics.append({"step": step, "tokens": tokens, "loss": loss + 0.2, "lr": 1e-3, "grad_norm": 1.0,
-                        "tokens_per_second": 1e4, "mfu": 0.1, "memory_bytes": 1})
+        metrics.append(
+            {
+                "step": step,
+                "tokens": tokens,
+                "loss": loss + 0.2,
+                "lr": 1e-3,
+                "grad_norm": 1.0,
+                "tokens_per_second": 1e4,
+                "mfu": 0.1,
+                "memory_bytes": 1,
+            }
+        )
         metrics.append({"step": step, "tokens": tokens, "val/loss": loss})
-        rows = ([{"id": i, "loss": x} for i, x in enumerate(val_items[step])] if val_items else
-                [{"id": i, "loss": loss + val_slope * (i - 9.5)} for i in range(20)])
+        rows = (
+            [{"id": i, "loss": x} for i, x in enumerate(val_items[step])]
+            if val_items
+            else [{"id": i, "loss": loss + val_slope * (i - 9.5)} for i in range(20)]
+        )
         _write_jsonl(run / "eval_items" / f"step_{step:07d}" / "val_loss.jsonl", rows)
     _write_jsonl(run / "metrics.jsonl", metrics)
     evals = []
@@ -59,10 +87,19 @@ def write_run(root: Path, variant: str, seed: int, steps: list[int], val: list[f
         for step, items in spec["items"].items():
             n = len(items)
             names = [k for k in items[0] if k not in ("id", "gold", "group")]
-            line = {"step": step, "tokens": step * tokens_per_step, "task": task, "format": "cf", "n": n,
-                    "chance": spec["chance"], "primary": spec["primary"],
-                    "metrics": {m: _mean([r[m] for r in items]) for m in names},
-                    "stderr": {m: _stderr([r[m] for r in items]) for m in names}, "truncated": 0, "seconds": 0.1}
+            line = {
+                "step": step,
+                "tokens": step * tokens_per_step,
+                "task": task,
+                "format": "cf",
+                "n": n,
+                "chance": spec["chance"],
+                "primary": spec["primary"],
+                "metrics": {m: _mean([r[m] for r in items]) for m in names},
+                "stderr": {m: _stderr([r[m] for r in items]) for m in names},
+                "truncated": 0,
+                "seconds": 0.1,
+            }
             if "group" in items[0]:  # macro average over groups, each group's means logged, as the eval suite does
                 groups = {g: [r for r in items if r["group"] == g] for g in sorted({r["group"] for r in items})}
                 line["groups"] = {g: {m: _mean([r[m] for r in rows]) for m in names} for g, rows in groups.items()}
@@ -71,10 +108,20 @@ def write_run(root: Path, variant: str, seed: int, steps: list[int], val: list[f
             _write_jsonl(run / "eval_items" / f"step_{step:07d}" / f"{task}_cf.jsonl", items)
     _write_jsonl(run / "evals.jsonl", evals)
     if finished:
-        (run / "summary.json").write_text(json.dumps({
-            "final_loss": val[-1] + 0.2, "final_val_loss": val[-1], "steps": steps[-1],
-            "tokens": steps[-1] * tokens_per_step,
-            "params": 12345, "wall_seconds": 12.5, "tokens_per_second": 1e4, "mfu": 0.1}))
+        (run / "summary.json").write_text(
+            json.dumps(
+                {
+                    "final_loss": val[-1] + 0.2,
+                    "final_val_loss": val[-1],
+                    "steps": steps[-1],
+                    "tokens": steps[-1] * tokens_per_step,
+                    "params": 12345,
+                    "wall_seconds": 12.5,
+                    "tokens_per_second": 1e4,
+                    "mfu": 0.1,
+                }
+            )
+        )
     return run
 
 
@@ -104,15 +151,32 @@ def build_toy_experiment(root: Path, unfinished: bool = True) -> Path:
     """Variants A, B, C x seeds 0, 1 (plus an unfinished A/seed2) on val_loss, "toy" and "flat"."""
     for variant in TOY:
         for seed, offset in SEED_OFFSET.items():
-            toy = {step: accuracy_items(set(range(round((TOY[variant][k] + offset) * N_ITEMS))),
-                                        {"acc_choices_only": set(range(25))}) for k, step in enumerate(STEPS)}
-            flat = {step: [{"id": f"f{i}", "gold": 1, "acc_raw": float(FLAT_START[variant] <= i
-                                                                      < FLAT_START[variant] + 50)}
-                           for i in range(N_ITEMS)] for step in STEPS}
+            toy = {
+                step: accuracy_items(
+                    set(range(round((TOY[variant][k] + offset) * N_ITEMS))), {"acc_choices_only": set(range(25))}
+                )
+                for k, step in enumerate(STEPS)
+            }
+            flat = {
+                step: [
+                    {"id": f"f{i}", "gold": 1, "acc_raw": float(FLAT_START[variant] <= i < FLAT_START[variant] + 50)}
+                    for i in range(N_ITEMS)
+                ]
+                for step in STEPS
+            }
             val = [v + offset / 2 for v in VAL[variant]]
-            write_run(root, variant, seed, STEPS, val,
-                      {"toy": {"chance": 0.25, "primary": "acc_per_char", "items": toy},
-                       "flat": {"chance": 0.25, "primary": "acc_raw", "items": flat}}, val_slope=VAL_SLOPE[variant])
+            write_run(
+                root,
+                variant,
+                seed,
+                STEPS,
+                val,
+                {
+                    "toy": {"chance": 0.25, "primary": "acc_per_char", "items": toy},
+                    "flat": {"chance": 0.25, "primary": "acc_raw", "items": flat},
+                },
+                val_slope=VAL_SLOPE[variant],
+            )
     if unfinished:  # stopped after two checkpoints: named in the overview, left out of the figures
         write_run(root, "A", 2, STEPS[:2], VAL["A"][:2], {}, finished=False, config_extra={"train.max_steps": 40})
     return root
@@ -126,22 +190,30 @@ GRID_B_NOISE = 24  # McCandlish's B_noise in sequences: S = S_min (1 + B_noise/B
 GRID_SEQ_LEN = 64
 
 
-def grid_loss(step, lr: float, batch: int, params: float = 1e6, lr_star: float = GRID_LR_STAR,
-              b_noise: float = GRID_B_NOISE):
+def grid_loss(
+    step, lr: float, batch: int, params: float = 1e6, lr_star: float = GRID_LR_STAR, b_noise: float = GRID_B_NOISE
+):
     """Loss after `step` steps: a quadratic bowl in log10(LR) around lr_star, plus a curve in progress
     p = step / (1 + b_noise/batch). A loss is reached at one p whatever the batch, so the steps to reach it follow
     S = S_min (1 + b_noise/B) exactly (B_crit = b_noise); the floor falls with size as 2 + 40 N^-0.3."""
     p = step / (1 + b_noise / batch)
-    return 2.0 + 40.0 * params ** -0.3 + 0.3 * (math.log10(lr) - math.log10(lr_star)) ** 2 + 3.0 * (1 + p / 20) ** -0.5
+    return 2.0 + 40.0 * params**-0.3 + 0.3 * (math.log10(lr) - math.log10(lr_star)) ** 2 + 3.0 * (1 + p / 20) ** -0.5
 
 
-def write_grid_run(root: Path, axes: dict, seed: int, steps: list[int], val: list[float], params: int = 12345,
-                   finished: bool = True) -> Path:
+def write_grid_run(
+    root: Path, axes: dict, seed: int, steps: list[int], val: list[float], params: int = 12345, finished: bool = True
+) -> Path:
     """One grid() run: folder named as grid() names it, config with the axis fields set and recorded in "axes"."""
     name = ",".join(f"{k.split('.')[-1]}={v}" for k, v in axes.items())
-    config = {"experiment": root.name, "name": name, "model": {"vocab_size": 512, "d_model": 32},
-              "data": {"source": "default", "seq_len": GRID_SEQ_LEN}, "optim": {"lr": 1e-3},
-              "train": {"max_steps": steps[-1], "seed": seed, "global_batch": 16}, "axes": dict(axes)}
+    config = {
+        "experiment": root.name,
+        "name": name,
+        "model": {"vocab_size": 512, "d_model": 32},
+        "data": {"source": "default", "seq_len": GRID_SEQ_LEN},
+        "optim": {"lr": 1e-3},
+        "train": {"max_steps": steps[-1], "seed": seed, "global_batch": 16},
+        "axes": dict(axes),
+    }
     for dotted, value in axes.items():
         section, key = dotted.split(".")
         config[section][key] = value
@@ -155,14 +227,30 @@ def write_grid_run(root: Path, axes: dict, seed: int, steps: list[int], val: lis
         rows.append({"step": step, "tokens": step * per_step, "val/loss": loss})
     _write_jsonl(run / "metrics.jsonl", rows)
     if finished:
-        (run / "summary.json").write_text(json.dumps({
-            "final_loss": val[-1] + 0.05, "final_val_loss": val[-1], "steps": steps[-1],
-            "tokens": steps[-1] * per_step, "params": params, "wall_seconds": 1.0}))
+        (run / "summary.json").write_text(
+            json.dumps(
+                {
+                    "final_loss": val[-1] + 0.05,
+                    "final_val_loss": val[-1],
+                    "steps": steps[-1],
+                    "tokens": steps[-1] * per_step,
+                    "params": params,
+                    "wall_seconds": 1.0,
+                }
+            )
+        )
     return run
 
 
-def build_grid_experiment(root: Path, lrs=(1e-3, 3e-3, 1e-2), batches=(16, 32), seeds=(0, 1), sizes=None,
-                          steps=tuple(range(5, 205, 5)), noise: float = 0.002) -> Path:
+def build_grid_experiment(
+    root: Path,
+    lrs=(1e-3, 3e-3, 1e-2),
+    batches=(16, 32),
+    seeds=(0, 1),
+    sizes=None,
+    steps=tuple(range(5, 205, 5)),
+    noise: float = 0.002,
+) -> Path:
     """grid(base, {"optim.lr": lrs, "train.global_batch": batches} (+ "model.d_model": sizes)) x seeds, losses from
     grid_loss plus a per-run seed offset (normal, sd `noise`, fixed by the cell and seed)."""
     rng = __import__("numpy").random.default_rng(0)
@@ -173,7 +261,7 @@ def build_grid_experiment(root: Path, lrs=(1e-3, 3e-3, 1e-2), batches=(16, 32), 
                 params = 12345
                 if d_model is not None:
                     axes["model.d_model"] = d_model
-                    params = 12 * 4 * d_model ** 2  # 4 layers of 12 d^2
+                    params = 12 * 4 * d_model**2  # 4 layers of 12 d^2
                 for seed in seeds:
                     offset = float(rng.normal(0, noise))
                     val = [grid_loss(s, lr, batch, params) + offset for s in steps]

@@ -1,6 +1,7 @@
 """Your own callbacks (ablate.callbacks.Callback): passed to train(), or defined in an experiment file for
 `ablate run` (serially and side by side); their state in checkpoints; the verdicts before each update. Tiny runs of
 a few steps."""
+
 import json
 import math
 import re
@@ -13,7 +14,7 @@ from ablate.callbacks import Callback, TrainerView, Verdict
 from ablate.config import ConfigError
 from ablate.experiment import load_experiment
 from ablate.train import run_dir_for, train
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process, run_cli
 
 SHORT = {"train.max_steps": "8", "train.val_every": "0"}  # checkpoints at 4 and 8 (tiny's ckpt_every=4)
 
@@ -28,6 +29,7 @@ def metrics(run_dir) -> list[dict]:
 
 class EmbeddingNorm(Callback):
     """The README's example: the norm of the embedding weights every `every` steps."""
+
     name = "embedding_norm"
 
     def __init__(self, every: int):
@@ -41,6 +43,7 @@ class EmbeddingNorm(Callback):
 
 class StepCounter(Callback):
     """State that must survive a resume: the steps it has seen, logged each step and in summary.json."""
+
     name = "step_counter"
 
     def __init__(self):
@@ -73,6 +76,7 @@ class CrashAt(Callback):
 
 class ViewCheck(Callback):
     """The trainer a callback is handed has everything TrainerView promises."""
+
     name = "view_check"
 
     def pre_train(self, trainer):
@@ -132,6 +136,7 @@ class SkipAt(Callback):
 
 class RollBackAt(Callback):
     """Rolls back once, at the first attempt of `step` (its flag is no checkpointed state: a rollback keeps it)."""
+
     name, order = "roll_back_at", 2
 
     def __init__(self, step: int):
@@ -146,6 +151,7 @@ class RollBackAt(Callback):
 
 class Witness(Callback):
     """Counts the times it is asked for a verdict."""
+
     name, order = "witness", 60
 
     def __init__(self):
@@ -209,6 +215,7 @@ class EmbeddingNorm(Callback):
 """
 
 
+@pytest.mark.slow
 def test_an_experiment_files_callbacks_are_used_by_ablate_run_side_by_side(tmp_path):
     path = tmp_path / "own.py"
     path.write_text(EXPERIMENT + "callbacks = [EmbeddingNorm(every=2)]\n")
@@ -219,16 +226,24 @@ def test_an_experiment_files_callbacks_are_used_by_ablate_run_side_by_side(tmp_p
         assert [r["step"] for r in rows if "embedding_norm" in r] == [2, 4], name
 
 
-@pytest.mark.parametrize("entry,says", [
-    ("callbacks = [EmbeddingNorm(2), 42]", r"own.py:\d+: callbacks\[1\] is a int; allowed: instances of a subclass"),
-    ("callbacks = EmbeddingNorm(2)", r"own.py:\d+: callbacks is a EmbeddingNorm; allowed: a list"),
-    ("class Clash(EmbeddingNorm):\n    name = 'checkpointer'\ncallbacks = [Clash(2)]",
-     r"own.py: callbacks\[0\]: Clash is named 'checkpointer', as is Checkpointer"),
-])
+@pytest.mark.parametrize(
+    "entry,says",
+    [
+        (
+            "callbacks = [EmbeddingNorm(2), 42]",
+            r"own.py:\d+: callbacks\[1\] is a int; allowed: instances of a subclass",
+        ),
+        ("callbacks = EmbeddingNorm(2)", r"own.py:\d+: callbacks is a EmbeddingNorm; allowed: a list"),
+        (
+            "class Clash(EmbeddingNorm):\n    name = 'checkpointer'\ncallbacks = [Clash(2)]",
+            r"own.py: callbacks\[0\]: Clash is named 'checkpointer', as is Checkpointer",
+        ),
+    ],
+)
 def test_bad_callbacks_in_an_experiment_file_are_refused_before_compute(tmp_path, entry, says):
     path = tmp_path / "own.py"
     path.write_text(EXPERIMENT + textwrap.dedent(entry) + "\n")
-    done = run_cli("run", str(path), "--out", str(tmp_path / "runs"), check=False)
+    done = cli_in_process("run", str(path), "--out", str(tmp_path / "runs"), check=False)
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert re.search(says, done.stderr), done.stderr

@@ -1,5 +1,6 @@
 """Checkpoints that are crafted or damaged: reading a run folder never runs code from it, a damaged checkpoint is set
 aside and the run resumes from the newest intact one, and MFU is never shown above 100%."""
+
 import json
 import os
 import pickle
@@ -13,7 +14,7 @@ from ablate.checkpoint import CheckpointError, DamagedCheckpointError
 from ablate.experiment import load_experiment
 from ablate.load import load_model
 from ablate.train import run_dir_for, train
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process, run_cli
 
 OVERRIDES = {"train.max_steps": "12", "train.ckpt_every": "2", "train.keep_checkpoints": "3"}
 CLI_SETS = [arg for key, value in OVERRIDES.items() for arg in ("--set", f"{key}={value}")]
@@ -47,6 +48,7 @@ def copy_of(finished, tmp_path, interrupted=True):
 # ---------------------------------------------------------------------------------------------------------------
 # crafted files run no code
 
+
 class Touch:
     """Unpickling this runs `touch <path>`: what a crafted checkpoint would do."""
 
@@ -71,8 +73,10 @@ def test_the_crafted_payload_is_real(tmp_path):
 
 
 def refusal(ckpt):
-    return f"{ckpt}/.metadata: refused to unpickle posix.system: checkpoint metadata may only hold DCP metadata " \
-           f"classes; this file may have been crafted"
+    return (
+        f"{ckpt}/.metadata: refused to unpickle posix.system: checkpoint metadata may only hold DCP metadata "
+        f"classes; this file may have been crafted"
+    )
 
 
 def test_crafted_metadata_runs_no_code_on_resume(finished, tmp_path):
@@ -93,7 +97,7 @@ def test_crafted_metadata_runs_no_code_in_eval_and_export(finished, tmp_path):
     for path in (run_dir, ckpt):
         with pytest.raises(CheckpointError, match="refused to unpickle posix.system"):
             load_model(path)
-    result = run_cli("eval", str(run_dir), "--tasks", "copa", "--limit", "5", "--no-write", check=False)
+    result = cli_in_process("eval", str(run_dir), "--tasks", "copa", "--limit", "5", "--no-write", check=False)
     assert result.returncode == 2, result.stderr
     assert f"ablate: error: {refusal(ckpt)}" in result.stderr
     assert "Traceback" not in result.stderr
@@ -108,8 +112,9 @@ def test_non_tensor_entries_load_as_plain_data_only(tmp_path):
     checkpoint.dcp_load(state, checkpoint_dir)
     assert state["group"] == plain
     crafted_dir = tmp_path / "crafted"  # as if an optimizer's lr were a Touch
-    torch.distributed.checkpoint.save({"group": {"lr": Touch(tmp_path / "ran")}}, checkpoint_id=str(crafted_dir),
-                                      no_dist=True)
+    torch.distributed.checkpoint.save(
+        {"group": {"lr": Touch(tmp_path / "ran")}}, checkpoint_id=str(crafted_dir), no_dist=True
+    )
     with pytest.raises(DamagedCheckpointError, match=r"entry group\.lr is not plain data .*posix\.system"):
         checkpoint.dcp_load({"group": {"lr": None}}, crafted_dir)
     assert not (tmp_path / "ran").exists()
@@ -117,6 +122,7 @@ def test_non_tensor_entries_load_as_plain_data_only(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------------------
 # damaged checkpoints
+
 
 def truncate_shard(ckpt):
     os.truncate(ckpt / "__0_0.distcp", 1000)
@@ -130,15 +136,18 @@ def zero_shard(ckpt):  # the right size, so only loading finds it
 DAMAGES = {
     "truncated shard": (truncate_shard, "__0_0.distcp is truncated: 1000 bytes, "),
     "missing .metadata": (lambda ckpt: (ckpt / ".metadata").unlink(), ".metadata is missing"),
-    "garbled meta.json": (lambda ckpt: (ckpt / "meta.json").write_text('{"step": 10, "wor'),
-                          "meta.json is unreadable: JSONDecodeError"),
+    "garbled meta.json": (
+        lambda ckpt: (ckpt / "meta.json").write_text('{"step": 10, "wor'),
+        "meta.json is unreadable: JSONDecodeError",
+    ),
     "corrupt bytes in a shard": (zero_shard, "loading failed: UnpicklingError"),
 }
 
 
 @pytest.mark.parametrize("kind", DAMAGES)
 def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
-        finished, tmp_path, capsys, kind):
+    finished, tmp_path, capsys, kind
+):
     damage, reason = DAMAGES[kind]
     run, out, run_dir = copy_of(finished, tmp_path)
     ckpts = run_dir / "checkpoints"
@@ -156,6 +165,7 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one
     assert sorted(p.name for p in ckpts.iterdir()) == ["damaged_step_10", "step_10", "step_12", "step_8"]
 
 
+@pytest.mark.slow
 def test_every_checkpoint_damaged_is_a_clear_error_not_a_restart(finished, tmp_path):
     run, out, run_dir = copy_of(finished, tmp_path)
     ckpts = run_dir / "checkpoints"
@@ -166,9 +176,11 @@ def test_every_checkpoint_damaged_is_a_clear_error_not_a_restart(finished, tmp_p
     metrics_before = (run_dir / "metrics.jsonl").read_text()
     result = run_cli("run", str(TINY), "--only", "mha", *CLI_SETS, "--out", str(out), check=False)
     assert result.returncode != 0
-    assert (f"{run_dir}: every checkpoint is damaged (step_10 (__0_0.distcp is truncated: 1000 bytes, {size} "
-            f"expected), step_8 (__0_0.distcp is truncated: 1000 bytes, {size} expected)); set aside under "
-            f"checkpoints/damaged_step_*; remove the run folder to start again from step 0") in result.stdout
+    assert (
+        f"{run_dir}: every checkpoint is damaged (step_10 (__0_0.distcp is truncated: 1000 bytes, {size} "
+        f"expected), step_8 (__0_0.distcp is truncated: 1000 bytes, {size} expected)); set aside under "
+        f"checkpoints/damaged_step_*; remove the run folder to start again from step 0"
+    ) in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
     assert sorted(p.name for p in ckpts.iterdir()) == ["damaged_step_10", "damaged_step_8", "damaged_step_8_1"]
     assert (run_dir / "metrics.jsonl").read_text() == metrics_before  # no step was taken from scratch
@@ -180,8 +192,10 @@ def test_readers_skip_a_damaged_checkpoint_and_leave_the_folder_alone(finished, 
     truncate_shard(ckpts / "step_12")
     capsys.readouterr()
     assert load_model(run_dir).step == 10
-    assert f"ablate: warning: checkpoint {ckpts / 'step_12'} is damaged (__0_0.distcp is truncated" in \
-        capsys.readouterr().err
+    assert (
+        f"ablate: warning: checkpoint {ckpts / 'step_12'} is damaged (__0_0.distcp is truncated"
+        in capsys.readouterr().err
+    )
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_10", "step_12", "step_8"]
     with pytest.raises(DamagedCheckpointError) as caught:  # named explicitly: no substitute
         load_model(ckpts / "step_12")
@@ -191,6 +205,7 @@ def test_readers_skip_a_damaged_checkpoint_and_leave_the_folder_alone(finished, 
 
 # ---------------------------------------------------------------------------------------------------------------
 # MFU
+
 
 def test_mfu_above_one_is_not_shown():
     assert parallel.mfu(1000, 6e6, 1e10) == pytest.approx(0.6)
@@ -216,8 +231,9 @@ def test_peak_is_the_best_this_machine_has_measured(tmp_path, monkeypatch):
 
 
 def test_metrics_log_no_mfu_above_one(tmp_path, capsys):
-    run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "2", "train.ckpt_every": "0",
-                                                         "train.peak_flops": "1.0"})[0]
+    run = load_experiment(
+        TINY, only=["mha"], overrides={"train.max_steps": "2", "train.ckpt_every": "0", "train.peak_flops": "1.0"}
+    )[0]
     summary = train(run, tmp_path)
     rows = [json.loads(line) for line in (run_dir_for(tmp_path, run) / "metrics.jsonl").read_text().splitlines()]
     assert [r["mfu"] for r in rows if "loss" in r] == [None, None]

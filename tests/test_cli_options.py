@@ -1,14 +1,14 @@
 """Every option of `run`, `plan`, `status`, `eval`, `export` and `report` with negative, zero, huge, wrong-type and
 empty values: each is accepted with its documented meaning, or refused in one line naming the option (exit 2) before
 any compute, with nothing written. `eval` and `export` print only their own lines (no torchao, no warnings)."""
+
 import json
 import shlex
 
 import pytest
 import torch
 
-from ablate.cli import main
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process, run_cli
 
 GPU = torch.cuda.is_available()
 
@@ -17,7 +17,7 @@ GPU = torch.cuda.is_available()
 def trained(tmp_path_factory):
     """A finished tiny run: runs/tiny/mha/seed0."""
     root = tmp_path_factory.mktemp("trained")
-    run_cli("run", str(TINY), "--only", "mha", "--out", str(root / "runs"))
+    cli_in_process("run", str(TINY), "--only", "mha", "--out", str(root / "runs"))
     return root / "runs" / "tiny" / "mha" / "seed0"
 
 
@@ -29,15 +29,19 @@ def paths(tmp_path, trained):
     full.mkdir()
     for name in ("config.json", "a.txt", "b.txt", "c.txt", "d.txt", "e.txt"):
         (full / name).write_text("mine")
-    return {"exp": str(TINY), "run": str(trained), "runs": str(trained.parent.parent), "tmp": str(tmp_path),
-            "file": str(a_file), "full": str(full)}
+    return {
+        "exp": str(TINY),
+        "run": str(trained),
+        "runs": str(trained.parent.parent),
+        "tmp": str(tmp_path),
+        "file": str(a_file),
+        "full": str(full),
+    }
 
 
-def call(template: str, paths: dict) -> int:
-    try:
-        return main([arg.format(**paths) for arg in shlex.split(template)])
-    except SystemExit as exc:  # argparse
-        return exc.code
+def call(template: str, paths: dict):
+    """The command line `template` with `paths` filled in, run in this process: returncode, stdout, stderr."""
+    return cli_in_process(*[arg.format(**paths) for arg in shlex.split(template)], check=False)
 
 
 def files_under(*roots) -> dict:
@@ -57,14 +61,25 @@ REFUSED = [
     (f"{RUN} --seeds -1", "--seeds -1: got [-1]; allowed: a non-empty list of ints >= 0"),
     *[(f"{RUN} --set {v}", "--set") for v in ("''", "foo", "=3")],
     (f"{RUN} --set train.max_steps=abc", "train.max_steps"),
-    *[(f"{RUN} --{o} {v}", f"--{o}") for o in ("jobs", "runs-per-gpu", "gpus-per-run")
-      for v in ("0", "-1", "''", "a", "2.5")],
-    *([] if GPU else [(f"{RUN} --{o} 1000000000", "--runs-per-gpu / --gpus-per-run: no CUDA GPU")
-                      for o in ("runs-per-gpu", "gpus-per-run")]),
+    *[
+        (f"{RUN} --{o} {v}", f"--{o}")
+        for o in ("jobs", "runs-per-gpu", "gpus-per-run")
+        for v in ("0", "-1", "''", "a", "2.5")
+    ],
+    *(
+        []
+        if GPU
+        else [
+            (f"{RUN} --{o} 1000000000", "--runs-per-gpu / --gpus-per-run: no CUDA GPU")
+            for o in ("runs-per-gpu", "gpus-per-run")
+        ]
+    ),
     *[(f"{RUN} --device-memory {v}", "--device-memory") for v in ("''", "abc", "-1", "0", "0GiB", "1.2.3", "8XB")],
     *[(f"{RUN} --launcher {v}", "--launcher") for v in ("''", "x", "SLURM")],
-    *[(f"{RUN} --launcher local --slurm {v}", "--slurm") for v in ("''", "colour=blue", "time=-1", "time=abc",
-                                                                     "nodes=2", "time")],
+    *[
+        (f"{RUN} --launcher local --slurm {v}", "--slurm")
+        for v in ("''", "colour=blue", "time=-1", "time=abc", "nodes=2", "time")
+    ],
     (f"{RUN} --slurm time=5", "--slurm: only with --launcher"),
     *[(f"{RUN} --out {v}", "--out") for v in ("''", "{file}/runs")],
     (f"{RUN} --out {{file}}", "--out {file}: is a file; allowed: a folder"),
@@ -73,7 +88,9 @@ REFUSED = [
     *[(f"{PLAN} --world-size {v}", "world size") for v in ("3", "1000000000000")],  # not a divisor of the batch
     *[(f"{PLAN} --dtype {v}", "--dtype") for v in ("''", "x", "FP32")],
     *[(f"{PLAN} --out {v}", "--out") for v in ("''", "{file}")],
-    (f"{PLAN} --only ''", "--only"), (f"{PLAN} --seeds x", "--seeds"), (f"{PLAN} --set x", "--set"),
+    (f"{PLAN} --only ''", "--only"),
+    (f"{PLAN} --seeds x", "--seeds"),
+    (f"{PLAN} --set x", "--set"),
     (f"{PLAN} --device-memory 0", "--device-memory"),
     *[(f"status {{runs}} --watch {v}", "--watch") for v in ("0", "-1", "nan", "inf", "86401", "1e9", "''", "soon")],
     ("status ''", "runs_dir ''"),
@@ -86,12 +103,18 @@ REFUSED = [
     *[(f"{EVAL} --log-samples {v}", "--log-samples") for v in ("''", "{tmp}", "{file}/x", "{tmp}/no/such/x")],
     ("eval '' --tasks copa", "required"),
     *[(f"{EXPORT} --hf {v}", "--hf") for v in ("''", "{file}", "{file}/hf")],
-    (f"{EXPORT} --hf {{full}}", "--hf {full}: not empty (6 entries: a.txt, b.txt, c.txt, config.json, d.txt and 1 more)"),
+    (
+        f"{EXPORT} --hf {{full}}",
+        "--hf {full}: not empty (6 entries: a.txt, b.txt, c.txt, config.json, d.txt and 1 more)",
+    ),
     (f"{EXPORT} --hf {{run}} --force", "--hf {run}: the run folder"),
     (f"{EXPORT} --hf {{run}}/checkpoints/hf --force", "--hf"),
     ("export '' --hf {tmp}/hf", "checkpoint ''"),
-    *[(f"{REPORT} --{o} {v}", f"--{o}") for o in ("alpha", "power", "early-fraction")
-      for v in ("0", "1", "-0.5", "nan", "inf", "''", "x")],
+    *[
+        (f"{REPORT} --{o} {v}", f"--{o}")
+        for o in ("alpha", "power", "early-fraction")
+        for v in ("0", "1", "-0.5", "nan", "inf", "''", "x")
+    ],
     *[(f"{REPORT} --min-shared-items {v}", "--min-shared-items") for v in ("0", "1.5", "nan", "''")],
     *[(f"{REPORT} --{o} {v}", f"--{o}") for o in ("min-monotonicity", "min-tau") for v in ("-1.5", "2", "nan", "''")],
     *[(f"{REPORT} --{o} {v}", f"--{o}") for o in ("min-z", "min-snr") for v in ("-1", "nan", "inf", "''", "x")],
@@ -105,69 +128,95 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("template, names", REFUSED, ids=[t for t, _ in REFUSED])
-def test_a_wrong_value_is_refused_in_one_line_with_nothing_written(template, names, paths, tmp_path, trained, capsys):
+def test_a_wrong_value_is_refused_in_one_line_with_nothing_written(template, names, paths, tmp_path, trained):
     before = files_under(tmp_path, trained.parent.parent)
-    assert call(template, paths) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.splitlines()) == 1, err
+    result = call(template, paths)
+    out, err = result.stdout, result.stderr
+    assert result.returncode == 2 and out == "" and len(err.splitlines()) == 1, err
     assert err.startswith("ablate: error: ") and names.format(**paths) in err, err
     assert files_under(tmp_path, trained.parent.parent) == before
 
 
-def test_help_still_prints_the_usage(capsys):
-    assert call("eval --help", {}) == 0
-    assert "usage: ablate eval" in capsys.readouterr().out
+def test_help_still_prints_the_usage():
+    result = call("eval --help", {})
+    assert result.returncode == 0 and "usage: ablate eval" in result.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # accepted values, with their documented meaning
 
 
-def test_accepted_run_values_pass_the_checks(paths, tmp_path, capsys):
+def test_accepted_run_values_pass_the_checks(paths, tmp_path):
     """A huge --jobs (at most one run per job is used), a large --device-memory, a glob, new seeds: the command goes
     on to load the experiment, where the bad --set stops it."""
-    code = call(f"{RUN} --jobs 1000000000 --device-memory 1000TiB --only 'm?a' --seeds 7,8 "
-                "--set train.max_steps=abc", paths)
-    err = capsys.readouterr().err
-    assert code == 2 and "train.max_steps: cannot read 'abc'" in err and "--jobs" not in err
+    result = call(
+        f"{RUN} --jobs 1000000000 --device-memory 1000TiB --only 'm?a' --seeds 7,8 --set train.max_steps=abc", paths
+    )
+    err = result.stderr
+    assert result.returncode == 2 and "train.max_steps: cannot read 'abc'" in err and "--jobs" not in err
     assert not (tmp_path / "runs").exists()
 
 
-def test_accepted_plan_values_have_their_meaning(paths, tmp_path, capsys):
-    assert call(f"plan {{exp}} --world-size 2 --dtype bf16 --seeds 3,4 --device-memory 1000TiB "
-                f"--out {{tmp}}/missing --only mha", paths) == 0
-    out = capsys.readouterr().out
+def test_accepted_plan_values_have_their_meaning(paths, tmp_path):
+    result = call(
+        "plan {exp} --world-size 2 --dtype bf16 --seeds 3,4 --device-memory 1000TiB --out {tmp}/missing --only mha",
+        paths,
+    )
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
     assert "compute over 2 devices" in out and "FSDP2 over 2 ranks" in out and "bf16 autocast" in out
     assert out.splitlines()[2].split()[:2] == ["mha", "2"]  # two seeds
     assert not (tmp_path / "missing").exists()  # plan only reads the runs root
 
 
-def test_status_watch_returns_once_nothing_runs(paths, capsys):
-    assert call("status {runs} --watch 0.01", paths) == 0
-    assert "1 runs: 1 finished" in capsys.readouterr().out
+def test_status_watch_returns_once_nothing_runs(paths):
+    result = call("status {runs} --watch 0.01", paths)
+    assert result.returncode == 0 and "1 runs: 1 finished" in result.stdout
 
 
 def _copa_row(out: str) -> list[str]:
     return next(line.split() for line in out.splitlines() if line.startswith("copa "))
 
 
-def test_limit_zero_is_every_item_and_a_huge_limit_the_same(paths, capsys):
+def test_limit_zero_is_every_item_and_a_huge_limit_the_same(paths):
     from ablate.eval.suite import all_tasks
 
     every = len(all_tasks()["copa"].rows())
     for limit, n in (("3", 3), ("0", every), ("1000000000000", every)):
-        assert call(f"eval {{run}} --tasks copa --limit {limit} --batch-size 1000000000 --no-write", paths) == 0
-        assert _copa_row(capsys.readouterr().out)[2] == str(n)
+        result = call(f"eval {{run}} --tasks copa --limit {limit} --batch-size 1000000000 --no-write", paths)
+        assert result.returncode == 0 and _copa_row(result.stdout)[2] == str(n)
 
 
 def test_accepted_report_thresholds_reach_the_report(paths, tmp_path):
-    assert call(f"{REPORT} --min-z 0 --min-snr 0 --last-k 1000000 --bootstrap 100 --min-monotonicity -1 "
-                "--min-tau 1 --early-fraction 0.5 --min-shared-items 1", paths) == 0
+    result = call(
+        f"{REPORT} --min-z 0 --min-snr 0 --last-k 1000000 --bootstrap 100 --min-monotonicity -1 "
+        "--min-tau 1 --early-fraction 0.5 --min-shared-items 1",
+        paths,
+    )
+    assert result.returncode == 0, result.stderr
     options = json.loads((tmp_path / "report" / "report.json").read_text())["options"]
-    assert {k: options[k] for k in ("min_z", "min_snr", "last_k", "bootstrap", "min_monotonicity", "min_tau",
-                                    "early_fraction", "min_shared_items")} == {
-        "min_z": 0, "min_snr": 0, "last_k": 1000000, "bootstrap": 100, "min_monotonicity": -1, "min_tau": 1,
-        "early_fraction": 0.5, "min_shared_items": 1}
+    assert {
+        k: options[k]
+        for k in (
+            "min_z",
+            "min_snr",
+            "last_k",
+            "bootstrap",
+            "min_monotonicity",
+            "min_tau",
+            "early_fraction",
+            "min_shared_items",
+        )
+    } == {
+        "min_z": 0,
+        "min_snr": 0,
+        "last_k": 1000000,
+        "bootstrap": 100,
+        "min_monotonicity": -1,
+        "min_tau": 1,
+        "early_fraction": 0.5,
+        "min_shared_items": 1,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -183,8 +232,10 @@ def test_eval_and_export_print_only_their_own_lines(trained, paths, tmp_path):
         assert result.stderr == "", result.stderr  # no torchao "Failed to load", no warnings
     assert evaluated.stdout.startswith(f"{trained}/checkpoints/step_8 (step 8, ")
     assert exported.stdout.splitlines() == [
-        f"wrote a transformers model to {paths['full']}", "--force: replaced 1 existing file(s): config.json",
-        "--force: left 5 other entries as they were: a.txt, b.txt, c.txt, d.txt, e.txt"]
+        f"wrote a transformers model to {paths['full']}",
+        "--force: replaced 1 existing file(s): config.json",
+        "--force: left 5 other entries as they were: a.txt, b.txt, c.txt, d.txt, e.txt",
+    ]
     assert (tmp_path / "full" / "a.txt").read_text() == "mine"
     from transformers import AutoModelForCausalLM
 
@@ -205,8 +256,12 @@ def test_an_untied_qk_norm_model_is_written_as_qwen3(tmp_path):
     from ablate.export import write_model
     from ablate.model import Transformer
 
-    model = Transformer(ModelConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, qk_norm=True,
-                                    tie_embeddings=False), max_seq_len=32)
+    model = Transformer(
+        ModelConfig(
+            vocab_size=300, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, qk_norm=True, tie_embeddings=False
+        ),
+        max_seq_len=32,
+    )
     model.init_weights(torch.Generator().manual_seed(0))
     assert write_model(model.eval(), 32, 0, tmp_path) == ["config.json", "generation_config.json", "model.safetensors"]
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()

@@ -11,19 +11,22 @@ def test_defaults_validate():
     assert validate(RunConfig()) is not None
 
 
-@pytest.mark.parametrize("overrides, field, allowed", [
-    ({"model.n_heads": 3}, "model.n_heads", "a divisor of 128"),
-    ({"model.n_kv_heads": 3}, "model.n_kv_heads", "[1, 2, 4]"),
-    ({"model.ffn": "mish"}, "model.ffn", "'swiglu', 'gelu', 'relu'"),
-    ({"model.norm": "batchnorm"}, "model.norm", "'rmsnorm', 'layernorm'"),
-    ({"model.n_layers": "4"}, "model.n_layers", "int"),
-    ({"train.global_batch": 12}, "train.global_batch", "multiple of train.micro_batch"),
-    ({"schedule.name": "linear"}, "schedule.name", "'cosine', 'wsd', 'constant'"),
-    ({"model.rope_fraction": 0.01}, "model.rope_fraction", "(0, 1]"),
-    ({"train.seed": 2 ** 70}, "train.seed", "[0, 4294967296)"),
-    ({"train.seed": -1}, "train.seed", "[0, 4294967296)"),
-    ({"name": "report.json"}, "name", "any other name"),
-])
+@pytest.mark.parametrize(
+    "overrides, field, allowed",
+    [
+        ({"model.n_heads": 3}, "model.n_heads", "a divisor of 128"),
+        ({"model.n_kv_heads": 3}, "model.n_kv_heads", "[1, 2, 4]"),
+        ({"model.ffn": "mish"}, "model.ffn", "'swiglu', 'gelu', 'relu'"),
+        ({"model.norm": "batchnorm"}, "model.norm", "'rmsnorm', 'layernorm'"),
+        ({"model.n_layers": "4"}, "model.n_layers", "int"),
+        ({"train.global_batch": 12}, "train.global_batch", "multiple of train.micro_batch"),
+        ({"schedule.name": "linear"}, "schedule.name", "'cosine', 'wsd', 'constant'"),
+        ({"model.rope_fraction": 0.01}, "model.rope_fraction", "(0, 1]"),
+        ({"train.seed": 2**70}, "train.seed", "[0, 4294967296)"),
+        ({"train.seed": -1}, "train.seed", "[0, 4294967296)"),
+        ({"name": "report.json"}, "name", "any other name"),
+    ],
+)
 def test_bad_values_name_field_and_allowed(overrides, field, allowed):
     with pytest.raises(ConfigError) as err:
         apply_overrides(RunConfig(), overrides)
@@ -38,9 +41,19 @@ def test_unknown_field_lists_allowed():
 
 
 def test_text_overrides_are_typed():
-    run = apply_overrides(RunConfig(), parse_set_args(["train.max_steps=20", "model.qk_norm=true",
-                                                      "model.n_kv_heads=none", "optim.lr=1e-3",
-                                                      "data.source=a.jsonl"]), from_text=True)
+    run = apply_overrides(
+        RunConfig(),
+        parse_set_args(
+            [
+                "train.max_steps=20",
+                "model.qk_norm=true",
+                "model.n_kv_heads=none",
+                "optim.lr=1e-3",
+                "data.source=a.jsonl",
+            ]
+        ),
+        from_text=True,
+    )
     assert run.train.max_steps == 20 and run.model.qk_norm is True and run.model.n_kv_heads is None
     assert run.optim.lr == 1e-3 and run.data.source == "a.jsonl"
     with pytest.raises(ConfigError, match="train.max_steps: cannot read 'ten'; allowed: int"):
@@ -54,8 +67,12 @@ def test_variant_and_grid():
     gqa = variant(base, "gqa", {"model.n_kv_heads": 2})
     assert gqa.name == "gqa" and gqa.model.kv_heads == 2 and base.model.n_kv_heads is None
     runs = grid(base, {"optim.lr": [1e-3, 3e-3], "train.global_batch": [16, 32]})
-    assert [r.name for r in runs] == ["lr=0.001,global_batch=16", "lr=0.001,global_batch=32",
-                                      "lr=0.003,global_batch=16", "lr=0.003,global_batch=32"]
+    assert [r.name for r in runs] == [
+        "lr=0.001,global_batch=16",
+        "lr=0.001,global_batch=32",
+        "lr=0.003,global_batch=16",
+        "lr=0.003,global_batch=32",
+    ]
     assert runs[3].optim.lr == 3e-3 and runs[3].train.global_batch == 32
 
 

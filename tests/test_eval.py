@@ -1,5 +1,6 @@
 """The cloze eval suite: tasks, engine (against a token-by-token computation), metrics, the training hook and its
 files, `ablate eval`, export to transformers, and agreement with lm-eval's HF backend."""
+
 import dataclasses
 import json
 import math
@@ -17,7 +18,7 @@ from ablate.experiment import ExperimentError, load_experiment
 from ablate.model import Transformer
 from ablate.overrides import apply_overrides
 from ablate.train import run_dir_for, train
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process, run_cli
 
 EVAL_TASKS = "arc_easy,copa,winogrande"
 
@@ -30,8 +31,12 @@ def tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     texts = [r["question"] for r in ablate_evals.TASKS["arc_easy"].rows()]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     return tok
 
 
@@ -82,7 +87,7 @@ def test_engine_equals_token_by_token(tokenizer, knobs):
     for (ctx, cont), a, b in zip(encoded, shared, flat):
         truncated_here = len(ctx) + len(cont) - 1 > max_len
         cont = cont[-max_len:]  # a continuation longer than the model keeps its end (lm-eval refuses those)
-        whole = (ctx + cont)[-(max_len + 1):]
+        whole = (ctx + cont)[-(max_len + 1) :]
         with torch.no_grad():
             logprobs = F.log_softmax(model(torch.tensor([whole[:-1]])).float(), -1)[0]
         start = len(whole) - len(cont) - 1
@@ -124,8 +129,14 @@ def test_identical_requests_are_scored_once():
 
 
 def test_metrics_from_log_likelihoods():
-    s = ItemScores(logprobs=[-4.0, -6.0, -9.0], unconditional=[-1.0, -5.0, -8.0], tokens=[2, 2, 3],
-                   chars=[2, 6, 12], bytes=[2, 6, 12], gold=1)
+    s = ItemScores(
+        logprobs=[-4.0, -6.0, -9.0],
+        unconditional=[-1.0, -5.0, -8.0],
+        tokens=[2, 2, 3],
+        chars=[2, 6, 12],
+        bytes=[2, 6, 12],
+        gold=1,
+    )
     assert predictions(s) == {"raw": 0, "per_token": 0, "per_char": 2, "pmi": 1, "choices_only": 0}
     m = item_metrics(s)
     assert (m["acc_raw"], m["acc_per_char"], m["acc_pmi"], m["acc_choices_only"]) == (0.0, 0.0, 1.0, 0.0)
@@ -153,8 +164,11 @@ def test_bad_eval_input_is_refused_by_name(tmp_path):
 def eval_run(tmp_path_factory):
     """The tiny experiment with the eval hook every 4 steps (seq_len 128 so few contexts are cut)."""
     out = tmp_path_factory.mktemp("evalruns")
-    run = load_experiment(TINY, only=["mha"], overrides={
-        "data.seq_len": "128", "eval.tasks": EVAL_TASKS, "eval.every": "4", "eval.limit": "12"})[0]
+    run = load_experiment(
+        TINY,
+        only=["mha"],
+        overrides={"data.seq_len": "128", "eval.tasks": EVAL_TASKS, "eval.every": "4", "eval.limit": "12"},
+    )[0]
     summary = train(run, out)
     return run_dir_for(out, run), summary
 
@@ -164,12 +178,27 @@ def test_training_hook_writes_evals(eval_run):
     lines = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines()]
     assert [(r["step"], r["task"]) for r in lines] == [(s, t) for s in (4, 8) for t in EVAL_TASKS.split(",")]
     for r in lines:
-        assert set(r) == {"step", "tokens", "task", "format", "n", "chance", "primary", "metrics", "stderr",
-                          "truncated", "seconds"}
+        assert set(r) == {
+            "step",
+            "tokens",
+            "task",
+            "format",
+            "n",
+            "chance",
+            "primary",
+            "metrics",
+            "stderr",
+            "truncated",
+            "seconds",
+        }
         assert r["n"] == 12 and r["format"] == "cf" and r["tokens"] == r["step"] * 8 * 128
         assert set(r["metrics"]) == set(r["stderr"]) == set(METRICS)
-        items = [json.loads(x) for x in (run_dir / "eval_items" / f"step_{r['step']:07d}" /
-                                         f"{r['task']}_cf.jsonl").read_text().splitlines()]
+        items = [
+            json.loads(x)
+            for x in (run_dir / "eval_items" / f"step_{r['step']:07d}" / f"{r['task']}_cf.jsonl")
+            .read_text()
+            .splitlines()
+        ]
         assert len(items) == 12 and {"id", "gold", *METRICS} <= set(items[0])
         assert sum(i["acc_raw"] for i in items) / 12 == pytest.approx(r["metrics"]["acc_raw"])
     assert lines[0]["chance"] == 0.25 and lines[1]["chance"] == 0.5
@@ -187,8 +216,7 @@ def test_training_hook_writes_evals(eval_run):
 def test_cli_eval_matches_the_hook_and_logs_samples(eval_run, tmp_path):
     run_dir, _ = eval_run
     samples = tmp_path / "samples.jsonl"
-    result = run_cli("eval", str(run_dir), "--tasks", "copa,arc_easy", "--limit", "12", "--log-samples",
-                     str(samples))
+    result = run_cli("eval", str(run_dir), "--tasks", "copa,arc_easy", "--limit", "12", "--log-samples", str(samples))
     assert "acc_per_char" in result.stdout and "copa" in result.stdout
     assert "replaced an earlier evaluation's items at step 8" in result.stdout and "-> 12)" in result.stdout
     lines = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines()]
@@ -209,19 +237,31 @@ def test_cli_eval_in_bf16_is_close_to_fp32(eval_run, tmp_path):
     logprobs = {}
     for dtype in ("fp32", "bf16"):
         samples = tmp_path / f"{dtype}.jsonl"
-        out = run_cli("eval", str(run_dir), "--tasks", "arc_easy", "--limit", "12", "--no-write", "--dtype", dtype,
-                      "--log-samples", str(samples))
+        out = run_cli(
+            "eval",
+            str(run_dir),
+            "--tasks",
+            "arc_easy",
+            "--limit",
+            "12",
+            "--no-write",
+            "--dtype",
+            dtype,
+            "--log-samples",
+            str(samples),
+        )
         assert f"tokens, {dtype})" in out.stdout
-        logprobs[dtype] = [r["logprob"] for r in map(json.loads, samples.read_text().splitlines())
-                           if r["type"] == "request"]
+        logprobs[dtype] = [
+            r["logprob"] for r in map(json.loads, samples.read_text().splitlines()) if r["type"] == "request"
+        ]
     differences = [abs(a - b) for a, b in zip(logprobs["fp32"], logprobs["bf16"])]
     assert len(differences) == 2 * 48 and 0 < max(differences) < 0.5  # bf16 ran, and stayed close
 
 
 def test_cli_refuses_bad_input(tmp_path):
-    result = run_cli("eval", str(tmp_path), check=False)
+    result = cli_in_process("eval", str(tmp_path), check=False)
     assert result.returncode == 2 and "neither a run folder" in result.stderr
-    result = run_cli("eval", str(tmp_path), "--tasks", "nope", check=False)
+    result = cli_in_process("eval", str(tmp_path), "--tasks", "nope", check=False)
     assert result.returncode == 2 and "--tasks: unknown task 'nope'; allowed: arc_easy" in result.stderr
 
 
@@ -245,9 +285,13 @@ def test_export_logits_equal(tmp_path, qk_norm):
 def test_export_refuses_unrepresentable_knobs():
     from ablate.export import check_exportable
 
-    for knobs, field in [({"ffn": "gelu"}, "model.ffn"), ({"norm": "layernorm"}, "model.norm"),
-                         ({"rope_fraction": 0.5}, "model.rope_fraction"), ({"pos": "nope"}, "model.pos"),
-                         ({"rope_skip_every": 2}, "model.rope_skip_every")]:
+    for knobs, field in [
+        ({"ffn": "gelu"}, "model.ffn"),
+        ({"norm": "layernorm"}, "model.norm"),
+        ({"rope_fraction": 0.5}, "model.rope_fraction"),
+        ({"pos": "nope"}, "model.pos"),
+        ({"rope_skip_every": 2}, "model.rope_skip_every"),
+    ]:
         with pytest.raises(NotImplementedError, match=field):
             check_exportable(ModelConfig(**knobs))
 
@@ -264,8 +308,9 @@ def test_agreement_with_lm_eval_hf(eval_run, tmp_path):
     assert (tmp_path / "hf" / "model.safetensors").is_file() and "wrote" in result.stdout
     loaded = load_model(run_dir)
     tasks = ["arc_easy", "winogrande", "boolq"]  # boolq: long passages, cut from the left by both tools
-    ours = suite.evaluate(engine.for_transformer(loaded.model), loaded.tokenizer(), tasks, limit=30, batch_size=8,
-                          log_samples=True)
+    ours = suite.evaluate(
+        engine.for_transformer(loaded.model), loaded.tokenizer(), tasks, limit=30, batch_size=8, log_samples=True
+    )
     reference = agreement.run_lm_eval_hf(str(tmp_path / "hf"), tasks, limit=30, batch_size=8)
     for task, row in agreement.compare(ours, reference).items():
         assert row["items"] == 30
@@ -286,9 +331,25 @@ def test_lm_eval_command_runs_the_ablate_model(eval_run, tmp_path):
     from ablate_evals.lm_eval_tasks import PATH
 
     run_dir, _ = eval_run
-    command = [str(Path(sys.executable).with_name("ablate-lm-eval")), "--model", "ablate", "--model_args",
-               f"path={run_dir}", "--tasks", "ablate_copa,ablate_arc_easy", "--include_path", str(PATH),
-               "--limit", "12", "--batch_size", "8", "--device", "cpu", "--output_path", str(tmp_path / "out")]
+    command = [
+        str(Path(sys.executable).with_name("ablate-lm-eval")),
+        "--model",
+        "ablate",
+        "--model_args",
+        f"path={run_dir}",
+        "--tasks",
+        "ablate_copa,ablate_arc_easy",
+        "--include_path",
+        str(PATH),
+        "--limit",
+        "12",
+        "--batch_size",
+        "8",
+        "--device",
+        "cpu",
+        "--output_path",
+        str(tmp_path / "out"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())["results"]
@@ -303,8 +364,23 @@ def test_fsdp_eval_equals_one_process(eval_run, tmp_path):
     """Under torchrun with 2 FSDP ranks each rank scores a share of the rows; the gathered results equal one
     process's (the 2-rank model equals the 1-rank one to ~1e-6)."""
     run_dir, _ = eval_run
-    run_cli("run", str(TINY), "--only", "mha", "--out", str(tmp_path), "--set", "data.seq_len=128", "--set",
-            f"eval.tasks={EVAL_TASKS}", "--set", "eval.every=4", "--set", "eval.limit=12", torchrun_procs=2)
+    run_cli(
+        "run",
+        str(TINY),
+        "--only",
+        "mha",
+        "--out",
+        str(tmp_path),
+        "--set",
+        "data.seq_len=128",
+        "--set",
+        f"eval.tasks={EVAL_TASKS}",
+        "--set",
+        "eval.every=4",
+        "--set",
+        "eval.limit=12",
+        torchrun_procs=2,
+    )
     for task in EVAL_TASKS.split(","):
         name = f"eval_items/step_0000008/{task}_cf.jsonl"
         one = [json.loads(x) for x in (run_dir / name).read_text().splitlines()]

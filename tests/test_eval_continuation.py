@@ -5,6 +5,7 @@ answers as lm-eval's HF backend on an exported model.
 The model is an ablate Transformer set to be a bigram model of the LAMBADA items' own text (one-hot embeddings,
 attention and MLP outputs zeroed, the output projection holding log P(next | previous)): it reproduces some final
 words greedily, so the greedy flags are compared on hits as well as misses."""
+
 import gzip
 import json
 import math
@@ -30,8 +31,14 @@ FIRST_ITEMS = [
     ("basic_skills_arithmetic", 1047, "0", 3, " 32", "7 - 4 + 10 = 13\n\n4 * 8 ="),
     ("basic_skills_coding", 1012, "0", 2, " a + b", '"""Return the sum of a and b."""\n    return'),
     ("basic_skills_common_knowledge", 1037, "0", 2, " four", "is pen\n\nThe number of legs of a cat is"),
-    ("basic_skills_logical_reasoning", 1118, "0", 2, " Hence, a whale is warm-blooded.",
-     "not a poem.\n\nAll mammals are warm-blooded. A whale is a mammal."),
+    (
+        "basic_skills_logical_reasoning",
+        1118,
+        "0",
+        2,
+        " Hence, a whale is warm-blooded.",
+        "not a poem.\n\nAll mammals are warm-blooded. A whale is a mammal.",
+    ),
     ("basic_skills_pattern", 534, "0", 2, " 10", "Tertiary\n\nB E H K\n\n2 4 6 8"),
     ("basic_skills_string_operations", 1219, "0", 2, " 5", "is dcba\n\nThe length of the string 'hello' is"),
 ]
@@ -69,8 +76,15 @@ def test_request_loader_refuses_what_it_cannot_score(tmp_path):
             f.writelines(json.dumps(line) + "\n" for line in lines)
 
     def request(doc_id, context, kind="loglikelihood"):
-        return {"request_type": kind, "doc": {}, "request": {"context": context, "continuation": " x"}, "idx": 0,
-                "doc_id": doc_id, "native_id": doc_id % 1_000_000, "label": 0}
+        return {
+            "request_type": kind,
+            "doc": {},
+            "request": {"context": context, "continuation": " x"},
+            "idx": 0,
+            "doc_id": doc_id,
+            "native_id": doc_id % 1_000_000,
+            "label": 0,
+        }
 
     write([request(0, "Q"), request(1_000_000, "Answer:")])
     assert [r["contexts"] for r in _load_requests(tmp_path)] == [["Q"]]  # the offset's default applies
@@ -91,8 +105,12 @@ def tokenizer():
     tok.decoder = decoders.ByteLevel()
     texts = [r["contexts"][0] + r["continuations"][0] for r in ablate_evals.TASKS["lambada"].rows()[:300]]
     texts += [r["contexts"][0] for name in BASIC_SKILLS for r in ablate_evals.TASKS[name].rows()[:20]]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=[EOS],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=VOCAB, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     assert tok.get_vocab_size() == VOCAB
     return tok
 
@@ -110,8 +128,10 @@ def bigram(tokenizer):
             counts[a, b] += 10 if j + 1 >= context else 1
     logp = (counts / counts.sum(1, keepdim=True)).log().float()
     logp += 1e-3 * torch.randn(VOCAB, VOCAB, generator=torch.Generator().manual_seed(0))
-    model = Transformer(ModelConfig(vocab_size=VOCAB, d_model=VOCAB, n_layers=1, n_heads=4, ffn_hidden=32,
-                                    tie_embeddings=False), max_seq_len=MAX_LEN)
+    model = Transformer(
+        ModelConfig(vocab_size=VOCAB, d_model=VOCAB, n_layers=1, n_heads=4, ffn_hidden=32, tie_embeddings=False),
+        max_seq_len=MAX_LEN,
+    )
     model.init_weights(torch.Generator().manual_seed(0))
     with torch.no_grad():  # RMSNorm maps sqrt(V) * one-hot(x) to itself: the logits are logp[x]
         model.embed.weight.copy_(torch.eye(VOCAB) * math.sqrt(VOCAB))
@@ -124,8 +144,9 @@ def bigram(tokenizer):
 
 def test_lambada_metrics_equal_a_direct_computation(bigram, tokenizer):
     task = ablate_evals.TASKS["lambada"]
-    result = suite.evaluate_task(engine.for_transformer(bigram), tokenizer, task, limit=N_LAMBADA, batch_size=4,
-                                 log_samples=True)
+    result = suite.evaluate_task(
+        engine.for_transformer(bigram), tokenizer, task, limit=N_LAMBADA, batch_size=4, log_samples=True
+    )
     assert set(result.metrics) == set(CONTINUATION_METRICS) and result.chance == 0.0
     assert result.primary == "gold_bpb" and result.truncated == 0
     assert sum(s["type"] == "request" for s in result.samples) == N_LAMBADA  # no unconditional pass
@@ -134,10 +155,10 @@ def test_lambada_metrics_equal_a_direct_computation(bigram, tokenizer):
         context, word = item.contexts[0], item.continuations[0]
         ctx = tokenizer.encode(context).ids
         whole = tokenizer.encode(context + word).ids
-        assert whole[:len(ctx)] == ctx
+        assert whole[: len(ctx)] == ctx
         with torch.no_grad():
             logprobs = F.log_softmax(bigram(torch.tensor([whole[:-1]])).double(), -1)[0]
-        targets = whole[len(ctx):]
+        targets = whole[len(ctx) :]
         steps = [logprobs[len(ctx) - 1 + j] for j in range(len(targets))]
         logprob = sum(step[t].item() for step, t in zip(steps, targets))
         greedy = all(step.argmax().item() == t for step, t in zip(steps, targets))
@@ -158,10 +179,13 @@ def test_both_kinds_through_the_suite_files_and_table(bigram, tokenizer, tmp_pat
     suite.write_results(tmp_path, 10, 1000, results)
     lines = [json.loads(line) for line in (tmp_path / "evals.jsonl").read_text().splitlines()]
     assert [(r["task"], r["primary"], r["chance"]) for r in lines] == [
-        ("lambada", "gold_bpb", 0.0), ("basic_skills_pattern", "acc_per_token", pytest.approx(0.25, abs=0.05))]
+        ("lambada", "gold_bpb", 0.0),
+        ("basic_skills_pattern", "acc_per_token", pytest.approx(0.25, abs=0.05)),
+    ]
     assert set(lines[0]["metrics"]) == set(CONTINUATION_METRICS) and set(lines[1]["metrics"]) == set(METRICS)
-    items = [json.loads(x) for x in (tmp_path / "eval_items" / "step_0000010" / "lambada_cf.jsonl").read_text()
-             .splitlines()]
+    items = [
+        json.loads(x) for x in (tmp_path / "eval_items" / "step_0000010" / "lambada_cf.jsonl").read_text().splitlines()
+    ]
     assert len(items) == 6 and set(items[0]) == {"id", "gold", *CONTINUATION_METRICS}
     table = suite.format_table(results).splitlines()
     assert "greedy" in table[0] and "ncprob" in table[0]
@@ -177,12 +201,14 @@ def save_hf(model: Transformer, tokenizer, out) -> str:
 
     from ablate.export import hf_config, hf_state_dict
 
-    hf = AutoModelForCausalLM.from_config(hf_config(model.cfg, MAX_LEN, tokenizer.token_to_id(EOS)),
-                                          dtype=torch.float32)
+    hf = AutoModelForCausalLM.from_config(
+        hf_config(model.cfg, MAX_LEN, tokenizer.token_to_id(EOS)), dtype=torch.float32
+    )
     hf.load_state_dict(hf_state_dict(model.state_dict(), model.cfg), strict=True)
     hf.save_pretrained(out)
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, pad_token=EOS,
-                            model_max_length=MAX_LEN).save_pretrained(out)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, pad_token=EOS, model_max_length=MAX_LEN
+    ).save_pretrained(out)
     return str(out)
 
 

@@ -1,5 +1,6 @@
 """The tasks read from disk beyond the first eleven (MMLU, ARC's test splits, copycolors), grouped tasks (per-group
 sampling, macro-average), named suites and `ablate eval --list`, and agreement with lm-eval's HF backend."""
+
 import json
 import math
 from collections import Counter
@@ -16,20 +17,55 @@ from conftest import TINY, run_cli
 NEW_TASKS = ["mmlu", "arc_easy_test", "arc_challenge_test", "copycolors", "copycolors_xl"]
 
 
-@pytest.mark.parametrize("name, count, context_end, choices, gold", [
-    ("mmlu", 14042, "Statement 2 | The set of rotations in a dihedral group form a cyclic subgroup.\nAnswer:",
-     [" True, True", " False, False", " True, False", " False, True"], 3),
-    ("arc_easy_test", 2376, "Question: Which of these is the fundamental unit of life?\nAnswer:",
-     [" system", " organ", " tissue", " cell"], 3),
-    ("arc_challenge_test", 1172, "Which will most likely happen to the area as a result?\nAnswer:",
-     [" Nitrogen will replace oxygen in the water.", " The temperature of the water will increase.",
-      " Wave action will carry away the dead algae.", " Bottom dwellers will die and fish will swim away."], 3),
-    ("copycolors", 100, "Question: A heart is red. What color is a heart?\n A. red\n B. yellow\n C. pink\n D. green\n"
-     " E. brown\n F. orange\n G. white\n H. grey\n I. black\n J. blue\nAnswer:", [f" {c}" for c in "ABCDEFGHIJ"], 0),
-    ("copycolors_xl", 1000, "Question: The outside of a coconut is brown. What color is the outside of a coconut?\n"
-     " A. blue\n B. brown\n C. black\n D. green\n E. pink\n F. white\n G. orange\n H. yellow\n I. red\n J. purple\n"
-     "Answer:", [f" {c}" for c in "ABCDEFGHIJ"], 1),
-])
+@pytest.mark.parametrize(
+    "name, count, context_end, choices, gold",
+    [
+        (
+            "mmlu",
+            14042,
+            "Statement 2 | The set of rotations in a dihedral group form a cyclic subgroup.\nAnswer:",
+            [" True, True", " False, False", " True, False", " False, True"],
+            3,
+        ),
+        (
+            "arc_easy_test",
+            2376,
+            "Question: Which of these is the fundamental unit of life?\nAnswer:",
+            [" system", " organ", " tissue", " cell"],
+            3,
+        ),
+        (
+            "arc_challenge_test",
+            1172,
+            "Which will most likely happen to the area as a result?\nAnswer:",
+            [
+                " Nitrogen will replace oxygen in the water.",
+                " The temperature of the water will increase.",
+                " Wave action will carry away the dead algae.",
+                " Bottom dwellers will die and fish will swim away.",
+            ],
+            3,
+        ),
+        (
+            "copycolors",
+            100,
+            "Question: A heart is red. What color is a heart?\n A. red\n B. yellow\n C. pink\n D. green\n"
+            " E. brown\n F. orange\n G. white\n H. grey\n I. black\n J. blue\nAnswer:",
+            [f" {c}" for c in "ABCDEFGHIJ"],
+            0,
+        ),
+        (
+            "copycolors_xl",
+            1000,
+            "Question: The outside of a coconut is brown. What color is the outside of a coconut?\n"
+            " A. blue\n B. brown\n C. black\n D. green\n E. pink\n F. white\n G. orange\n H. yellow\n I. red\n J. "
+            "purple\n"
+            "Answer:",
+            [f" {c}" for c in "ABCDEFGHIJ"],
+            1,
+        ),
+    ],
+)
 def test_new_task_counts_and_first_item(name, count, context_end, choices, gold):
     task = ablate_evals.TASKS[name]
     items = task.items(None)
@@ -44,9 +80,11 @@ def test_new_task_counts_and_first_item(name, count, context_end, choices, gold)
 def test_mmlu_first_item_is_a_subject_question_with_its_answer():
     first = ablate_evals.TASKS["mmlu"].items(1)[0]
     assert first.group == "abstract_algebra"
-    assert first.contexts[0] == ("Question: Statement 1 | If a and b are elements of a group and a is not equal to b, "
-                                 "then a^2 is not equal to b^2. Statement 2 | The set of rotations in a dihedral group "
-                                 "form a cyclic subgroup.\nAnswer:")
+    assert first.contexts[0] == (
+        "Question: Statement 1 | If a and b are elements of a group and a is not equal to b, "
+        "then a^2 is not equal to b^2. Statement 2 | The set of rotations in a dihedral group "
+        "form a cyclic subgroup.\nAnswer:"
+    )
     assert first.choice_texts[first.gold] == "False, True"
 
 
@@ -82,7 +120,7 @@ def test_mmlu_limit_samples_every_subject_alike():
         assert len(items) == limit and len(counts) == 57 and max(counts.values()) - min(counts.values()) <= 1
         for subject, n in counts.items():  # each subject's items: a prefix of its own fixed order
             assert [i.id for i in items if i.group == subject] == by_subject[subject][:n]
-    assert [i.id for i in task.items(57 * 3)] == [i.id for i in task.items(1000)[:57 * 3]]
+    assert [i.id for i in task.items(57 * 3)] == [i.id for i in task.items(1000)[: 57 * 3]]
     assert by_subject["anatomy"] != sorted(by_subject["anatomy"])  # a fixed-seed shuffle, not the file's order
     assert Counter(item.group for item in task.items(6000))["abstract_algebra"] == 100  # a small subject runs out
     assert len(task.items(6000)) == 6000  # and the others fill the limit
@@ -104,13 +142,28 @@ def test_suites_expand_wherever_tasks_are_named():
     assert not set(suites) & set(tasks) and all(set(members) <= set(tasks) for members in suites.values())
     assert suite.parse_tasks("all") == list(tasks) and len(suite.parse_tasks("core")) == 11
     small = suites["small"]
-    assert set(small) == {"hellaswag", "arc_challenge", "piqa", "mmlu", "lambada", "basic_skills_coding",
-                          "basic_skills_common_knowledge", "basic_skills_string_operations"} and len(small) == 8
+    assert (
+        set(small)
+        == {
+            "hellaswag",
+            "arc_challenge",
+            "piqa",
+            "mmlu",
+            "lambada",
+            "basic_skills_coding",
+            "basic_skills_common_knowledge",
+            "basic_skills_string_operations",
+        }
+        and len(small) == 8
+    )
     assert suite.parse_tasks("small, boolq,mmlu") == small + ["boolq"]  # mixed, each task once
     assert suite.parse_tasks("copa,core")[:2] == ["copa", "arc_easy"] and len(suite.parse_tasks("copa,core")) == 11
     suite.check_config_tasks("small,mmlu")
-    with pytest.raises(ConfigError, match=r"eval.tasks: unknown task 'smal'; allowed: arc_easy, .*; or a suite: "
-                                          r"small, core, all"):
+    with pytest.raises(
+        ConfigError,
+        match=r"eval.tasks: unknown task 'smal'; allowed: arc_easy, .*; or a suite: "
+        r"small, core, all",
+    ):
         suite.check_config_tasks("smal")
 
 
@@ -178,8 +231,9 @@ def test_agreement_with_lm_eval_hf_on_new_tasks(tiny_run):
 
     run_dir, hf_dir = tiny_run
     loaded = load_model(run_dir)
-    ours = suite.evaluate(engine.for_transformer(loaded.model), loaded.tokenizer(), NEW_TASKS, limit=20,
-                          batch_size=8, log_samples=True)
+    ours = suite.evaluate(
+        engine.for_transformer(loaded.model), loaded.tokenizer(), NEW_TASKS, limit=20, batch_size=8, log_samples=True
+    )
     assert sum(r.truncated for r in ours if r.task.startswith("copycolors")) > 0  # long contexts were cut
     reference = agreement.run_lm_eval_hf(str(hf_dir), NEW_TASKS, limit=20, batch_size=8)
     report = agreement.compare(ours, reference)

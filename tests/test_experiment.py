@@ -3,7 +3,7 @@ import textwrap
 import pytest
 
 from ablate.experiment import ExperimentError, load_experiment
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process
 
 
 def write(tmp_path, body: str):
@@ -20,28 +20,45 @@ def test_loads_variants_and_seeds():
 
 
 def test_experiment_name_defaults_to_file_stem(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         from ablate import RunConfig
         runs = [RunConfig(name="a")]
-    """)
+    """,
+    )
     assert load_experiment(path)[0].experiment == "exp"
 
 
-@pytest.mark.parametrize("body, expected", [
-    ("runs = [\n", r"exp.py:\d+: syntax error"),
-    ("from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(n_layer=2))]\n",
-     r"exp.py:2: ModelConfig: unknown field 'n_layer'; allowed: .*n_layers"),
-    ("from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(n_layers='2'))]\n",
-     r"variant 'base': model.n_layers: got '2' \(str\); allowed: int"),
-    ("from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(d_model=100, n_heads=3))]\n",
-     r"model.n_heads: 3 does not divide model.d_model=100"),
-    ("from ablate import RunConfig, DataConfig\nruns = [RunConfig(data=DataConfig(source='/nope/x.jsonl'))]\n",
-     r"data.source"),
-    ("from ablate import RunConfig, variant\nruns = [variant(RunConfig(), 'g', {'model.n_kv_heads': 3})]\n",
-     r"exp.py:2: ConfigError: model.n_kv_heads: 3 does not divide"),
-    ("runs = 3\n", r"must define `runs`"),
-    ("from ablate import RunConfig\nruns = [RunConfig(), RunConfig()]\n", r"repeated: \['base'\]"),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("runs = [\n", r"exp.py:\d+: syntax error"),
+        (
+            "from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(n_layer=2))]\n",
+            r"exp.py:2: ModelConfig: unknown field 'n_layer'; allowed: .*n_layers",
+        ),
+        (
+            "from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(n_layers='2'))]\n",
+            r"variant 'base': model.n_layers: got '2' \(str\); allowed: int",
+        ),
+        (
+            "from ablate import RunConfig, ModelConfig\nruns = [RunConfig(model=ModelConfig(d_model=100, "
+            "n_heads=3))]\n",
+            r"model.n_heads: 3 does not divide model.d_model=100",
+        ),
+        (
+            "from ablate import RunConfig, DataConfig\nruns = [RunConfig(data=DataConfig(source='/nope/x.jsonl'))]\n",
+            r"data.source",
+        ),
+        (
+            "from ablate import RunConfig, variant\nruns = [variant(RunConfig(), 'g', {'model.n_kv_heads': 3})]\n",
+            r"exp.py:2: ConfigError: model.n_kv_heads: 3 does not divide",
+        ),
+        ("runs = 3\n", r"must define `runs`"),
+        ("from ablate import RunConfig\nruns = [RunConfig(), RunConfig()]\n", r"repeated: \['base'\]"),
+    ],
+)
 def test_bad_files_fail_with_one_clear_message(tmp_path, body, expected):
     with pytest.raises(ExperimentError, match=expected):
         load_experiment(write(tmp_path, body))
@@ -55,7 +72,7 @@ def test_bad_cli_choices():
 
 
 def test_cli_reports_error_before_compute(tmp_path):
-    result = run_cli("run", str(TINY), "--out", str(tmp_path), "--set", "model.n_heads=3", check=False)
+    result = cli_in_process("run", str(TINY), "--out", str(tmp_path), "--set", "model.n_heads=3", check=False)
     assert result.returncode == 2
     assert "model.n_heads: 3 does not divide model.d_model=32" in result.stderr
     assert not any(tmp_path.iterdir())  # nothing was created: no compute started
@@ -64,11 +81,14 @@ def test_cli_reports_error_before_compute(tmp_path):
 def test_registered_names_are_checked_for_the_runs_that_train(tmp_path):
     """optim.name and eval.tasks are checked once per chosen run: a file with branches reads every variant (a
     chosen branch needs its parent's identity), but a bad name in a variant that will not train stops nothing."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         from ablate import RunConfig, branch, variant
         stable = variant(RunConfig(), "stable")
         runs = [stable, branch(stable, 0.5, "cool"), variant(RunConfig(), "lion", {"optim.name": "lion"})]
-    """)
+    """,
+    )
     assert [(r.name, r.branch["step"]) for r in load_experiment(path, only=["cool"])] == [("cool", 100)]
     with pytest.raises(ExperimentError, match=r"exp.py: variant 'lion': optim.name: 'lion' unknown; allowed: adamw"):
         load_experiment(path)

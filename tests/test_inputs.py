@@ -1,5 +1,6 @@
 """Every bad input stops with one message naming the file and the line or field, before any training compute:
 bad data files, tokenizers, paths, seeds, --out, --only, --set, devices, experiment files whose runs() raises."""
+
 import gzip
 import json
 import os
@@ -13,26 +14,30 @@ import torch
 from ablate.config import ConfigError, DataConfig
 from ablate.data import prepare_data
 from ablate.experiment import ExperimentError, check_out_dir, load_experiment
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process, run_cli
 from test_data import VOCAB, make_docs, write_file, write_jsonl
 
 
 def experiment(tmp_path, data: str, name: str = "exp.py") -> str:
     """An experiment file with one tiny run on DataConfig(<data>)."""
     path = tmp_path / name
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig
         runs = [RunConfig(name="a", model=ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4),
                           data=DataConfig({data}),
                           train=TrainConfig(max_steps=2, global_batch=4, micro_batch=4, peak_flops=1e11))]
         seeds = [0]
-    """))
+    """)
+    )
     return str(path)
 
 
-def cli_error(tmp_path, *args) -> str:
-    """Run `ablate run ...`; it must stop with exit code 2 and one message, no traceback. Returns stderr."""
-    result = run_cli("run", *args, "--out", str(tmp_path / "runs"), check=False)
+def cli_error(tmp_path, *args, fresh_process: bool = False) -> str:
+    """Run `ablate run ...` (in this process, or a fresh one); it must stop with exit code 2 and one message, no
+    traceback. Returns stderr."""
+    run = run_cli if fresh_process else cli_in_process
+    result = run("run", *args, "--out", str(tmp_path / "runs"), check=False)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "ablate: error: " in result.stderr, result.stderr
     return result.stderr
@@ -130,17 +135,23 @@ def test_a_corpus_shorter_than_a_sequence_says_how_many_tokens(tmp_path):
     assert message.startswith("data.source / data.seq_len: the training split (29 documents) has ")
     assert "one sequence of data.seq_len=4096 need 4,097 (1 x 4096 + 1 for the last target)" in message
     with pytest.raises(ConfigError, match=r"train.global_batch=1000 sequences of data.seq_len=32 need 32,001 \("):
-        prepare_data(DataConfig(source=source, seq_len=32, cache_dir=str(tmp_path / "cache")), VOCAB,
-                     global_batch=1000)
+        prepare_data(DataConfig(source=source, seq_len=32, cache_dir=str(tmp_path / "cache")), VOCAB, global_batch=1000)
     message = prepare_error(tmp_path, source=source, seq_len=512)  # train holds a sequence, its 1 val doc not
-    assert message.startswith("data.val_fraction / data.seq_len: the validation split (the last 2% of "
-                              "data.source, 1 document) has ") and "needs 513" in message
+    assert (
+        message.startswith(
+            "data.val_fraction / data.seq_len: the validation split (the last 2% of data.source, 1 document) has "
+        )
+        and "needs 513" in message
+    )
     val = write_jsonl(tmp_path / "val.jsonl", ["A short one."])
     assert prepare_error(tmp_path, source=source, val_source=val, seq_len=32).startswith(
-        "data.val_source / data.seq_len: the validation split (data.val_source, 1 document) has ")
+        "data.val_source / data.seq_len: the validation split (data.val_source, 1 document) has "
+    )
     stderr = cli_error(tmp_path, experiment(tmp_path, f"source={source!r}, seq_len=4096"))
     # the command checks the data against the experiment's global batch before any run starts
-    assert "data.source / data.seq_len: the training split" in stderr and "sequences of data.seq_len=4096 need" in stderr
+    assert (
+        "data.source / data.seq_len: the training split" in stderr and "sequences of data.seq_len=4096 need" in stderr
+    )
 
 
 def test_an_empty_val_source_is_refused(tmp_path):
@@ -184,7 +195,8 @@ def test_a_path_typo_is_no_such_file_not_a_hub_name(tmp_path, monkeypatch):
 
 def test_a_missing_org_name_path_names_both_possibilities(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as on a machine without internet, without waiting for retries
-    stderr = cli_error(tmp_path, experiment(tmp_path, "source='data/train'"))
+    # a fresh process: huggingface_hub reads HF_HUB_OFFLINE when it is imported (and the command end to end)
+    stderr = cli_error(tmp_path, experiment(tmp_path, "source='data/train'"), fresh_process=True)
     assert "data.source: no local file or folder 'data/train'" in stderr
     assert "if it is a hub dataset, it needs internet" in stderr
 
@@ -222,29 +234,41 @@ def test_out_that_is_a_file_is_refused(tmp_path):
     assert check_out_dir(tmp_path) == tmp_path  # the command line's --out: tests/test_cli_options.py
 
 
-@pytest.mark.parametrize("body, expected", [
-    ("""\
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (
+            """\
      from ablate import RunConfig
 
      def runs():
          base = RunConfig()
          raise ValueError("no runs today")
-     """, r"exp.py:5: ValueError: no runs today$"),
-    ("""\
+     """,
+            r"exp.py:5: ValueError: no runs today$",
+        ),
+        (
+            """\
      from ablate import RunConfig, grid, variant
 
      def runs():
          base = RunConfig()
          good = variant(base, "a")
          return [good] + grid(base, {"model.n_kv_heads": [1, 3]})
-     """, r"exp.py:6: ConfigError: model.n_kv_heads: 3 does not divide model.n_heads=4"),
-    ("""\
+     """,
+            r"exp.py:6: ConfigError: model.n_kv_heads: 3 does not divide model.n_heads=4",
+        ),
+        (
+            """\
      from ablate import RunConfig
 
      def runs():
          return [RunConfig(), "b"]
-     """, r"exp.py:3: runs\[1\] is a str; allowed: RunConfig"),
-])
+     """,
+            r"exp.py:3: runs\[1\] is a str; allowed: RunConfig",
+        ),
+    ],
+)
 def test_a_runs_function_that_fails_names_the_line_inside_it(tmp_path, body, expected):
     path = tmp_path / "exp.py"
     path.write_text(textwrap.dedent(body))
@@ -255,14 +279,17 @@ def test_a_runs_function_that_fails_names_the_line_inside_it(tmp_path, body, exp
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_cuda_without_a_gpu_is_refused_at_load():
     message = load_error(TINY, overrides={"train.device": "cuda"})
-    assert message.endswith("variant 'mha': train.device: 'cuda' but no CUDA device is visible here; "
-                            "allowed here: 'auto', 'cpu'")
+    assert message.endswith(
+        "variant 'mha': train.device: 'cuda' but no CUDA device is visible here; allowed here: 'auto', 'cpu'"
+    )
 
 
 def test_set_name_over_several_variants_is_refused(tmp_path):
     message = load_error(TINY, overrides={"name": "x"})
-    assert message == ("--set name=x would give every one of the 2 variants the same name; allowed: --set name=... "
-                       "only with one variant (use --only)")
+    assert message == (
+        "--set name=x would give every one of the 2 variants the same name; allowed: --set name=... "
+        "only with one variant (use --only)"
+    )
     assert [r.name for r in load_experiment(TINY, only="mqa", overrides={"name": "x"})] == ["x"]
     assert [r.experiment for r in load_experiment(TINY, overrides={"experiment": "e2"})] == ["e2", "e2"]
     assert "--set name=x would give every one of the 2 variants" in cli_error(tmp_path, str(TINY), "--set", "name=x")
@@ -270,21 +297,27 @@ def test_set_name_over_several_variants_is_refused(tmp_path):
 
 def test_only_takes_names_and_globs_and_keeps_grid_names_whole(tmp_path):
     path = tmp_path / "sweep.py"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         from ablate import RunConfig, grid, variant
         base = RunConfig()
         runs = grid(base, {"optim.lr": [0.01, 0.1], "train.global_batch": [16, 32]}) + \\
             [variant(base, "mha"), variant(base, "mqa", {"model.n_kv_heads": 1})]
-    """))
+    """)
+    )
 
     def names(only):
         return [r.name for r in load_experiment(path, only=only)]
+
     assert names("lr=0.01*") == ["lr=0.01,global_batch=16", "lr=0.01,global_batch=32"]
     assert names("lr=0.01,global_batch=16") == ["lr=0.01,global_batch=16"]
     assert names("*global_batch=32") == ["lr=0.01,global_batch=32", "lr=0.1,global_batch=32"]
     assert names("mha,mqa") == names(["mha", "mqa"]) == names(["mha,mqa"]) == ["mha", "mqa"]
     assert names("lr=0.1,global_batch=16,mqa,lr=0.01,global_batch=32") == [
-        "lr=0.01,global_batch=32", "lr=0.1,global_batch=16", "mqa"]  # file order
+        "lr=0.01,global_batch=32",
+        "lr=0.1,global_batch=16",
+        "mqa",
+    ]  # file order
     assert names(["lr=0.1,global_batch=16", "m?a"]) == ["lr=0.1,global_batch=16", "mha", "mqa"]
     message = load_error(path, only="lr=0.01,global_batch=16,nope")
     assert message.startswith("--only nope: no such variant (name or glob) in ") and "'mqa']" in message
@@ -297,17 +330,26 @@ def test_only_takes_names_and_globs_and_keeps_grid_names_whole(tmp_path):
 
 
 def test_a_first_prepare_prints_each_phase_and_a_second_uses_the_cache(tmp_path, capsys):
-    cfg = DataConfig(source=write_file(tmp_path / "a.jsonl", make_docs(4000)), seq_len=32,
-                     cache_dir=str(tmp_path / "cache"))
+    cfg = DataConfig(
+        source=write_file(tmp_path / "a.jsonl", make_docs(4000)), seq_len=32, cache_dir=str(tmp_path / "cache")
+    )
     prepared = prepare_data(cfg, VOCAB)
     lines = capsys.readouterr().err.splitlines()
     phases = [line for line in lines if line.startswith("data: ")]
-    expected = ["data: reading and hashing sources ...", "data: read and hashed 4,000 documents (",
-                f"data: training a byte-level BPE tokenizer (vocab {VOCAB}) on ", "data: tokenizer trained in ",
-                "data: tokenizing train (3,920 documents) ...", "data: tokenizing train: 1,000/3,920 documents (26%)",
-                "data: tokenizing train: 2,000/3,920", "data: tokenizing train: 3,000/3,920",
-                "data: tokenized train: 3,920 documents, ", "data: tokenizing val (80 documents) ...",
-                "data: tokenized val: 80 documents, ", f"data: cache ready at {prepared.cache_dir} (train "]
+    expected = [
+        "data: reading and hashing sources ...",
+        "data: read and hashed 4,000 documents (",
+        f"data: training a byte-level BPE tokenizer (vocab {VOCAB}) on ",
+        "data: tokenizer trained in ",
+        "data: tokenizing train (3,920 documents) ...",
+        "data: tokenizing train: 1,000/3,920 documents (26%)",
+        "data: tokenizing train: 2,000/3,920",
+        "data: tokenizing train: 3,000/3,920",
+        "data: tokenized train: 3,920 documents, ",
+        "data: tokenizing val (80 documents) ...",
+        "data: tokenized val: 80 documents, ",
+        f"data: cache ready at {prepared.cache_dir} (train ",
+    ]
     assert len(phases) == len(expected) and all(p.startswith(e) for p, e in zip(phases, expected)), phases
     assert phases[-1].endswith(" tokens)") and ", val " in phases[-1]
     prepare_data(cfg, VOCAB)
@@ -319,8 +361,9 @@ def test_a_first_prepare_prints_each_phase_and_a_second_uses_the_cache(tmp_path,
 @pytest.mark.slow
 def test_progress_lines_show_on_the_command_line(tmp_path):
     source = write_jsonl(tmp_path / "a.jsonl", make_docs(300))
-    result = run_cli("run", experiment(tmp_path, f"source={source!r}, seq_len=16"), "--out",
-                     str(tmp_path / "runs"), check=False)
+    result = run_cli(
+        "run", experiment(tmp_path, f"source={source!r}, seq_len=16"), "--out", str(tmp_path / "runs"), check=False
+    )
     assert result.returncode == 0, result.stderr
     assert "data: reading and hashing sources ..." in result.stderr and "data: cache ready at " in result.stderr
     assert os.path.isdir(tmp_path / "runs" / "exp" / "a" / "seed0")

@@ -7,6 +7,7 @@ Tolerances, as torch.testing.assert_close(actual=Triton, expected=reference):
   bf16: rtol=2e-2, atol=2e-2   the kernels compute in fp32 and round once to bf16, the references round some
                                intermediates to bf16 too: results differ by up to ~2 bf16 ulps (1 ulp = 2^-8..2^-7).
 """
+
 import math
 import os
 import sys
@@ -20,13 +21,21 @@ import torch.nn.functional as F
 # first launch. So TRITON_INTERPRET=1 is set before both imports, put back afterwards so that the rest of the
 # session is unaffected, and set again around every test of this file (the autouse `interpret` fixture).
 if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-    raise ImportError("triton was imported before tests/test_kernels.py could set TRITON_INTERPRET=1; run this file "
-                      "in its own process: python -m pytest tests/test_kernels.py")
+    raise ImportError(
+        "triton was imported before tests/test_kernels.py could set TRITON_INTERPRET=1; run this file "
+        "in its own process: python -m pytest tests/test_kernels.py"
+    )
 _saved = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 import triton  # noqa: E402
-from ablate.kernels import (cross_entropy_triton, reference, rmsnorm_triton, rope_triton,  # noqa: E402
-                            swiglu_triton)
+from ablate.kernels import (  # noqa: E402
+    cross_entropy_triton,
+    reference,
+    rmsnorm_triton,
+    rope_triton,
+    swiglu_triton,
+)
+
 if _saved is None:
     del os.environ["TRITON_INTERPRET"]
 else:
@@ -141,10 +150,12 @@ def test_linear_cross_entropy(vocab, z_loss, dtype):
     n = 30 if vocab < 1000 else 6
     hidden, weight, targets = lce_case(vocab, dtype, n=n)
     chunk = 7 if n == 30 else 4  # chunks of 7 rows: the last one is a masked tail of 2
-    (loss, ce), grads = forward_backward_loss(cross_entropy_triton.linear_cross_entropy, hidden, weight, targets,
-                                              z_loss, chunk)
-    (ref_loss, ref_ce), ref_grads = forward_backward_loss(reference.linear_cross_entropy, hidden, weight, targets,
-                                                          z_loss, chunk)
+    (loss, ce), grads = forward_backward_loss(
+        cross_entropy_triton.linear_cross_entropy, hidden, weight, targets, z_loss, chunk
+    )
+    (ref_loss, ref_ce), ref_grads = forward_backward_loss(
+        reference.linear_cross_entropy, hidden, weight, targets, z_loss, chunk
+    )
     # the losses are fp32 sums of fp32 row losses on both sides, whatever the logits' dtype
     torch.testing.assert_close(loss, ref_loss, **TOL[torch.float32])
     torch.testing.assert_close(ce, ref_ce, **TOL[torch.float32])
@@ -237,8 +248,10 @@ def test_trainer_runs_with_triton_kernels(tmp_path):
     from conftest import TINY
 
     overrides = {"train.max_steps": "3", "train.val_every": "3", "train.ckpt_every": "3"}
-    summaries = {k: train(load_experiment(TINY, only=["mha"], overrides={**overrides, "model.kernels": k})[0],
-                          tmp_path / k) for k in ("torch", "triton")}
+    summaries = {
+        k: train(load_experiment(TINY, only=["mha"], overrides={**overrides, "model.kernels": k})[0], tmp_path / k)
+        for k in ("torch", "triton")
+    }
     assert summaries["triton"]["steps"] == 3
     assert summaries["triton"]["final_loss"] == pytest.approx(summaries["torch"]["final_loss"], rel=1e-5)
     assert summaries["triton"]["final_val_loss"] == pytest.approx(summaries["torch"]["final_val_loss"], rel=1e-5)

@@ -1,22 +1,27 @@
 """Weighted data mixtures (ablate.mixture, ablate.sources, ablate.data): the source syntax, preparation per source,
 the share rule, resume, changed weights, validation per source, and token shares on real text. CPU, seconds."""
+
 import json
 import os
-import random
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from ablate import data, sources
+from ablate import sources
 from ablate.config import ConfigError, DataConfig
 from ablate.data import check_data_config, prepare_data
 from ablate.mixture import MixtureSampler, balanced, held_out_indices
-from test_data import VOCAB, decode_docs, docs, write_file  # noqa: F401  (docs: the fixture)
+from test_data import VOCAB, decode_docs, make_docs, write_file
+
+
+@pytest.fixture
+def docs():
+    return make_docs(300)
 
 
 def abc_mixture(weights=(0.6, 0.1, 0.3), seed=4, sizes=(50, 9, 23)):
-    return MixtureSampler(list(sizes), list(weights), seed, ["a", "b", "c"][:len(sizes)], 8)
+    return MixtureSampler(list(sizes), list(weights), seed, ["a", "b", "c"][: len(sizes)], 8)
 
 
 def test_weights_parse_normalise_and_a_colon_in_a_path_stays_a_path():
@@ -25,19 +30,26 @@ def test_weights_parse_normalise_and_a_colon_in_a_path_stays_a_path():
     assert sources.source_weights("a:7,b:3") == [0.7, 0.3] and sources.source_weights("a.jsonl,b.jsonl") is None
     assert sources.entries("/data/run:2/a.jsonl,/data/x:y.jsonl") == ["/data/run:2/a.jsonl", "/data/x:y.jsonl"]
     assert sources.entries("a.jsonl:0.25,default:0.75") == ["a.jsonl", "default"]
-    assert sources.source_names("/d/wiki2015/*.jsonl.gz:1,/d/openstax/openstax-00.jsonl.gz:1,org/TinyStories:1,"
-                                "default:1") == ["wiki2015", "openstax-00", "TinyStories", "default"]
+    assert sources.source_names(
+        "/d/wiki2015/*.jsonl.gz:1,/d/openstax/openstax-00.jsonl.gz:1,org/TinyStories:1,default:1"
+    ) == ["wiki2015", "openstax-00", "TinyStories", "default"]
     assert sources.source_names("/a/train/*.jsonl:1,/b/train/*.jsonl:1") == ["train-1", "train-2"]
 
 
-@pytest.mark.parametrize("source, message", [
-    ("a.jsonl:0.7,b.jsonl", r"data.source: 'b.jsonl' has no weight but 'a.jsonl:0.7' has one; allowed: 'default'.*"
-                            r"every part or on none"),
-    ("a.jsonl:0,b.jsonl:1", r"data.source: 'a.jsonl:0': weight 0 is not a finite number > 0; allowed: 'default'"),
-    ("a.jsonl:-0.5,b.jsonl:1", r"'a.jsonl:-0.5': weight -0.5 is not a finite number > 0"),
-    ("a.jsonl:1e999,b.jsonl:1", r"weight 1e999 is not a finite number > 0"),
-    (":0.5,b.jsonl:0.5", r"data.source: ':0.5' has a weight but no source before the ':'"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "a.jsonl:0.7,b.jsonl",
+            r"data.source: 'b.jsonl' has no weight but 'a.jsonl:0.7' has one; allowed: 'default'.*"
+            r"every part or on none",
+        ),
+        ("a.jsonl:0,b.jsonl:1", r"data.source: 'a.jsonl:0': weight 0 is not a finite number > 0; allowed: 'default'"),
+        ("a.jsonl:-0.5,b.jsonl:1", r"'a.jsonl:-0.5': weight -0.5 is not a finite number > 0"),
+        ("a.jsonl:1e999,b.jsonl:1", r"weight 1e999 is not a finite number > 0"),
+        (":0.5,b.jsonl:0.5", r"data.source: ':0.5' has a weight but no source before the ':'"),
+    ],
+)
 def test_weight_mistakes_name_the_field_and_the_part(source, message):
     with pytest.raises(ConfigError, match=message):
         check_data_config(DataConfig(source=source))
@@ -45,8 +57,11 @@ def test_weight_mistakes_name_the_field_and_the_part(source, message):
 
 def test_a_weight_that_is_no_number_is_read_as_a_path_and_the_error_shows_the_forms(tmp_path, docs):
     path = write_file(tmp_path / "a.jsonl", docs)
-    with pytest.raises(ConfigError, match=r"data.source: no such file or folder '.*a.jsonl:70%'.*or several such "
-                                          r"sources joined by ','.*':weight'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data.source: no such file or folder '.*a.jsonl:70%'.*or several such "
+        r"sources joined by ','.*':weight'",
+    ):
         check_data_config(DataConfig(source=f"{path}:70%"))
     check_data_config(DataConfig(source=f"{path}:0.7,{path}:0.3"))
     with pytest.raises(ConfigError, match="data.val_source: .* has weights, which only data.source takes"):
@@ -58,6 +73,7 @@ def test_mixture_keeps_each_source_apart_and_holds_out_from_each(tmp_path, docs)
 
     def prepare(source):
         return prepare_data(DataConfig(source=source, seq_len=32, val_fraction=0.1, cache_dir=str(tmp_path)), VOCAB)
+
     prepared = prepare(f"{a}:3,{b}:1")
     tok = Tokenizer.from_file(prepared.tokenizer_path)
     assert prepared.weights == (0.75, 0.25) and prepared.train.source_names == prepared.val.source_names == ("a", "b")
@@ -75,7 +91,7 @@ def test_mixture_keeps_each_source_apart_and_holds_out_from_each(tmp_path, docs)
     assert prepared.train.num_sequences(32) == sizes.sum() and (sizes == (np.diff(starts) - 1) // 32).all()
     last_a, first_b = sizes[0] - 1, sizes[0]
     inputs, targets, _ = prepared.train.batch([last_a, first_b], 32)
-    assert inputs[1].tolist() == prepared.train.tokens[starts[1]:starts[1] + 32].tolist()
+    assert inputs[1].tolist() == prepared.train.tokens[starts[1] : starts[1] + 32].tolist()
     assert targets[0, -1].item() == prepared.train.tokens[last_a * 32 + 32] and last_a * 32 + 32 < starts[1]
     assert prepared.train.source_of([0, last_a, first_b, sizes.sum() - 1], 32).tolist() == [0, 0, 1, 1]
     assert prepared.train.tokens_per_source([0, first_b, first_b + 1], 32) == {"a": 32, "b": 64}
@@ -88,17 +104,23 @@ def test_mixture_keeps_each_source_apart_and_holds_out_from_each(tmp_path, docs)
 
 
 def test_mixture_with_a_val_source_and_a_source_too_small(tmp_path, docs):
-    a, b, val = (write_file(tmp_path / f"{name}.jsonl", part) for name, part in
-                 [("a", docs[:150]), ("b", docs[150:250]), ("val", docs[250:])])
+    a, b, val = (
+        write_file(tmp_path / f"{name}.jsonl", part)
+        for name, part in [("a", docs[:150]), ("b", docs[150:250]), ("val", docs[250:])]
+    )
 
     def prepare(source):
         return prepare_data(DataConfig(source=source, val_source=val, seq_len=32, cache_dir=str(tmp_path)), VOCAB)
+
     prepared = prepare(f"{a}:1,{b}:1")
     assert prepared.stats["documents"] == {"train": 250, "val": 50}
     assert prepared.val.source_names == () and prepared.val_indices(10, 32).tolist() == list(range(10))
     tiny = write_file(tmp_path / "tiny.jsonl", ["Just a few words.", "And a few more."])
-    with pytest.raises(ConfigError, match=r"data.source / data.seq_len: the mixture's source 'tiny' has \d+ training "
-                                          r"tokens, fewer than one sequence of data.seq_len=32"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data.source / data.seq_len: the mixture's source 'tiny' has \d+ training "
+        r"tokens, fewer than one sequence of data.seq_len=32",
+    ):
         prepare(f"{a}:1,{tiny}:1")
 
 
@@ -128,7 +150,7 @@ def test_mixture_order_is_deterministic_and_the_same_for_any_batch_sizes():
     sources_of = np.searchsorted(split.first, whole, side="right") - 1
     assert np.bincount(sources_of).tolist() == [200, 80, 120]
     # within a source: epoch after epoch, each a new permutation of its sequences
-    epochs = [(whole[sources_of == 1] - split.first[1])[i:i + 9].tolist() for i in range(0, 72, 9)]
+    epochs = [(whole[sources_of == 1] - split.first[1])[i : i + 9].tolist() for i in range(0, 72, 9)]
     assert all(sorted(e) == list(range(9)) for e in epochs) and len({tuple(e) for e in epochs}) > 1
     assert split.epochs_per_source() == {"a": 4.0, "b": 80 / 9, "c": 120 / 23}
     assert split.tokens_per_source() == {"a": 1600, "b": 640, "c": 960}
@@ -164,7 +186,7 @@ def test_new_weights_after_loading_keep_positions_and_apply_from_there():
     for n in range(10, 101):  # the new weights from the load on, not making up for the 0.9/0.1 before it
         assert abs((which[:n] == 1).mean() - 0.8) < 1 / n
     for k in range(2):  # each source continues where it stood
-        assert drawn[which == k].tolist() == next_of[k][:(which == k).sum()].tolist()
+        assert drawn[which == k].tolist() == next_of[k][: (which == k).sum()].tolist()
 
 
 def test_mixture_validation_set_follows_the_weights_and_skips_an_exhausted_source():
@@ -181,8 +203,12 @@ REAL = "/work/shared/data"  # real text beside the project (see its README)
 @pytest.mark.skipif(not os.path.isdir(REAL), reason="needs the shared real text in /work/shared/data")
 @pytest.mark.parametrize("wiki, openstax", [(0.7, 0.3), (0.3, 0.7)])  # 0.7/0.3 is also about the sizes' own mix
 def test_real_mixture_token_shares_track_the_weights_within_one_percent(wiki, openstax):
-    cfg = DataConfig(source=f"{REAL}/wiki2015/wiki-00.jsonl.gz:{wiki},{REAL}/openstax/*.jsonl.gz:{openstax}",
-                     max_documents=12, val_fraction=0.2, seq_len=64)  # max_documents counts per source
+    cfg = DataConfig(
+        source=f"{REAL}/wiki2015/wiki-00.jsonl.gz:{wiki},{REAL}/openstax/*.jsonl.gz:{openstax}",
+        max_documents=12,
+        val_fraction=0.2,
+        seq_len=64,
+    )  # max_documents counts per source
     prepared = prepare_data(cfg, VOCAB)
     assert prepared.train.source_names == ("wiki-00", "openstax") and prepared.weights == (wiki, openstax)
     assert prepared.stats["sources"]["openstax"]["documents"] == {"train": 10, "val": 2}
@@ -197,6 +223,7 @@ def test_real_mixture_token_shares_track_the_weights_within_one_percent(wiki, op
     val = prepared.val_indices(60, cfg.seq_len)
     from_openstax = (prepared.val.source_of(val, cfg.seq_len) == 1).mean()
     assert len(val) == 60 and from_openstax == 0.5  # an equal share per source: the same set for every mix
-    other_mix = DataConfig(**{**cfg.__dict__, "source": cfg.source.replace(f":{wiki}", ":0.2").replace(
-        f":{openstax}", ":0.8")})
+    other_mix = DataConfig(
+        **{**cfg.__dict__, "source": cfg.source.replace(f":{wiki}", ":0.2").replace(f":{openstax}", ":0.8")}
+    )
     assert prepare_data(other_mix, VOCAB).val_indices(60, cfg.seq_len).tolist() == val.tolist()

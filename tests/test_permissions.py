@@ -1,5 +1,6 @@
 """Files written by temporary file and rename follow the umask as open() and mkdir do (a whole run under umask 022:
 tests/test_names.py)."""
+
 import os
 import stat
 

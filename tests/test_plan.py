@@ -1,5 +1,6 @@
 """`ablate plan`: counts against the real model, saved activations against autograd, the memory estimate against
 the peak measured over real training steps (1 process and 2 under torchrun), check_fits, and the command line."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,12 +14,15 @@ import torch
 from ablate import branch, memory, plan, rundir, variant
 from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from ablate.model import Transformer
-from conftest import REPO, TINY, run_cli
+from conftest import REPO, TINY, cli_in_process, run_cli
 
 
 def _run(**sections) -> RunConfig:
-    base = dict(model=ModelConfig(vocab_size=512, d_model=64, n_layers=3, n_heads=4), data=DataConfig(seq_len=32),
-                train=TrainConfig(max_steps=10, global_batch=8, micro_batch=4, peak_flops=1e11))
+    base = dict(
+        model=ModelConfig(vocab_size=512, d_model=64, n_layers=3, n_heads=4),
+        data=DataConfig(seq_len=32),
+        train=TrainConfig(max_steps=10, global_batch=8, micro_batch=4, peak_flops=1e11),
+    )
     return RunConfig(**{**base, **sections})
 
 
@@ -58,8 +62,17 @@ def test_a_branch_costs_only_its_steps_after_the_branch_point():
 
 
 def test_a_batch_schedule_takes_the_steps_its_plan_lists():
-    run = variant(_run(), "ramp", {"train.batch_schedule": "ramp", "train.batch_start": 4, "train.global_batch": 16,
-                                   "train.batch_ramp_tokens": 4096, "train.max_tokens": 16384})
+    run = variant(
+        _run(),
+        "ramp",
+        {
+            "train.batch_schedule": "ramp",
+            "train.batch_start": 4,
+            "train.global_batch": 16,
+            "train.batch_ramp_tokens": 4096,
+            "train.max_tokens": 16384,
+        },
+    )
     from ablate.batching import batch_plan
 
     steps = batch_plan(run.train, 32)
@@ -98,11 +111,19 @@ def _saved_by_autograd(cfg: ModelConfig, batch: int, seq: int, bf16: bool, doc_m
     return sum(seen.values())
 
 
-ARCHITECTURES = {"base": {}, "gqa": dict(n_kv_heads=2), "mqa": dict(n_kv_heads=1), "qk_norm": dict(qk_norm=True),
-                 "nope": dict(pos="nope"), "rope_skip": dict(rope_skip_every=2),
-                 "partial_rope": dict(rope_fraction=0.5), "gelu": dict(ffn="gelu"), "relu": dict(ffn="relu"),
-                 "layernorm": dict(norm="layernorm"),
-                 "qk_norm_nope_gqa": dict(qk_norm=True, pos="nope", n_kv_heads=2)}
+ARCHITECTURES = {
+    "base": {},
+    "gqa": dict(n_kv_heads=2),
+    "mqa": dict(n_kv_heads=1),
+    "qk_norm": dict(qk_norm=True),
+    "nope": dict(pos="nope"),
+    "rope_skip": dict(rope_skip_every=2),
+    "partial_rope": dict(rope_fraction=0.5),
+    "gelu": dict(ffn="gelu"),
+    "relu": dict(ffn="relu"),
+    "layernorm": dict(norm="layernorm"),
+    "qk_norm_nope_gqa": dict(qk_norm=True, pos="nope", n_kv_heads=2),
+}
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # QK-norm under autocast
@@ -122,8 +143,9 @@ def test_dropout_is_counted_roughly():
     cfg = ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, dropout=0.1)
     matrices = sum(p.numel() for p in Transformer(cfg, 8).layers[0].parameters() if p.dim() == 2)
     estimate = memory.activation_bytes(cfg, 2, 48, memory.Precision("cpu", "fp32"), False, matrices)
-    without = memory.activation_bytes(dataclasses.replace(cfg, dropout=0.0), 2, 48, memory.Precision("cpu", "fp32"),
-                                    False, matrices)
+    without = memory.activation_bytes(
+        dataclasses.replace(cfg, dropout=0.0), 2, 48, memory.Precision("cpu", "fp32"), False, matrices
+    )
     assert estimate > 1.2 * without
     assert estimate == pytest.approx(_saved_by_autograd(cfg, 2, 48, False, False), rel=0.1)
 
@@ -230,7 +252,8 @@ def test_cli_plan_prints_both_tables_and_refuses_what_cannot_fit():
 
 def test_run_refuses_what_cannot_fit_before_any_compute(tmp_path):
     """`ablate run --device-memory`: a run whose estimate exceeds it stops with exit 2, and no run folder exists."""
-    result = run_cli("run", str(TINY), "--only", "mha", "--device-memory", "1MiB", "--out", str(tmp_path / "runs"),
-                     check=False)
+    result = cli_in_process(
+        "run", str(TINY), "--only", "mha", "--device-memory", "1MiB", "--out", str(tmp_path / "runs"), check=False
+    )
     assert result.returncode == 2 and "cannot fit in 1.00MiB" in result.stderr + result.stdout
     assert "mha (seed 0) needs" in result.stderr + result.stdout and not (tmp_path / "runs").exists()

@@ -1,4 +1,5 @@
 """ablate report over synthetic run folders whose figures are known exactly (see report_fixtures.py)."""
+
 import json
 
 import numpy as np
@@ -80,8 +81,11 @@ def test_pairwise_two_seeds_establish_nothing(toy):
     val = next(p for p in series(report, "val_loss", "loss")["pairwise"] if (p["a"], p["b"]) == ("A", "C"))
     assert val["diff"] == pytest.approx(-0.2) and val["better"] == "A" and val["significant"] is False
     assert report["inference"]["tests"] == 0 and report["inference"]["comparisons"] == 9  # 3 pairs x 3 candidates
-    assert report["inference"]["family_metrics"] == [["val_loss", "loss"], ["toy:cf", "acc_per_char"],
-                                                     ["flat:cf", "acc_raw"]]  # not the choices-only baseline
+    assert report["inference"]["family_metrics"] == [
+        ["val_loss", "loss"],
+        ["toy:cf", "acc_per_char"],
+        ["flat:cf", "acc_raw"],
+    ]  # not the choices-only baseline
     baseline = series(report, "toy:cf", "acc_choices_only")["pairwise"][0]
     assert baseline["significant"] is None and baseline["p_bh"] is None
 
@@ -90,8 +94,13 @@ def test_recommendation_and_headline(toy):
     root, report = toy
     rec = report["recommendation"]
     assert [(e["task"], e["metric"]) for e in rec["suite"]] == [("val_loss", "loss"), ("toy:cf", "acc_per_char")]
-    assert rec["rejected"] == [{"task": "flat:cf", "status": "no_signal",
-                                "reasons": {"acc_raw": "not monotone (rho 0 < 0.5); consistent not computable"}}]
+    assert rec["rejected"] == [
+        {
+            "task": "flat:cf",
+            "status": "no_signal",
+            "reasons": {"acc_raw": "not monotone (rho 0 < 0.5); consistent not computable"},
+        }
+    ]
     toy_choice = next(c for c in rec["choices"] if c["task"] == "toy:cf")
     assert toy_choice["metric"] == "acc_per_char" and toy_choice["figures"]["monotonicity"] == pytest.approx(0.6)
     assert toy_choice["others"] == [{"metric": "acc_choices_only", "why": "a baseline (answer priors), never a signal"}]
@@ -101,8 +110,10 @@ def test_recommendation_and_headline(toy):
     assert rec["aggregate_over"] == [["val_loss", "loss"], ["toy:cf", "acc_per_char"]]  # flat: no signal, left out
     head = report["headline"]
     assert head["winner"] is None  # two seeds establish nothing
-    assert [(d["name"], d["status"], d["leader"]) for d in head["decisions"]] == \
-        [("val_loss", "too_few_seeds", "A"), ("toy", "too_few_seeds", "A")]
+    assert [(d["name"], d["status"], d["leader"]) for d in head["decisions"]] == [
+        ("val_loss", "too_few_seeds", "A"),
+        ("toy", "too_few_seeds", "A"),
+    ]
     assert head["no_signal"] == ["flat"]
     assert head["text"].startswith("toy: val_loss: A ahead, not established with 2 seeds (~3 seeds needed); toy: A")
     assert "flat: no signal here" in head["text"] and "No winner established" in head["text"]
@@ -137,8 +148,14 @@ def test_files_agree_with_report_json(toy):
 def test_one_seed_one_checkpoint_says_what_it_cannot_compute(tmp_path):
     root = tmp_path / "single"
     for variant, k in (("A", 60), ("B", 40)):
-        write_run(root, variant, 0, [40], [4.0 if variant == "A" else 4.2],
-                  {"toy": {"chance": 0.25, "primary": "acc_per_char", "items": {40: accuracy_items(set(range(k)))}}})
+        write_run(
+            root,
+            variant,
+            0,
+            [40],
+            [4.0 if variant == "A" else 4.2],
+            {"toy": {"chance": 0.25, "primary": "acc_per_char", "items": {40: accuracy_items(set(range(k)))}}},
+        )
     write_run(root, "C", 0, [40], [float("nan")], {}, finished=False)  # diverged: named as failed
     report = write_report(root, opts=FAST)
     failed = next(r for r in report["overview"]["runs"] if r["run"] == "C/seed0")
@@ -168,8 +185,14 @@ def test_names_are_escaped(tmp_path):
     for variant, k in (("<script>alert(1)</script>", 30), ("ok|pipe", 35)):
         for seed in (0, 1):
             items = {step: accuracy_items(set(range(k + step // 10 + seed))) for step in (10, 20, 30)}
-            write_run(root, variant.replace("/", "_"), seed, [10, 20, 30], [4.0, 3.9, 3.8],
-                      {task: {"chance": 0.25, "primary": "acc_per_char", "items": items}})
+            write_run(
+                root,
+                variant.replace("/", "_"),
+                seed,
+                [10, 20, 30],
+                [4.0, 3.9, 3.8],
+                {task: {"chance": 0.25, "primary": "acc_per_char", "items": items}},
+            )
     report = write_report(root, opts=FAST)
     page = (root / "report.html").read_text()
     assert "<script" not in page and "<img src=x" not in page
@@ -186,16 +209,24 @@ def test_scale_axis_decision_accuracy(tmp_path):
         for method, loss in losses.items():
             for seed in (0, 1, 2):
                 extra = {"model.d_model": d_model, "model.n_kv_heads": 1 if method == "mqa" else None}
-                write_run(root, f"{method}@d{d_model}", seed, [10, 20, 30], [loss + 0.4, loss + 0.2, loss], {},
-                          config_extra=extra)
+                write_run(
+                    root,
+                    f"{method}@d{d_model}",
+                    seed,
+                    [10, 20, 30],
+                    [loss + 0.4, loss + 0.2, loss],
+                    {},
+                    config_extra=extra,
+                )
     report = build_report(root, Options(bootstrap=50, scale=["model.d_model"]))
     assert [g["scale"] for g in report["groups"]] == [32, 64]
     assert report["groups"][1]["variants"] == ["mha", "mqa"]
     (row,) = report["across_scales"][0]["by_scale"]
     assert row["scale"] == 32 and row["decision_accuracy"] == 0 and row["tau"] == -1
     assert report["headline"]["winner"] == "mha"
-    assert report["headline"]["text"].startswith("scales at model.d_model=64: val_loss: mha best (p_BH<0.001, "
-                                                  "3 seeds) (validation loss only")
+    assert report["headline"]["text"].startswith(
+        "scales at model.d_model=64: val_loss: mha best (p_BH<0.001, 3 seeds) (validation loss only"
+    )
     assert "Winner: mha (best on 1 of 1" in report["headline"]["text"]
     assert "at model.d_model=64: 1 pair(s) x 1 metric(s) (val_loss) = 1 comparisons" in report["inference"]["family"]
 
@@ -230,13 +261,19 @@ def test_seed_level_tests_and_bh():
     a, b = {0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.5, 1: 1.8, 2: 2.1}
     paired = stats.seed_test(a, b)
     assert paired["paired"] and paired["p"] == pytest.approx(
-        __import__("scipy").stats.ttest_1samp([0.5, 0.2, 0.9], 0).pvalue)
+        __import__("scipy").stats.ttest_1samp([0.5, 0.2, 0.9], 0).pvalue
+    )
     assert paired["sd_diff"] == pytest.approx(np.std([0.5, 0.2, 0.9], ddof=1))
     welch = stats.seed_test(a, {5: 0.5, 6: 1.8, 7: 2.1})
-    assert not welch["paired"] and welch["test"] == "Welch t over seeds" and welch["p"] == pytest.approx(
-        __import__("scipy").stats.ttest_ind([1, 2, 3], [0.5, 1.8, 2.1], equal_var=False).pvalue)
-    assert welch["sd_diff"] == pytest.approx(np.sqrt((np.var([1, 2, 3], ddof=1) + np.var([.5, 1.8, 2.1], ddof=1)) / 2)
-                                             * np.sqrt(2))
+    assert (
+        not welch["paired"]
+        and welch["test"] == "Welch t over seeds"
+        and welch["p"]
+        == pytest.approx(__import__("scipy").stats.ttest_ind([1, 2, 3], [0.5, 1.8, 2.1], equal_var=False).pvalue)
+    )
+    assert welch["sd_diff"] == pytest.approx(
+        np.sqrt((np.var([1, 2, 3], ddof=1) + np.var([0.5, 1.8, 2.1], ddof=1)) / 2) * np.sqrt(2)
+    )
     assert stats.bh_adjust([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.2])
     assert stats.bh_adjust([]) == [] and stats.bh_adjust([0.9, 0.95]) == pytest.approx([0.95, 0.95])
     # normal approximation 4 seeds; the t-test needs 6 for 80% power at d = 1.5
@@ -263,9 +300,17 @@ def test_different_item_sets_are_matched_or_left_out(tmp_path):
             if (variant, seed) == ("A", 0):
                 t_items[30] = _acc_items(ids[:50], 35)
                 u_items[30] = _acc_items([f"other{i}" for i in range(50)], 30)
-            write_run(root, variant, seed, [10, 20, 30], [4.0, 3.9, 3.8],
-                      {"t": {"chance": 0.25, "primary": "acc_per_char", "items": t_items},
-                       "u": {"chance": 0.25, "primary": "acc_per_char", "items": u_items}})
+            write_run(
+                root,
+                variant,
+                seed,
+                [10, 20, 30],
+                [4.0, 3.9, 3.8],
+                {
+                    "t": {"chance": 0.25, "primary": "acc_per_char", "items": t_items},
+                    "u": {"chance": 0.25, "primary": "acc_per_char", "items": u_items},
+                },
+            )
     report = write_report(root, opts=FAST)
     mismatch = {m["task"]: m for m in report["groups"][0]["item_mismatch"]}
     assert mismatch["t:cf"]["kept"] and mismatch["t:cf"]["shared"] == 50
@@ -277,8 +322,10 @@ def test_different_item_sets_are_matched_or_left_out(tmp_path):
     assert t["final"]["B"]["values"][0] == pytest.approx(43 / 50)  # B/seed0: 43 right, all among the first 50
     assert not mismatch["u:cf"]["kept"] and mismatch["u:cf"]["shared"] == 0
     assert not any(s["task"] == "u:cf" for s in report["groups"][0]["series"])
-    assert report["headline"]["left_out"] == ["u:cf"] and "u:cf: left out (runs scored different items)" in \
-        report["headline"]["text"]
+    assert (
+        report["headline"]["left_out"] == ["u:cf"]
+        and "u:cf: left out (runs scored different items)" in report["headline"]["text"]
+    )
     md = (root / "report.md").read_text()
     assert "Different item sets: t:cf: runs scored different items" in md and "u:cf" in md
 
@@ -289,8 +336,16 @@ def test_different_batch_sizes_compare_at_equal_tokens(tmp_path):
     root = tmp_path / "tokens"
     for variant, batch, val in (("gb=16", 16, [5.0, 4.6, 4.3, 4.1]), ("gb=32", 32, [4.9, 4.4, 4.0, 3.7])):
         for seed in (0, 1, 2):
-            write_run(root, variant, seed, STEPS, [v + 0.01 * seed for v in val], {}, tokens_per_step=batch * 100 // 16,
-                      config_extra={"train.global_batch": batch})
+            write_run(
+                root,
+                variant,
+                seed,
+                STEPS,
+                [v + 0.01 * seed for v in val],
+                {},
+                tokens_per_step=batch * 100 // 16,
+                config_extra={"train.global_batch": batch},
+            )
     report = write_report(root, opts=FAST)
     val = series(report, "val_loss", "loss")
     assert val["final"]["gb=32"]["steps"] == [20, 20, 20] and val["final"]["gb=32"]["tokens"] == [4000] * 3
@@ -311,13 +366,23 @@ def test_natural_order_vs_best_table_axes_and_chance_caption(tmp_path):
     root = tmp_path / "widths"
     for width, loss in ((128, 3.0), (16, 3.3), (32, 3.2), (64, 3.1)):
         for seed in (0, 1, 2):
-            write_run(root, f"d_model={width}", seed, STEPS, [loss + 0.1 - 0.03 * k + 0.002 * seed for k in range(4)],
-                      {}, axes={"model.d_model": width}, config_extra={"model.d_model": width})
+            write_run(
+                root,
+                f"d_model={width}",
+                seed,
+                STEPS,
+                [loss + 0.1 - 0.03 * k + 0.002 * seed for k in range(4)],
+                {},
+                axes={"model.d_model": width},
+                config_extra={"model.d_model": width},
+            )
     report = write_report(root, opts=FAST)
     order = ["d_model=16", "d_model=32", "d_model=64", "d_model=128"]
     assert report["groups"][0]["variants"] == order and report["overview"]["variants"] == order
-    assert report["overview"]["axes"] == {"fields": ["d_model"], "by_variant": {v: {"d_model": int(v[8:])}
-                                                                                for v in order}}
+    assert report["overview"]["axes"] == {
+        "fields": ["d_model"],
+        "by_variant": {v: {"d_model": int(v[8:])} for v in order},
+    }
     val = series(report, "val_loss", "loss")
     assert len(val["pairwise"]) == 6 and report["inference"]["tests"] == 6
     text = report["headline"]["text"]
@@ -326,8 +391,9 @@ def test_natural_order_vs_best_table_axes_and_chance_caption(tmp_path):
     caption = "the best (d_model=128) vs each other variant, diff = d_model=128 - other; all 6 pairs are in report.json"
     table = md.split(caption)[1].split("\n\n")[1]
     assert table.startswith("| d_model=128 vs | diff |") and table.count("\n| d_model=") == 3
-    assert "Chance level far from the curves, not drawn so it does not flatten them: val_loss [loss] (chance 6.238)" \
-        in md
+    assert (
+        "Chance level far from the curves, not drawn so it does not flatten them: val_loss [loss] (chance 6.238)" in md
+    )
     assert "Variants on the grid's axes" in md
     page = (root / "report.html").read_text()
     assert "<figcaption>val_loss [loss] (chance 6.238 is far from the curves and not drawn)</figcaption>" in page

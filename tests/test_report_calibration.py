@@ -13,6 +13,7 @@ the larger family (every metric of a multiple-choice task and of a continuation 
 through its best measured metric) runs in-memory runs through analyze_runs, the report's whole path after loading;
 a handful go through write_report on run folders. `pytest -s` prints the measured rates.
 """
+
 import copy
 import math
 from pathlib import Path
@@ -27,7 +28,7 @@ from report_fixtures import write_run
 
 SIG_RUN, SIG_SEED, SIG_ITEM, ITEMS = 0.02, 0.01, 0.3, 200  # loss: run, seed and item-noise sds; items per eval
 # sd of one seed-level difference of run scores (paired: the shared seed effect cancels): the effect-size unit
-SD_DIFF = math.sqrt(2 * (SIG_RUN ** 2 + SIG_ITEM ** 2 / ITEMS))
+SD_DIFF = math.sqrt(2 * (SIG_RUN**2 + SIG_ITEM**2 / ITEMS))
 ALPHA = 0.05
 OPTS = Options(bootstrap=0)  # p-values and decisions only: the CI bootstrap is not part of the decision
 
@@ -40,20 +41,37 @@ def mc_margin(p: float, n: int) -> float:
 def simulate(rng, variants, n_seeds: int, effect: float = 0.0, planted: str | None = None, paired: bool = True):
     """{metric: (sign, {variant: (seeds, (seeds, items) matrix)})}; effect in SD_DIFF units on the loss (and the
     same number of accuracy points x 2 on the task), for `planted`."""
-    seeds = {v: list(range(n_seeds)) if paired else list(range(k * n_seeds, (k + 1) * n_seeds))
-             for k, v in enumerate(variants)}
+    seeds = {
+        v: list(range(n_seeds)) if paired else list(range(k * n_seeds, (k + 1) * n_seeds))
+        for k, v in enumerate(variants)
+    }
     seed_fx = rng.normal(0, SIG_SEED, n_seeds * len(variants))
     difficulty = rng.normal(0, 1, ITEMS)
     p_item = 1 / (1 + np.exp(-rng.normal(0.3, 1.5, ITEMS)))
     loss, acc = {}, {}
     for v in variants:
         shift = effect if v == planted else 0.0
-        loss[v] = np.array([3 + difficulty + seed_fx[s] + rng.normal(0, SIG_RUN) + rng.normal(0, SIG_ITEM, ITEMS)
-                            for s in seeds[v]]) - shift * SD_DIFF
-        acc[v] = np.array([(rng.random(ITEMS) < np.clip(p_item + seed_fx[s] + rng.normal(0, SIG_RUN)
-                                                         + 0.02 * shift, 0, 1)).astype(float) for s in seeds[v]])
-    return {"loss": (-1, {v: (seeds[v], loss[v]) for v in variants}),
-            "acc": (1, {v: (seeds[v], acc[v]) for v in variants})}
+        loss[v] = (
+            np.array(
+                [
+                    3 + difficulty + seed_fx[s] + rng.normal(0, SIG_RUN) + rng.normal(0, SIG_ITEM, ITEMS)
+                    for s in seeds[v]
+                ]
+            )
+            - shift * SD_DIFF
+        )
+        acc[v] = np.array(
+            [
+                (rng.random(ITEMS) < np.clip(p_item + seed_fx[s] + rng.normal(0, SIG_RUN) + 0.02 * shift, 0, 1)).astype(
+                    float
+                )
+                for s in seeds[v]
+            ]
+        )
+    return {
+        "loss": (-1, {v: (seeds[v], loss[v]) for v in variants}),
+        "acc": (1, {v: (seeds[v], acc[v]) for v in variants}),
+    }
 
 
 def decide_study(study: dict, opts=OPTS):
@@ -63,10 +81,17 @@ def decide_study(study: dict, opts=OPTS):
         variants = list(data)
         scores = {v: dict(zip(seeds, matrix.mean(axis=1))) for v, (seeds, matrix) in data.items()}
         final = {v: {"mean": float(np.mean(list(scores[v].values()))), "seeds": data[v][0]} for v in variants}
-        series.append({"task": metric, "metric": metric, "primary": True,
-                       "direction": "higher" if sign > 0 else "lower", "final": final,
-                       "best": decide.best(final, sign),
-                       "pairwise": decide.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts)})
+        series.append(
+            {
+                "task": metric,
+                "metric": metric,
+                "primary": True,
+                "direction": "higher" if sign > 0 else "lower",
+                "final": final,
+                "best": decide.best(final, sign),
+                "pairwise": decide.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts),
+            }
+        )
     decide.apply_family(series, opts, "in a simulated study")
     decisions = [d for s in series if (d := decide.decide_series(s, opts))]
     return decide.winner(decisions), series, decisions
@@ -91,10 +116,12 @@ def test_aa_false_positive_rate(paired):
         item_level += sum(p["p_items"] < ALPHA for p in rows)
         tests += len(rows)
     fpr, margin = claimed / n, mc_margin(ALPHA, n)
-    print(f"\nA/A ({'paired t' if paired else 'Welch t'}, {n} studies, 3 variants x 5 seeds x 2 metrics = 6 tests, "
-          f"BH at {ALPHA}): any significant claim {fpr:.3f} (must be <= {ALPHA} + MC margin {margin:.3f}); "
-          f"a winner named {winners / n:.3f}; the item-level test alone: {item_level / tests:.3f} of tests "
-          f"'significant'")
+    print(
+        f"\nA/A ({'paired t' if paired else 'Welch t'}, {n} studies, 3 variants x 5 seeds x 2 metrics = 6 tests, "
+        f"BH at {ALPHA}): any significant claim {fpr:.3f} (must be <= {ALPHA} + MC margin {margin:.3f}); "
+        f"a winner named {winners / n:.3f}; the item-level test alone: {item_level / tests:.3f} of tests "
+        f"'significant'"
+    )
     assert fpr <= ALPHA + margin
     assert winners / n <= ALPHA
     assert item_level / tests > 2 * ALPHA  # why items alone never decide: seed noise passes as a difference
@@ -112,9 +139,11 @@ def test_planted_effect_power(variants, effect, floor):
         winner, _, _ = decide_study(simulate(rng, names, 5, effect=effect, planted="A"))
         found += winner == "A"
         wrong += winner not in (None, "A")
-    print(f"\nplanted ({n} studies, {variants} variants x 5 seeds x 2 metrics, effect {effect:g} sd of the seed-level "
-          f"difference = {effect * SD_DIFF:.3f} loss): power {found / n:.3f} (floor {floor}); wrong winner "
-          f"{wrong / n:.3f}")
+    print(
+        f"\nplanted ({n} studies, {variants} variants x 5 seeds x 2 metrics, effect {effect:g} sd of the seed-level "
+        f"difference = {effect * SD_DIFF:.3f} loss): power {found / n:.3f} (floor {floor}); wrong winner "
+        f"{wrong / n:.3f}"
+    )
     assert found / n >= floor and wrong == 0
 
 
@@ -141,8 +170,10 @@ def test_seeds_needed_delivers_the_power_it_promises():
         study = simulate(rng, ["A", "B"], need, effect=effect, planted="A")
         _, series, _ = decide_study({"loss": study["loss"]})  # one test: no multiplicity
         found += bool(series[0]["pairwise"][0]["significant"])
-    print(f"\nseeds needed for d_z={effect}: {need}; measured power with {need} seeds over {n} studies: "
-          f"{found / n:.3f} (promised 0.8, MC margin {mc_margin(0.8, n):.3f})")
+    print(
+        f"\nseeds needed for d_z={effect}: {need}; measured power with {need} seeds over {n} studies: "
+        f"{found / n:.3f} (promised 0.8, MC margin {mc_margin(0.8, n):.3f})"
+    )
     # at least the promised power, and not grossly more (n is rounded up: the t-test's power at 6 seeds is 0.83)
     assert 0.8 - mc_margin(0.8, n) <= found / n <= 0.95
 
@@ -170,15 +201,23 @@ def build_study(root, rng, effect: float, n_seeds: int = 4):
                 p = np.clip(0.1 * k + p_item * 0.5 + 0.1 + seed_fx[s] + run_fx + 0.02 * shift, 0, 1)
                 right = rng.random(ITEMS) < p
                 task_items[step] = [{"id": f"q{i}", "gold": 0, "acc_per_char": float(right[i])} for i in range(ITEMS)]
-            write_run(root, v, s, STEPS, None, {"sim": {"chance": 0.25, "primary": "acc_per_char",
-                                                        "items": task_items}}, val_items=val_items)
+            write_run(
+                root,
+                v,
+                s,
+                STEPS,
+                None,
+                {"sim": {"chance": 0.25, "primary": "acc_per_char", "items": task_items}},
+                val_items=val_items,
+            )
     return root
 
 
 @pytest.mark.parametrize("study", range(3))
 def test_full_report_aa_names_no_winner(tmp_path, study):
-    report = write_report(build_study(tmp_path / f"aa{study}", np.random.default_rng(100 + study), 0.0),
-                          opts=Options(bootstrap=200))
+    report = write_report(
+        build_study(tmp_path / f"aa{study}", np.random.default_rng(100 + study), 0.0), opts=Options(bootstrap=200)
+    )
     head = report["headline"]
     assert report["groups"][0]["variants"] == ["d32", "d64", "d128"]
     assert head["winner"] is None and "Winner:" not in head["text"], head["text"]
@@ -189,8 +228,9 @@ def test_full_report_aa_names_no_winner(tmp_path, study):
 
 @pytest.mark.parametrize("study", range(3))
 def test_full_report_planted_names_the_winner(tmp_path, study):
-    report = write_report(build_study(tmp_path / f"planted{study}", np.random.default_rng(200 + study), 4.0),
-                          opts=Options(bootstrap=200))
+    report = write_report(
+        build_study(tmp_path / f"planted{study}", np.random.default_rng(200 + study), 4.0), opts=Options(bootstrap=200)
+    )
     head = report["headline"]
     assert head["winner"] == "d128", head["text"]
     assert "val_loss: d128 best (p_BH<=" in head["text"] and "4 seeds" in head["text"]
@@ -205,8 +245,20 @@ def test_full_report_planted_names_the_winner(tmp_path, study):
 
 # ---- the larger family: every metric a candidate, each task through its best measured one ------------------------
 
-MC_METRICS = ("acc_raw", "acc_per_char", "acc_pmi", "acc_choices_only", "gold_logprob", "gold_bpb", "gold_prob",
-              "margin", "margin_pmi", "correct_prob", "total_prob", "norm_correct_prob")
+MC_METRICS = (
+    "acc_raw",
+    "acc_per_char",
+    "acc_pmi",
+    "acc_choices_only",
+    "gold_logprob",
+    "gold_bpb",
+    "gold_prob",
+    "margin",
+    "margin_pmi",
+    "correct_prob",
+    "total_prob",
+    "norm_correct_prob",
+)
 SIG_CKPT = 0.01  # checkpoint-to-checkpoint wobble of a run's quality
 
 
@@ -222,15 +274,25 @@ def _mc_metrics(rng, ability: float, uncond, chars, gold, difficulty) -> dict[st
     wrong[rows, gold] = False
     soft = np.exp(ll - ll.max(axis=1, keepdims=True))
     correct, total = np.exp(gold_ll / gold_chars), np.exp(per_char).sum(axis=1)
-    return {"acc_raw": ll.argmax(1) == gold, "acc_per_char": per_char.argmax(1) == gold,
-            "acc_pmi": pmi.argmax(1) == gold, "acc_choices_only": uncond.argmax(1) == gold, "gold_logprob": gold_ll,
-            "gold_bpb": -gold_ll / (math.log(2) * gold_chars), "gold_prob": soft[rows, gold] / soft.sum(axis=1),
-            "margin": gold_ll - (ll * wrong).sum(1) / 3, "margin_pmi": pmi[rows, gold] - (pmi * wrong).sum(1) / 3,
-            "correct_prob": correct, "total_prob": total, "norm_correct_prob": correct / total}
+    return {
+        "acc_raw": ll.argmax(1) == gold,
+        "acc_per_char": per_char.argmax(1) == gold,
+        "acc_pmi": pmi.argmax(1) == gold,
+        "acc_choices_only": uncond.argmax(1) == gold,
+        "gold_logprob": gold_ll,
+        "gold_bpb": -gold_ll / (math.log(2) * gold_chars),
+        "gold_prob": soft[rows, gold] / soft.sum(axis=1),
+        "margin": gold_ll - (ll * wrong).sum(1) / 3,
+        "margin_pmi": pmi[rows, gold] - (pmi * wrong).sum(1) / 3,
+        "correct_prob": correct,
+        "total_prob": total,
+        "norm_correct_prob": correct / total,
+    }
 
 
-def family_study(rng, variants=("A", "B", "C"), n_seeds: int = 5, effect: float = 0.0, planted: str | None = None,
-                 items: int = 100):
+def family_study(
+    rng, variants=("A", "B", "C"), n_seeds: int = 5, effect: float = 0.0, planted: str | None = None, items: int = 100
+):
     """(runs, tasks) of one study held in memory: validation loss, a 4-way cloze task "mc" (12 metrics: accuracies,
     a choices-only baseline, likelihoods, probabilities, margins) and a continuation task "lambada" (greedy accuracy,
     chance 0; gold bits per byte), 4 checkpoints. A run's quality = seed effect (shared by the variants' runs with
@@ -249,25 +311,37 @@ def family_study(rng, variants=("A", "B", "C"), n_seeds: int = 5, effect: float 
             for k, step in enumerate(STEPS):
                 quality = seed_fx[s] + run_fx + rng.normal(0, SIG_CKPT) + (effect * SD_DIFF if v == planted else 0)
                 ability = 0.3 * k + 10 * quality
-                word_ll = (-2.2 * word_bytes + 0.4 * ability * np.sqrt(word_bytes) - word_difficulty
-                           + rng.normal(0, 0.5, items))
-                tables = {"val_loss": {"loss": 4.5 - 0.25 * k - 2 * quality + val_difficulty
-                                       + rng.normal(0, SIG_ITEM, items)},
-                          "mc:cf": _mc_metrics(rng, ability, uncond, chars, gold, difficulty),
-                          "lambada:cf": {"acc_greedy": rng.random(items) < 1 / (1 + np.exp(3.5 - ability
-                                                                                           + word_difficulty)),
-                                         "gold_bpb": -word_ll / (math.log(2) * word_bytes)}}
+                word_ll = (
+                    -2.2 * word_bytes
+                    + 0.4 * ability * np.sqrt(word_bytes)
+                    - word_difficulty
+                    + rng.normal(0, 0.5, items)
+                )
+                tables = {
+                    "val_loss": {
+                        "loss": 4.5 - 0.25 * k - 2 * quality + val_difficulty + rng.normal(0, SIG_ITEM, items)
+                    },
+                    "mc:cf": _mc_metrics(rng, ability, uncond, chars, gold, difficulty),
+                    "lambada:cf": {
+                        "acc_greedy": rng.random(items) < 1 / (1 + np.exp(3.5 - ability + word_difficulty)),
+                        "gold_bpb": -word_ll / (math.log(2) * word_bytes),
+                    },
+                }
                 for key, columns in tables.items():
                     columns = {m: np.asarray(c, float) for m, c in columns.items()}
                     run._items[(key.replace(":", "_"), step)] = {  # what eval_items/ files would hold
-                        f"q{i}": {m: float(c[i]) for m, c in columns.items()} for i in range(items)}
+                        f"q{i}": {m: float(c[i]) for m, c in columns.items()} for i in range(items)
+                    }
                     for m, c in columns.items():
                         run.scores.setdefault((key, m), []).append(
-                            Point(step, step * 100, float(c.mean()), float(c.std(ddof=1) / math.sqrt(items)), items))
+                            Point(step, step * 100, float(c.mean()), float(c.std(ddof=1) / math.sqrt(items)), items)
+                        )
             runs.append(run)
-    tasks = {"val_loss": TaskInfo("val_loss", "loss", ["loss"], math.log(512), "val_loss", items),
-             "lambada:cf": TaskInfo("lambada:cf", "acc_greedy", ["acc_greedy", "gold_bpb"], 0.0, "lambada_cf", items),
-             "mc:cf": TaskInfo("mc:cf", "acc_per_char", list(MC_METRICS), 0.25, "mc_cf", items)}
+    tasks = {
+        "val_loss": TaskInfo("val_loss", "loss", ["loss"], math.log(512), "val_loss", items),
+        "lambada:cf": TaskInfo("lambada:cf", "acc_greedy", ["acc_greedy", "gold_bpb"], 0.0, "lambada_cf", items),
+        "mc:cf": TaskInfo("mc:cf", "acc_per_char", list(MC_METRICS), 0.25, "mc_cf", items),
+    }
     return runs, tasks
 
 
@@ -307,10 +381,12 @@ def test_aa_false_positive_rate_with_every_metric_a_candidate():
             chosen[name] = chosen.get(name, 0) + 1
     fpr, margin = claimed / n, mc_margin(ALPHA, n)
     top = sorted(chosen.items(), key=lambda kv: -kv[1])[:6]
-    print(f"\nA/A, every metric a candidate ({n} studies, 3 variants x 5 seeds; family of {np.mean(family):.0f} "
-          f"metrics, {np.mean(decisions):.2f} decision metrics on average): any significant claim {fpr:.3f} (must be "
-          f"<= {ALPHA} + MC margin {margin:.3f}); adjusted over the decision metrics alone it would be "
-          f"{claimed_alone / n:.3f}; a winner named {winners / n:.3f}; most chosen: {top}")
+    print(
+        f"\nA/A, every metric a candidate ({n} studies, 3 variants x 5 seeds; family of {np.mean(family):.0f} "
+        f"metrics, {np.mean(decisions):.2f} decision metrics on average): any significant claim {fpr:.3f} (must be "
+        f"<= {ALPHA} + MC margin {margin:.3f}); adjusted over the decision metrics alone it would be "
+        f"{claimed_alone / n:.3f}; a winner named {winners / n:.3f}; most chosen: {top}"
+    )
     assert fpr <= ALPHA + margin and winners / n <= ALPHA
     assert chosen.get("mc:cf:acc_choices_only", 0) == 0  # a baseline is never chosen
     assert np.mean(decisions) > 1.5  # the tasks do enter: more decision metrics than validation loss alone

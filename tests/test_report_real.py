@@ -1,4 +1,5 @@
 """ablate report over real runs: 2 variants x 2 seeds of tests/experiments/tiny.py, trained with the CLI."""
+
 import importlib.util
 import json
 

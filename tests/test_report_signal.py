@@ -1,13 +1,14 @@
 """Every metric a candidate decision signal, judged by what the runs show (constructed run folders with known
 answers): the choice of a task's metric, --average-last, the subject SNR floor, and SNR / decision accuracy with a
 bootstrap CI across scales."""
+
 import json
 
 import numpy as np
 import pytest
 
 from ablate.report import Options, build_report, write_report
-from conftest import run_cli
+from conftest import cli_in_process
 from report_fixtures import STEPS, write_run
 
 FAST = Options(bootstrap=300)
@@ -29,17 +30,31 @@ def series(report, task, metric, group=-1):
 def _mc_items(variant: str, seed: int, k: int, bpb: dict) -> list[dict]:
     off = SEED_OFFSET[seed]
     right = round((ACC_AT_CHANCE[variant][k] + off) * N)
-    return [{"id": f"q{i}", "gold": 0, "acc_per_char": float(i < right), "acc_choices_only": float(i < 25),
-             "gold_bpb": bpb[variant][k] + off + 0.02 * (i % 5 - 2),
-             "correct_prob": PROB_NOISY[variant][k] + off / 2 + 0.01 * (i % 3 - 1)} for i in range(N)]
+    return [
+        {
+            "id": f"q{i}",
+            "gold": 0,
+            "acc_per_char": float(i < right),
+            "acc_choices_only": float(i < 25),
+            "gold_bpb": bpb[variant][k] + off + 0.02 * (i % 5 - 2),
+            "correct_prob": PROB_NOISY[variant][k] + off / 2 + 0.01 * (i % 3 - 1),
+        }
+        for i in range(N)
+    ]
 
 
 def _mc_experiment(root, bpb: dict):
     for variant in ACC_AT_CHANCE:
         for seed in SEED_OFFSET:
             items = {step: _mc_items(variant, seed, k, bpb) for k, step in enumerate(STEPS)}
-            write_run(root, variant, seed, STEPS, [v + SEED_OFFSET[seed] for v in VAL[variant]],
-                      {"mc": {"chance": 0.25, "primary": "acc_per_char", "items": items}})
+            write_run(
+                root,
+                variant,
+                seed,
+                STEPS,
+                [v + SEED_OFFSET[seed] for v in VAL[variant]],
+                {"mc": {"chance": 0.25, "primary": "acc_per_char", "items": items}},
+            )
     return root
 
 
@@ -89,15 +104,30 @@ def test_average_last_scores_the_mean_of_the_last_evaluations(tmp_path):
     """Runs whose last checkpoints jump: with --average-last 3 a run's score is the hand mean of its last 3
     evaluations, from per-item files (val loss) and from logged values alone (task t, its item files removed)."""
     root = tmp_path / "avg"
-    val = {("A", 0): [5.0, 4.2, 4.6, 4.0], ("A", 1): [5.0, 4.4, 4.1, 4.5], ("A", 2): [5.0, 4.3, 4.0, 4.2],
-           ("B", 0): [5.1, 4.5, 4.2, 4.4], ("B", 1): [5.1, 4.3, 4.6, 4.2], ("B", 2): [5.1, 4.4, 4.4, 4.3]}
-    acc = {("A", 0): [30, 50, 40, 60], ("A", 1): [30, 45, 55, 44], ("A", 2): [30, 52, 47, 49],
-           ("B", 0): [30, 40, 48, 41], ("B", 1): [30, 46, 39, 50], ("B", 2): [30, 42, 45, 44]}
+    val = {
+        ("A", 0): [5.0, 4.2, 4.6, 4.0],
+        ("A", 1): [5.0, 4.4, 4.1, 4.5],
+        ("A", 2): [5.0, 4.3, 4.0, 4.2],
+        ("B", 0): [5.1, 4.5, 4.2, 4.4],
+        ("B", 1): [5.1, 4.3, 4.6, 4.2],
+        ("B", 2): [5.1, 4.4, 4.4, 4.3],
+    }
+    acc = {
+        ("A", 0): [30, 50, 40, 60],
+        ("A", 1): [30, 45, 55, 44],
+        ("A", 2): [30, 52, 47, 49],
+        ("B", 0): [30, 40, 48, 41],
+        ("B", 1): [30, 46, 39, 50],
+        ("B", 2): [30, 42, 45, 44],
+    }
     for (variant, seed), losses in val.items():
-        items = {step: [{"id": i, "gold": 0, "acc_raw": float(i < acc[variant, seed][k])} for i in range(N)]
-                 for k, step in enumerate(STEPS)}
-        run = write_run(root, variant, seed, STEPS, losses, {"t": {"chance": 0.25, "primary": "acc_raw",
-                                                                  "items": items}})
+        items = {
+            step: [{"id": i, "gold": 0, "acc_raw": float(i < acc[variant, seed][k])} for i in range(N)]
+            for k, step in enumerate(STEPS)
+        }
+        run = write_run(
+            root, variant, seed, STEPS, losses, {"t": {"chance": 0.25, "primary": "acc_raw", "items": items}}
+        )
         for path in run.glob("eval_items/*/t_cf.jsonl"):
             path.unlink()
     report = write_report(root, opts=Options(bootstrap=200, average_last=3))
@@ -117,19 +147,24 @@ def test_average_last_scores_the_mean_of_the_last_evaluations(tmp_path):
     assert "Each run's score" not in plain["headline"]["text"]
     md = (root / "report.md").read_text()
     assert "--average-last 3" in md.replace("\\", "") and "Averaged: each run's score is the mean of its last 3" in md
-    bad = run_cli("report", str(root), "--average-last", "0", check=False)
+    bad = cli_in_process("report", str(root), "--average-last", "0", check=False)
     assert bad.returncode == 2 and "--average-last 0: allowed: a whole number >= 1" in bad.stderr
 
 
 # ---- across scales: SNR and decision accuracy with a bootstrap CI over seeds ------------------------------------
 
-LADDER_VAL = {16: {"x": 5.2, "y": 5.0, "z": 5.4}, 32: {"x": 4.0, "y": 4.2, "z": 4.4},
-              64: {"x": 3.0, "y": 3.2, "z": 3.4}}
+LADDER_VAL = {
+    16: {"x": 5.2, "y": 5.0, "z": 5.4},
+    32: {"x": 4.0, "y": 4.2, "z": 4.4},
+    64: {"x": 3.0, "y": 3.2, "z": 3.4},
+}
 # gold_bpb per seed: at 32, y's seeds average exactly z's (a tie: one half) and spread so that a resample can order
 # them either way; at 16 and 64 the order is x < y < z
-LADDER_BPB = {16: {"x": [0.6] * 3, "y": [0.8] * 3, "z": [0.9] * 3}, 32: {"x": [0.5] * 3, "y": [1.0, 1.0, 1.3],
-                                                                     "z": [1.1] * 3},
-              64: {"x": [0.4] * 3, "y": [0.5] * 3, "z": [0.6] * 3}}
+LADDER_BPB = {
+    16: {"x": [0.6] * 3, "y": [0.8] * 3, "z": [0.9] * 3},
+    32: {"x": [0.5] * 3, "y": [1.0, 1.0, 1.3], "z": [1.1] * 3},
+    64: {"x": [0.4] * 3, "y": [0.5] * 3, "z": [0.6] * 3},
+}
 
 
 LR = {"x": 1e-3, "y": 2e-3, "z": 3e-3, "A": 1e-3, "B": 2e-3}  # what sets the methods apart in their configs
@@ -141,11 +176,19 @@ def _ladder(root):
             for seed in (0, 1, 2):
                 loss = LADDER_VAL[d_model][method] + SEED_OFFSET[seed]
                 bpb = LADDER_BPB[d_model][method][seed]
-                items = {step: [{"id": i, "gold": 0, "gold_bpb": bpb + 0.3 * (3 - k)} for i in range(20)]
-                         for k, step in enumerate(STEPS)}
-                write_run(root, f"{method}@d{d_model}", seed, STEPS, [loss + 0.6, loss + 0.4, loss + 0.2, loss],
-                          {"lad": {"chance": 0.25, "primary": "gold_bpb", "items": items}},
-                          config_extra={"model.d_model": d_model, "optim.lr": LR[method]})
+                items = {
+                    step: [{"id": i, "gold": 0, "gold_bpb": bpb + 0.3 * (3 - k)} for i in range(20)]
+                    for k, step in enumerate(STEPS)
+                }
+                write_run(
+                    root,
+                    f"{method}@d{d_model}",
+                    seed,
+                    STEPS,
+                    [loss + 0.6, loss + 0.4, loss + 0.2, loss],
+                    {"lad": {"chance": 0.25, "primary": "gold_bpb", "items": items}},
+                    config_extra={"model.d_model": d_model, "optim.lr": LR[method]},
+                )
     return root
 
 
@@ -197,12 +240,28 @@ def _grouped(root):
     for d_model in (16, 32):
         for variant in ("A", "B"):
             for seed in (0, 1, 2):
-                items = {step: [{"id": f"{g}-{i}", "gold": 0, "group": g,
-                                 "correct_prob": _group_value(d_model, variant, g, seed, k)}
-                                for g, n in GROUP_SIZES.items() for i in range(n)] for k, step in enumerate(STEPS)}
-                write_run(root, f"{variant}@d{d_model}", seed, STEPS, [4.0, 3.8, 3.6, 3.4],
-                          {"mm": {"chance": 0.25, "primary": "correct_prob", "items": items}},
-                          config_extra={"model.d_model": d_model, "optim.lr": LR[variant]})
+                items = {
+                    step: [
+                        {
+                            "id": f"{g}-{i}",
+                            "gold": 0,
+                            "group": g,
+                            "correct_prob": _group_value(d_model, variant, g, seed, k),
+                        }
+                        for g, n in GROUP_SIZES.items()
+                        for i in range(n)
+                    ]
+                    for k, step in enumerate(STEPS)
+                }
+                write_run(
+                    root,
+                    f"{variant}@d{d_model}",
+                    seed,
+                    STEPS,
+                    [4.0, 3.8, 3.6, 3.4],
+                    {"mm": {"chance": 0.25, "primary": "correct_prob", "items": items}},
+                    config_extra={"model.d_model": d_model, "optim.lr": LR[variant]},
+                )
     return root
 
 
@@ -230,7 +289,7 @@ def test_grouped_task_is_macro_averaged_and_the_subject_floor_names_what_it_leav
     md = (root / "report.md").read_text().replace("\\", "")
     assert "Groups left out (subject SNR floor)" in md and "mm:cf [correct_prob]: 1 of 3 left out: g3" in md
     assert "chosen on the smaller scales (16) only" in md
-    bad = run_cli("report", str(root), "--subject-snr-floor", "0", check=False)
+    bad = cli_in_process("report", str(root), "--subject-snr-floor", "0", check=False)
     assert bad.returncode == 2 and "--subject-snr-floor 0: allowed: a number > 0" in bad.stderr
 
 

@@ -1,5 +1,6 @@
 """Sweep views: grid() records its axes; the fits recover known optima (LR, B_crit, B_opt/B_min, power law) from
 synthetic data; write_report lays grid run folders out on their axes (report["sweep"], markdown, HTML)."""
+
 import dataclasses
 import json
 
@@ -25,8 +26,10 @@ def test_grid_records_axes_in_config_json_and_reads_them_back(tmp_path):
     base = load_experiment(TINY, only=["mha"])[0]
     base = dataclasses.replace(base, train=dataclasses.replace(base.train, max_steps=2, val_every=0, ckpt_every=0))
     runs = grid(base, {"optim.lr": [1e-3, 3e-3], "train.global_batch": [8]})
-    assert [r.axes for r in runs] == [{"optim.lr": 1e-3, "train.global_batch": 8},
-                                      {"optim.lr": 3e-3, "train.global_batch": 8}]
+    assert [r.axes for r in runs] == [
+        {"optim.lr": 1e-3, "train.global_batch": 8},
+        {"optim.lr": 3e-3, "train.global_batch": 8},
+    ]
     train(runs[1], out_root=str(tmp_path))
     held = json.loads(next(tmp_path.glob("*/lr=0.003,global_batch=8/seed0/config.json")).read_text())
     assert held["config"]["axes"] == {"optim.lr": 0.003, "train.global_batch": 8}
@@ -38,8 +41,9 @@ def test_axes_are_typed_validated_and_follow_overrides():
     runs = grid(RunConfig(), {"optim.lr": [1e-3, 1e-2]})
     moved = apply_overrides(runs[0], {"optim.lr": 5e-3})  # --set on an axis: the record follows the run
     assert moved.axes == {"optim.lr": 5e-3}
-    assert variant(runs[0], "v").axes == {} and variant(runs[0], "v", axes={"optim.lr": 1e-3}).axes == \
-        {"optim.lr": 1e-3}
+    assert variant(runs[0], "v").axes == {} and variant(runs[0], "v", axes={"optim.lr": 1e-3}).axes == {
+        "optim.lr": 1e-3
+    }
     with pytest.raises(ConfigError, match=r"axes\['optim.lr'\]: records 0.5 but the run has optim.lr=0.001"):
         validate(dataclasses.replace(runs[0], axes={"optim.lr": 0.5}))
     with pytest.raises(ConfigError, match=r"axes\['optim.rate'\]: not a config field"):
@@ -76,7 +80,7 @@ def test_lr_optimum_past_the_grid_is_a_bound_and_too_few_points_say_why():
 
 def test_critical_batch_recovers_b_crit_from_the_hyperbola():
     rng = np.random.default_rng(0)
-    b = np.array([1024, 2048, 4096, 8192, 16384, 32768.])  # tokens per step
+    b = np.array([1024, 2048, 4096, 8192, 16384, 32768.0])  # tokens per step
     s_min, b_crit = 1000.0, 8192.0
     s = s_min * (1 + b_crit / b) * (1 + rng.normal(0, 0.02, len(b)))  # (S/S_min - 1)(E/E_min - 1) = 1, E = B S
     fit = critical_batch(b, s)
@@ -84,19 +88,19 @@ def test_critical_batch_recovers_b_crit_from_the_hyperbola():
     assert abs(fit["s_min"] / s_min - 1) < 0.10 and fit["rel_rmse"] < 0.05
     assert critical_batch(b[:2], s[:2])["status"] == "too_few"
     # bigger batches needing fewer tokens (the WSD crossing of seed 001) is no hyperbola
-    assert critical_batch(b, 1e6 / b ** 1.2)["status"] == "no_tradeoff"
+    assert critical_batch(b, 1e6 / b**1.2)["status"] == "no_tradeoff"
 
 
 def test_wsd_batch_recovers_b_opt_and_b_min():
     rng = np.random.default_rng(0)
     s_opt, e_min, c = 3000.0, 3e7, 2.0  # quadratic stage C (S - S_opt)^2 + E_min, linear E = 5000 S + 1.5e7 after
-    s = np.array([1500, 2200, 3000, 3900, 6000, 9000.])
+    s = np.array([1500, 2200, 3000, 3900, 6000, 9000.0])
     e = np.where(s < 4500, c * (s - s_opt) ** 2 + e_min, 5000 * s + 1.5e7) * (1 + rng.normal(0, 0.003, len(s)))
     fit = wsd_batch(e / s, s)
     assert fit["status"] == "vertex" and abs(fit["b_opt"] / (e_min / s_opt) - 1) < 0.10
     assert abs(fit["b_min"] / 5000 - 1) < 0.10 and fit["linear"]["n"] == 2
     # fewest tokens at the smallest batch tried (the classic E(S)): B_opt is only bounded
-    b = np.array([1024, 2048, 4096.])
+    b = np.array([1024, 2048, 4096.0])
     edge = wsd_batch(b, 1000 * (1 + 8192 / b))
     assert edge["status"] == "at_most" and edge["bound_b"] == 1024 and edge["b_opt"] is None
 
@@ -105,6 +109,7 @@ class SyntheticWsd:
     """A WSD E(S) with known constants: 1/(S - S_min) up to S=2000, C (S - S_opt)^2 + E_min up to S=4500, then
     A1 S + A0, joined with equal values and slopes. B_opt = E_min / S_opt = 10000 tokens per step, B_min = A1 = 6000;
     the quadratic stage holds the batch sizes 7667 to 16000 (a factor 2.1)."""
+
     S_MIN, S1, S_OPT, S2, C, E_MIN = 1000.0, 2000.0, 3000.0, 4500.0, 2.0, 3e7
     A1 = 2 * C * (S2 - S_OPT)
     A0 = C * (S2 - S_OPT) ** 2 + E_MIN - A1 * S2
@@ -126,7 +131,7 @@ class SyntheticWsd:
 def test_wsd_batch_is_exact_on_a_fine_grid_and_says_when_a_grid_is_too_coarse():
     curve = SyntheticWsd()
     b_opt = curve.E_MIN / curve.S_OPT
-    fine = np.array([6500, 7000, 9000, 10000, 11000, 14000, 20000, 40000.])  # 3 in the quadratic stage, 2 linear
+    fine = np.array([6500, 7000, 9000, 10000, 11000, 14000, 20000, 40000.0])  # 3 in the quadratic stage, 2 linear
     fit = wsd_batch(fine, [curve.steps(b) for b in fine])
     assert fit["status"] == "vertex" and fit["b_opt"] == pytest.approx(b_opt, rel=1e-9)
     assert fit["b_min"] == pytest.approx(curve.A1, rel=1e-9) and fit["window_span"] < 2
@@ -144,7 +149,7 @@ def test_wsd_batch_is_exact_on_a_fine_grid_and_says_when_a_grid_is_too_coarse():
 def test_power_law_recovers_e_a_alpha_with_cis():
     rng = np.random.default_rng(0)
     n = np.geomspace(1e5, 1e7, 5)
-    values = [2.0 + 50 * x ** -0.3 + rng.normal(0, 0.002, 3) for x in n]
+    values = [2.0 + 50 * x**-0.3 + rng.normal(0, 0.002, 3) for x in n]
     fit = power_law(n, [v.mean() for v in values], values, n_boot=100)
     assert fit["status"] == "fit"
     assert abs(fit["alpha"] / 0.3 - 1) < 0.10 and abs(fit["E"] / 2.0 - 1) < 0.03 and abs(fit["A"] / 50 - 1) < 0.15
@@ -165,8 +170,12 @@ def test_write_report_on_a_3x2_grid(tmp_path):
     # batch 32 takes twice the tokens per step: every cell is read where all runs are, at equal tokens
     assert sweep["metric"]["source"].endswith("(equal tokens)") and any("equal tokens" in n for n in sweep["notes"])
     hm = sweep["heatmap"]
-    assert (hm["x"], hm["y"], hm["x_values"], hm["y_values"]) == ("optim.lr", "train.global_batch",
-                                                                  [1e-3, 3e-3, 1e-2], [16, 32])
+    assert (hm["x"], hm["y"], hm["x_values"], hm["y_values"]) == (
+        "optim.lr",
+        "train.global_batch",
+        [1e-3, 3e-3, 1e-2],
+        [16, 32],
+    )
     cell = next(c for c in sweep["cells"] if c["label"] == "lr=0.01,global_batch=32")
     assert hm["mean"][1][2] == pytest.approx(cell["mean"])
     assert hm["best"]["label"] == "lr=0.003,global_batch=16"  # at equal tokens, batch 32 has had half the steps
@@ -182,13 +191,14 @@ def test_write_report_on_a_3x2_grid(tmp_path):
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "## Sweep" in markdown and "## Sweep: optimum LR" in markdown and "the fits need >= 3" in markdown
     html = (tmp_path / "out" / "report.html").read_text()
-    section = html[html.index("<h2>Sweep</h2>"):]
+    section = html[html.index("<h2>Sweep</h2>") :]
     assert "Optimum LR" in section and section.count("data:image/png;base64,") >= 4  # heatmap, LR, curves, E-S
 
 
 def test_batch_axis_recovers_b_crit_from_loss_curves(tmp_path):
-    root = build_grid_experiment(tmp_path / "bs", lrs=(3e-3,), batches=(4, 8, 16, 32, 64),
-                                 steps=tuple(range(5, 405, 5)))
+    root = build_grid_experiment(
+        tmp_path / "bs", lrs=(3e-3,), batches=(4, 8, 16, 32, 64), steps=tuple(range(5, 405, 5))
+    )
     batch = write_report(root, tmp_path / "out")["sweep"]["batch"][0]
     fitted = [t["critical"] for t in batch["targets"] if t["critical"]["status"] == "fit"]
     assert len(fitted) >= 3
@@ -203,7 +213,7 @@ def test_batch_axis_recovers_b_crit_from_loss_curves(tmp_path):
 def test_model_size_axis_fits_a_power_law_and_ranks_lrs_across_sizes(tmp_path):
     root = build_grid_experiment(tmp_path / "size", lrs=(1e-3, 3e-3, 1e-2), batches=(16,), sizes=(16, 32, 64, 128))
     scale = write_report(root, tmp_path / "out")["sweep"]["scale"]
-    assert [s["params"] for s in scale["sizes"]] == [48 * d ** 2 for d in (16, 32, 64, 128)]
+    assert [s["params"] for s in scale["sizes"]] == [48 * d**2 for d in (16, 32, 64, 128)]
     fit = scale["fit"]
     assert fit["status"] == "fit" and abs(fit["alpha"] / 0.3 - 1) < 0.15  # grid_loss: 40 N^-0.3 over a floor
     assert [d["decision_accuracy"] for d in scale["decision"]] == [1.0, 1.0, 1.0]  # LR order is size-free

@@ -1,5 +1,6 @@
 """Batch-size schedules (ablate.batching) and branches (ablate.experiment.branch): pure plans, training under a
 changing batch, bit-exact resume in the middle of a ramp, a branch's first loss equal to its parent's."""
+
 import dataclasses
 import json
 import math
@@ -43,8 +44,14 @@ def test_constant_plan_is_max_steps_of_global_batch():
 
 
 def test_ramp_grows_linearly_in_tokens_and_sees_the_constant_runs_tokens():
-    train = TrainConfig(max_steps=20, global_batch=16, micro_batch=4, batch_schedule="ramp", batch_start=4,
-                        batch_ramp_tokens=40 * 16 * SEQ // 10)
+    train = TrainConfig(
+        max_steps=20,
+        global_batch=16,
+        micro_batch=4,
+        batch_schedule="ramp",
+        batch_start=4,
+        batch_ramp_tokens=40 * 16 * SEQ // 10,
+    )
     plan = batch_plan(train, SEQ)
     assert plan[0] == 4 and plan[-2] == 16 and plan[:-1] == sorted(plan[:-1])
     assert all(b % 4 == 0 for b in plan)
@@ -58,13 +65,15 @@ def test_ramp_grows_linearly_in_tokens_and_sees_the_constant_runs_tokens():
 
 
 def test_stages_and_dynamic_plans():
-    stages = TrainConfig(max_steps=10, global_batch=16, micro_batch=4, batch_schedule="stages",
-                         batch_stages="0:8,2560:16")
+    stages = TrainConfig(
+        max_steps=10, global_batch=16, micro_batch=4, batch_schedule="stages", batch_stages="0:8,2560:16"
+    )
     plan = batch_plan(stages, SEQ)
     assert plan[:10] == [8] * 10 and set(plan[10:]) == {16}  # 10 steps of 8 x 32 tokens reach 2560
     assert sum(plan) == 10 * 16
-    dynamic = TrainConfig(max_steps=10, global_batch=16, micro_batch=4, batch_schedule="dynamic", batch_start=4,
-                          batch_ramp_tokens=512)
+    dynamic = TrainConfig(
+        max_steps=10, global_batch=16, micro_batch=4, batch_schedule="dynamic", batch_start=4, batch_ramp_tokens=512
+    )
     plan = batch_plan(dynamic, SEQ)
     seen, expected = 0, []
     for _ in plan:  # 4 until 512 tokens, 8 until 1024, then 16 (capped at global_batch), the last what is left
@@ -83,10 +92,16 @@ def test_bad_schedules_are_refused_with_the_field():
         apply_overrides(run, {"train.batch_schedule": "stages", "train.batch_stages": "0:8,100:32"})
     with pytest.raises(ConfigError, match="train.batch_start"):
         apply_overrides(run, {"train.batch_schedule": "ramp", "train.batch_ramp_tokens": 100})
-    with pytest.raises(ConfigError, match=r"train.batch_stages: .*gives steps of \[12\] sequences, not multiples "
-                                          r"of the world size \(8\)"):
-        check_plan([8, 12], 8, TrainConfig(global_batch=16, micro_batch=4, batch_schedule="stages",
-                                           batch_stages="0:8,100:12,200:16"))
+    with pytest.raises(
+        ConfigError,
+        match=r"train.batch_stages: .*gives steps of \[12\] sequences, not multiples "
+        r"of the world size \(8\)",
+    ):
+        check_plan(
+            [8, 12],
+            8,
+            TrainConfig(global_batch=16, micro_batch=4, batch_schedule="stages", batch_stages="0:8,100:12,200:16"),
+        )
 
 
 def test_a_ramp_that_would_vanish_is_refused_naming_both_fields():
@@ -94,13 +109,26 @@ def test_a_ramp_that_would_vanish_is_refused_naming_both_fields():
     run = tiny()
     ramp = {"train.global_batch": 16, "train.micro_batch": 16, "train.batch_start": 4, "train.batch_ramp_tokens": 512}
     for kind in ("ramp", "dynamic"):
-        with pytest.raises(ConfigError, match=rf"train.batch_start: {kind}: 4 is not a multiple of "
-                                              rf"train.micro_batch=16 .*it would start at 16"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"train.batch_start: {kind}: 4 is not a multiple of "
+            rf"train.micro_batch=16 .*it would start at 16",
+        ):
             apply_overrides(run, {**ramp, "train.batch_schedule": kind})
-    with pytest.raises(ConfigError, match=r"train.batch_stages: batches \[8\] are not multiples of "
-                                          r"train.micro_batch=16"):
-        apply_overrides(run, {"train.global_batch": 16, "train.micro_batch": 16, "train.batch_schedule": "stages",
-                              "train.batch_stages": "0:8,512:16"})
+    with pytest.raises(
+        ConfigError,
+        match=r"train.batch_stages: batches \[8\] are not multiples of "
+        r"train.micro_batch=16",
+    ):
+        apply_overrides(
+            run,
+            {
+                "train.global_batch": 16,
+                "train.micro_batch": 16,
+                "train.batch_schedule": "stages",
+                "train.batch_stages": "0:8,512:16",
+            },
+        )
     fine = apply_overrides(run, {**ramp, "train.batch_schedule": "ramp", "train.micro_batch": 4})
     assert batch_plan(fine.train, SEQ)[0] == 4  # the ramp starts where it says
 
@@ -114,8 +142,11 @@ def test_lr_rescale_rules():
 
 def test_new_fields_at_their_defaults_keep_earlier_identities():
     run = tiny()
-    assert "batch_schedule" not in json.dumps(run.to_dict()) or run.identity() == apply_overrides(
-        run, {"train.batch_schedule": "constant", "optim.momentum": 0.95}).identity()
+    assert (
+        "batch_schedule" not in json.dumps(run.to_dict())
+        or run.identity()
+        == apply_overrides(run, {"train.batch_schedule": "constant", "optim.momentum": 0.95}).identity()
+    )
     assert apply_overrides(run, {"train.spike_policy": "skip"}).identity() != run.identity()
     assert apply_overrides(run, {"train.keep_steps": [4]}).identity() == run.identity()  # bookkeeping
 
@@ -124,12 +155,23 @@ def test_new_fields_at_their_defaults_keep_earlier_identities():
 # training under a changing batch
 
 
-RAMP = dict(max_steps=10, global_batch=8, micro_batch=2, batch_schedule="ramp", batch_start=2,
-            batch_ramp_tokens=30 * 8 * SEQ // 10, batch_lr_scaling="sqrt", ckpt_every=3, val_every=0, log_every=1)
+RAMP = dict(
+    max_steps=10,
+    global_batch=8,
+    micro_batch=2,
+    batch_schedule="ramp",
+    batch_start=2,
+    batch_ramp_tokens=30 * 8 * SEQ // 10,
+    batch_lr_scaling="sqrt",
+    ckpt_every=3,
+    val_every=0,
+    log_every=1,
+)
 
 
 class StopAt(Callback):
     """Ctrl-C after a given step: the run is interrupted as a user would interrupt it."""
+
     order = 200
 
     def __init__(self, step):
@@ -148,8 +190,9 @@ def test_ramp_trains_logs_and_resumes_bit_exactly_mid_ramp(tmp_path):
     assert [r["batch"] for r in rows] == plan and straight["steps"] == len(plan)
     assert straight["tokens"] == sum(plan) * SEQ == rows[-1]["tokens"]
     for r in rows:  # the LR rescale rule, applied to each step's batch
-        assert r["lr"] == pytest.approx(run.optim.lr * lr_factor(r["step"] - 1, len(plan), run.schedule)
-                                        * math.sqrt(r["batch"] / 8))
+        assert r["lr"] == pytest.approx(
+            run.optim.lr * lr_factor(r["step"] - 1, len(plan), run.schedule) * math.sqrt(r["batch"] / 8)
+        )
 
     stop = next(s for s in range(4, len(plan)) if s % 3 and plan[s] != plan[-1] and s > 3)  # after a checkpoint
     with pytest.raises(KeyboardInterrupt):
@@ -179,11 +222,14 @@ stable = variant(base, "stable")
 
 
 def test_branch_starts_from_the_parents_checkpoint_with_its_first_loss(tmp_path):
-    path = branch_experiment(tmp_path, """
+    path = branch_experiment(
+        tmp_path,
+        """
 cool = branch(stable, at=0.5, name="cool", changes={"schedule.name": "wsd", "schedule.decay": 0.5})
 wide = branch(stable, at=6, name="big_batch", changes={"train.global_batch": 16, "train.max_tokens": 12 * 8 * 32})
 runs = [cool, wide, stable]  # out of order on purpose: parents train first
-""")
+""",
+    )
     runs = load_experiment(path)
     assert [r.name for r in runs] == ["stable", "cool", "big_batch"]
     parent = runs[0]

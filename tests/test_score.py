@@ -1,4 +1,5 @@
 """`ablate eval PATH --every-checkpoint`: every kept checkpoint of every run scored once, as `ablate eval` would."""
+
 import json
 
 import pytest
@@ -79,8 +80,19 @@ def test_bench_eval_cost_smoke(experiment):
 
     from conftest import REPO
 
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_eval_cost.py"),
-                             str(experiment / "mha" / "seed0"), "--tasks", "copa,lambada", "--smoke"],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_eval_cost.py"),
+            str(experiment / "mha" / "seed0"),
+            "--tasks",
+            "copa,lambada",
+            "--smoke",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr
     assert "in-training evaluation at 1 per run:" in result.stdout and "eval/train ratio" in result.stdout

@@ -1,5 +1,6 @@
 """ablate.slurm: option parsing, the sbatch script it asks for, and the code a cluster runs, run for real through
 submitit's LocalExecutor (real processes, the same pickles, signals and requeue path, no cluster)."""
+
 import dataclasses
 import json
 import os
@@ -23,23 +24,38 @@ def run_dir(out, run):
 
 
 def test_options_typed_with_defaults():
-    options = parse_slurm_options("partition=gpu, time=60,gpus_per_run=2,cpus_per_run=16,mem_gb=64,qos=high,"
-                                  "constraint=a100|h100,array_parallelism=4,folder=/tmp/logs")
-    assert options == {"partition": "gpu", "time": 60, "gpus_per_run": 2, "cpus_per_run": 16, "mem_gb": 64,
-                       "qos": "high", "constraint": "a100|h100", "array_parallelism": 4, "folder": "/tmp/logs",
-                       "nodes": 1, "max_requeues": 3}
+    options = parse_slurm_options(
+        "partition=gpu, time=60,gpus_per_run=2,cpus_per_run=16,mem_gb=64,qos=high,"
+        "constraint=a100|h100,array_parallelism=4,folder=/tmp/logs"
+    )
+    assert options == {
+        "partition": "gpu",
+        "time": 60,
+        "gpus_per_run": 2,
+        "cpus_per_run": 16,
+        "mem_gb": 64,
+        "qos": "high",
+        "constraint": "a100|h100",
+        "array_parallelism": 4,
+        "folder": "/tmp/logs",
+        "nodes": 1,
+        "max_requeues": 3,
+    }
     assert parse_slurm_options("")["max_requeues"] == 3
 
 
-@pytest.mark.parametrize("text, named", [
-    ("partition=gpu,gpu=2", "--slurm gpu: unknown option; allowed: partition, time, gpus_per_run"),
-    ("time=1h", "--slurm time=1h: not a whole number"),
-    ("time=0", "--slurm time=0: allowed: whole numbers >= 1"),
-    ("gpus_per_run=-1", "--slurm gpus_per_run=-1: allowed: whole numbers >= 0"),
-    ("max_requeues=x", "--slurm max_requeues=x: not a whole number"),
-    ("partition=", "--slurm partition: needs a value"),
-    ("time=5,time=6", "--slurm time: given twice"),
-])
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("partition=gpu,gpu=2", "--slurm gpu: unknown option; allowed: partition, time, gpus_per_run"),
+        ("time=1h", "--slurm time=1h: not a whole number"),
+        ("time=0", "--slurm time=0: allowed: whole numbers >= 1"),
+        ("gpus_per_run=-1", "--slurm gpus_per_run=-1: allowed: whole numbers >= 0"),
+        ("max_requeues=x", "--slurm max_requeues=x: not a whole number"),
+        ("partition=", "--slurm partition: needs a value"),
+        ("time=5,time=6", "--slurm time: given twice"),
+    ],
+)
 def test_bad_options_refused_by_name(text, named):
     with pytest.raises(ConfigError) as err:
         parse_slurm_options(text)
@@ -55,13 +71,28 @@ def test_sbatch_script_asks_for_one_task_per_gpu(tmp_path):
     """The SLURM script submitit would write for a 2-run array (no cluster needed to build it)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    options = parse_slurm_options("partition=gpu,time=90,gpus_per_run=4,cpus_per_run=32,mem_gb=200,account=lab,"
-                                  "array_parallelism=1")
-    script = _make_sbatch_string(command="python -m submitit.core._submit x", folder=tmp_path, map_count=2,
-                                 **executor_parameters(options, "ablate-tiny", local=False))
-    for line in ("--partition=gpu", "--time=90", "--gpus-per-node=4", "--ntasks-per-node=4", "--cpus-per-task=8",
-                 "--mem=200GB", "--account=lab", "--array=0-1%1", "--nodes=1", "--job-name=ablate-tiny",
-                 "--signal=USR2@90"):
+    options = parse_slurm_options(
+        "partition=gpu,time=90,gpus_per_run=4,cpus_per_run=32,mem_gb=200,account=lab,array_parallelism=1"
+    )
+    script = _make_sbatch_string(
+        command="python -m submitit.core._submit x",
+        folder=tmp_path,
+        map_count=2,
+        **executor_parameters(options, "ablate-tiny", local=False),
+    )
+    for line in (
+        "--partition=gpu",
+        "--time=90",
+        "--gpus-per-node=4",
+        "--ntasks-per-node=4",
+        "--cpus-per-task=8",
+        "--mem=200GB",
+        "--account=lab",
+        "--array=0-1%1",
+        "--nodes=1",
+        "--job-name=ablate-tiny",
+        "--signal=USR2@90",
+    ):
         assert f"#SBATCH {line}\n" in script, line
 
 

@@ -1,6 +1,7 @@
 """Loss spikes and stability monitors (ablate.stability): the robust z-score on constructed curves, then real tiny
 runs in which one batch of the data is garbage, so the loss really spikes and the real detector must find it under
 each train.spike_policy."""
+
 import json
 import math
 import random
@@ -67,7 +68,7 @@ def test_no_spike_on_a_smooth_noisy_falling_curve():
     losses = noisy_falling_curve()
     spikes, trainer = detector(), fake_trainer()
     assert set(feed(spikes, trainer, losses)) == {"take"}
-    worst = max(robust_z(losses[i - 50:i], losses[i])[0] for i in range(50, len(losses)))
+    worst = max(robust_z(losses[i - 50 : i], losses[i])[0] for i in range(50, len(losses)))
     print(f"largest z over 500 noisy falling steps: {worst:.2f} (threshold 6)")
     assert spikes.spikes == [] and trainer.said == [] and worst < 6
 
@@ -128,6 +129,7 @@ class GarbageBatch(Callback):
     model is scored on data it cannot predict). It follows the batch, not the step number, so after a rollback the
     steps taken again read other data. Keeps the weights (local shards) after steps at-1 and at. The run uses this
     very instance, not a copy (__deepcopy__), so the test can read what it saw."""
+
     name, order = "garbage_batch", 1
 
     def __init__(self, at: int):
@@ -155,8 +157,12 @@ class GarbageBatch(Callback):
             inputs, targets, doc_ids = batch(indices, seq_len)
             if self.poisoned & set(int(i) for i in indices):
                 self.garbage_served += 1
-                tokens = torch.randint(0, trainer.data.vocab_size, (2, *inputs.shape),
-                                       generator=torch.Generator().manual_seed(self.garbage_served))
+                tokens = torch.randint(
+                    0,
+                    trainer.data.vocab_size,
+                    (2, *inputs.shape),
+                    generator=torch.Generator().manual_seed(self.garbage_served),
+                )
                 inputs, targets = tokens[0], tokens[1]
             return inputs, targets, doc_ids
 
@@ -170,8 +176,7 @@ class GarbageBatch(Callback):
 def spiked_run(tmp_path, policy: str, **overrides):
     """A tiny run whose SPIKE_AT-th batch is garbage: (run, run folder, summary or the exception, GarbageBatch)."""
     garbage = GarbageBatch(SPIKE_AT)
-    run = load_experiment(TINY, only=["mha"], overrides={**TINY_SPIKES, "train.spike_policy": policy,
-                                                          **overrides})[0]
+    run = load_experiment(TINY, only=["mha"], overrides={**TINY_SPIKES, "train.spike_policy": policy, **overrides})[0]
     try:
         result = train(run, tmp_path, callbacks=[garbage])
     except rundir.RunDiverged as exc:
@@ -193,7 +198,7 @@ def final_meta(run_dir, step: int) -> dict:
 
 def test_log_policy_records_the_spike_and_takes_the_update(tmp_path):
     run, run_dir, summary, garbage = spiked_run(tmp_path, "log")
-    spike, = summary["spikes"]  # exactly one: the real curve around it raises nothing
+    (spike,) = summary["spikes"]  # exactly one: the real curve around it raises nothing
     print(f"injected spike: loss {spike['loss']:.3f}, median {spike['median']:.3f}, z {spike['z']:.1f}")
     assert spike["step"] == SPIKE_AT and spike["action"] == "log" and spike["z"] > 2 * run.train.spike_threshold
     assert summary["steps"] == 32 and summary["skipped_steps"] == 0 and garbage.garbage_served == 2  # 2 micro-batches
@@ -206,7 +211,7 @@ def test_log_policy_records_the_spike_and_takes_the_update(tmp_path):
 
 def test_skip_policy_leaves_the_weights_of_the_spiking_step_alone(tmp_path):
     run, run_dir, summary, garbage = spiked_run(tmp_path, "skip")
-    spike, = summary["spikes"]
+    (spike,) = summary["spikes"]
     assert spike["step"] == SPIKE_AT and spike["action"] == "skip"
     assert summary["steps"] == 32 and summary["skipped_steps"] == 1
     assert all(torch.equal(a, b) for a, b in zip(garbage.weights[SPIKE_AT - 1], garbage.weights[SPIKE_AT]))
@@ -217,9 +222,9 @@ def test_skip_policy_leaves_the_weights_of_the_spiking_step_alone(tmp_path):
 
 def test_rollback_policy_restores_the_checkpoint_and_reads_past_the_bad_batch(tmp_path):
     run, run_dir, summary, garbage = spiked_run(tmp_path, "rollback")
-    spike, = summary["spikes"]
+    (spike,) = summary["spikes"]
     assert spike["step"] == SPIKE_AT and spike["action"] == "rollback"
-    rollback, = summary["rollbacks"]
+    (rollback,) = summary["rollbacks"]
     assert rollback["from_step"] == SPIKE_AT - 1 and rollback["to_step"] == 20  # ckpt_every=4
     assert f"step {SPIKE_AT}" in rollback["reason"]
     assert summary["steps"] == 32 and summary["skipped_steps"] == 0
@@ -255,8 +260,11 @@ MONITORS = {"train.max_steps": "10", "train.monitor_every": "5", "train.ckpt_eve
 
 
 def monitor_rows(run_dir) -> dict[int, dict]:
-    return {r["step"]: {k: v for k, v in r.items() if k.startswith("stability/")}
-            for r in metrics(run_dir) if "stability/max_attention_logit" in r}
+    return {
+        r["step"]: {k: v for k, v in r.items() if k.startswith("stability/")}
+        for r in metrics(run_dir)
+        if "stability/max_attention_logit" in r
+    }
 
 
 @pytest.fixture(scope="module")
@@ -274,19 +282,27 @@ def test_monitors_are_logged_every_monitor_every_steps(monitored_run):
     assert sorted(rows) == [5, 10]
     blocks = ["embedding", "layer0", "layer1", "head"]
     for row in rows.values():
-        assert set(row) == {"stability/max_attention_logit", "stability/output_logit_norm",
-                            *(f"stability/attention_logit_max/layer{i}" for i in range(2)),
-                            *(f"stability/update_ratio/{b}" for b in blocks)}
+        assert set(row) == {
+            "stability/max_attention_logit",
+            "stability/output_logit_norm",
+            *(f"stability/attention_logit_max/layer{i}" for i in range(2)),
+            *(f"stability/update_ratio/{b}" for b in blocks),
+        }
         assert all(math.isfinite(v) for v in row.values())
-        assert row["stability/max_attention_logit"] == max(row[f"stability/attention_logit_max/layer{i}"]
-                                                            for i in range(2))
+        assert row["stability/max_attention_logit"] == max(
+            row[f"stability/attention_logit_max/layer{i}"] for i in range(2)
+        )
         assert all(0 < row[f"stability/update_ratio/{b}"] < 1 for b in blocks)
         assert row["stability/output_logit_norm"] > 0
     assert rows[10]["stability/update_ratio/layer0"] < rows[5]["stability/update_ratio/layer0"]  # lr decays
     events = EventAccumulator(str(run_dir / rundir.TENSORBOARD))
     events.Reload()
-    for tag in ("stability/max_attention_logit", "stability/output_logit_norm", "stability/update_ratio/layer1",
-                "stability/attention_logit_max/layer0"):
+    for tag in (
+        "stability/max_attention_logit",
+        "stability/output_logit_norm",
+        "stability/update_ratio/layer1",
+        "stability/attention_logit_max/layer0",
+    ):
         assert [e.step for e in events.Scalars(tag)] == [5, 10]
 
 

@@ -3,6 +3,7 @@
 Every module of src/ablate (and kernels/, installed as ablate.kernels) is parsed with `ast`, so imports inside
 functions count too: a lazy import is a dependency all the same.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,14 +25,14 @@ LAYERS = [
     {"tokenizer", "overrides"},  # tokenizer: data.tokenizer checked, loaded, trained; overrides: dotted --set/variant
     {"token_files"},  # the prepared token files as training reads them: below data, which writes them
     {"model", "data", "optim", "eval", "report", "variants"},  # variants: variant, grid, branch (no torch)
-    {"checks"},  # what a run asks (names, machine), checked before compute: experiment loading stops here
+    {"checks"},  # what a run asks (names, machine), checked before compute
+    {"experiment"},  # loading an experiment file: nothing of training above here (test below)
     {"parallel", "memory"},  # memory: the per-rank peak of a step, which plan and run check
     {"checkpoint"},
     {"callbacks", "load"},
     {"eval_callback", "export", "lm_eval_model", "stability", "score"},
     {"trainer"},  # the Trainer and its step, above every callback it runs
     {"train"},
-    {"experiment"},  # below the launchers: a worker loads an experiment file's callbacks itself
     {"sweep", "plan"},
     {"slurm"},
     {"cli_options", "cli_run"},  # the option rules and `ablate run`, below the parser and main
@@ -40,7 +41,7 @@ LAYERS = [
 ]
 LAYER = {group: i for i, layer in enumerate(LAYERS) for group in layer}
 
-# Narrower rules, named in the README's Architecture section: the groups (outside its own) each may import.
+# Narrower rules, named in docs/architecture.md: the groups (outside its own) each may import.
 ALLOWED = {
     "config": set(),
     "rundir": set(),
@@ -95,8 +96,7 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"{path}: relative import; use `from ablate... import`"
             for alias in node.names:
-                found.add(_target(node.module, alias.name) if node.module.split(".")[0] == "ablate"
-                          else node.module)
+                found.add(_target(node.module, alias.name) if node.module.split(".")[0] == "ablate" else node.module)
     return found
 
 
@@ -106,7 +106,7 @@ def ablate_imports(module: str) -> set[str]:
 
 def test_every_module_is_placed_in_a_layer():
     unplaced = sorted({group_of(m) for m in MODULES} - set(LAYER))
-    assert not unplaced, f"add {unplaced} to LAYERS in tests/test_structure.py (and the README's Architecture)"
+    assert not unplaced, f"add {unplaced} to LAYERS in tests/test_structure.py (and docs/architecture.md)"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -116,11 +116,15 @@ def test_imports_run_one_way(module):
         other = group_of(target)
         if other == group:
             continue
-        assert LAYER[other] < LAYER[group], (f"{module} imports {target}: layer {LAYER[group]} ({group}) may import "
-                                             f"only lower layers, and {other} is layer {LAYER[other]}")
+        assert LAYER[other] < LAYER[group], (
+            f"{module} imports {target}: layer {LAYER[group]} ({group}) may import "
+            f"only lower layers, and {other} is layer {LAYER[other]}"
+        )
         if group in ALLOWED:
-            assert other in ALLOWED[group], (f"{module} imports {target}; {group} may import only "
-                                             f"{sorted(ALLOWED[group]) or 'nothing else of ablate'}")
+            assert other in ALLOWED[group], (
+                f"{module} imports {target}; {group} may import only "
+                f"{sorted(ALLOWED[group]) or 'nothing else of ablate'}"
+            )
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if group_of(m) in NO_TORCH))
@@ -136,12 +140,27 @@ def test_eval_training_callback_is_outside_the_eval_package():
 
 
 # The names inside a run folder (rundir spells each once). The data cache keeps a tokenizer.json of its own.
-RUN_FOLDER_NAMES = {rundir.CONFIG, rundir.SUMMARY, rundir.STATUS, rundir.METRICS, rundir.EVALS, rundir.LOCK,
-                    rundir.ERROR, rundir.LOGS, rundir.CHECKPOINTS, rundir.TOKENIZER, rundir.TENSORBOARD,
-                    rundir.EVAL_ITEMS, rundir.CKPT_META, rundir.CKPT_REASON}
+RUN_FOLDER_NAMES = {
+    rundir.CONFIG,
+    rundir.SUMMARY,
+    rundir.STATUS,
+    rundir.METRICS,
+    rundir.EVALS,
+    rundir.LOCK,
+    rundir.ERROR,
+    rundir.LOGS,
+    rundir.CHECKPOINTS,
+    rundir.TOKENIZER,
+    rundir.TENSORBOARD,
+    rundir.EVAL_ITEMS,
+    rundir.CKPT_META,
+    rundir.CKPT_REASON,
+}
 PREFIXES = (rundir.STEP_PREFIX, rundir.TMP_PREFIX, rundir.DAMAGED_PREFIX)  # of checkpoint and eval_items folders
-ELSEWHERE = {("ablate.data", rundir.TOKENIZER),
-             ("ablate.eval.tasks", rundir.CONFIG)}  # an oe-eval request folder's config.json, not a run's
+ELSEWHERE = {
+    ("ablate.data", rundir.TOKENIZER),
+    ("ablate.eval.tasks", rundir.CONFIG),
+}  # an oe-eval request folder's config.json, not a run's
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "ablate.rundir"))
@@ -151,8 +170,9 @@ def test_run_folder_names_are_spelled_in_rundir_alone(module):
     for node in ast.walk(ast.parse(MODULES[module].read_bytes())):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             text = node.value
-            names = [n for n in RUN_FOLDER_NAMES if text == n or text.endswith("/" + n)] + \
-                [p for p in PREFIXES if text.startswith(p)]
+            names = [n for n in RUN_FOLDER_NAMES if text == n or text.endswith("/" + n)] + [
+                p for p in PREFIXES if text.startswith(p)
+            ]
             spelled += [(node.lineno, text) for n in names if (module, n) not in ELSEWHERE]
     assert not spelled, f"{MODULES[module]}: run-folder names spelled out (line, text): {spelled}; use ablate.rundir"
 
@@ -189,7 +209,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(module)
         for target in sorted(graph.get(module, ())):
             if state.get(target) == "open":
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             found = None if target in state else visit(target)
             if found:
                 return found
@@ -230,8 +250,18 @@ def test_no_import_cycle():
 
 
 # The modules that train (and those that start training): loading or checking an experiment reaches none of them
-TRAINING = {"ablate.train", "ablate.trainer", "ablate.callbacks", "ablate.stability", "ablate.eval_callback",
-            "ablate.checkpoint", "ablate.parallel", "ablate.model", "ablate.sweep", "ablate.slurm"}
+TRAINING = {
+    "ablate.train",
+    "ablate.trainer",
+    "ablate.callbacks",
+    "ablate.stability",
+    "ablate.eval_callback",
+    "ablate.checkpoint",
+    "ablate.parallel",
+    "ablate.model",
+    "ablate.sweep",
+    "ablate.slurm",
+}
 
 
 @pytest.mark.parametrize("module", ["ablate.experiment", "ablate.variants", "ablate.checks"])
@@ -243,19 +273,21 @@ def test_loading_an_experiment_imports_no_training_module(module):
 
 def test_the_training_modules_are_named_right():
     """A renamed training module must be renamed in TRAINING too, or the rule above checks nothing for it."""
-    assert TRAINING - set(MODULES) <= {"ablate.trainer"}  # the training loop, split out of train.py
-    assert {"ablate.config", "ablate.checks", "ablate.variants", "ablate.eval.suite"} <= set(reached_from(
-        "ablate.experiment"))  # the walk follows imports (checks imports the suite inside a function)
+    assert TRAINING <= set(MODULES)
+    assert {"ablate.config", "ablate.checks", "ablate.variants", "ablate.eval.suite"} <= set(
+        reached_from("ablate.experiment")
+    )  # the walk follows imports (checks imports the suite inside a function)
 
 
 # The modules that start runs, the only ones that import the run module (ablate.train): everything below it in
-# LAYERS, and experiment loading and planning beside it, never do
+# LAYERS (experiment loading included) and planning beside it never do
 RUN_STARTERS = {"ablate", "ablate.sweep", "ablate.slurm", "ablate.cli"}
 
 
 def test_only_the_modules_that_start_runs_import_the_run_module():
     importers = {m for m, targets in import_graph().items() if "ablate.train" in targets}
     assert "ablate.sweep" in importers  # the rule sees real imports
-    assert importers <= RUN_STARTERS, (f"{sorted(importers - RUN_STARTERS)} import ablate.train; only "
-                                       f"{sorted(RUN_STARTERS)} may (they start runs)")
+    assert importers <= RUN_STARTERS, (
+        f"{sorted(importers - RUN_STARTERS)} import ablate.train; only {sorted(RUN_STARTERS)} may (they start runs)"
+    )
     assert all(LAYER[group_of(m)] > LAYER["train"] for m in RUN_STARTERS)

@@ -1,5 +1,6 @@
 """Run folders nothing corrupts, and sweeps: one writer per run, final diverged state, atomic files, torn JSONL
 lines, failure isolation, --jobs N equal to serial, Ctrl-C, `ablate status`."""
+
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from ablate.experiment import load_experiment
 from ablate.overrides import apply_overrides
 from ablate.sweep import attempt, machine_slots
 from ablate.train import run_dir_for
-from conftest import REPO, TINY, run_cli
+from conftest import REPO, TINY, cli_in_process, run_cli
 
 
 def tiny(steps=6, name="mha", **overrides):
@@ -58,8 +59,17 @@ def test_one_writer_per_run_and_a_dead_holders_lock_is_taken_over(tmp_path):
 def test_two_overlapping_cli_runs_train_each_step_once(tmp_path):
     args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=30", "--out", str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "ablate", *args], cwd=REPO, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ablate", *args],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     text = "".join(out for out, _ in outputs)
@@ -126,6 +136,7 @@ def test_a_torn_jsonl_line_is_dropped_on_resume(tmp_path, capfd):
     run_dir = run_dir_for(tmp_path / "torn", run)
     # as if killed at step 6 while writing: checkpoint 8 gone, summary gone, half a line at the end
     import shutil
+
     shutil.rmtree(run_dir / "checkpoints" / "step_8")
     (run_dir / "summary.json").unlink()
     kept = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= 6]
@@ -152,20 +163,24 @@ def test_a_run_failing_before_its_first_step_does_not_block_the_corrected_rerun(
 
 
 def write_experiment(path, variants: str):
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant
         base = RunConfig(experiment="iso", model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4),
                          data=DataConfig(source="default", max_documents=400, seq_len=32),
                          train=TrainConfig(max_steps=6, global_batch=8, micro_batch=4, log_every=1, val_every=3,
                                            ckpt_every=3, peak_flops=1e11))
         runs = [{variants}]
-    """))
+    """)
+    )
     return path
 
 
 def test_a_run_that_cannot_run_stops_the_sweep_before_any_compute(tmp_path):
-    exp = write_experiment(tmp_path / "iso.py", 'variant(base, "ok"), variant(base, "huge", {"train.global_batch": 4096})')
-    result = run_cli("run", str(exp), "--out", str(tmp_path / "runs"), check=False)
+    exp = write_experiment(
+        tmp_path / "iso.py", 'variant(base, "ok"), variant(base, "huge", {"train.global_batch": 4096})'
+    )
+    result = cli_in_process("run", str(exp), "--out", str(tmp_path / "runs"), check=False)
     assert result.returncode == 2 and "train.global_batch=4096" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "iso" / "ok" / "seed0" / "metrics.jsonl").exists()
 
@@ -173,11 +188,19 @@ def test_a_run_that_cannot_run_stops_the_sweep_before_any_compute(tmp_path):
 @pytest.mark.slow
 def test_one_failing_run_never_stops_the_others(tmp_path):
     """--jobs 2: one worker dies (as by the OOM killer) while the other trains on; the death is recorded."""
-    exp = write_experiment(tmp_path / "iso.py", 'variant(base, "long", {"train.max_steps": 100000}), '
-                                                'variant(base, "short", {"train.max_steps": 30})')
+    exp = write_experiment(
+        tmp_path / "iso.py",
+        'variant(base, "long", {"train.max_steps": 100000}), variant(base, "short", {"train.max_steps": 30})',
+    )
     cmd = [sys.executable, "-m", "ablate", "run", str(exp), "--out", str(tmp_path / "runs"), "--jobs", "2"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     long_dir = tmp_path / "runs" / "iso" / "long" / "seed0"
     deadline = time.time() + 200
     while not (long_dir / "checkpoints" / "step_3" / "meta.json").exists():
@@ -217,10 +240,29 @@ def test_jobs_2_gives_the_losses_of_serial_runs(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_says_where_to_resume(tmp_path):
-    cmd = [sys.executable, "-m", "ablate", "run", str(TINY), "--only", "mha", "--set", "train.max_steps=100000",
-           "--set", "train.ckpt_every=5", "--out", str(tmp_path)]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate",
+        "run",
+        str(TINY),
+        "--only",
+        "mha",
+        "--set",
+        "train.max_steps=100000",
+        "--set",
+        "train.ckpt_every=5",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     run_dir = tmp_path / "tiny" / "mha" / "seed0"
     deadline = time.time() + 200
     while not (run_dir / "checkpoints" / "step_10" / "meta.json").exists():
@@ -232,21 +274,29 @@ def test_ctrl_c_says_where_to_resume(tmp_path):
     assert "Traceback" not in err
     status = rundir.read_status(run_dir)
     assert status["state"] == "interrupted"
-    expected = f"interrupted at step {status['step']}; rerun the same command to resume from step " \
-               f"{status['resume_step']}"
+    expected = (
+        f"interrupted at step {status['step']}; rerun the same command to resume from step {status['resume_step']}"
+    )
     assert expected in err and status["resume_step"] >= 10
 
 
 def test_machine_slots_share_the_hardware():
     cpu = machine_slots(jobs=4, runs_per_gpu=1, gpus_per_run=1, gpu_ids=[], cores=8)
     assert [(s.gpus, s.threads) for s in cpu] == [([], 2)] * 4
-    assert [s.gpus for s in machine_slots(None, 1, 1, gpu_ids=["0", "1", "2", "3"], cores=8)] == \
-        [["0"], ["1"], ["2"], ["3"]]
+    assert [s.gpus for s in machine_slots(None, 1, 1, gpu_ids=["0", "1", "2", "3"], cores=8)] == [
+        ["0"],
+        ["1"],
+        ["2"],
+        ["3"],
+    ]
     assert [s.gpus for s in machine_slots(None, 2, 1, gpu_ids=["0", "1"], cores=8)] == [["0"], ["0"], ["1"], ["1"]]
-    assert [s.gpus for s in machine_slots(None, 1, 2, gpu_ids=["4", "5", "6", "7"], cores=8)] == \
-        [["4", "5"], ["6", "7"]]
+    assert [s.gpus for s in machine_slots(None, 1, 2, gpu_ids=["4", "5", "6", "7"], cores=8)] == [
+        ["4", "5"],
+        ["6", "7"],
+    ]
     assert len(machine_slots(1, 1, 1, gpu_ids=["0", "1"], cores=8)) == 1
     from ablate.config import ConfigError
+
     with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
         machine_slots(None, 1, 2, gpu_ids=[], cores=2)
     with pytest.raises(ConfigError, match="--gpus-per-run: 3, but 2 GPUs"):
@@ -268,9 +318,11 @@ def test_launcher_local_runs_the_submitit_path_from_the_command_line(tmp_path):
 
 
 def test_wrong_status_and_report_options_get_one_line(tmp_path):
-    for args, expected in ((["status", str(tmp_path), "--watch", "0"], "--watch 0: allowed: seconds in (0, 86400]"),
-                           (["report", str(tmp_path), "--power", "1.5"], "--power 1.5: allowed: in (0, 1)"),
-                           (["report", str(tmp_path), "--min-seeds", "1"], "--min-seeds 1: allowed: a whole number"),
-                           (["run", str(TINY), "--jobs", "0"], "--jobs 0: allowed: a whole number >= 1")):
-        result = run_cli(*args, check=False)
+    for args, expected in (
+        (["status", str(tmp_path), "--watch", "0"], "--watch 0: allowed: seconds in (0, 86400]"),
+        (["report", str(tmp_path), "--power", "1.5"], "--power 1.5: allowed: in (0, 1)"),
+        (["report", str(tmp_path), "--min-seeds", "1"], "--min-seeds 1: allowed: a whole number"),
+        (["run", str(TINY), "--jobs", "0"], "--jobs 0: allowed: a whole number >= 1"),
+    ):
+        result = cli_in_process(*args, check=False)
         assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, args

@@ -45,16 +45,21 @@ def test_run_folder_holds_everything(tiny_run):
     for key in ("final_loss", "final_val_loss", "steps", "tokens", "params", "wall_seconds", "tokens_per_second"):
         assert key in summary
     assert summary["steps"] == 12 and summary["tokens"] == 12 * 8 * 32
-    assert summary["params"] == sum(p.numel() for p in torch.nn.Embedding(512, 32).parameters()) + 2 * (
-        4 * 32 * 32 + 3 * 32 * 96 + 2 * 32) + 32  # embedding (tied) + 2 blocks + final norm
+    assert (
+        summary["params"]
+        == sum(p.numel() for p in torch.nn.Embedding(512, 32).parameters())
+        + 2 * (4 * 32 * 32 + 3 * 32 * 96 + 2 * 32)
+        + 32
+    )  # embedding (tied) + 2 blocks + final norm
     losses = train_losses(run_dir)
     assert sorted(losses) == list(range(1, 13))
     assert losses[12] < losses[1] - 0.1  # it learns
     assert summary["final_loss"] == losses[12] and summary["final_val_loss"] == val_losses(run_dir)[12]
     config = json.loads((run_dir / "config.json").read_text())
     assert config["identity"] == run.identity() and config["config"]["model"]["d_model"] == 32
-    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_8", "step_12"] or \
-        sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_12", "step_8"]
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_8", "step_12"] or sorted(
+        p.name for p in (run_dir / "checkpoints").iterdir()
+    ) == ["step_12", "step_8"]
 
 
 def test_tensorboard_has_the_curves(tiny_run):
@@ -62,8 +67,15 @@ def test_tensorboard_has_the_curves(tiny_run):
     events = EventAccumulator(str(run_dir_for(out, run) / "tb"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    for tag in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second", "train/mfu",
-                "train/memory_bytes", "val/loss"):
+    for tag in (
+        "train/loss",
+        "train/lr",
+        "train/grad_norm",
+        "train/tokens_per_second",
+        "train/mfu",
+        "train/memory_bytes",
+        "val/loss",
+    ):
         assert tag in tags
     assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 13))
     assert all(0 < e.value < 1 for e in events.Scalars("train/mfu"))
@@ -92,9 +104,11 @@ def test_rerun_with_eval_tasks_added_says_the_run_is_finished_and_how_to_score_t
     tasks = ["--set", "eval.tasks=copa,arc_easy", "--set", "eval.limit=4"]
     rerun = run_cli("run", str(TINY), "--only", "mha", *settings, *tasks, "--out", str(tmp_path))
     line = next(x for x in rerun.stdout.splitlines() if x.startswith("run 1/1 finished"))
-    assert f"; already finished ({run_dir / 'summary.json'}); not trained again; eval.tasks copa,arc_easy were " \
-           f"not scored at its last step: score them with ablate eval {run_dir} --tasks copa,arc_easy --format cf " \
-           f"--limit 4" in line, rerun.stdout
+    assert (
+        f"; already finished ({run_dir / 'summary.json'}); not trained again; eval.tasks copa,arc_easy were "
+        f"not scored at its last step: score them with ablate eval {run_dir} --tasks copa,arc_easy --format cf "
+        f"--limit 4" in line
+    ), rerun.stdout
     command = re.search(r"score them with (ablate eval .*)$", line).group(1)
     scored = run_cli(*shlex.split(command)[1:])  # the command as printed scores them
     assert "step 2" in scored.stdout and "copa" in scored.stdout
@@ -108,8 +122,9 @@ def test_kill_9_then_resume_matches_uninterrupted(tmp_path):
     run_cli(*args, "--out", str(tmp_path / "straight"))
     killed_dir = tmp_path / "killed" / "tiny" / "mha" / "seed0"
     cmd = [sys.executable, "-m", "ablate", *args, "--out", str(tmp_path / "killed")]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     deadline = time.time() + 240
     while not (killed_dir / "checkpoints" / "step_10" / "meta.json").exists():
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read().decode()
@@ -152,8 +167,10 @@ def test_validation_set_does_not_depend_on_micro_batch(tmp_path):
         variant = apply_overrides(run, {"train.micro_batch": micro, "name": f"micro{micro}"})
         train(variant, tmp_path)
         run_dir = run_dir_for(tmp_path, variant)
-        items[micro] = {json.loads(line)["id"]: json.loads(line)["loss"]
-                        for line in (run_dir / "eval_items" / "step_0000004" / "val_loss.jsonl").open()}
+        items[micro] = {
+            json.loads(line)["id"]: json.loads(line)["loss"]
+            for line in (run_dir / "eval_items" / "step_0000004" / "val_loss.jsonl").open()
+        }
     assert sorted(items[4]) == sorted(items[8]) == list(range(run.data.val_sequences))
     assert max(abs(items[4][i] - items[8][i]) for i in items[4]) < 1e-4
 
@@ -186,8 +203,9 @@ def test_compile_and_bf16_autocast_switches_train_like_eager(tmp_path):
     assert "run 1/1 finished mha seed0" in eager.stdout
     run_cli(*args, "--out", str(tmp_path / "compiled"), "--set", "train.compile=true")
     run_cli(*args, "--out", str(tmp_path / "bf16"), "--set", "train.dtype=bf16")
-    eager_losses, compiled, bf16 = (train_losses(tmp_path / o / "tiny" / "mha" / "seed0")
-                                    for o in ("eager", "compiled", "bf16"))
+    eager_losses, compiled, bf16 = (
+        train_losses(tmp_path / o / "tiny" / "mha" / "seed0") for o in ("eager", "compiled", "bf16")
+    )
     assert max(abs(eager_losses[s] - compiled[s]) for s in eager_losses) < 1e-4
     assert max(abs(eager_losses[s] - bf16[s]) for s in eager_losses) < 0.05  # bf16 rounding, same training
     assert bf16 != eager_losses
@@ -218,8 +236,9 @@ def test_finished_note_expands_suites(tmp_path):
 
     run = RunConfig(eval=EvalConfig(tasks="small"))
     small = ablate_evals.SUITES["small"]
-    (tmp_path / rundir.EVALS).write_text("".join(json.dumps({"step": 8, "task": t, "format": "cf"}) + "\n"
-                                                 for t in small[1:]))
+    (tmp_path / rundir.EVALS).write_text(
+        "".join(json.dumps({"step": 8, "task": t, "format": "cf"}) + "\n" for t in small[1:])
+    )
     assert f"eval.tasks {small[0]} were not scored" in finished_note(run, tmp_path, {"steps": 8})
     with (tmp_path / rundir.EVALS).open("a") as f:
         f.write(json.dumps({"step": 8, "task": small[0], "format": "cf"}) + "\n")

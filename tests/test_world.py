@@ -1,5 +1,6 @@
 """One experiment file at any world size: each rank takes its share of a step in passes of at most micro_batch,
 the losses equal one process's, and what this machine or world cannot run is refused before any compute."""
+
 import dataclasses
 import json
 import re
@@ -9,7 +10,7 @@ import torch
 
 from ablate.batching import check_plan, largest_pass, rank_passes
 from ablate.config import ConfigError, TrainConfig
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process, run_cli
 
 # two variants whose shares per rank are not whole micro-batches at 2 ranks: 4 / 2 = 2 < 4, and 20 / 2 = 10 taken
 # as 4 + 3 + 3 (one process takes 5 passes of 4)
@@ -44,8 +45,9 @@ def test_only_a_batch_that_the_world_cannot_split_evenly_is_refused():
 
 def _losses(run_dir):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}, {r["step"]: r["val/loss"] for r in rows
-                                                                  if "val/loss" in r}
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}, {
+        r["step"]: r["val/loss"] for r in rows if "val/loss" in r
+    }
 
 
 @pytest.mark.slow
@@ -56,8 +58,11 @@ def test_two_gloo_processes_take_their_share_and_match_one(tmp_path):
     path.write_text(EXPERIMENT)
     one = run_cli("run", str(path), "--out", str(tmp_path / "one"))
     two = run_cli("run", str(path), "--out", str(tmp_path / "two"), torchrun_procs=2)
-    said = re.findall(r"\[share seed0\] world size 2: each rank takes 2 of a step's 4 sequences, in passes of at "
-                      r"most 2 \(train.micro_batch=4", two.stdout)
+    said = re.findall(
+        r"\[share seed0\] world size 2: each rank takes 2 of a step's 4 sequences, in passes of at "
+        r"most 2 \(train.micro_batch=4",
+        two.stdout,
+    )
     assert len(said) == 1, two.stdout
     assert "passes of at most" not in one.stdout
     for name, largest in (("share", 2), ("uneven", 4)):
@@ -69,8 +74,10 @@ def test_two_gloo_processes_take_their_share_and_match_one(tmp_path):
         assert sorted(two_train) == list(range(1, 7)) and sorted(two_val) == sorted(one_val) == [3, 6]
         worst = max(abs(two_train[s] / one_train[s] - 1) for s in one_train)
         worst_val = max(abs(two_val[s] / one_val[s] - 1) for s in one_val)
-        print(f"{name}: largest relative loss difference, 2 gloo ranks vs 1 process: train {worst:.1e}, "
-              f"val {worst_val:.1e}")
+        print(
+            f"{name}: largest relative loss difference, 2 gloo ranks vs 1 process: train {worst:.1e}, "
+            f"val {worst_val:.1e}"
+        )
         assert worst < 1e-5 and worst_val < 1e-5
 
 
@@ -78,8 +85,20 @@ def test_two_gloo_processes_take_their_share_and_match_one(tmp_path):
 def test_a_global_batch_two_ranks_cannot_split_is_refused_before_compute(tmp_path):
     """Each rank refuses at load (exit 2, one line), before data, a process group or a run folder exist."""
     out = tmp_path / "runs"
-    done = run_cli("run", str(TINY), "--only", "mha", "--set", "train.global_batch=3", "--set", "train.micro_batch=3",
-                   "--out", str(out), torchrun_procs=2, check=False)
+    done = run_cli(
+        "run",
+        str(TINY),
+        "--only",
+        "mha",
+        "--set",
+        "train.global_batch=3",
+        "--set",
+        "train.micro_batch=3",
+        "--out",
+        str(out),
+        torchrun_procs=2,
+        check=False,
+    )
     ours = [line for line in done.stderr.splitlines() if line.startswith("ablate: error:")]
     assert len(set(ours)) == 1, done.stderr  # one line (from each rank that got to say it)
     assert "train.global_batch: 3 is not a multiple of the world size (2)" in ours[0]
@@ -89,10 +108,17 @@ def test_a_global_batch_two_ranks_cannot_split_is_refused_before_compute(tmp_pat
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of a machine without a GPU")
-@pytest.mark.parametrize("setting,says", [("train.float8=true", "train.float8: float8 training needs a CUDA GPU"),
-                                          ("train.device=cuda", "train.device: 'cuda' but no CUDA device")])
+@pytest.mark.parametrize(
+    "setting,says",
+    [
+        ("train.float8=true", "train.float8: float8 training needs a CUDA GPU"),
+        ("train.device=cuda", "train.device: 'cuda' but no CUDA device"),
+    ],
+)
 def test_what_this_machine_cannot_run_is_refused_at_load(tmp_path, setting, says):
-    done = run_cli("run", str(TINY), "--only", "mha", "--set", setting, "--out", str(tmp_path / "runs"), check=False)
+    done = cli_in_process(
+        "run", str(TINY), "--only", "mha", "--set", setting, "--out", str(tmp_path / "runs"), check=False
+    )
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and says in done.stderr
     assert "allowed here" in done.stderr and not (tmp_path / "runs").exists()

@@ -3,6 +3,7 @@
 Each task, `ablate_<name>` (cloze) or `ablate_<name>_mcf`, reads the same items in the same fixed order as
 `ablate eval`, so `--limit N` scores the same N items with either tool.
 """
+
 from pathlib import Path
 
 PATH = Path(__file__).resolve().parent

@@ -1,4 +1,5 @@
 """Functions the ablate lm-eval task configs call: the items come from ablate's own task definitions."""
+
 import datasets
 
 from ablate.eval.tasks import render

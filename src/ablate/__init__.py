@@ -2,12 +2,35 @@
 
 The public API is what an experiment file imports from here.
 """
-from ablate.config import (ConfigError, DataConfig, EvalConfig, ModelConfig, OptimConfig, RunConfig, ScheduleConfig,
-                           TrainConfig)
+
+from ablate.config import (
+    ConfigError,
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    ScheduleConfig,
+    TrainConfig,
+)
 from ablate.variants import branch, grid, variant
 
-__all__ = ["RunConfig", "ModelConfig", "DataConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "EvalConfig",
-           "variant", "grid", "branch", "ConfigError", "train", "Callback", "Verdict"]
+__all__ = [
+    "RunConfig",
+    "ModelConfig",
+    "DataConfig",
+    "OptimConfig",
+    "ScheduleConfig",
+    "TrainConfig",
+    "EvalConfig",
+    "variant",
+    "grid",
+    "branch",
+    "ConfigError",
+    "train",
+    "Callback",
+    "Verdict",
+]
 __version__ = "0.1.0"
 
 

@@ -9,6 +9,7 @@ The plan does not depend on the world size; the world only splits each step: eve
 sequences in passes of at most micro_batch (`rank_passes`), so one experiment file trains the same numbers on 1
 process, N gloo processes or N GPUs, and only a batch that is not a multiple of the world is refused.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,7 @@ def batch_at(tokens_seen: int, train: TrainConfig) -> int:
     if tokens_seen < train.batch_ramp_tokens:
         return _round_to(start, train.micro_batch)
     doublings = int(math.floor(math.log2(tokens_seen / train.batch_ramp_tokens))) + 1
-    return min(target, _round_to(start * 2 ** doublings, train.micro_batch))
+    return min(target, _round_to(start * 2**doublings, train.micro_batch))
 
 
 def total_tokens(train: TrainConfig, seq_len: int) -> int:
@@ -48,8 +49,11 @@ def batch_plan(train: TrainConfig, seq_len: int, start_step: int = 0, start_toke
     """The global batch of every step, until the run has seen its total tokens. A constant batch without
     max_tokens is max_steps steps of global_batch, as before schedules existed. A branch starts at `start_step`
     having seen `start_tokens` (its parent trained the steps before: 0 in the plan)."""
-    if train.batch_schedule == "constant" and not train.max_tokens and start_tokens == start_step * \
-            train.global_batch * seq_len:
+    if (
+        train.batch_schedule == "constant"
+        and not train.max_tokens
+        and start_tokens == start_step * train.global_batch * seq_len
+    ):
         return [0] * start_step + [train.global_batch] * (train.max_steps - start_step)
     plan, seen, total = [0] * start_step, start_tokens, total_tokens(train, seq_len)
     while seen < total:
@@ -85,10 +89,10 @@ def rank_micro_batches(indices, world: int, rank: int, micro_batch: int, read):
     shares average to the step's mean, at any world size."""
     batch = len(indices)
     per_rank = batch // world
-    mine = indices[rank * per_rank:(rank + 1) * per_rank]
+    mine = indices[rank * per_rank : (rank + 1) * per_rank]
     done = 0
     for size in rank_passes(batch, world, micro_batch):
-        yield read(mine[done:done + size]), per_rank / size
+        yield read(mine[done : done + size]), per_rank / size
         done += size
 
 
@@ -103,8 +107,10 @@ def check_plan(plan: list[int], world: int, train: TrainConfig) -> None:
     the step's sequences, and every rank takes as many passes as the others): ConfigError naming the field that
     sets the first that cannot."""
     if train.global_batch % world:
-        raise ConfigError(f"train.global_batch: {train.global_batch} is not a multiple of the world size ({world}): "
-                          f"each rank takes an equal share of a step's sequences; allowed: multiples of {world}")
+        raise ConfigError(
+            f"train.global_batch: {train.global_batch} is not a multiple of the world size ({world}): "
+            f"each rank takes an equal share of a step's sequences; allowed: multiples of {world}"
+        )
     bad = sorted({b for b in plan if b % world})
     if not bad:
         return
@@ -113,10 +119,14 @@ def check_plan(plan: list[int], world: int, train: TrainConfig) -> None:
     elif train.batch_schedule == "stages" and any(b % world for _, b in parse_batch_stages(train.batch_stages)):
         where = f"train.batch_stages: {train.batch_stages!r}"
     else:  # the ramp's steps between its ends, or a last step that takes what is left: whole micro-batches
-        where = (f"train.batch_schedule: {train.batch_schedule!r} with train.micro_batch={train.micro_batch} (ramp "
-                 f"steps and a last step of what is left are whole micro-batches)")
-    raise ConfigError(f"{where} gives steps of {bad[:5]} sequences, not multiples of the world size ({world}); "
-                      f"allowed: batches that are multiples of {world} (e.g. train.micro_batch a multiple of {world})")
+        where = (
+            f"train.batch_schedule: {train.batch_schedule!r} with train.micro_batch={train.micro_batch} (ramp "
+            f"steps and a last step of what is left are whole micro-batches)"
+        )
+    raise ConfigError(
+        f"{where} gives steps of {bad[:5]} sequences, not multiples of the world size ({world}); "
+        f"allowed: batches that are multiples of {world} (e.g. train.micro_batch a multiple of {world})"
+    )
 
 
 def lr_batch_scale(batch: int, train: TrainConfig) -> float:

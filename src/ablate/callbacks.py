@@ -28,6 +28,7 @@ so keep in `__init__` only settings and state that copy (open files and the like
 calls every hook: a hook that runs collectives (a forward pass of the sharded model, all_reduce) must run them on
 every rank.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,6 +58,7 @@ class Verdict:
     """A callback's word on this step's update (from before_update): "take" it; "skip" it (the weights stay, the
     batch is spent; counted in summary.json's skipped_steps); "rollback" (restore the newest checkpoint, then go on
     with the data after the batches read since); "stop" (the run ends as diverged, `reason` in status.json)."""
+
     action: str = "take"
     reason: str = ""
 
@@ -74,6 +76,7 @@ TAKE = Verdict()
 
 class TrainerView(Protocol):
     """What a callback may read of the trainer (read only), and the methods it may call."""
+
     step: int  # steps taken so far (a skipped update counts as a step)
     tokens: int  # training tokens seen so far
     max_steps: int
@@ -173,8 +176,9 @@ class MetricsChannel:
         from torch.utils.tensorboard import SummaryWriter
 
         self.truncate(start_step)
-        self.writer = SummaryWriter(str(self.run_dir / rundir.TENSORBOARD),
-                                    purge_step=start_step + 1 if start_step else None)
+        self.writer = SummaryWriter(
+            str(self.run_dir / rundir.TENSORBOARD), purge_step=start_step + 1 if start_step else None
+        )
 
     def truncate(self, step: int) -> None:
         if not self.enabled:
@@ -212,6 +216,7 @@ class MetricsChannel:
 class TrainMetrics(Callback):
     """Loss, lr, gradient norm, batch, tokens/s, MFU and memory every `log_every` steps (and the last); the run's
     tokens_per_second and mfu for summary.json."""
+
     name, order = "train_metrics", 90
 
     def __init__(self, log_every: int):
@@ -223,8 +228,9 @@ class TrainMetrics(Callback):
     def mfu(trainer: TrainerView, tokens_per_second: float) -> float | None:
         """The model FLOPs utilisation of a speed over all ranks; None when above 100%: the peak was measured too
         low (a busy machine), and the figure would mislead."""
-        return model_flops_utilization(tokens_per_second / trainer.dist.world, trainer.flops_per_token,
-                                       trainer.peak_flops)
+        return model_flops_utilization(
+            tokens_per_second / trainer.dist.world, trainer.flops_per_token, trainer.peak_flops
+        )
 
     def post_step(self, trainer: TrainerView) -> None:
         # time in the step itself: validation, evals and checkpoints stay out of tokens/s
@@ -235,16 +241,27 @@ class TrainMetrics(Callback):
         tokens_per_second = self.interval_tokens / max(self.interval_seconds, 1e-9)
         mfu = self.mfu(trainer, tokens_per_second)
         memory = peak_memory_bytes(trainer.dist.device)
-        trainer.log({"loss": trainer.last_loss, "lr": trainer.last_lr, "grad_norm": trainer.last_grad_norm,
-                     "batch": trainer.last_batch, "tokens_per_second": tokens_per_second, "mfu": mfu,
-                     "memory_bytes": memory, **trainer.data_counts()})
+        trainer.log(
+            {
+                "loss": trainer.last_loss,
+                "lr": trainer.last_lr,
+                "grad_norm": trainer.last_grad_norm,
+                "batch": trainer.last_batch,
+                "tokens_per_second": tokens_per_second,
+                "mfu": mfu,
+                "memory_bytes": memory,
+                **trainer.data_counts(),
+            }
+        )
         self.throughput.append(tokens_per_second)
         seconds_per_step = self.interval_seconds / max(self.log_every, 1)
         eta = (trainer.max_steps - trainer.step) * seconds_per_step
         mfu_text = "mfu n/a (peak unreliable)" if mfu is None else f"mfu {100 * mfu:.1f}%"
-        trainer.say(f"step {trainer.step}/{trainer.max_steps} loss {trainer.last_loss:.4f} lr {trainer.last_lr:.2e} "
-                    f"gnorm {trainer.last_grad_norm:.3f} {tokens_per_second / 1e3:.2f}k tok/s {mfu_text} "
-                    f"mem {memory / 2**30:.2f}GiB eta {_format_duration(eta)}")
+        trainer.say(
+            f"step {trainer.step}/{trainer.max_steps} loss {trainer.last_loss:.4f} lr {trainer.last_lr:.2e} "
+            f"gnorm {trainer.last_grad_norm:.3f} {tokens_per_second / 1e3:.2f}k tok/s {mfu_text} "
+            f"mem {memory / 2**30:.2f}GiB eta {_format_duration(eta)}"
+        )
         self.interval_seconds, self.interval_tokens = 0.0, 0
 
     def state_dict(self) -> dict:
@@ -262,6 +279,7 @@ class Validation(Callback):
     """Held-out loss of the first `sequences` validation sequences every `every` steps and at the end, forward
     passes of at most `micro_batch` sequences per rank; per-sequence losses kept (eval_items/step_N/val_loss.jsonl)
     as the items of paired comparisons between variants."""
+
     name, order = "validation", 20
 
     def __init__(self, every: int, sequences: int, micro_batch: int, doc_mask: bool):
@@ -277,8 +295,12 @@ class Validation(Callback):
         self.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
         trainer.log({"val/loss": self.last_val_loss})
         if trainer.dist.is_main:
-            rundir.write_items(trainer.run_dir, trainer.step, "val_loss",
-                               [{"id": i, "loss": loss} for i, loss in sorted(losses.items())])
+            rundir.write_items(
+                trainer.run_dir,
+                trainer.step,
+                "val_loss",
+                [{"id": i, "loss": loss} for i, loss in sorted(losses.items())],
+            )
         trainer.say(f"step {trainer.step} val_loss {self.last_val_loss:.4f}")
 
     @torch.no_grad()
@@ -287,15 +309,16 @@ class Validation(Callback):
         passes and gathered on every rank. Every rank runs the same number of forward passes, as FSDP2 needs."""
         d, size = trainer.dist, self.micro_batch
         indices = [int(i) for i in trainer.data.val_indices(self.sequences, trainer.seq_len)]
-        count, mine = len(indices), indices[d.rank::d.world]
+        count, mine = len(indices), indices[d.rank :: d.world]
         passes = -(-count // (size * d.world))
         losses = {}
         trainer.model.eval()
         for k in range(passes):
-            part = mine[k * size:(k + 1) * size]
+            part = mine[k * size : (k + 1) * size]
             chunk = part or [0]  # a rank with nothing left still runs a forward, on item 0, and keeps nothing
-            inputs, targets, doc_ids = [x.to(d.device, non_blocking=True)
-                                        for x in trainer.data.val.batch(chunk, trainer.seq_len)]
+            inputs, targets, doc_ids = [
+                x.to(d.device, non_blocking=True) for x in trainer.data.val.batch(chunk, trainer.seq_len)
+            ]
             with trainer.autocast:  # a chunk of logits at a time: a 50k vocabulary never is whole
                 per_token = trainer.model.per_token_loss(inputs, targets, doc_ids if self.doc_mask else None)
             losses.update(zip(part, per_token.mean(dim=1).tolist()))
@@ -318,6 +341,7 @@ class Checkpointer(Callback):
     """DCP checkpoint every `every` steps, at `keep_steps` (the steps branches start from, never rotated away) and
     at the end; the newest `keep` others are kept. Last in order, so every other callback's state at this step is
     in it."""
+
     name, order = "checkpointer", 100
 
     def __init__(self, every: int, keep: int, keep_steps: list[int]):
@@ -325,13 +349,22 @@ class Checkpointer(Callback):
 
     def post_step(self, trainer: TrainerView) -> None:
         if due(trainer.step, self.every, trainer.max_steps) or trainer.step in self.keep_steps:
-            save_checkpoint(rundir.checkpoint_root(trainer.run_dir), trainer.step, trainer.model, trainer.optimizer,
-                            trainer.resume_state(), trainer.dist, keep=self.keep, keep_steps=self.keep_steps)
+            save_checkpoint(
+                rundir.checkpoint_root(trainer.run_dir),
+                trainer.step,
+                trainer.model,
+                trainer.optimizer,
+                trainer.resume_state(),
+                trainer.dist,
+                keep=self.keep,
+                keep_steps=self.keep_steps,
+            )
 
 
 class NonFiniteGuard(Callback):
     """Skips the update of a step whose loss or gradient is NaN/inf; stops a run that has `patience` of them in a
     row (FloatingPointError: the run ends as diverged)."""
+
     name, order = "non_finite_guard", 0
 
     def __init__(self, patience: int = 5):
@@ -344,9 +377,11 @@ class NonFiniteGuard(Callback):
 
     def post_step(self, trainer: TrainerView) -> None:
         if self.in_a_row >= self.patience:  # raised after the step, so the skipped step counts in status.json
-            raise FloatingPointError(f"{trainer.run_name}: {self.in_a_row} steps in a row had a non-finite loss or "
-                                     f"gradient (last at step {trainer.step}); lower optim.lr, set model.z_loss or "
-                                     f"model.qk_norm, or check the data")
+            raise FloatingPointError(
+                f"{trainer.run_name}: {self.in_a_row} steps in a row had a non-finite loss or "
+                f"gradient (last at step {trainer.step}); lower optim.lr, set model.z_loss or "
+                f"model.qk_norm, or check the data"
+            )
 
     def state_dict(self) -> dict:
         return {"in_a_row": self.in_a_row}

@@ -9,6 +9,7 @@ through an unpickler that allows only DCP's metadata classes, and non-tensor ent
 `torch.load(weights_only=True)`. A checkpoint damaged later (a truncated shard, a lost file) is found by a cheap
 check; resume sets it aside as `damaged_step_N/` (with REASON.txt) and continues from the newest intact one.
 """
+
 from __future__ import annotations
 
 import io
@@ -18,7 +19,7 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -27,8 +28,12 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, get_model_state_dict,
-                                                     set_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    get_model_state_dict,
+    set_state_dict,
+)
 
 from ablate import rundir
 from ablate.config import ConfigError
@@ -61,14 +66,23 @@ class DamagedCheckpointError(CheckpointError):
 _DCP = "torch.distributed.checkpoint.metadata"
 # Every global the .metadata of this project's checkpoints references (listed from real ones with pickletools):
 # dataclasses and enums that only hold what they are given.
-_ALLOWED_GLOBALS = frozenset({
-    (_DCP, "Metadata"), (_DCP, "MetadataIndex"), (_DCP, "StorageMeta"), (_DCP, "TensorStorageMetadata"),
-    (_DCP, "BytesStorageMetadata"), (_DCP, "ChunkStorageMetadata"), (_DCP, "TensorProperties"),
-    (_DCP, "_MEM_FORMAT_ENCODING"), ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),  # looks a name up among torch's layouts, nothing else
-    ("pathlib", "PosixPath"), ("pathlib._local", "PosixPath"),  # StorageMeta.checkpoint_id (3.13 moved the class)
-})
+_ALLOWED_GLOBALS = frozenset(
+    {
+        (_DCP, "Metadata"),
+        (_DCP, "MetadataIndex"),
+        (_DCP, "StorageMeta"),
+        (_DCP, "TensorStorageMetadata"),
+        (_DCP, "BytesStorageMetadata"),
+        (_DCP, "ChunkStorageMetadata"),
+        (_DCP, "TensorProperties"),
+        (_DCP, "_MEM_FORMAT_ENCODING"),
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),  # looks a name up among torch's layouts, nothing else
+        ("pathlib", "PosixPath"),
+        ("pathlib._local", "PosixPath"),  # StorageMeta.checkpoint_id (3.13 moved the class)
+    }
+)
 
 
 def _is_dtype(module: str, name: str) -> bool:
@@ -83,8 +97,10 @@ class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in _ALLOWED_GLOBALS or _is_dtype(module, name):
             return super().find_class(module, name)
-        raise CheckpointError(f"{self.path}: refused to unpickle {module}.{name}: checkpoint metadata may only hold "
-                              f"DCP metadata classes; this file may have been crafted")
+        raise CheckpointError(
+            f"{self.path}: refused to unpickle {module}.{name}: checkpoint metadata may only hold "
+            f"DCP metadata classes; this file may have been crafted"
+        )
 
 
 def read_metadata(ckpt: Path) -> Metadata:
@@ -160,6 +176,7 @@ def _describe(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # integrity
 
+
 def read_meta(ckpt: Path) -> dict:
     """meta.json (step, world, tokens, sampler, ...), or DamagedCheckpointError."""
     try:
@@ -181,13 +198,19 @@ def _check_storage(ckpt: Path, metadata: Metadata) -> None:
         raise DamagedCheckpointError(ckpt, f"{DCP_METADATA} lists no storage")
     needed: dict[str, int] = {}
     for info in index.values():
-        if not (isinstance(info, _StorageInfo) and isinstance(info.relative_path, str)
-                and isinstance(info.offset, int) and isinstance(info.length, int)):
+        if not (
+            isinstance(info, _StorageInfo)
+            and isinstance(info.relative_path, str)
+            and isinstance(info.offset, int)
+            and isinstance(info.length, int)
+        ):
             raise DamagedCheckpointError(ckpt, f"{DCP_METADATA} holds a malformed storage entry")
         rel = Path(info.relative_path)
         if rel.is_absolute() or ".." in rel.parts:  # DCP writes plain file names; reading elsewhere is no accident
-            raise CheckpointError(f"{ckpt / DCP_METADATA}: storage path {info.relative_path!r} leaves the checkpoint "
-                                  f"folder; this file may have been crafted")
+            raise CheckpointError(
+                f"{ckpt / DCP_METADATA}: storage path {info.relative_path!r} leaves the checkpoint "
+                f"folder; this file may have been crafted"
+            )
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
     for name, end in sorted(needed.items()):
         file = ckpt / name
@@ -220,6 +243,7 @@ def check_checkpoint(path: Path) -> str | None:
 # ---------------------------------------------------------------------------------------------------------------
 # save, load, resume
 
+
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
     """The step_N folders (complete when written; see check_checkpoint for damage since), oldest first."""
     if not ckpt_root.is_dir():
@@ -240,8 +264,16 @@ def _rng_state() -> dict:
     return state
 
 
-def save_checkpoint(ckpt_root: Path, step: int, model, optimizer, extra: dict, d: Dist, keep: int,
-                    keep_steps: tuple[int, ...] | list[int] = ()) -> Path:
+def save_checkpoint(
+    ckpt_root: Path,
+    step: int,
+    model,
+    optimizer,
+    extra: dict,
+    d: Dist,
+    keep: int,
+    keep_steps: tuple[int, ...] | list[int] = (),
+) -> Path:
     """Save everything needed to continue at `step`. `extra` (data-loader state, tokens...) is the same on all ranks.
     The `keep` newest are kept, and those at `keep_steps` (branch points) always."""
     final = ckpt_root / rundir.step_dir_name(step)
@@ -287,8 +319,12 @@ def load_checkpoint(path: Path, model, optimizer, d: Dist) -> dict:
     if same_world:
         state[f"rng_rank{d.rank}"] = _rng_state()
     dcp_load(state, path, metadata)
-    set_state_dict(model, optimizer, model_state_dict=state["model"],
-                   optim_state_dict={"state": state["optim"]["state"], "param_groups": optim_sd["param_groups"]})
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict={"state": state["optim"]["state"], "param_groups": optim_sd["param_groups"]},
+    )
     if same_world:
         rng = state[f"rng_rank{d.rank}"]
         torch.set_rng_state(rng["torch"])
@@ -343,14 +379,20 @@ def restore_newest_intact(ckpt_root: Path, restore: Callable[[Path], object], d:
             continue
         if d.is_main:
             for ckpt, reason, target in aside:
-                print(f"ablate: warning: checkpoint {ckpt} is damaged ({reason}): set aside as {target}; resuming "
-                      f"from {choice}", file=sys.stderr, flush=True)
+                print(
+                    f"ablate: warning: checkpoint {ckpt} is damaged ({reason}): set aside as {target}; resuming "
+                    f"from {choice}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return choice
     if aside:
         listing = ", ".join(f"{ckpt.name} ({reason})" for ckpt, reason, _ in aside)
-        raise CheckpointError(f"{ckpt_root.parent}: every checkpoint is damaged ({listing}); set aside under "
-                              f"{rundir.CHECKPOINTS}/{rundir.damaged_dir_name(rundir.STEP_PREFIX)}*; remove the run "
-                              f"folder to start again from step 0")
+        raise CheckpointError(
+            f"{ckpt_root.parent}: every checkpoint is damaged ({listing}); set aside under "
+            f"{rundir.CHECKPOINTS}/{rundir.damaged_dir_name(rundir.STEP_PREFIX)}*; remove the run "
+            f"folder to start again from step 0"
+        )
     return None
 
 

@@ -5,6 +5,7 @@ float8 matmuls for train.float8, every step's batch a multiple of the world size
 Experiment loading calls these where a file loads; train() calls them again where a run starts (the real world
 size). Nothing here trains: experiment loading imports this module and no training module.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,16 +57,18 @@ def check_float8(device: torch.device) -> None:
     """Refuse train.float8 where float8 matmuls do not exist, or torchao is missing: before any compute, where
     experiments load (check_this_machine), and again in parallelize."""
     if device.type != "cuda":
-        raise ConfigError(f"train.float8: float8 training needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper "
-                          f"or newer), but this run is on {device.type}; allowed here: False")
+        raise ConfigError(
+            f"train.float8: float8 training needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper "
+            f"or newer), but this run is on {device.type}; allowed here: False"
+        )
     capability = torch.cuda.get_device_capability(device)
     if capability < FLOAT8_MIN_CAPABILITY:
-        raise ConfigError(f"train.float8: float8 training needs compute capability >= 8.9, but "
-                          f"{torch.cuda.get_device_name(device)} has {capability[0]}.{capability[1]}; "
-                          f"allowed here: False")
+        raise ConfigError(
+            f"train.float8: float8 training needs compute capability >= 8.9, but "
+            f"{torch.cuda.get_device_name(device)} has {capability[0]}.{capability[1]}; "
+            f"allowed here: False"
+        )
     try:
         import torchao.float8  # noqa: F401
     except ModuleNotFoundError:
         raise ConfigError("train.float8: needs torchao; install it with pip install 'ablate[float8]'") from None
-
-

@@ -3,14 +3,33 @@
 
 Under torchrun every rank runs the same command; rank 0 prints.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ablate.cli_options import (CORRELATION, DEVICE, DEVICE_MEMORY, EVAL_FORMAT, NON_NEGATIVE, ONLY, PATH, RUNS_ROOT,
-                                SAMPLES_FILE, SEEDS, SET, SHARE, SLURM_OPTIONS, TASKS, WHOLE_1, Parser, number,
-                                one_of, text)
+from ablate.cli_options import (
+    CORRELATION,
+    DEVICE,
+    DEVICE_MEMORY,
+    EVAL_FORMAT,
+    NON_NEGATIVE,
+    ONLY,
+    PATH,
+    RUNS_ROOT,
+    SAMPLES_FILE,
+    SEEDS,
+    SET,
+    SHARE,
+    SLURM_OPTIONS,
+    TASKS,
+    WHOLE_1,
+    Parser,
+    number,
+    one_of,
+    text,
+)
 from ablate.cli_run import cmd_run
 from ablate.config import ConfigError
 from ablate.overrides import parse_set_args
@@ -47,11 +66,13 @@ def cmd_status(args) -> int:
 
 def _bad_input(fn):
     """Eval/export mistakes (unknown task, bad format, not a run, unexportable model) as one-line errors."""
+
     def wrapped(args) -> int:
         try:
             return fn(args)
         except (ValueError, FileNotFoundError, ModuleNotFoundError, NotImplementedError) as exc:
             raise ConfigError(str(exc)) from exc
+
     return wrapped
 
 
@@ -75,8 +96,15 @@ def cmd_eval(args) -> int:
     # bf16: matmuls in bf16 under autocast, log-likelihoods still summed in fp32 (as in-training evals of bf16 runs)
     autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16) if args.dtype == "bf16" else None
     lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=args.device, autocast=autocast)
-    results = suite.evaluate(lm, loaded.tokenizer(), tasks, args.format, args.limit or None, args.batch_size,
-                             log_samples=bool(args.log_samples))
+    results = suite.evaluate(
+        lm,
+        loaded.tokenizer(),
+        tasks,
+        args.format,
+        args.limit or None,
+        args.batch_size,
+        log_samples=bool(args.log_samples),
+    )
     print(f"{loaded.checkpoint} (step {loaded.step}, {loaded.tokens} tokens, {args.dtype})")
     print(suite.format_table(results))
     if not args.no_write:
@@ -94,10 +122,20 @@ def _score_every_checkpoint(args, tasks: list[str]) -> int:
     from ablate.score import score_checkpoints
 
     if args.log_samples or args.no_write:
-        raise ValueError("--every-checkpoint: writes each evaluation to its run folder; not with --log-samples "
-                         "or --no-write (score one checkpoint for those)")
-    done = score_checkpoints(args.path, tasks, args.format, args.limit or None, args.batch_size, args.device,
-                             args.dtype, rescore=args.rescore)
+        raise ValueError(
+            "--every-checkpoint: writes each evaluation to its run folder; not with --log-samples "
+            "or --no-write (score one checkpoint for those)"
+        )
+    done = score_checkpoints(
+        args.path,
+        tasks,
+        args.format,
+        args.limit or None,
+        args.batch_size,
+        args.device,
+        args.dtype,
+        rescore=args.rescore,
+    )
     for line in done.skipped:
         print(f"skipped {line}")
     print(f"scored {len(done.written)} checkpoint(s) in {done.seconds:.1f}s", flush=True)
@@ -123,11 +161,22 @@ def cmd_report(args) -> int:
     from ablate.report import Options, ReportError, write_report
 
     start = time.perf_counter()
-    opts = Options(alpha=args.alpha, min_seeds=args.min_seeds, power=args.power,
-                   min_shared_items=args.min_shared_items, min_monotonicity=args.min_monotonicity,
-                   min_tau=args.min_tau, min_z=args.min_z, min_snr=args.min_snr, last_k=args.last_k,
-                   early_fraction=args.early_fraction, bootstrap=args.bootstrap, scale=[f for f in (args.scale or "").split(",") if f],
-                   average_last=args.average_last, subject_snr_floor=args.subject_snr_floor)
+    opts = Options(
+        alpha=args.alpha,
+        min_seeds=args.min_seeds,
+        power=args.power,
+        min_shared_items=args.min_shared_items,
+        min_monotonicity=args.min_monotonicity,
+        min_tau=args.min_tau,
+        min_z=args.min_z,
+        min_snr=args.min_snr,
+        last_k=args.last_k,
+        early_fraction=args.early_fraction,
+        bootstrap=args.bootstrap,
+        scale=[f for f in (args.scale or "").split(",") if f],
+        average_last=args.average_last,
+        subject_snr_floor=args.subject_snr_floor,
+    )
     out = args.out or args.runs_dir
     try:
         report = write_report(args.runs_dir, out, opts)
@@ -144,99 +193,190 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train every variant x seed of an experiment file")
     run.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
-    run.add_argument("--only", action="append", type=ONLY,
-                     help="variant names or globs (e.g. 'lr=0.01*'), comma-separated or repeated")
+    run.add_argument(
+        "--only",
+        action="append",
+        type=ONLY,
+        help="variant names or globs (e.g. 'lr=0.01*'), comma-separated or repeated",
+    )
     run.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
     run.add_argument("--out", default="runs", type=RUNS_ROOT, help="runs root (default: runs/)")
-    run.add_argument("--set", action="append", default=[], type=SET, metavar="SECTION.FIELD=VALUE",
-                     help="override a config field, e.g. --set train.max_steps=20 (repeatable)")
-    run.add_argument("--jobs", type=WHOLE_1, metavar="N",
-                     help="runs at once on this machine, at most the number of runs (CPU: cores/N threads each; "
-                          "GPUs: default one per GPU)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=SET,
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config field, e.g. --set train.max_steps=20 (repeatable)",
+    )
+    run.add_argument(
+        "--jobs",
+        type=WHOLE_1,
+        metavar="N",
+        help="runs at once on this machine, at most the number of runs (CPU: cores/N threads each; "
+        "GPUs: default one per GPU)",
+    )
     run.add_argument("--runs-per-gpu", type=WHOLE_1, default=1, metavar="K", help="several small runs share each GPU")
     run.add_argument("--gpus-per-run", type=WHOLE_1, default=1, metavar="G", help="each run a torchrun group of G GPUs")
-    run.add_argument("--device-memory", metavar="SIZE", type=DEVICE_MEMORY, help="refuse runs whose per-rank memory "
-                     "estimate (ablate plan) exceeds SIZE, e.g. 80GiB (default: a visible GPU's memory; none on CPU)")
-    run.add_argument("--launcher", type=one_of("here", "local", "slurm"), default="here", metavar="LAUNCHER",
-                     help="here (default): this machine; slurm: a submitit job array; local: the same submitit "
-                          "path with its local executor")
-    run.add_argument("--slurm", metavar="KEY=VALUE,...", type=SLURM_OPTIONS,
-                     help="SLURM options, e.g. partition=gpu,time=120,gpus_per_run=1 (see README)")
+    run.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        type=DEVICE_MEMORY,
+        help="refuse runs whose per-rank memory "
+        "estimate (ablate plan) exceeds SIZE, e.g. 80GiB (default: a visible GPU's memory; none on CPU)",
+    )
+    run.add_argument(
+        "--launcher",
+        type=one_of("here", "local", "slurm"),
+        default="here",
+        metavar="LAUNCHER",
+        help="here (default): this machine; slurm: a submitit job array; local: the same submitit "
+        "path with its local executor",
+    )
+    run.add_argument(
+        "--slurm",
+        metavar="KEY=VALUE,...",
+        type=SLURM_OPTIONS,
+        help="SLURM options, e.g. partition=gpu,time=120,gpus_per_run=1 (see README)",
+    )
     run.set_defaults(func=cmd_run)
-    pl = sub.add_parser("plan", help="what each run costs (parameters, FLOPs, tokens, per-rank memory, time) before "
-                                     "any compute; refuses runs that cannot fit the device memory")
+    pl = sub.add_parser(
+        "plan",
+        help="what each run costs (parameters, FLOPs, tokens, per-rank memory, time) before "
+        "any compute; refuses runs that cannot fit the device memory",
+    )
     pl.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
     pl.add_argument("--only", action="append", type=ONLY, help="variant names or globs, comma-separated or repeated")
     pl.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
-    pl.add_argument("--set", action="append", default=[], type=SET, metavar="SECTION.FIELD=VALUE",
-                    help="override a config field, e.g. --set train.micro_batch=8 (repeatable)")
+    pl.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=SET,
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config field, e.g. --set train.micro_batch=8 (repeatable)",
+    )
     pl.add_argument("--world-size", type=WHOLE_1, default=1, metavar="N", help="ranks FSDP2 shards over (default 1)")
-    pl.add_argument("--device-memory", metavar="SIZE", type=DEVICE_MEMORY,
-                    help="memory per device, e.g. 24GiB or 80GB (default: the visible GPU's, else no check)")
-    pl.add_argument("--dtype", type=one_of("auto", "fp32", "bf16"), metavar="auto|fp32|bf16",
-                    help="override train.dtype")
-    pl.add_argument("--out", default="runs", type=RUNS_ROOT,
-                    help="runs root whose finished runs give the MFU (default: runs/)")
+    pl.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        type=DEVICE_MEMORY,
+        help="memory per device, e.g. 24GiB or 80GB (default: the visible GPU's, else no check)",
+    )
+    pl.add_argument(
+        "--dtype", type=one_of("auto", "fp32", "bf16"), metavar="auto|fp32|bf16", help="override train.dtype"
+    )
+    pl.add_argument(
+        "--out", default="runs", type=RUNS_ROOT, help="runs root whose finished runs give the MFU (default: runs/)"
+    )
     pl.set_defaults(func=cmd_plan)
     st = sub.add_parser("status", help="one line per run: state, step, loss, tokens/s, ETA, failures")
     st.add_argument("runs_dir", type=PATH, help="runs/ or runs/<experiment>/")
-    st.add_argument("--watch", type=number(float, 0, 86400, open_low=True, noun="seconds"), nargs="?", const=5.0,
-                    metavar="SECONDS", help="refresh every SECONDS (5; at most a day) until nothing runs")
+    st.add_argument(
+        "--watch",
+        type=number(float, 0, 86400, open_low=True, noun="seconds"),
+        nargs="?",
+        const=5.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (5; at most a day) until nothing runs",
+    )
     st.set_defaults(func=cmd_status)
     ev = sub.add_parser("eval", help="score a run or checkpoint on the cloze task suite")
     ev.add_argument("path", nargs="?", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
-    ev.add_argument("--tasks", type=TASKS,
-                    help="comma-separated task and suite names, e.g. small,boolq (default: all)")
+    ev.add_argument("--tasks", type=TASKS, help="comma-separated task and suite names, e.g. small,boolq (default: all)")
     ev.add_argument("--list", action="store_true", help="print the tasks and suites with their item counts")
-    ev.add_argument("--limit", type=number(int, 0), default=1000,
-                    help="items per task, a fixed-seed subsample (default 1000); 0: every item of each task")
-    ev.add_argument("--format", default="cf", type=EVAL_FORMAT,
-                    help="cf (cloze) or mcf (multiple-choice letters)")
+    ev.add_argument(
+        "--limit",
+        type=number(int, 0),
+        default=1000,
+        help="items per task, a fixed-seed subsample (default 1000); 0: every item of each task",
+    )
+    ev.add_argument("--format", default="cf", type=EVAL_FORMAT, help="cf (cloze) or mcf (multiple-choice letters)")
     ev.add_argument("--batch-size", type=WHOLE_1, default=32, help="rows per forward pass")
     ev.add_argument("--device", default="cpu", type=DEVICE, help="cpu or cuda")
-    ev.add_argument("--dtype", default="fp32", type=one_of("fp32", "bf16"), metavar="fp32|bf16",
-                    help="bf16: autocast matmuls (default fp32)")
-    ev.add_argument("--log-samples", metavar="FILE", type=SAMPLES_FILE,
-                    help="write one JSON line per request and per item")
+    ev.add_argument(
+        "--dtype",
+        default="fp32",
+        type=one_of("fp32", "bf16"),
+        metavar="fp32|bf16",
+        help="bf16: autocast matmuls (default fp32)",
+    )
+    ev.add_argument(
+        "--log-samples", metavar="FILE", type=SAMPLES_FILE, help="write one JSON line per request and per item"
+    )
     ev.add_argument("--no-write", action="store_true", help="print only; leave evals.jsonl and eval_items/ alone")
-    ev.add_argument("--every-checkpoint", action="store_true",
-                    help="PATH is a run, an experiment or a runs root: score every kept checkpoint of every run "
-                         "on the tasks it was not scored on yet (one process; requests tokenized once)")
+    ev.add_argument(
+        "--every-checkpoint",
+        action="store_true",
+        help="PATH is a run, an experiment or a runs root: score every kept checkpoint of every run "
+        "on the tasks it was not scored on yet (one process; requests tokenized once)",
+    )
     ev.add_argument("--rescore", action="store_true", help="with --every-checkpoint: score scored ones again too")
     ev.set_defaults(func=cmd_eval)
     ex = sub.add_parser("export", help="write a checkpoint as a transformers model (safetensors + config + tokenizer)")
     ex.add_argument("checkpoint", type=PATH, help="a run folder (its newest checkpoint) or its checkpoints/step_N")
-    ex.add_argument("--hf", required=True, metavar="DIR", type=text("a folder, new or empty"),
-                    help="output folder, new or empty")
-    ex.add_argument("--force", action="store_true",
-                    help="write into a non-empty DIR, replacing the files the export writes (says which)")
+    ex.add_argument(
+        "--hf", required=True, metavar="DIR", type=text("a folder, new or empty"), help="output folder, new or empty"
+    )
+    ex.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty DIR, replacing the files the export writes (says which)",
+    )
     ex.set_defaults(func=cmd_export)
     rep = sub.add_parser("report", help="compare the runs of one experiment: report.html, report.md, report.json")
     rep.add_argument("runs_dir", type=PATH, help="runs/<experiment>/ holding <variant>/seed<k>/ run folders")
     rep.add_argument("--out", type=RUNS_ROOT, help="folder for the report files (default: RUNS_DIR)")
-    rep.add_argument("--scale", type=text("config fields, comma-separated, e.g. model.d_model", names=True),
-                     help="config field(s) forming a scale axis, e.g. model.d_model (comma-separated)")
-    rep.add_argument("--alpha", type=SHARE, default=0.05,
-                     help="significance level of seed-level tests after Benjamini-Hochberg (0.05)")
-    rep.add_argument("--min-seeds", type=number(int, 2), default=3,
-                     help="seeds per variant needed to test a difference (3)")
+    rep.add_argument(
+        "--scale",
+        type=text("config fields, comma-separated, e.g. model.d_model", names=True),
+        help="config field(s) forming a scale axis, e.g. model.d_model (comma-separated)",
+    )
+    rep.add_argument(
+        "--alpha",
+        type=SHARE,
+        default=0.05,
+        help="significance level of seed-level tests after Benjamini-Hochberg (0.05)",
+    )
+    rep.add_argument(
+        "--min-seeds", type=number(int, 2), default=3, help="seeds per variant needed to test a difference (3)"
+    )
     rep.add_argument("--power", type=SHARE, default=0.8, help="the power 'seeds needed' is estimated for (0.8)")
-    rep.add_argument("--min-shared-items", type=number(float, 0, 1, open_low=True), default=0.5,
-                     help="runs scored different items: compare over shared ids when they are >= this share (0.5)")
+    rep.add_argument(
+        "--min-shared-items",
+        type=number(float, 0, 1, open_low=True),
+        default=0.5,
+        help="runs scored different items: compare over shared ids when they are >= this share (0.5)",
+    )
     rep.add_argument("--min-monotonicity", type=CORRELATION, default=0.5, help="early-signal threshold on Spearman rho")
     rep.add_argument("--min-tau", type=CORRELATION, default=0.6, help="threshold on Kendall tau over the second half")
     rep.add_argument("--min-z", type=NON_NEGATIVE, default=2.0, help="standard errors past chance to count as above it")
     rep.add_argument("--min-snr", type=NON_NEGATIVE, help="optional threshold on the signal-to-noise ratio (off)")
-    rep.add_argument("--last-k", type=number(int, 2), default=3,
-                     help="last checkpoints whose spread is a run's noise (3)")
-    rep.add_argument("--early-fraction", type=SHARE, default=0.25,
-                     help="share of training of the 'early' checkpoint for decision accuracy (0.25)")
-    rep.add_argument("--bootstrap", type=number(int, 100, 1_000_000), default=2000,
-                     help="bootstrap replicates for CIs (2000)")
-    rep.add_argument("--average-last", type=number(int, 1), default=1, metavar="K",
-                     help="a run's score: the mean of its last K evaluations, less checkpoint noise (1: the last)")
-    rep.add_argument("--subject-snr-floor", type=number(float, 0, open_low=True), metavar="X",
-                     help="leave a grouped task's subjects (MMLU) of SNR below X out of its average (off)")
+    rep.add_argument(
+        "--last-k", type=number(int, 2), default=3, help="last checkpoints whose spread is a run's noise (3)"
+    )
+    rep.add_argument(
+        "--early-fraction",
+        type=SHARE,
+        default=0.25,
+        help="share of training of the 'early' checkpoint for decision accuracy (0.25)",
+    )
+    rep.add_argument(
+        "--bootstrap", type=number(int, 100, 1_000_000), default=2000, help="bootstrap replicates for CIs (2000)"
+    )
+    rep.add_argument(
+        "--average-last",
+        type=number(int, 1),
+        default=1,
+        metavar="K",
+        help="a run's score: the mean of its last K evaluations, less checkpoint noise (1: the last)",
+    )
+    rep.add_argument(
+        "--subject-snr-floor",
+        type=number(float, 0, open_low=True),
+        metavar="X",
+        help="leave a grouped task's subjects (MMLU) of SNR below X out of its average (off)",
+    )
     rep.set_defaults(func=cmd_report)
     return parser
 

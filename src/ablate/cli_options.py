@@ -2,6 +2,7 @@
 value stops the command in one line, `ablate: error: --option VALUE: allowed: ...`, exit 2, before anything is read,
 computed or written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,7 @@ class _Why(ValueError):
 def rule(convert, allowed: str):
     """An argparse type: convert(text) returns the value or raises ValueError; the refusal reads
     `VALUE: [why; ]allowed: ALLOWED` and the parser puts the option in front of it."""
+
     def check(text: str):
         try:
             return convert(text)
@@ -43,18 +45,30 @@ def rule(convert, allowed: str):
         except ValueError:
             why = ""
         raise argparse.ArgumentTypeError(f"{text if text.strip() else repr(text)}: {why}allowed: {allowed}")
+
     return check
 
 
-def number(kind: type, low: float, high: float | None = None, open_low: bool = False, open_high: bool = False,
-           noun: str | None = None):
+def number(
+    kind: type,
+    low: float,
+    high: float | None = None,
+    open_low: bool = False,
+    open_high: bool = False,
+    noun: str | None = None,
+):
     """A finite int or float within bounds: number(float, 0, 1, True, True) is the open interval (0, 1)."""
+
     def convert(text: str):
         value = kind(text)
-        if not (math.isfinite(value) and (value > low if open_low else value >= low)
-                and (high is None or (value < high if open_high else value <= high))):
+        if not (
+            math.isfinite(value)
+            and (value > low if open_low else value >= low)
+            and (high is None or (value < high if open_high else value <= high))
+        ):
             raise ValueError(text)
         return value
+
     noun = noun or ("a whole number" if kind is int else "a number")
     if high is None:
         return rule(convert, f"{noun} {'>' if open_low else '>='} {low}")
@@ -67,6 +81,7 @@ def one_of(*names: str):
         if text not in names:
             raise ValueError(text)
         return text
+
     return rule(convert, ", ".join(names))
 
 
@@ -74,6 +89,7 @@ def text(allowed: str, check=None, names: bool = False):
     """Non-blank text (names: at least one comma-separated name) as typed, or what `check` returns. `check` is a
     library function whose ValueError names the option itself (an unknown task, a file for a folder): its line
     is passed through."""
+
     def convert(text: str):
         if not any(part.strip() for part in (text.split(",") if names else [text])):
             raise ValueError(text)
@@ -84,6 +100,7 @@ def text(allowed: str, check=None, names: bool = False):
         except (ValueError, NotImplementedError) as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return text if checked is None else checked
+
     return rule(convert, allowed)
 
 

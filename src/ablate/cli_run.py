@@ -3,6 +3,7 @@ worker processes) or through submitit (a SLURM job array, or its local executor)
 
 Under torchrun every rank runs the same command; rank 0 prints.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,13 +31,16 @@ def cmd_run(args) -> int:
 
     if "RANK" in os.environ:  # under torchrun every rank trains each run together, one after another
         if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or args.gpus_per_run > 1:
-            raise ConfigError("--jobs/--runs-per-gpu/--gpus-per-run: not under torchrun (ablate starts the "
-                              "torchrun groups itself with --gpus-per-run G)")
+            raise ConfigError(
+                "--jobs/--runs-per-gpu/--gpus-per-run: not under torchrun (ablate starts the "
+                "torchrun groups itself with --gpus-per-run G)"
+            )
         slots = None
     else:
         at_most = len(runs)  # more runs at once than there are runs would only split the threads finer
-        slots = sweep.machine_slots(args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most),
-                                    args.gpus_per_run)
+        slots = sweep.machine_slots(
+            args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most), args.gpus_per_run
+        )
     return _run_here(runs, out, slots, args.file, callbacks)
 
 
@@ -136,8 +140,9 @@ def _run_submitit(runs, out: str, args, callbacks: list) -> int:
     from ablate import slurm
 
     if args.jobs not in (None, 1) or args.runs_per_gpu > 1:
-        raise ConfigError("--jobs/--runs-per-gpu: not with --launcher slurm/local; use --slurm "
-                          "array_parallelism=N,gpus_per_run=G")
+        raise ConfigError(
+            "--jobs/--runs-per-gpu: not with --launcher slurm/local; use --slurm array_parallelism=N,gpus_per_run=G"
+        )
     options = slurm.parse_slurm_options(args.slurm or "")
     if args.gpus_per_run > 1:  # --gpus-per-run G means the same as --slurm gpus_per_run=G
         options["gpus_per_run"] = args.gpus_per_run
@@ -149,8 +154,11 @@ def _run_submitit(runs, out: str, args, callbacks: list) -> int:
     if args.launcher == "slurm":  # a sweep outlives a login shell: submit, then follow it with ablate status
         slurm.submit(runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks))
         for experiment in sorted({r.experiment for r in runs}):
-            print(f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
-                  f"report {out}/{experiment}", flush=True)
+            print(
+                f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
+                f"report {out}/{experiment}",
+                flush=True,
+            )
         return 0
     states = slurm.submit(runs, out, options, local=True, experiment_file=_file_for_workers(args.file, callbacks))
     return _closing(states, runs, out)

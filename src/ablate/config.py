@@ -4,6 +4,7 @@ Every field is checked against its annotation (and a Literal's allowed values) b
 failure names the field and what it accepts. Fields are replaced with dotted overrides ({"model.n_kv_heads": 1}) by
 ablate.overrides, the syntax of the CLI's `--set` and of ablate.variants (variant, grid, branch).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,7 +73,9 @@ class DataConfig:
     text_field: str = "text"
     val_source: str | None = None  # None: hold out the last val_fraction of the documents
     val_fraction: float = 0.02
-    tokenizer: str = "bpe"  # "bpe": train a byte-level BPE of model.vocab_size on the training text; else a tokenizer.json
+    tokenizer: str = (
+        "bpe"  # "bpe": train a byte-level BPE of model.vocab_size on the training text; else a tokenizer.json
+    )
     seq_len: int = 256
     max_documents: int | None = None  # use only the first N documents of the source
     cache_dir: str | None = None  # None: $ABLATE_CACHE or ~/.cache/ablate
@@ -114,7 +117,9 @@ class ScheduleConfig:
 class TrainConfig:
     max_steps: int = 200
     global_batch: int = 16  # sequences per optimizer step, over all ranks and accumulation steps
-    micro_batch: int = 16  # the most sequences one rank takes per forward pass (fewer when global_batch / world is smaller)
+    micro_batch: int = (
+        16  # the most sequences one rank takes per forward pass (fewer when global_batch / world is smaller)
+    )
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
@@ -148,6 +153,7 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     """The cloze task suite during training (ablate.eval); it never changes the training numbers."""
+
     tasks: str = ""  # comma-separated task names (see evals/), "" for none
     every: int = 0  # steps between evals; 0: only at the end
     every_tokens: int = 0  # or tokens between evals (either may trigger); 0: off
@@ -177,7 +183,7 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
+    def from_dict(cls, d: dict) -> RunConfig:
         sections = {f.name: f.type for f in dataclasses.fields(cls)}
         kwargs = {}
         for key, value in d.items():
@@ -196,8 +202,15 @@ class RunConfig:
         """A stable hash of everything that changes the numbers (names and bookkeeping left out)."""
         d = self.to_dict()
         d.pop("experiment"), d.pop("name")
-        for bookkeeping in ("log_every", "ckpt_every", "keep_checkpoints", "peak_flops", "val_every", "monitor_every",
-                            "keep_steps"):
+        for bookkeeping in (
+            "log_every",
+            "ckpt_every",
+            "keep_checkpoints",
+            "peak_flops",
+            "val_every",
+            "monitor_every",
+            "keep_steps",
+        ):
             d["train"].pop(bookkeeping)
         for section, name in _ADDED_LATER:  # at their defaults they leave the identities of earlier runs as they were
             if d[section][name] == _default(SECTIONS[section], name):
@@ -211,11 +224,23 @@ class RunConfig:
 
 
 # Fields added after run folders existed: left out of the identity while at their default
-_ADDED_LATER = [("optim", "momentum"), ("optim", "ns_steps"), ("optim", "embedding_lr_scale"),
-                ("optim", "hidden_lr_scale"), ("optim", "vector_lr_scale"), ("optim", "head_lr_scale"),
-                ("train", "batch_schedule"), ("train", "batch_start"), ("train", "batch_ramp_tokens"),
-                ("train", "batch_stages"), ("train", "batch_lr_scaling"), ("train", "max_tokens"),
-                ("train", "spike_policy"), ("train", "spike_window"), ("train", "spike_threshold")]
+_ADDED_LATER = [
+    ("optim", "momentum"),
+    ("optim", "ns_steps"),
+    ("optim", "embedding_lr_scale"),
+    ("optim", "hidden_lr_scale"),
+    ("optim", "vector_lr_scale"),
+    ("optim", "head_lr_scale"),
+    ("train", "batch_schedule"),
+    ("train", "batch_start"),
+    ("train", "batch_ramp_tokens"),
+    ("train", "batch_stages"),
+    ("train", "batch_lr_scaling"),
+    ("train", "max_tokens"),
+    ("train", "spike_policy"),
+    ("train", "spike_window"),
+    ("train", "spike_threshold"),
+]
 
 
 def _default(section_cls, name: str):
@@ -224,8 +249,14 @@ def _default(section_cls, name: str):
 
 
 # The sections of a RunConfig by field name: the first part of a dotted key ("model" in "model.n_layers")
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
-            "train": TrainConfig, "eval": EvalConfig}
+SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "schedule": ScheduleConfig,
+    "train": TrainConfig,
+    "eval": EvalConfig,
+}
 
 
 def _build(section_cls, value: Any, where: str):
@@ -288,8 +319,9 @@ def _check_types(obj, where: str) -> None:
                 raise ConfigError(f"{f.name}: expected {SECTIONS[f.name].__name__}, got {type(value).__name__}")
             _check_types(value, f.name)
         elif not _matches(value, hints[f.name]):
-            raise ConfigError(f"{where}.{f.name}: got {value!r} ({type(value).__name__}); "
-                              f"allowed: {describe_type(hints[f.name])}")
+            raise ConfigError(
+                f"{where}.{f.name}: got {value!r} ({type(value).__name__}); allowed: {describe_type(hints[f.name])}"
+            )
 
 
 def _require(ok: bool, field_name: str, message: str) -> None:
@@ -303,17 +335,26 @@ def validate(run: RunConfig) -> RunConfig:
     m, d, o, s, t = run.model, run.data, run.optim, run.schedule, run.train
     for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
         _require(getattr(m, name) > 0, f"model.{name}", "must be > 0")
-    _require(m.d_model % m.n_heads == 0, "model.n_heads",
-             f"{m.n_heads} does not divide model.d_model={m.d_model}; allowed: a divisor of {m.d_model}")
+    _require(
+        m.d_model % m.n_heads == 0,
+        "model.n_heads",
+        f"{m.n_heads} does not divide model.d_model={m.d_model}; allowed: a divisor of {m.d_model}",
+    )
     if m.n_kv_heads is not None:
-        _require(m.n_kv_heads > 0 and m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
-                 f"{m.n_kv_heads} does not divide model.n_heads={m.n_heads}; allowed: None or one of "
-                 f"{[k for k in range(1, m.n_heads + 1) if m.n_heads % k == 0]}")
+        _require(
+            m.n_kv_heads > 0 and m.n_heads % m.n_kv_heads == 0,
+            "model.n_kv_heads",
+            f"{m.n_kv_heads} does not divide model.n_heads={m.n_heads}; allowed: None or one of "
+            f"{[k for k in range(1, m.n_heads + 1) if m.n_heads % k == 0]}",
+        )
     if m.pos == "rope":
         _require(m.head_dim % 2 == 0, "model.d_model", f"RoPE needs an even head dim, got {m.head_dim}")
         rotary = int(m.head_dim * m.rope_fraction)
-        _require(0 < m.rope_fraction <= 1 and rotary >= 2 and rotary % 2 == 0, "model.rope_fraction",
-                 f"{m.rope_fraction} gives {rotary} rotary dims of {m.head_dim}; allowed: (0, 1] giving an even count")
+        _require(
+            0 < m.rope_fraction <= 1 and rotary >= 2 and rotary % 2 == 0,
+            "model.rope_fraction",
+            f"{m.rope_fraction} gives {rotary} rotary dims of {m.head_dim}; allowed: (0, 1] giving an even count",
+        )
         _require(m.rope_base > 0, "model.rope_base", "must be > 0")
     _require(m.rope_skip_every >= 0, "model.rope_skip_every", "must be >= 0 (0: no layer skips RoPE)")
     _require(m.ffn_hidden is None or m.ffn_hidden > 0, "model.ffn_hidden", "must be None or > 0")
@@ -332,8 +373,11 @@ def validate(run: RunConfig) -> RunConfig:
     for role in ("embedding", "hidden", "vector", "head"):
         _require(getattr(o, f"{role}_lr_scale") >= 0, f"optim.{role}_lr_scale", "must be >= 0 (0 freezes the role)")
     _require(0 <= s.warmup < 1, "schedule.warmup", "must be in [0, 1)")
-    _require(0 < s.decay <= 1 and s.warmup + s.decay <= 1, "schedule.decay",
-             f"must be in (0, 1] with schedule.warmup + decay <= 1, got warmup={s.warmup} decay={s.decay}")
+    _require(
+        0 < s.decay <= 1 and s.warmup + s.decay <= 1,
+        "schedule.decay",
+        f"must be in (0, 1] with schedule.warmup + decay <= 1, got warmup={s.warmup} decay={s.decay}",
+    )
     _require(0 <= s.min_lr_ratio <= 1, "schedule.min_lr_ratio", "must be in [0, 1]")
     _require(d.val_sequences > 0, "data.val_sequences", "must be > 0")
     for name in ("max_steps", "global_batch", "micro_batch", "log_every"):
@@ -341,8 +385,11 @@ def validate(run: RunConfig) -> RunConfig:
     for name in ("val_every", "ckpt_every"):
         _require(getattr(t, name) >= 0, f"train.{name}", "must be >= 0 (0: only at the end)")
     _require(t.keep_checkpoints >= 1, "train.keep_checkpoints", "must be >= 1")
-    _require(t.global_batch % t.micro_batch == 0, "train.global_batch",
-             f"{t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}")
+    _require(
+        t.global_batch % t.micro_batch == 0,
+        "train.global_batch",
+        f"{t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}",
+    )
     _require(t.peak_flops is None or t.peak_flops > 0, "train.peak_flops", "must be None or > 0")
     _validate_batch_schedule(t)
     _require(t.spike_window >= 8, "train.spike_window", "must be >= 8 (losses the robust z-score is taken over)")
@@ -356,12 +403,16 @@ def validate(run: RunConfig) -> RunConfig:
     for field_name in ("experiment", "name"):
         problem = folder_name_problem(getattr(run, field_name))
         _require(problem is None, field_name, f"{problem}; allowed: {FOLDER_NAME_RULE}")
-    _require(run.name not in REPORT_FILES, "name", f"{run.name!r} is the name of a file `ablate report` writes "
-             f"beside the variants' folders; allowed: any other name")
+    _require(
+        run.name not in REPORT_FILES,
+        "name",
+        f"{run.name!r} is the name of a file `ablate report` writes "
+        f"beside the variants' folders; allowed: any other name",
+    )
     return run
 
 
-SEED_LIMIT = 2 ** 32  # numpy's and torch's generators all take it (seed + rank stays far below torch's 2**63)
+SEED_LIMIT = 2**32  # numpy's and torch's generators all take it (seed + rank stays far below torch's 2**63)
 REPORT_FILES = ("report.json", "report.md", "report.html")  # written into runs/<experiment>/ by `ablate report`
 
 
@@ -369,8 +420,10 @@ REPORT_FILES = ("report.json", "report.md", "report.html")  # written into runs/
 # leave room for the names made from them. A backslash is allowed: POSIX file systems take it (ablate runs on POSIX
 # only), and names such as $\alpha$=0.5 carry it.
 FOLDER_NAME_MAX_BYTES = 200
-FOLDER_NAME_RULE = (f"printable characters of any script and the space, except /; not '.', '..' or a name beginning "
-                    f"with '.'; no space at either end; at most {FOLDER_NAME_MAX_BYTES} bytes in UTF-8")
+FOLDER_NAME_RULE = (
+    f"printable characters of any script and the space, except /; not '.', '..' or a name beginning "
+    f"with '.'; no space at either end; at most {FOLDER_NAME_MAX_BYTES} bytes in UTF-8"
+)
 
 
 def folder_name_problem(name: str) -> str | None:
@@ -402,8 +455,7 @@ def parse_batch_stages(text: str) -> list[tuple[int, int]]:
         except ValueError:
             raise ConfigError(f"{where}: cannot read {part.strip()!r}; {allowed}, e.g. '0:8,200000:16'") from None
         _require(bool(sep) and stages[-1][1] > 0, where, f"{part.strip()!r}: {allowed}, batches > 0")
-    _require(stages[0][0] == 0 and all(a[0] < b[0] for a, b in zip(stages, stages[1:])), where,
-             f"{text!r}: {allowed}")
+    _require(stages[0][0] == 0 and all(a[0] < b[0] for a, b in zip(stages, stages[1:])), where, f"{text!r}: {allowed}")
     return stages
 
 
@@ -411,36 +463,56 @@ def _validate_batch_schedule(t: TrainConfig) -> None:
     kind = t.batch_schedule
     _require(t.max_tokens >= 0, "train.max_tokens", "must be >= 0 (0: max_steps x global_batch x seq_len)")
     if kind in ("ramp", "dynamic"):
-        _require(0 < t.batch_start <= t.global_batch, "train.batch_start",
-                 f"{kind}: must be in (0, train.global_batch={t.global_batch}], got {t.batch_start}")
+        _require(
+            0 < t.batch_start <= t.global_batch,
+            "train.batch_start",
+            f"{kind}: must be in (0, train.global_batch={t.global_batch}], got {t.batch_start}",
+        )
         _require(t.batch_ramp_tokens > 0, "train.batch_ramp_tokens", f"{kind}: must be > 0")
         # the schedule's batches are whole micro-batches: another start would be rounded (4 with micro_batch 16
         # trains at 16 from the first step, and the ramp is gone without a word)
         rounded = max(t.micro_batch, t.batch_start // t.micro_batch * t.micro_batch)
-        _require(t.batch_start % t.micro_batch == 0, "train.batch_start",
-                 f"{kind}: {t.batch_start} is not a multiple of train.micro_batch={t.micro_batch} (the schedule's "
-                 f"batches are whole micro-batches: it would start at {rounded}); allowed: multiples of "
-                 f"{t.micro_batch} up to {t.global_batch}, or a smaller train.micro_batch")
+        _require(
+            t.batch_start % t.micro_batch == 0,
+            "train.batch_start",
+            f"{kind}: {t.batch_start} is not a multiple of train.micro_batch={t.micro_batch} (the schedule's "
+            f"batches are whole micro-batches: it would start at {rounded}); allowed: multiples of "
+            f"{t.micro_batch} up to {t.global_batch}, or a smaller train.micro_batch",
+        )
     if kind == "stages":
         _require(bool(t.batch_stages.strip()), "train.batch_stages", "stages: needs a table, e.g. '0:8,200000:16'")
         batches = [b for _, b in parse_batch_stages(t.batch_stages)]
         bad = [b for b in batches if b > t.global_batch]
-        _require(not bad, "train.batch_stages", f"batches {bad} exceed train.global_batch={t.global_batch} (the "
-                 f"largest batch, which data preparation and memory are checked against)")
+        _require(
+            not bad,
+            "train.batch_stages",
+            f"batches {bad} exceed train.global_batch={t.global_batch} (the "
+            f"largest batch, which data preparation and memory are checked against)",
+        )
         bad = [b for b in batches if b % t.micro_batch]
-        _require(not bad, "train.batch_stages", f"batches {bad} are not multiples of train.micro_batch="
-                 f"{t.micro_batch}; allowed: multiples of {t.micro_batch}, or a smaller train.micro_batch")
+        _require(
+            not bad,
+            "train.batch_stages",
+            f"batches {bad} are not multiples of train.micro_batch="
+            f"{t.micro_batch}; allowed: multiples of {t.micro_batch}, or a smaller train.micro_batch",
+        )
     else:
-        _require(not t.batch_stages.strip(), "train.batch_stages", f"only read when batch_schedule='stages', "
-                 f"not {kind!r}; allowed here: ''")
+        _require(
+            not t.batch_stages.strip(),
+            "train.batch_stages",
+            f"only read when batch_schedule='stages', not {kind!r}; allowed here: ''",
+        )
 
 
 def _validate_branch(run: RunConfig) -> None:
     if not run.branch:
         return
     keys = {"parent": str, "at": (int, float), "step": int, "tokens": int, "parent_identity": str}
-    _require(set(run.branch) == set(keys) and all(isinstance(run.branch[k], t) for k, t in keys.items()), "branch",
-             f"got {run.branch!r}; allowed: what branch() sets ({', '.join(keys)})")
+    _require(
+        set(run.branch) == set(keys) and all(isinstance(run.branch[k], t) for k, t in keys.items()),
+        "branch",
+        f"got {run.branch!r}; allowed: what branch() sets ({', '.join(keys)})",
+    )
     _require(run.branch["step"] > 0 and run.branch["tokens"] > 0, "branch", "step and tokens must be > 0")
 
 
@@ -448,11 +520,17 @@ def _validate_axes(run: RunConfig) -> None:
     """Each axis names a section.field and records the value the run has, so config.json never misstates a grid."""
     for key, value in run.axes.items():
         section, _, name = key.partition(".")
-        _require(section in SECTIONS and name in {f.name for f in dataclasses.fields(SECTIONS[section])},
-                 f"axes[{key!r}]", f"not a config field; allowed: section.field, section one of {sorted(SECTIONS)}")
+        _require(
+            section in SECTIONS and name in {f.name for f in dataclasses.fields(SECTIONS[section])},
+            f"axes[{key!r}]",
+            f"not a config field; allowed: section.field, section one of {sorted(SECTIONS)}",
+        )
         actual = getattr(getattr(run, section), name)
-        _require(actual == value and type(actual) is type(value) or actual is value, f"axes[{key!r}]",
-                 f"records {value!r} but the run has {key}={actual!r} (axes are set by grid())")
+        _require(
+            actual == value and type(actual) is type(value) or actual is value,
+            f"axes[{key!r}]",
+            f"records {value!r} but the run has {key}={actual!r} (axes are set by grid())",
+        )
 
 
 def _validate_eval(e: EvalConfig) -> None:

@@ -7,6 +7,7 @@ only when no cache folder holds that content trains or loads the tokenizer and t
 concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks. Each phase prints a line
 to stderr when it starts and ends (a first run spends minutes here and must not look hung).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,15 +19,24 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from ablate import mixture, rundir
 from ablate.config import ConfigError, DataConfig
-from ablate.sources import (ALLOWED, check_source_file, default_corpus_path, entries, is_document,  # noqa: F401
-                            load_documents, load_hub_dataset, raw_texts, resolve, source_names, source_weights,
-                            valid_texts)
+from ablate.sources import (
+    ALLOWED,
+    check_source_file,
+    entries,
+    is_document,
+    load_documents,
+    raw_texts,
+    resolve,
+    source_names,
+    source_weights,
+    valid_texts,
+)
 from ablate.token_files import PreparedData, open_split
 from ablate.tokenizer import BPE_TRAINING_CAP, check_tokenizer, check_vocab_fits, load_tokenizer_file, train_bpe
 
@@ -88,8 +98,10 @@ def check_data_config(cfg: DataConfig, vocab_size: int | None = None) -> None:
         if not entries(source, field_name):
             raise ConfigError(f"{field_name}: empty; allowed: {ALLOWED}")
         if field_name == "data.val_source" and source_weights(source, field_name) is not None:
-            raise ConfigError(f"data.val_source: {source!r} has weights, which only data.source takes (a mixture's "
-                              f"validation is held out from each of its sources); allowed: {ALLOWED}")
+            raise ConfigError(
+                f"data.val_source: {source!r} has weights, which only data.source takes (a mixture's "
+                f"validation is held out from each of its sources); allowed: {ALLOWED}"
+            )
         for entry in entries(source, field_name):
             kind, files = resolve(entry, field_name)
             for path in files if kind == "files" else []:
@@ -107,6 +119,7 @@ class _Progress:
 
     def __init__(self, total: int, split: str):
         from tqdm import tqdm
+
         self.total, self.split, self.done = total, split, 0
         self.start = self.last_line = time.perf_counter()
         self.next_share = 0.25
@@ -119,8 +132,10 @@ class _Progress:
             return
         now, share = time.perf_counter(), self.done / max(self.total, 1)
         if (share >= self.next_share or now - self.last_line >= PROGRESS_SECONDS) and self.done < self.total:
-            _say(f"tokenizing {self.split}: {self.done:,}/{self.total:,} documents ({share:.0%}) in "
-                 f"{now - self.start:.1f}s")
+            _say(
+                f"tokenizing {self.split}: {self.done:,}/{self.total:,} documents ({share:.0%}) in "
+                f"{now - self.start:.1f}s"
+            )
             self.last_line = now
         while self.next_share <= share:
             self.next_share += 0.25
@@ -165,6 +180,7 @@ def _cache_root(cfg: DataConfig) -> str:
 @dataclass
 class _Stream:
     """One source of a mixture, or all of data.source when it has no weights: its documents and their split."""
+
     entry: str
     parts: list
     n_train: int
@@ -181,6 +197,7 @@ class _Stream:
 @dataclass
 class _Sources:
     """What reading and hashing the sources found: the streams to tokenize, the validation, the content's identity."""
+
     streams: list[_Stream]  # one, unless data.source has weights
     weighted: bool
     val_parts: list | None  # None: validation is the last documents of each stream
@@ -198,8 +215,10 @@ class _Sources:
 
 
 def _no_usable_document(field_name: str, source: str, skipped: int, text_field: str) -> ConfigError:
-    return ConfigError(f"{field_name}: {source!r} holds no usable document ({skipped} empty or non-string "
-                       f"{text_field!r} values); allowed: documents with text in data.text_field")
+    return ConfigError(
+        f"{field_name}: {source!r} holds no usable document ({skipped} empty or non-string "
+        f"{text_field!r} values); allowed: documents with text in data.text_field"
+    )
 
 
 def _read_stream(cfg: DataConfig, entry: str, hf_cache: str, weighted: bool) -> _Stream:
@@ -212,9 +231,11 @@ def _read_stream(cfg: DataConfig, entry: str, hf_cache: str, weighted: bool) -> 
     n_val = max(1, round(cfg.val_fraction * n_docs)) if cfg.val_source is None else 0  # its last documents
     if n_docs - n_val < 1:
         where = f"{entry!r} of the mixture has " if weighted else ""
-        raise ConfigError(f"data.source: {where}{n_docs} usable documents (skipped {skipped} empty or non-string) "
-                          f"leave {n_docs - n_val} for training and {n_val} for validation (data.val_fraction="
-                          f"{cfg.val_fraction}); allowed: at least one each, or a data.val_source")
+        raise ConfigError(
+            f"data.source: {where}{n_docs} usable documents (skipped {skipped} empty or non-string) "
+            f"leave {n_docs - n_val} for training and {n_val} for validation (data.val_fraction="
+            f"{cfg.val_fraction}); allowed: at least one each, or a data.val_source"
+        )
     return _Stream(entry, parts, n_docs - n_val, n_val, skipped, n_bytes, content_hash)
 
 
@@ -223,8 +244,9 @@ def _read_sources(cfg: DataConfig, hf_cache: str) -> _Sources:
     _say("reading and hashing sources ...")
     start = time.perf_counter()
     weighted = source_weights(cfg.source) is not None
-    streams = [_read_stream(cfg, entry, hf_cache, weighted) for entry in (entries(cfg.source) if weighted
-                                                                            else [cfg.source])]
+    streams = [
+        _read_stream(cfg, entry, hf_cache, weighted) for entry in (entries(cfg.source) if weighted else [cfg.source])
+    ]
     skipped, n_val = sum(s.skipped for s in streams), sum(s.n_val for s in streams)
     val_parts, val_docs, val_bytes, val_spec = None, 0, 0, {"fraction": cfg.val_fraction}
     if cfg.val_source is not None:
@@ -236,8 +258,10 @@ def _read_sources(cfg: DataConfig, hf_cache: str) -> _Sources:
     if skipped:
         log.warning("data: skipped %d documents with empty or non-string text", skipped)
     n_docs = sum(s.n_train + s.n_val for s in streams) + val_docs
-    _say(f"read and hashed {_documents(n_docs)} ({_megabytes(sum(s.n_bytes for s in streams) + val_bytes)}) in "
-         f"{time.perf_counter() - start:.1f}s")
+    _say(
+        f"read and hashed {_documents(n_docs)} ({_megabytes(sum(s.n_bytes for s in streams) + val_bytes)}) in "
+        f"{time.perf_counter() - start:.1f}s"
+    )
     return _Sources(streams, weighted, val_parts, n_val, skipped, val_spec)
 
 
@@ -245,19 +269,23 @@ def _tokenizer_for(cfg: DataConfig, vocab_size: int, sources: _Sources):
     if cfg.tokenizer != "bpe":
         return load_tokenizer_file(cfg.tokenizer)
     train_bytes = sum(s.train_bytes for s in sources.streams)
-    _say(f"training a byte-level BPE tokenizer (vocab {vocab_size}) on "
-         f"{_megabytes(min(train_bytes, BPE_TRAINING_CAP))} ...")
+    _say(
+        f"training a byte-level BPE tokenizer (vocab {vocab_size}) on "
+        f"{_megabytes(min(train_bytes, BPE_TRAINING_CAP))} ..."
+    )
     start = time.perf_counter()
     # every stream's training documents, interleaved so that the capped text holds about as much of each
-    texts = mixture.balanced([itertools.islice(valid_texts(s.parts, cfg.max_documents), s.n_train)
-                              for s in sources.streams])
+    texts = mixture.balanced(
+        [itertools.islice(valid_texts(s.parts, cfg.max_documents), s.n_train) for s in sources.streams]
+    )
     tok, eos_id = train_bpe(texts, vocab_size)
     _say(f"tokenizer trained in {time.perf_counter() - start:.1f}s")
     return tok, eos_id
 
 
-def _save_source_bounds(folder: str, split: str, starts: np.ndarray, n_tokens: int, docs_per_source: list,
-                        per_source: list) -> None:
+def _save_source_bounds(
+    folder: str, split: str, starts: np.ndarray, n_tokens: int, docs_per_source: list, per_source: list
+) -> None:
     """A mixture's split: where each source's tokens begin (and the end), for its sequences; tokens in stats."""
     bounds = np.append(starts[mixture.first_indices(docs_per_source)[:-1]], n_tokens).astype(np.int64)
     np.save(os.path.join(folder, f"{split}_sources.npy"), bounds)
@@ -275,12 +303,13 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, sta
         tokenizer_vocab = tok.get_vocab_size(with_added_tokens=True)
         check_vocab_fits(tokenizer_vocab, vocab_size)
         tok.save(os.path.join(tmp, "tokenizer.json"))
-        dtype = "uint16" if tokenizer_vocab <= 2 ** 16 else "uint32"
+        dtype = "uint16" if tokenizer_vocab <= 2**16 else "uint32"
 
         streams = sources.streams  # train: each stream's first n_train documents, stream after stream
         stream_texts = [valid_texts(s.parts, cfg.max_documents) for s in streams]
-        train_texts = itertools.chain.from_iterable(itertools.islice(t, s.n_train) for t, s in zip(stream_texts,
-                                                                                                   streams))
+        train_texts = itertools.chain.from_iterable(
+            itertools.islice(t, s.n_train) for t, s in zip(stream_texts, streams)
+        )
         held_out = sources.val_parts is None  # then val: the rest of each stream, stream after stream
         val_texts = itertools.chain.from_iterable(stream_texts) if held_out else valid_texts(sources.val_parts)
         per_split = {"train": [s.n_train for s in streams], "val": [s.n_val for s in streams] if held_out else None}
@@ -293,8 +322,10 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, sta
             stats["tokens"][split] = n_bytes // np.dtype(dtype).itemsize
             if sources.weighted and per_split[split] is not None:
                 _save_source_bounds(tmp, split, starts, stats["tokens"][split], per_split[split], stats["sources"])
-            _say(f"tokenized {split}: {_documents(total)}, {_count(stats['tokens'][split])} tokens in "
-                 f"{time.perf_counter() - start:.1f}s")
+            _say(
+                f"tokenized {split}: {_documents(total)}, {_count(stats['tokens'][split])} tokens in "
+                f"{time.perf_counter() - start:.1f}s"
+            )
         stats.update(vocab_size=tokenizer_vocab, eos_id=eos_id, dtype=dtype)
         with open(os.path.join(tmp, "stats.json"), "w") as f:
             json.dump(stats, f, indent=1)
@@ -313,20 +344,39 @@ def _cache_folder(cfg: DataConfig, vocab_size: int) -> str:
     root = _cache_root(cfg)
     sources = _read_sources(cfg, os.path.join(root, "hf_datasets"))
     tokenizer_spec = "bpe" if cfg.tokenizer == "bpe" else "sha256:" + _file_hash(cfg.tokenizer)
-    key_fields = {"format": FORMAT_VERSION, "documents": sources.documents_key, "text_field": cfg.text_field,
-                  "tokenizer": tokenizer_spec, "vocab_size": vocab_size, "val": sources.val_spec,
-                  "max_documents": cfg.max_documents}
+    key_fields = {
+        "format": FORMAT_VERSION,
+        "documents": sources.documents_key,
+        "text_field": cfg.text_field,
+        "tokenizer": tokenizer_spec,
+        "vocab_size": vocab_size,
+        "val": sources.val_spec,
+        "max_documents": cfg.max_documents,
+    }
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()
     folder = os.path.join(root, "data", key[:16])
     if os.path.isdir(folder):
         _say(f"using cached tokens at {folder} ({_token_counts(folder)})")
         return folder
-    stats = {"source": cfg.source, "val_source": cfg.val_source,
-             "documents": {"train": sources.n_train, "val": sources.n_val}, "tokens": {},
-             "skipped_documents": sources.skipped, "tokenizer": cfg.tokenizer, "key": key}
+    stats = {
+        "source": cfg.source,
+        "val_source": cfg.val_source,
+        "documents": {"train": sources.n_train, "val": sources.n_val},
+        "tokens": {},
+        "skipped_documents": sources.skipped,
+        "tokenizer": cfg.tokenizer,
+        "key": key,
+    }
     if sources.weighted:  # per source, in data.source order; named and weighted when opened
-        stats["sources"] = [{"entry": s.entry, "documents": {"train": s.n_train, "val": s.n_val}, "tokens": {},
-                             "skipped_documents": s.skipped} for s in sources.streams]
+        stats["sources"] = [
+            {
+                "entry": s.entry,
+                "documents": {"train": s.n_train, "val": s.n_val},
+                "tokens": {},
+                "skipped_documents": s.skipped,
+            }
+            for s in sources.streams
+        ]
     _build(folder, cfg, vocab_size, sources, stats)
     _say(f"cache ready at {folder} ({_token_counts(folder)})")
     return folder
@@ -341,23 +391,33 @@ def _token_counts(folder: str) -> str:
 def _named_source_stats(per_source: list, names: list, weights: list) -> dict:
     """A mixture's sources by name: weight, documents, tokens, and each one's share of the training tokens."""
     total = sum(s["tokens"]["train"] for s in per_source)
-    return {name: {"weight": w, **s, "train_token_share": s["tokens"]["train"] / total}
-            for name, w, s in zip(names, weights, per_source)}
+    return {
+        name: {"weight": w, **s, "train_token_share": s["tokens"]["train"] / total}
+        for name, w, s in zip(names, weights, per_source)
+    }
 
 
 def _check_sources_hold_a_sequence(cfg: DataConfig, data: PreparedData) -> None:
     """Each source of a mixture holds a training sequence; one without a validation sequence is only said."""
-    for name, train, val in zip(data.train.source_names, data.train.sequences_per_source(cfg.seq_len),
-                                data.val.sequences_per_source(cfg.seq_len) if data.val.source_names else
-                                [None] * len(data.train.source_names)):
+    for name, train, val in zip(
+        data.train.source_names,
+        data.train.sequences_per_source(cfg.seq_len),
+        data.val.sequences_per_source(cfg.seq_len) if data.val.source_names else [None] * len(data.train.source_names),
+    ):
         if train < 1:
-            raise ConfigError(f"data.source / data.seq_len: the mixture's source {name!r} has "
-                              f"{data.stats['sources'][name]['tokens']['train']:,} training tokens, fewer than one "
-                              f"sequence of data.seq_len={cfg.seq_len} (+1 for the target); allowed: more documents "
-                              f"in it (data.max_documents counts per source), or a smaller data.seq_len")
+            raise ConfigError(
+                f"data.source / data.seq_len: the mixture's source {name!r} has "
+                f"{data.stats['sources'][name]['tokens']['train']:,} training tokens, fewer than one "
+                f"sequence of data.seq_len={cfg.seq_len} (+1 for the target); allowed: more documents "
+                f"in it (data.max_documents counts per source), or a smaller data.seq_len"
+            )
         if val == 0:
-            log.warning("data: the mixture's source %r holds no validation sequence of data.seq_len=%d: validation "
-                        "draws from the other sources", name, cfg.seq_len)
+            log.warning(
+                "data: the mixture's source %r holds no validation sequence of data.seq_len=%d: validation "
+                "draws from the other sources",
+                name,
+                cfg.seq_len,
+            )
 
 
 def _check_enough_tokens(cfg: DataConfig, data: PreparedData, global_batch: int | None) -> None:
@@ -368,10 +428,12 @@ def _check_enough_tokens(cfg: DataConfig, data: PreparedData, global_batch: int 
     need, have = sequences * cfg.seq_len + 1, len(data.train.tokens)
     if have < need:
         what = f"train.global_batch={global_batch} sequences" if global_batch else "one sequence"
-        raise ConfigError(f"data.source / data.seq_len: the training split ({_documents(docs['train'])}) has "
-                          f"{have:,} tokens; {what} of data.seq_len={cfg.seq_len} need {need:,} ({sequences} x "
-                          f"{cfg.seq_len} + 1 for the last target); allowed: more documents in data.source, or a "
-                          f"smaller data.seq_len" + (" or train.global_batch" if global_batch else ""))
+        raise ConfigError(
+            f"data.source / data.seq_len: the training split ({_documents(docs['train'])}) has "
+            f"{have:,} tokens; {what} of data.seq_len={cfg.seq_len} need {need:,} ({sequences} x "
+            f"{cfg.seq_len} + 1 for the last target); allowed: more documents in data.source, or a "
+            f"smaller data.seq_len" + (" or train.global_batch" if global_batch else "")
+        )
     need, have = cfg.seq_len + 1, len(data.val.tokens)
     if have < need:
         if cfg.val_source is not None:
@@ -379,14 +441,21 @@ def _check_enough_tokens(cfg: DataConfig, data: PreparedData, global_batch: int 
         else:
             fields, split = "data.val_fraction", f"the last {cfg.val_fraction * 100:g}% of data.source"
             allowed = "a larger data.val_fraction, a data.val_source"
-        raise ConfigError(f"{fields} / data.seq_len: the validation split ({split}, {_documents(docs['val'])}) has "
-                          f"{have:,} tokens; one sequence of data.seq_len={cfg.seq_len} needs {need:,} (+1 for the "
-                          f"target); allowed: {allowed}, or a smaller data.seq_len")
+        raise ConfigError(
+            f"{fields} / data.seq_len: the validation split ({split}, {_documents(docs['val'])}) has "
+            f"{have:,} tokens; one sequence of data.seq_len={cfg.seq_len} needs {need:,} (+1 for the "
+            f"target); allowed: {allowed}, or a smaller data.seq_len"
+        )
 
 
-def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
-                 share: Callable[[object], object] = lambda obj: obj,
-                 global_batch: int | None = None) -> PreparedData:
+def prepare_data(
+    cfg: DataConfig,
+    vocab_size: int,
+    *,
+    is_main: bool = True,
+    share: Callable[[object], object] = lambda obj: obj,
+    global_batch: int | None = None,
+) -> PreparedData:
     """Load sources, hash them and tokenize once into a content-addressed cache folder (the main rank alone), then
     open that folder on every rank. `share` sends the main rank's object to every rank (a broadcast under torchrun);
     a failure on the main rank reaches the others as an error instead of a wait. The training split must hold
@@ -404,8 +473,10 @@ def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
     if status != "ok":
         raise RuntimeError(f"the main rank failed to prepare the data: {folder}")
     if not os.path.isdir(folder):
-        raise RuntimeError(f"data cache {folder}, built by the main rank, is not visible here: on several nodes set "
-                           f"data.cache_dir (or ABLATE_CACHE) to a folder every node shares")
+        raise RuntimeError(
+            f"data cache {folder}, built by the main rank, is not visible here: on several nodes set "
+            f"data.cache_dir (or ABLATE_CACHE) to a folder every node shares"
+        )
     with open(os.path.join(folder, "stats.json")) as f:
         stats = json.load(f)
     stats.update(source=cfg.source, val_source=cfg.val_source)  # the same content may come from another path
@@ -413,9 +484,15 @@ def prepare_data(cfg: DataConfig, vocab_size: int, *, is_main: bool = True,
     if weights:
         stats["sources"] = _named_source_stats(stats["sources"], names, weights)
     dtype = stats["dtype"]
-    prepared = PreparedData(train=open_split(folder, "train", dtype, names),
-                            val=open_split(folder, "val", dtype, names),
-                            tokenizer_path=os.path.join(folder, "tokenizer.json"), vocab_size=stats["vocab_size"],
-                            eos_id=stats["eos_id"], cache_dir=folder, stats=stats, weights=tuple(weights))
+    prepared = PreparedData(
+        train=open_split(folder, "train", dtype, names),
+        val=open_split(folder, "val", dtype, names),
+        tokenizer_path=os.path.join(folder, "tokenizer.json"),
+        vocab_size=stats["vocab_size"],
+        eos_id=stats["eos_id"],
+        cache_dir=folder,
+        stats=stats,
+        weights=tuple(weights),
+    )
     _check_enough_tokens(cfg, prepared, global_batch)  # every rank: the same files, the same verdict
     return prepared

@@ -8,6 +8,7 @@ summary.json's "evals".
 It lives outside ablate/eval/ because it is the one place that joins the eval engine and the training callbacks: the
 eval package never imports the trainer.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,8 +42,10 @@ class EvalSuite(Callback):
     def _due(self, trainer: TrainerView) -> bool:
         if due(trainer.step, self.every, trainer.max_steps):  # the step cadence all periodic callbacks share
             return True
-        return bool(self.every_tokens) and (trainer.tokens // self.every_tokens) > \
-            (trainer.tokens - trainer.last_step_tokens) // self.every_tokens
+        return (
+            bool(self.every_tokens)
+            and (trainer.tokens // self.every_tokens) > (trainer.tokens - trainer.last_step_tokens) // self.every_tokens
+        )
 
     def post_step(self, trainer: TrainerView) -> None:
         if self._due(trainer):
@@ -54,22 +57,29 @@ class EvalSuite(Callback):
 
     def evaluate(self, trainer: TrainerView) -> None:
         start = time.perf_counter()
-        lm = engine.for_transformer(trainer.model, max_len=trainer.seq_len, device=trainer.dist.device,
-                                    autocast=trainer.autocast)
+        lm = engine.for_transformer(
+            trainer.model, max_len=trainer.seq_len, device=trainer.dist.device, autocast=trainer.autocast
+        )
         trainer.model.eval()
         try:
-            results = suite.evaluate(lm, self.tokenizer, self.tasks, self.format, self.limit or None, self.batch_size,
-                                     cache=self.prepared)
+            results = suite.evaluate(
+                lm, self.tokenizer, self.tasks, self.format, self.limit or None, self.batch_size, cache=self.prepared
+            )
         finally:
             trainer.model.train()
         if trainer.step == trainer.max_steps:
             self.final = suite.summary_entry(results)
         if trainer.dist.is_main:
             suite.write_results(trainer.run_dir, trainer.step, trainer.tokens, results)
-        trainer.log({f"eval/{r.task}_{r.format}/{name}": value for r in results for name, value in r.metrics.items()},
-                    tensorboard_only=True)
-        trainer.say(f"step {trainer.step} eval " + "  ".join(f"{r.task} {r.metrics[r.primary]:.3f}" for r in results)
-                    + f" ({time.perf_counter() - start:.1f}s)")
+        trainer.log(
+            {f"eval/{r.task}_{r.format}/{name}": value for r in results for name, value in r.metrics.items()},
+            tensorboard_only=True,
+        )
+        trainer.say(
+            f"step {trainer.step} eval "
+            + "  ".join(f"{r.task} {r.metrics[r.primary]:.3f}" for r in results)
+            + f" ({time.perf_counter() - start:.1f}s)"
+        )
 
     def summary(self, trainer: TrainerView) -> dict:
         return {"evals": self.final} if self.final else {}

@@ -3,6 +3,7 @@
 Loading a file runs its top level (which only builds configs) and checks every run; it never starts compute. Any
 problem becomes one ExperimentError naming the file, the line where it can be known, the field and what is allowed.
 """
+
 from __future__ import annotations
 
 import ast
@@ -13,7 +14,7 @@ import runpy
 import traceback
 import unicodedata
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from ablate.checks import check_registered_names, check_this_machine
 from ablate.config import SECTIONS, ConfigError, ExperimentError, RunConfig, validate
@@ -87,12 +88,15 @@ def _runs_of(path: Path, namespace: dict) -> list[RunConfig]:
             raise _explain(path, exc) from None
     where = _defined_at(path, "runs") if "runs" in namespace else str(path)
     if not isinstance(runs, (list, tuple)) or not runs:
-        raise ExperimentError(f"{where}: must define `runs`, a non-empty list of RunConfig (or a function returning "
-                              f"one); got {type(runs).__name__}")
+        raise ExperimentError(
+            f"{where}: must define `runs`, a non-empty list of RunConfig (or a function returning "
+            f"one); got {type(runs).__name__}"
+        )
     for i, run in enumerate(runs):
         if not isinstance(run, RunConfig):
-            raise ExperimentError(f"{where}: runs[{i}] is a {type(run).__name__}; allowed: RunConfig (e.g. from "
-                                  f"variant() or grid())")
+            raise ExperimentError(
+                f"{where}: runs[{i}] is a {type(run).__name__}; allowed: RunConfig (e.g. from variant() or grid())"
+            )
     names = [r.name for r in runs]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
@@ -109,9 +113,11 @@ def _check_case_clash(names: list[str], where: str) -> None:
         folded.setdefault(unicodedata.normalize("NFC", name).casefold(), []).append(name)
     clash = next((group for group in folded.values() if len(group) > 1), None)
     if clash:
-        raise ExperimentError(f"{where}: variant names {clash} differ only in case (or Unicode form), which makes "
-                              f"them one folder on case-insensitive file systems (macOS, Windows); allowed: names "
-                              f"that differ in more than case")
+        raise ExperimentError(
+            f"{where}: variant names {clash} differ only in case (or Unicode form), which makes "
+            f"them one folder on case-insensitive file systems (macOS, Windows); allowed: names "
+            f"that differ in more than case"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -175,8 +181,10 @@ def _seeds_of(path: Path, namespace: dict, seeds: list[int] | None) -> list[int]
 def _check_name_override(overrides: dict, runs: list[RunConfig]) -> None:
     """--set name=x over several variants would train the first and refuse the rest as the same run."""
     if "name" in overrides and len(runs) > 1:
-        raise ExperimentError(f"--set name={overrides['name']} would give every one of the {len(runs)} variants the "
-                              f"same name; allowed: --set name=... only with one variant (use --only)")
+        raise ExperimentError(
+            f"--set name={overrides['name']} would give every one of the {len(runs)} variants the "
+            f"same name; allowed: --set name=... only with one variant (use --only)"
+        )
 
 
 def check_out_dir(path: str | Path) -> Path:
@@ -190,8 +198,12 @@ def check_out_dir(path: str | Path) -> Path:
     return out
 
 
-def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, seeds: list[int] | None = None,
-                    overrides: dict[str, str] | None = None) -> list[RunConfig]:
+def load_experiment(
+    path: str | Path,
+    only: str | Sequence[str] | None = None,
+    seeds: list[int] | None = None,
+    overrides: dict[str, str] | None = None,
+) -> list[RunConfig]:
     """The runs of an experiment file, one per variant x seed, with CLI overrides applied and every run checked
     (including that its data files exist and start readable). `only` is --only as typed (a string, or a list of
     them for a repeated flag): names or globs, comma-separated. Raises ExperimentError."""
@@ -210,8 +222,9 @@ def load_experiment(path: str | Path, only: str | Sequence[str] | None = None, s
         try:
             if run.experiment == "default":  # the file's name names the experiment unless the file says otherwise
                 run = dataclasses.replace(run, experiment=path.stem)
-            run = apply_overrides(run, overrides if is_chosen else {k: v for k, v in overrides.items() if k != "name"},
-                                  from_text=True)
+            run = apply_overrides(
+                run, overrides if is_chosen else {k: v for k, v in overrides.items() if k != "name"}, from_text=True
+            )
             check_data_config(run.data, run.model.vocab_size)  # once per variant: the seed changes no data field
             for seed in chosen_seeds or [run.train.seed]:
                 seeded = validate(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed)))
@@ -243,13 +256,16 @@ def experiment_callbacks(path: str | Path) -> list:
         return []
     where = f"{_defined_at(path, 'callbacks')}: callbacks"
     if not isinstance(found, (list, tuple)):
-        raise ExperimentError(f"{where} is a {type(found).__name__}; allowed: a list of ablate.callbacks.Callback "
-                              f"instances")
+        raise ExperimentError(
+            f"{where} is a {type(found).__name__}; allowed: a list of ablate.callbacks.Callback instances"
+        )
     # looked up, not imported: loading an experiment stays clear of torch, and a file that made a Callback has
     # imported ablate.callbacks itself
     base = getattr(sys.modules.get("ablate.callbacks"), "Callback", None)
     for i, entry in enumerate(found):
         if base is None or not isinstance(entry, base):
-            raise ExperimentError(f"{where}[{i}] is a {type(entry).__name__}; allowed: instances of a subclass of "
-                                  f"ablate.callbacks.Callback")
+            raise ExperimentError(
+                f"{where}[{i}] is a {type(entry).__name__}; allowed: instances of a subclass of "
+                f"ablate.callbacks.Callback"
+            )
     return list(found)

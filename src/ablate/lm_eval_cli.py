@@ -1,5 +1,6 @@
 """`ablate-lm-eval` (or `python -m ablate.lm_eval_cli`): lm-eval's own CLI with ablate's model registered and
 ablate's task configs (evals/lm_eval_tasks) on the include path unless one is given."""
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@ lm-eval 0.4 finds other packages' models only in its registry and has no entry p
 module registers the class, which `ablate-lm-eval` (ablate.lm_eval_cli) does before lm-eval's CLI, and Python code
 does before `lm_eval.simple_evaluate(model="ablate", ...)`. Nothing is installed into users' start-up.
 """
+
 from __future__ import annotations
 
 import lm_eval.models  # noqa: F401  lm-eval fills its model registry only when it is empty: fill it first
@@ -37,9 +38,13 @@ class AblateLM(LM):
         return [(s.logprob, s.greedy) for s in scored]
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("ablate's lm-eval model scores multiple-choice (loglikelihood) tasks only; "
-                                  "loglikelihood_rolling (perplexity tasks) is not implemented")
+        raise NotImplementedError(
+            "ablate's lm-eval model scores multiple-choice (loglikelihood) tasks only; "
+            "loglikelihood_rolling (perplexity tasks) is not implemented"
+        )
 
     def generate_until(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("ablate's lm-eval model scores multiple-choice (loglikelihood) tasks only; "
-                                  "generation is not implemented (pre-training ablations use cloze scoring)")
+        raise NotImplementedError(
+            "ablate's lm-eval model scores multiple-choice (loglikelihood) tasks only; "
+            "generation is not implemented (pre-training ablations use cloze scoring)"
+        )

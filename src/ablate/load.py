@@ -4,13 +4,15 @@ No process group is needed: DCP reads a checkpoint written by any number of rank
 never modify a run folder: a damaged checkpoint is skipped with a warning (training sets it aside), and nothing
 in a checkpoint is unpickled except plain data and DCP's metadata classes (see checkpoint.py).
 """
+
 from __future__ import annotations
 
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 import torch
 
@@ -48,8 +50,10 @@ def _locate(path: Path) -> tuple[Path, list[Path], bool]:
         if not found:
             raise FileNotFoundError(f"{path}: a run folder with no complete checkpoint under {rundir.CHECKPOINTS}/")
         return path, found, False
-    raise FileNotFoundError(f"{path}: neither a run folder (with {rundir.CONFIG}) nor a "
-                            f"{rundir.CHECKPOINTS}/{rundir.step_dir_name('N')} folder")
+    raise FileNotFoundError(
+        f"{path}: neither a run folder (with {rundir.CONFIG}) nor a "
+        f"{rundir.CHECKPOINTS}/{rundir.step_dir_name('N')} folder"
+    )
 
 
 def _newest_intact(path: str | Path, use: Callable[..., T]) -> T:
@@ -64,8 +68,11 @@ def _newest_intact(path: str | Path, use: Callable[..., T]) -> T:
             if named:
                 raise
             damaged.append(exc)
-            print(f"ablate: warning: checkpoint {ckpt} is damaged ({exc.reason}): skipped, trying an older one",
-                  file=sys.stderr, flush=True)
+            print(
+                f"ablate: warning: checkpoint {ckpt} is damaged ({exc.reason}): skipped, trying an older one",
+                file=sys.stderr,
+                flush=True,
+            )
     listing = ", ".join(f"{exc.path.name} ({exc.reason})" for exc in damaged)
     raise CheckpointError(f"{run_dir}: every checkpoint is damaged ({listing})")
 
@@ -98,5 +105,12 @@ def _load(run_dir: Path, ckpt: Path, meta: dict, metadata, device: str | torch.d
     model.load_state_dict(state["model"])
     model.reset_buffers()
     model.to(device).eval()
-    return LoadedModel(model=model, run=run, run_dir=run_dir, checkpoint=ckpt, step=meta["step"],
-                       tokens=meta["tokens"], tokenizer_path=run_dir / rundir.TOKENIZER)
+    return LoadedModel(
+        model=model,
+        run=run,
+        run_dir=run_dir,
+        checkpoint=ckpt,
+        step=meta["step"],
+        tokens=meta["tokens"],
+        tokenizer_path=run_dir / rundir.TOKENIZER,
+    )

@@ -11,6 +11,7 @@ live tensor bytes measured over real training steps (scripts/bench_plan.py: with
 tests/test_plan.py); the GPU formulas follow the same code paths (bf16 gathered parameters, NCCL without gloo's
 all-gather copy) but were not measured.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,6 +67,7 @@ def device_memory_default() -> int | None:
 class Shapes:
     """The model's parameter shapes, from a meta-device model: the root's (embedding, final norm, an untied head)
     and one block's (every block has the same)."""
+
     root: list[tuple[int, ...]]
     block: list[tuple[int, ...]]
     n_layers: int
@@ -80,9 +82,14 @@ def model_shapes(run: RunConfig) -> Shapes:
     block = [tuple(p.shape) for p in model.layers[0].parameters()]
     in_blocks = {id(p) for p in model.layers.parameters()}
     root = [tuple(p.shape) for p in model.parameters() if id(p) not in in_blocks]
-    return Shapes(root=root, block=block, n_layers=run.model.n_layers, total=model.num_params(),
-                  flops_per_token=model.flops_per_token(run.data.seq_len),
-                  buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()))
+    return Shapes(
+        root=root,
+        block=block,
+        n_layers=run.model.n_layers,
+        total=model.num_params(),
+        flops_per_token=model.flops_per_token(run.data.seq_len),
+        buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
+    )
 
 
 def _numel(shapes) -> int:
@@ -135,6 +142,7 @@ def _optimizer_step_transient(name: str, shapes: Shapes, world: int) -> int:
 class Precision:
     """How a run computes on its device: `mode` "fp32", "autocast" (CPU bf16: fp32 parameters, bf16 matmuls) or
     "bf16" (GPU: FSDP2 gathers bf16 parameters)."""
+
     device_type: str
     mode: str
 
@@ -210,8 +218,9 @@ def _uses_rope(m: ModelConfig, i: int) -> bool:
     return m.pos == "rope" and not (m.rope_skip_every and (i + 1) % m.rope_skip_every == 0)
 
 
-def saved_per_block(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool,
-                    block_matrices: int) -> list[int]:
+def saved_per_block(
+    m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool, block_matrices: int
+) -> list[int]:
     """Bytes each block saves for backward, with the bf16 copy of its weights that CPU autocast keeps."""
     casts = block_matrices * 2 if p.mode == "autocast" else 0
     return [block_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask) + casts for i in range(m.n_layers)]
@@ -234,6 +243,7 @@ def activation_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mas
 @dataclass
 class Memory:
     """Per-rank bytes at the step's peak, by kind."""
+
     params: int  # this rank's fp32 parameter shards (and the RoPE tables)
     grads: int  # gradients alive at the peak: shards, and unsharded ones being accumulated or reduced
     optimizer: int  # optimizer-state shards
@@ -246,8 +256,9 @@ class Memory:
         return self.params + self.grads + self.optimizer + self.activations + self.gathered
 
 
-def estimate_memory(run: RunConfig, world: int = 1, device_type: str | None = None,
-                    shapes: Shapes | None = None) -> Memory:
+def estimate_memory(
+    run: RunConfig, world: int = 1, device_type: str | None = None, shapes: Shapes | None = None
+) -> Memory:
     """The per-rank memory peak of a training step of `run` under FSDP2 over `world` ranks: the largest of the
     step's moments, each the sum of the buffers alive then."""
     m, t = run.model, run.train
@@ -285,8 +296,9 @@ def estimate_memory(run: RunConfig, world: int = 1, device_type: str | None = No
     loss_backward = 2 * stream_grad + head * p.gathered
 
     def moment(name, grads, activations, gathered):
-        return Memory(params=params, grads=grads, optimizer=optimizer, activations=activations, gathered=gathered,
-                      moment=name)
+        return Memory(
+            params=params, grads=grads, optimizer=optimizer, activations=activations, gathered=gathered, moment=name
+        )
 
     moments = []
     accumulations = max(len(rank_passes(b, world, t.micro_batch)) for b in plan)
@@ -299,24 +311,50 @@ def estimate_memory(run: RunConfig, world: int = 1, device_type: str | None = No
         for i in reversed(range(layers)):
             reduced = 0 if micro > 1 else (layers - 1 - i) * block_shard  # shards of the blocks after i
             grads = waiting + reduced + head * p.gathered  # the head's gradient waits for the root's reduction
-            alive = sum(per_block[:i + 1]) + tokens * 8  # blocks 0..i still hold theirs; the token ids
+            alive = sum(per_block[: i + 1]) + tokens * 8  # blocks 0..i still hold theirs; the token ids
             in_use = gathered_root + gathered_block + (gather_buffer if i > 0 else 0)  # block i-1's prefetched
             # the reduce-scatter input of block i+1 is kept until block i's gradients are reduced
             kept_reduce = FP32 * _padded(shapes.block, world) if i < layers - 1 else 0
             if i > 0:  # block i gathered, and block i-1's all-gather under way
-                moments.append(moment(f"block {i} pre-backward, {after}", grads + kept_reduce, alive + stream_grad,
-                                      in_use + gloo_copy))
+                moments.append(
+                    moment(
+                        f"block {i} pre-backward, {after}", grads + kept_reduce, alive + stream_grad, in_use + gloo_copy
+                    )
+                )
             # its FFN's backward: the down projection's weight gradient and three FFN-wide activation gradients
-            moments.append(moment(f"block {i} backward, {after}", grads + kept_reduce + d * m.ffn_dim * p.gathered,
-                                  alive + stream_grad + 3 * tokens * m.ffn_dim * p.matmul, in_use))
+            moments.append(
+                moment(
+                    f"block {i} backward, {after}",
+                    grads + kept_reduce + d * m.ffn_dim * p.gathered,
+                    alive + stream_grad + 3 * tokens * m.ffn_dim * p.matmul,
+                    in_use,
+                )
+            )
             # its gradients reduced, its activations and its gathered parameters freed
-            moments.append(moment(f"block {i} gradient reduction, {after}", grads + block_reduce,
-                                  alive - per_block[i] + stream_grad, in_use - gathered_block))
-        moments.append(moment(f"root gradient reduction, {after}",
-                              waiting + (layers * block_shard if micro == 1 else 0) + root_reduce, tokens * 8,
-                              gathered_root))
-    moments.append(moment("optimizer step", root_shard + layers * block_shard,
-                          _optimizer_step_transient(run.optim.name, shapes, world), 0))
+            moments.append(
+                moment(
+                    f"block {i} gradient reduction, {after}",
+                    grads + block_reduce,
+                    alive - per_block[i] + stream_grad,
+                    in_use - gathered_block,
+                )
+            )
+        moments.append(
+            moment(
+                f"root gradient reduction, {after}",
+                waiting + (layers * block_shard if micro == 1 else 0) + root_reduce,
+                tokens * 8,
+                gathered_root,
+            )
+        )
+    moments.append(
+        moment(
+            "optimizer step",
+            root_shard + layers * block_shard,
+            _optimizer_step_transient(run.optim.name, shapes, world),
+            0,
+        )
+    )
     return max(moments, key=lambda mem: mem.total)
 
 
@@ -331,11 +369,15 @@ def check_fits(run: RunConfig, world: int, device_memory_bytes: int | None, devi
 
 def refusal(unfit: list[tuple[RunConfig, Memory]], world: int, device_memory: int) -> str:
     """The message naming each run that cannot fit, what it needs and what would help."""
-    lines = [f"{run.name} (seed {run.train.seed}) needs ~{format_bytes(mem.total)} per rank (parameters "
-             f"{format_bytes(mem.params)}, gradients {format_bytes(mem.grads)}, optimizer {format_bytes(mem.optimizer)}"
-             f", activations {format_bytes(mem.activations + mem.gathered)}; peak at {mem.moment})"
-             for run, mem in unfit]
-    return (f"{len(unfit)} run{'s' if len(unfit) != 1 else ''} cannot fit in {format_bytes(device_memory)} of device "
-            f"memory at world size {world}:\n  " + "\n  ".join(lines) + "\nallowed: a smaller train.micro_batch "
-            f"(activations scale with it; accumulation keeps global_batch), more ranks (parameters, gradients and "
-            f"optimizer state are sharded over them), or a smaller model")
+    lines = [
+        f"{run.name} (seed {run.train.seed}) needs ~{format_bytes(mem.total)} per rank (parameters "
+        f"{format_bytes(mem.params)}, gradients {format_bytes(mem.grads)}, optimizer {format_bytes(mem.optimizer)}"
+        f", activations {format_bytes(mem.activations + mem.gathered)}; peak at {mem.moment})"
+        for run, mem in unfit
+    ]
+    return (
+        f"{len(unfit)} run{'s' if len(unfit) != 1 else ''} cannot fit in {format_bytes(device_memory)} of device "
+        f"memory at world size {world}:\n  " + "\n  ".join(lines) + "\nallowed: a smaller train.micro_batch "
+        "(activations scale with it; accumulation keeps global_batch), more ranks (parameters, gradients and "
+        "optimizer state are sharded over them), or a smaller model"
+    )

@@ -8,9 +8,10 @@ sequences are shuffled per (seed, source, epoch); a source that runs out starts 
 
 A mixture's sequences are numbered source after source: source k owns global indices first[k] .. first[k+1]-1.
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -22,8 +23,9 @@ class SequenceSampler:
 
     def __init__(self, num_sequences: int, seed: int, stream: tuple[int, ...] = ()):
         if num_sequences < 1:
-            raise ValueError(f"SequenceSampler needs at least one sequence, got {num_sequences}: more data or a "
-                             f"shorter data.seq_len")
+            raise ValueError(
+                f"SequenceSampler needs at least one sequence, got {num_sequences}: more data or a shorter data.seq_len"
+            )
         self.num_sequences, self.seed, self.stream = num_sequences, seed, tuple(stream)
         self.epoch, self.cursor = 0, 0
         self._order_epoch, self._order = -1, np.empty(0, dtype=np.int64)
@@ -39,7 +41,7 @@ class SequenceSampler:
         out = []
         while n > 0:
             k = min(n, self.num_sequences - self.cursor)
-            out.append(self._epoch_order()[self.cursor:self.cursor + k])
+            out.append(self._epoch_order()[self.cursor : self.cursor + k])
             self.cursor += k
             n -= k
             if self.cursor == self.num_sequences:
@@ -87,8 +89,10 @@ class MixtureSampler:
 
     def __init__(self, sizes, weights, seed: int, names, seq_len: int):
         if not len(sizes) == len(weights) == len(names) or len(set(names)) != len(names):
-            raise ValueError(f"a mixture needs one size, weight and distinct name per source; got {len(sizes)} "
-                             f"sizes, {len(weights)} weights, names {list(names)}")
+            raise ValueError(
+                f"a mixture needs one size, weight and distinct name per source; got {len(sizes)} "
+                f"sizes, {len(weights)} weights, names {list(names)}"
+            )
         if min(weights) <= 0:
             raise ValueError(f"mixture weights must be > 0, got {list(weights)}")
         self.names, self.seq_len = tuple(names), seq_len
@@ -130,13 +134,19 @@ class MixtureSampler:
         """For summary.json: each source's weight, tokens drawn, their share of all drawn, and epochs."""
         tokens, epochs = self.tokens_per_source(), self.epochs_per_source()
         total = sum(tokens.values()) or 1
-        return {name: {"weight": w, "tokens": tokens[name], "share": tokens[name] / total, "epochs": epochs[name]}
-                for name, w in zip(self.names, self.weights)}
+        return {
+            name: {"weight": w, "tokens": tokens[name], "share": tokens[name] / total, "epochs": epochs[name]}
+            for name, w in zip(self.names, self.weights)
+        }
 
     def state_dict(self) -> dict:
-        return {"sources": {name: {**s.state_dict(), "drawn": d, "since": c}
-                            for name, s, d, c in zip(self.names, self.streams, self.drawn, self.since)},
-                "weights": dict(zip(self.names, self.weights))}
+        return {
+            "sources": {
+                name: {**s.state_dict(), "drawn": d, "since": c}
+                for name, s, d, c in zip(self.names, self.streams, self.drawn, self.since)
+            },
+            "weights": dict(zip(self.names, self.weights)),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         saved = state.get("sources")

@@ -5,6 +5,7 @@ feed-forward (SwiGLU/GeLU/ReLU), block, model. Each module initialises its own w
 entry points are `forward` (logits), `loss` (training), `per_token_loss` (validation) and `stability_stats`
 (diagnostics); it knows nothing of parallelism (see parallel.py, which registers the last three with FSDP2).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.config import ModelConfig
+
 # The fused ops go through one dispatch (Triton on CUDA when cfg.kernels="triton", torch references otherwise);
 # apply_rope is re-exported here with kernels="torch" as its default.
 from ablate.kernels import apply_rope, linear_cross_entropy, per_token_cross_entropy, rms_norm, swiglu
@@ -64,11 +66,11 @@ def attention_logit_max(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tenso
     key_pos = torch.arange(seq, device=q.device)
     best = torch.tensor(float("-inf"), device=q.device)
     for start in range(0, seq, rows):
-        scores = q[:, :, start:start + rows].float() @ keys / math.sqrt(head_dim)
+        scores = q[:, :, start : start + rows].float() @ keys / math.sqrt(head_dim)
         if attn_mask is None:
-            allowed = key_pos[None, :] <= key_pos[start:start + rows, None]
+            allowed = key_pos[None, :] <= key_pos[start : start + rows, None]
         else:
-            allowed = attn_mask[:, :, start:start + rows]
+            allowed = attn_mask[:, :, start : start + rows]
         best = torch.maximum(best, scores.masked_fill(~allowed, float("-inf")).amax())
     return best
 
@@ -126,8 +128,14 @@ class Attention(nn.Module):
             repeat = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-            dropout_p=self.dropout if self.training else 0.0, enable_gqa=native_gqa)
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            is_causal=attn_mask is None,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=native_gqa,
+        )
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -194,7 +202,8 @@ class Transformer(nn.Module):
         # Layers k, 2k, ... (1-based) skip RoPE when rope_skip_every=k (Llama 4 style NoPE interleaving).
         self.layers = nn.ModuleList(
             Block(cfg, use_rope=cfg.pos == "rope" and not (cfg.rope_skip_every and (i + 1) % cfg.rope_skip_every == 0))
-            for i in range(cfg.n_layers))
+            for i in range(cfg.n_layers)
+        )
         self.norm = make_norm(cfg, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -223,8 +232,14 @@ class Transformer(nn.Module):
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
 
-    def layer_inputs(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
-                     positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
+    def layer_inputs(
+        self,
+        tokens: torch.Tensor,
+        doc_ids: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ):
         """(embedded tokens, cos, sin, attention mask): what every block takes. `positions` (B, S) and a boolean
         `attn_mask` (B, 1, S, S), True = may attend, let the eval engine pack several continuations after one shared
         context; training uses neither."""
@@ -237,8 +252,14 @@ class Transformer(nn.Module):
             cos, sin = cos[positions][:, None], sin[positions][:, None]
         return self.embed(tokens), cos, sin, attn_mask
 
-    def hidden_states(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
-                      positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def hidden_states(
+        self,
+        tokens: torch.Tensor,
+        doc_ids: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The final norm's output (B, S, d_model): what the output projection takes. Arguments as `layer_inputs`."""
         x, cos, sin, attn_mask = self.layer_inputs(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
         for layer in self.layers:
@@ -248,9 +269,15 @@ class Transformer(nn.Module):
     # The entry points. Under FSDP2 only `forward` gathers the root's parameters (embedding, final norm, output
     # projection) by itself: parallel.parallelize registers the others, and they call hidden_states, not self(...).
 
-    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None, *,
-                positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                select: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        doc_ids: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        select: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Token ids (B, S) -> logits (B, S, vocab); with `select` (batch index, position index), the logits
         (T, vocab) at those positions only (eval scores a few). `positions`, `attn_mask` as in `layer_inputs`."""
         hidden = self.hidden_states(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
@@ -263,15 +290,15 @@ class Transformer(nn.Module):
         logging), over targets other than ignore_index."""
         hidden = self.hidden_states(tokens, doc_ids)
         # The output projection and the loss a chunk of tokens at a time: the full logits are never held.
-        return linear_cross_entropy(hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss,
-                                    kernels=self.cfg.kernels)
+        return linear_cross_entropy(
+            hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss, kernels=self.cfg.kernels
+        )
 
     @torch.no_grad()
     def per_token_loss(self, tokens, targets, doc_ids=None, ignore_index: int = -100) -> torch.Tensor:
         """The cross-entropy (B, S) of each position, 0 where ignored (validation; no z-loss, no gradient), a chunk
         of logits at a time."""
-        return per_token_cross_entropy(self.hidden_states(tokens, doc_ids), self.lm_head.weight, targets,
-                                       ignore_index)
+        return per_token_cross_entropy(self.hidden_states(tokens, doc_ids), self.lm_head.weight, targets, ignore_index)
 
     @torch.no_grad()
     def stability_stats(self, tokens, doc_ids=None) -> dict[str, float]:
@@ -289,8 +316,10 @@ class Transformer(nn.Module):
                 layer_maxima.append(logit_max)
             hidden = self.norm(x).flatten(0, -2)
             rows = max(1, STATS_CHUNK_ELEMENTS // self.cfg.vocab_size)  # a chunk of logits at a time
-            norm_sum = sum(self.lm_head(hidden[start:start + rows]).float().norm(dim=-1).sum()
-                           for start in range(0, hidden.shape[0], rows))
+            norm_sum = sum(
+                self.lm_head(hidden[start : start + rows]).float().norm(dim=-1).sum()
+                for start in range(0, hidden.shape[0], rows)
+            )
         finally:
             self.train(was_training)
         maxima = torch.stack(layer_maxima).tolist()  # one device sync for all layers

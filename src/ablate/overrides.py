@@ -2,6 +2,7 @@
 when they come as text. Shared by experiment files (ablate.variants: variant, grid, branch) and the CLI (--set);
 the result is validated like any run (ablate.config).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,9 @@ def apply_overrides(run: RunConfig, overrides: dict[str, Any], *, from_text: boo
             top[parts[0]] = value
             continue
         if len(parts) != 2 or parts[0] not in SECTIONS:
-            raise ConfigError(f"{key}: expected section.field with section one of {sorted(SECTIONS)} "
-                              f"(or 'name' / 'experiment')")
+            raise ConfigError(
+                f"{key}: expected section.field with section one of {sorted(SECTIONS)} (or 'name' / 'experiment')"
+            )
         section, name = parts
         section_cls = SECTIONS[section]
         hints = typing.get_type_hints(section_cls)

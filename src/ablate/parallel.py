@@ -3,6 +3,7 @@
 One code path for every world size: a single CPU process gets a 1-rank gloo group (so FSDP2 and DCP behave the
 same as under torchrun), N processes get gloo on CPU or NCCL on GPUs.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -22,7 +23,6 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
 from ablate.checks import check_float8, resolve_device  # noqa: F401  (also imported from here)
-from ablate.config import ConfigError
 from ablate.rundir import write_json_atomic
 
 
@@ -104,8 +104,9 @@ def apply_float8(model: nn.Module) -> None:
     convert_to_float8_training(model.layers, module_filter_fn=float8_filter)
 
 
-def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool,
-                float8: bool = False) -> nn.Module:
+def parallelize(
+    model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool, float8: bool = False
+) -> nn.Module:
     """float8 linears if asked, then fully_shard each transformer block, then the root (embedding, final norm,
     output projection). FSDP2 gathers a module's parameters before its `forward` only: the model's other entry
     points (and the block method stability_stats calls) are registered to get the same gathers.
@@ -116,8 +117,11 @@ def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, comp
     if float8:
         check_float8(d.device)
         apply_float8(model)
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else \
-        MixedPrecisionPolicy()
+    policy = (
+        MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+        if param_dtype
+        else MixedPrecisionPolicy()
+    )
     for i, block in enumerate(model.layers):
         if compile_model:
             block = torch.compile(block)
@@ -141,6 +145,7 @@ def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, comp
                 for module in model.modules():
                     if isinstance(module, FSDPModule):
                         module.reshard()
+
         return call
 
     for method in ("per_token_loss", "stability_stats"):
@@ -148,8 +153,13 @@ def parallelize(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, comp
     return model
 
 
-def measure_peak_flops(device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048),
-                       seconds: float = 0.25, rounds: int = 3) -> float:
+def measure_peak_flops(
+    device: torch.device,
+    dtype: torch.dtype,
+    sizes: tuple[int, ...] = (1024, 2048),
+    seconds: float = 0.25,
+    rounds: int = 3,
+) -> float:
     """The best square-matmul throughput seen on `device` for `dtype` (FLOP/s): `rounds` rounds over a few sizes
     for `seconds` each, so that one busy moment does not set the peak that MFU is measured against (training logs
     and scripts/bench_train.py use the same)."""
@@ -174,8 +184,16 @@ def measure_peak_flops(device: torch.device, dtype: torch.dtype, sizes: tuple[in
 
 
 # Dense bf16 tensor-core peaks of common GPUs (FLOP/s), used when train.peak_flops is not set.
-KNOWN_GPU_PEAKS = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "A10": 125e12, "L4": 121e12, "4090": 165e12,
-                   "V100": 125e12, "L40": 181e12}
+KNOWN_GPU_PEAKS = {
+    "A100": 312e12,
+    "H100": 989e12,
+    "H200": 989e12,
+    "A10": 125e12,
+    "L4": 121e12,
+    "4090": 165e12,
+    "V100": 125e12,
+    "L40": 181e12,
+}
 PEAK_CACHE = "peak_flops.json"
 
 

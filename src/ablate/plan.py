@@ -5,6 +5,7 @@ counts only its steps after the branch point), tokens, steps, tokens per paramet
 FSDP2 at a given world size (ablate.memory walks a step's timeline), and the wall time at this machine's peak
 FLOP/s.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -79,10 +80,18 @@ def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> 
         dtype_name = str(compute_dtype).replace("torch.", "")
         peak = _machine_peak(device_type, compute_dtype)
         source = f"this GPU's, {dtype_name}" if device_type == "cuda" else f"measured on this CPU, {dtype_name}"
-    return RunPlan(run=run, params=shapes.total, non_embedding=shapes.total - run.model.vocab_size * run.model.d_model,
-                   flops_per_token=shapes.flops_per_token, steps=len(batches) - start,
-                   tokens=sum(batches) * seq, model_tokens=parent_tokens + sum(batches) * seq,
-                   memory=estimate_memory(run, world, device_type, shapes), peak_flops=peak, peak_source=source)
+    return RunPlan(
+        run=run,
+        params=shapes.total,
+        non_embedding=shapes.total - run.model.vocab_size * run.model.d_model,
+        flops_per_token=shapes.flops_per_token,
+        steps=len(batches) - start,
+        tokens=sum(batches) * seq,
+        model_tokens=parent_tokens + sum(batches) * seq,
+        memory=estimate_memory(run, world, device_type, shapes),
+        peak_flops=peak,
+        peak_source=source,
+    )
 
 
 def earlier_mfu(out_root: str | Path, experiment: str) -> tuple[float | None, str]:
@@ -133,57 +142,106 @@ def _duration(seconds: float) -> str:
 def _table(rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
     """Columns aligned: text to the left, numbers to the right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) if i in text_columns else cell.rjust(w) for i, (cell, w) in
-                               enumerate(zip(row, widths))).rstrip() for row in rows)
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i in text_columns else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    )
 
 
 def _precision_name(run: RunConfig, device_type: str) -> str:
     return {"fp32": "fp32", "autocast": "bf16 autocast", "bf16": "bf16"}[precision_of(run, device_type).mode]
 
 
-def format_report(plans: list[RunPlan], world: int, device_memory: int | None, mfu: float | None,
-                  mfu_source: str) -> str:
+def format_report(
+    plans: list[RunPlan], world: int, device_memory: int | None, mfu: float | None, mfu_source: str
+) -> str:
     """Two tables (compute, then per-rank memory), a row per variant (its seeds cost the same) and the whole
     experiment's; the peak FLOP/s and the MFU the times assume."""
     variants: dict[str, list[RunPlan]] = {}
     for p in plans:
         variants.setdefault(p.run.name, []).append(p)
     mfu_label = f"time@{100 * mfu:.0f}%" if mfu else None
-    rows = [["run", "seeds", "params", "non-emb", "FLOP/token", "steps", "tokens", "tokens/param", "FLOPs",
-             "time@100%"] + ([mfu_label] if mfu else [])]
+    rows = [
+        ["run", "seeds", "params", "non-emb", "FLOP/token", "steps", "tokens", "tokens/param", "FLOPs", "time@100%"]
+        + ([mfu_label] if mfu else [])
+    ]
     for name, same in variants.items():
         p = same[0]
-        rows.append([name, str(len(same)), _count(p.params), _count(p.non_embedding), _count(p.flops_per_token),
-                     str(p.steps), _count(p.tokens), f"{p.tokens_per_param:.3g}", _flops(p.flops),
-                     _duration(p.seconds(world))] + ([_duration(p.seconds(world, mfu))] if mfu else []))
-    rows.append(["all runs", str(len(plans)), "", "", "", str(sum(p.steps for p in plans)),
-                 _count(sum(p.tokens for p in plans)), "", _flops(sum(p.flops for p in plans)),
-                 _duration(sum(p.seconds(world) for p in plans))] +
-                ([_duration(sum(p.seconds(world, mfu) for p in plans))] if mfu else []))
+        rows.append(
+            [
+                name,
+                str(len(same)),
+                _count(p.params),
+                _count(p.non_embedding),
+                _count(p.flops_per_token),
+                str(p.steps),
+                _count(p.tokens),
+                f"{p.tokens_per_param:.3g}",
+                _flops(p.flops),
+                _duration(p.seconds(world)),
+            ]
+            + ([_duration(p.seconds(world, mfu))] if mfu else [])
+        )
+    rows.append(
+        [
+            "all runs",
+            str(len(plans)),
+            "",
+            "",
+            "",
+            str(sum(p.steps for p in plans)),
+            _count(sum(p.tokens for p in plans)),
+            "",
+            _flops(sum(p.flops for p in plans)),
+            _duration(sum(p.seconds(world) for p in plans)),
+        ]
+        + ([_duration(sum(p.seconds(world, mfu) for p in plans))] if mfu else [])
+    )
     peaks = sorted({f"{_count(p.peak_flops, 'G')}FLOP/s ({p.peak_source})" for p in plans})
-    lines = [f"compute over {world} device{'s' if world > 1 else ''}: a branch counts only its steps after the branch "
-             f"point; tokens/param counts every token its final model saw",
-             _table(rows), "",
-             f"peak per device: {', '.join(peaks)}",
-             f"time@100%: FLOPs / (devices x peak), a lower bound" +
-             (f"; time@{100 * mfu:.0f}%: at the MFU of {mfu_source}" if mfu else f" (MFU: {mfu_source})"), ""]
+    lines = [
+        f"compute over {world} device{'s' if world > 1 else ''}: a branch counts only its steps after the branch "
+        f"point; tokens/param counts every token its final model saw",
+        _table(rows),
+        "",
+        f"peak per device: {', '.join(peaks)}",
+        "time@100%: FLOPs / (devices x peak), a lower bound"
+        + (f"; time@{100 * mfu:.0f}%: at the MFU of {mfu_source}" if mfu else f" (MFU: {mfu_source})"),
+        "",
+    ]
     fits_label = f"fits {format_bytes(device_memory)}" if device_memory else None
-    rows = [["run", "precision", "micro-batch", "params", "grads", "optimizer", "activations", "per rank",
-             "peak at"] + ([fits_label] if device_memory else [])]
+    rows = [
+        ["run", "precision", "micro-batch", "params", "grads", "optimizer", "activations", "per rank", "peak at"]
+        + ([fits_label] if device_memory else [])
+    ]
     for name, same in variants.items():
         p, mem = same[0], same[0].memory
-        rows.append([name, _precision_name(p.run, device_type_of(p.run)),
-                     f"{largest_pass(run_plan(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
-                     format_bytes(mem.params),
-                     format_bytes(mem.grads), format_bytes(mem.optimizer),
-                     format_bytes(mem.activations + mem.gathered), format_bytes(mem.total), mem.moment] +
-                    ([_fits(mem.total, device_memory)] if device_memory else []))
-    lines += [f"memory per rank at the step's peak, FSDP2 over {world} rank{'s' if world > 1 else ''} "
-              f"(activations: saved for backward by one micro-batch, with the gathered parameters and loss buffers "
-              f"alive then)", _table(rows, text_columns=(0, 1, 8))]
+        rows.append(
+            [
+                name,
+                _precision_name(p.run, device_type_of(p.run)),
+                f"{largest_pass(run_plan(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
+                format_bytes(mem.params),
+                format_bytes(mem.grads),
+                format_bytes(mem.optimizer),
+                format_bytes(mem.activations + mem.gathered),
+                format_bytes(mem.total),
+                mem.moment,
+            ]
+            + ([_fits(mem.total, device_memory)] if device_memory else [])
+        )
+    lines += [
+        f"memory per rank at the step's peak, FSDP2 over {world} rank{'s' if world > 1 else ''} "
+        f"(activations: saved for backward by one micro-batch, with the gathered parameters and loss buffers "
+        f"alive then)",
+        _table(rows, text_columns=(0, 1, 8)),
+    ]
     if any(device_type_of(p.run) == "cpu" for p in plans):
-        lines.append("on CPU these are live tensor bytes; the process's RSS adds its libraries and the pages malloc "
-                     "keeps (scripts/bench_plan.py --rss: 1.4-3.4x these figures)")
+        lines.append(
+            "on CPU these are live tensor bytes; the process's RSS adds its libraries and the pages malloc "
+            "keeps (scripts/bench_plan.py --rss: 1.4-3.4x these figures)"
+        )
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ dropped on resume with a warning. `status.json` says where the run stands: runni
 interrupted (with the message, the step and the log). This module imports neither torch nor the trainer, so
 `ablate status` and `ablate report` read run folders quickly.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -78,8 +79,7 @@ def sibling_run_dir(run_dir: str | Path, variant: str) -> Path:
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """Steps of the complete checkpoints (checkpoints/step_N/ with its meta.json), oldest first."""
     root = checkpoint_root(run_dir)
-    found = [STEP_NAME.fullmatch(p.name) for p in root.iterdir() if (p / CKPT_META).is_file()] \
-        if root.is_dir() else []
+    found = [STEP_NAME.fullmatch(p.name) for p in root.iterdir() if (p / CKPT_META).is_file()] if root.is_dir() else []
     return sorted(int(m.group(1)) for m in found if m)
 
 
@@ -148,8 +148,9 @@ def read_json(path: str | Path) -> dict:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise RunFolderError(f"{path}: not valid JSON ({exc}); the file is damaged: restore it or remove the run "
-                             f"folder") from None
+        raise RunFolderError(
+            f"{path}: not valid JSON ({exc}); the file is damaged: restore it or remove the run folder"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RunFolderError(f"{path}: cannot be read ({exc})") from None
 
@@ -283,8 +284,15 @@ def write_status(run_dir: str | Path, state: str, **fields) -> dict:
     history = old.get("history", [])
     if old.get("state") and old.get("state") != "running" and old.get("state") != state:
         history = history + [{k: old.get(k) for k in ("state", "step", "message", "updated")}]
-    status = {**{k: v for k, v in old.items() if k in ("log", "max_steps")}, "state": state, **fields,
-              "host": socket.gethostname(), "pid": os.getpid(), "updated": time.time(), "history": history[-20:]}
+    status = {
+        **{k: v for k, v in old.items() if k in ("log", "max_steps")},
+        "state": state,
+        **fields,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "updated": time.time(),
+        "history": history[-20:],
+    }
     write_json_atomic(Path(run_dir) / STATUS, status)
     return status
 

@@ -6,12 +6,13 @@ every checkpoint of every run that trained with it. Results go to each run's eva
 so `ablate report` reads them like in-training evals. A checkpoint already scored on a task (its item file
 exists) is left alone unless `rescore`; a run a live process is training is skipped and said so.
 """
+
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -24,6 +25,7 @@ from ablate.status import find_run_dirs, natural_key
 @dataclass
 class Scored:
     """What one call did: evaluations written, checkpoints skipped (with why), seconds spent scoring."""
+
     written: list[tuple[Path, int]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -39,15 +41,24 @@ def _pending(run_dir: Path, tasks: list[str], fmt: str, rescore: bool) -> list[t
     return todo
 
 
-def score_checkpoints(path: str | Path, tasks: list[str], fmt: str = "cf", limit: int | None = 1000,
-                      batch_size: int = 32, device: str = "cpu", dtype: str = "fp32", rescore: bool = False,
-                      say: Callable[[str], None] = print) -> Scored:
+def score_checkpoints(
+    path: str | Path,
+    tasks: list[str],
+    fmt: str = "cf",
+    limit: int | None = 1000,
+    batch_size: int = 32,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    rescore: bool = False,
+    say: Callable[[str], None] = print,
+) -> Scored:
     """Score every kept checkpoint of every run folder under `path` (a run folder, an experiment, a runs root)."""
     import time
 
     root = Path(path)
-    run_dirs = sorted((d for d in find_run_dirs(root) if (d / rundir.CONFIG).is_file()),
-                      key=lambda d: natural_key(str(d)))
+    run_dirs = sorted(
+        (d for d in find_run_dirs(root) if (d / rundir.CONFIG).is_file()), key=lambda d: natural_key(str(d))
+    )
     if not run_dirs:
         raise FileNotFoundError(f"{root}: no run folder (with {rundir.CONFIG}) under it")
     done, tokenizers, prepared = Scored(), {}, {}
@@ -64,13 +75,15 @@ def score_checkpoints(path: str | Path, tasks: list[str], fmt: str = "cf", limit
             if digest not in tokenizers:
                 tokenizers[digest] = loaded.tokenizer()
             tokenizer = tokenizers[digest]
-            lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=device,
-                                        autocast=autocast)
+            lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=device, autocast=autocast)
             results = suite.evaluate(lm, tokenizer, missing, fmt, limit, batch_size, cache=prepared)
             suite.write_results(run_dir, step, loaded.tokens, results)
             seconds = time.perf_counter() - start
             done.seconds += seconds
             done.written.append((run_dir, step))
-            say(f"{run_dir} step {step}: " + "  ".join(f"{r.task} {r.metrics[r.primary]:.3f}" for r in results)
-                + f" ({seconds:.1f}s)")
+            say(
+                f"{run_dir} step {step}: "
+                + "  ".join(f"{r.task} {r.metrics[r.primary]:.3f}" for r in results)
+                + f" ({seconds:.1f}s)"
+            )
     return done

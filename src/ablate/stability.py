@@ -12,6 +12,7 @@ verdict.
 StabilityMonitors logs what decides between QK-norm and z-loss (attention and output logits) and how far each
 block's weights moved in one update, every train.monitor_every steps (0: every train.log_every).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,16 +27,21 @@ MIN_LOSSES = 8  # with fewer recent losses the median and MAD say little: no det
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal noise
 
 
-def robust_z(losses: list[float], loss: float, steps: list[int] | None = None,
-             step: int | None = None) -> tuple[float, float]:
+def robust_z(
+    losses: list[float], loss: float, steps: list[int] | None = None, step: int | None = None
+) -> tuple[float, float]:
     """(z, expected): how many robust standard deviations `loss` lies above what the window expects. Without
     `steps`, the expectation is the median of `losses`; with them, a robust line through (steps, losses) (the
     Theil-Sen slope: the median of pairwise slopes) taken at `step`, so a curve still falling fast does not widen
     the spread and hide a spike."""
     slope = 0.0
     if steps is not None:
-        slopes = [(losses[j] - losses[i]) / (steps[j] - steps[i]) for i in range(len(steps))
-                  for j in range(i + 1, len(steps)) if steps[j] != steps[i]]
+        slopes = [
+            (losses[j] - losses[i]) / (steps[j] - steps[i])
+            for i in range(len(steps))
+            for j in range(i + 1, len(steps))
+            if steps[j] != steps[i]
+        ]
         slope = statistics.median(slopes) if slopes else 0.0
     residuals = [x - slope * s for x, s in zip(losses, steps)] if steps is not None else list(losses)
     center = statistics.median(residuals)
@@ -55,6 +61,7 @@ class LossSpikes(Callback):
     those of the abandoned steps (it may then hold fewer than spike_window until it refills). "rollback" before the
     first checkpoint cannot roll back: the run then ends as diverged (Trainer.roll_back raises FloatingPointError),
     and so does a run that has rolled back MAX_ROLLBACKS times (a "stop" verdict)."""
+
     name, order = "loss_spikes", 10  # after NonFiniteGuard, before every callback that logs the step
 
     def __init__(self, threshold: float, window: int, policy: str):
@@ -77,22 +84,26 @@ class LossSpikes(Callback):
         if len(self.window) >= MIN_LOSSES:
             z, median = robust_z([x for _, x in self.window], loss, [s for s, _ in self.window], step)
             if z > self.threshold:
-                return self._act(trainer, {"step": step, "loss": loss, "z": z, "median": median,
-                                           "action": self.policy})
+                return self._act(trainer, {"step": step, "loss": loss, "z": z, "median": median, "action": self.policy})
         self._remember(step, loss)
         return TAKE
 
     def _act(self, trainer: TrainerView, spike: dict) -> Verdict:
         """Record a spike; the policy's verdict on this step's update."""
         self.spikes.append(spike)
-        text = (f"step {spike['step']}: loss spike {spike['loss']:.4f}, z {spike['z']:.1f} above the median "
-                f"{spike['median']:.4f} expected from the last {len(self.window)} losses")
+        text = (
+            f"step {spike['step']}: loss spike {spike['loss']:.4f}, z {spike['z']:.1f} above the median "
+            f"{spike['median']:.4f} expected from the last {len(self.window)} losses"
+        )
         if self.policy == "stop":
             return Verdict("stop", f"{text}; stopped (train.spike_policy=stop)")
         if self.policy == "rollback":
             if len(trainer.rollbacks) >= MAX_ROLLBACKS:  # data that keeps spiking, or a run that cannot go on
-                return Verdict("stop", f"{text}; already rolled back {len(trainer.rollbacks)} times, stopped (lower "
-                                       f"optim.lr, set model.qk_norm or model.z_loss)")
+                return Verdict(
+                    "stop",
+                    f"{text}; already rolled back {len(trainer.rollbacks)} times, stopped (lower "
+                    f"optim.lr, set model.qk_norm or model.z_loss)",
+                )
             trainer.say(f"{text}; rolling back")
             return Verdict("rollback", f"loss spike at step {spike['step']} (z {spike['z']:.1f})")
         self.pending = spike
@@ -105,7 +116,7 @@ class LossSpikes(Callback):
 
     def _remember(self, step: int, loss: float) -> None:
         self.window.append([step, loss])
-        del self.window[:-self.size]
+        del self.window[: -self.size]
 
     def post_step(self, trainer: TrainerView) -> None:
         if self.pending is not None and self.pending["step"] == trainer.step:
@@ -150,6 +161,7 @@ class StabilityMonitors(Callback):
     size (every rank feeds the same sequences). The ratios need a copy of this rank's shards, taken in
     before_update on monitored steps only; the squared norms are summed over ranks, so they do not depend on the
     world size either. Not due: a step costs one comparison."""
+
     name, order = "stability_monitors", 15  # after the spike check, before the callbacks that log and checkpoint
 
     def __init__(self, every: int, micro_batch: int, doc_mask: bool):
@@ -167,8 +179,10 @@ class StabilityMonitors(Callback):
     def before_update(self, trainer: TrainerView) -> Verdict:
         step = trainer.step + 1
         if due(step, self.every, trainer.max_steps):
-            self.before = (step, {name: [local_shard(p).clone() for p in params]
-                                  for name, params in self.groups.items()})
+            self.before = (
+                step,
+                {name: [local_shard(p).clone() for p in params] for name, params in self.groups.items()},
+            )
         return TAKE
 
     def post_step(self, trainer: TrainerView) -> None:

@@ -3,6 +3,7 @@
 States: pending (queued by a sweep), running (a live process holds the run's lock), finished, failed, diverged,
 interrupted (Ctrl-C), stopped (status says running but no process holds the lock: killed; rerun to resume).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,10 @@ from ablate import rundir
 def natural_key(text: str) -> list:
     """d32 < d64 < d128, lr=0.001 < lr=0.01: digits compare as numbers. isdecimal, not isdigit: '²' is a digit
     that float() refuses (a variant named x1² would stop `ablate status` and `ablate report`)."""
-    return [float(part) if part.replace(".", "", 1).isdecimal() else part
-            for part in re.split(r"(\d+(?:\.\d+)?)", str(text))]
+    return [
+        float(part) if part.replace(".", "", 1).isdecimal() else part
+        for part in re.split(r"(\d+(?:\.\d+)?)", str(text))
+    ]
 
 
 def find_run_dirs(root: Path) -> list[Path]:
@@ -80,8 +83,17 @@ def run_state(run_dir: Path) -> dict:
         resume = (rundir.checkpoint_steps(run_dir) or [0])[-1]
         message = f"no process on it (killed?); rerun to resume from step {resume}"
     log = status.get("log") or (status.get("error_file") if state == "failed" else None)
-    return {"run": run_dir, "state": state, "step": step, "max_steps": max_steps, "loss": record.get("loss"),
-            "tokens_per_second": speed, "eta_seconds": eta, "message": message, "log": log}
+    return {
+        "run": run_dir,
+        "state": state,
+        "step": step,
+        "max_steps": max_steps,
+        "loss": record.get("loss"),
+        "tokens_per_second": speed,
+        "eta_seconds": eta,
+        "message": message,
+        "log": log,
+    }
 
 
 def _fmt(value, spec: str) -> str:
@@ -102,9 +114,17 @@ def table(root: Path) -> tuple[str, dict]:
         s = run_state(run_dir)
         counts[s["state"]] = counts.get(s["state"], 0) + 1
         note = s["message"] + (f"  log: {s['log']}" if s["log"] and s["state"] in ("failed", "diverged") else "")
-        rows.append([str(run_dir.relative_to(root)) or ".", s["state"], f"{s['step']}/{_fmt(s['max_steps'], '')}",
-                     _fmt(s["loss"], ".4f"), _fmt(s["tokens_per_second"], ".0f"), _duration(s["eta_seconds"]),
-                     note])
+        rows.append(
+            [
+                str(run_dir.relative_to(root)) or ".",
+                s["state"],
+                f"{s['step']}/{_fmt(s['max_steps'], '')}",
+                _fmt(s["loss"], ".4f"),
+                _fmt(s["tokens_per_second"], ".0f"),
+                _duration(s["eta_seconds"]),
+                note,
+            ]
+        )
     header = ["run", "state", "step", "loss", "tok/s", "eta", "message"]
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in [header] + rows]
@@ -118,15 +138,19 @@ def show(root: str | Path, watch: float | None = None) -> int:
     if watch is not None and not watch > 0:
         raise rundir.RunFolderError(f"--watch {watch:g}: allowed: seconds > 0")
     if not root.is_dir():
-        raise rundir.RunFolderError(f"{root}: no such folder; allowed: a runs folder such as runs/ or "
-                                    f"runs/<experiment>")
+        raise rundir.RunFolderError(
+            f"{root}: no such folder; allowed: a runs folder such as runs/ or runs/<experiment>"
+        )
     while True:
         text, counts = table(root)
         if watch is None:
             print(text)
             return 0
-        print("\033[2J\033[H" + time.strftime("%H:%M:%S ") + f"ablate status {root} (every {watch:g}s, Ctrl-C "
-              f"to stop)\n" + text, flush=True)
+        print(
+            "\033[2J\033[H" + time.strftime("%H:%M:%S ") + f"ablate status {root} (every {watch:g}s, Ctrl-C "
+            f"to stop)\n" + text,
+            flush=True,
+        )
         if not counts.get("running") and not counts.get("pending"):
             return 0
         time.sleep(watch)

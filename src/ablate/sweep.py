@@ -11,6 +11,7 @@ An experiment file's own `callbacks` reach every run: a worker is given the file
     python -m ablate.sweep --serve THREADS                                 # a slot's worker: runs from stdin
     python -m ablate.sweep RUN_JSON OUT_ROOT [THREADS [EXPERIMENT_FILE]]   # one run (each process of a torchrun group)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from ablate import rundir
 from ablate.config import ConfigError, ExperimentError, RunConfig
@@ -84,8 +85,9 @@ def _summary_text(run_dir: Path) -> str | None:
         return None
 
 
-def run_one(run: dict | RunConfig, out_root: str, threads: int | None = None,
-            experiment_file: str | None = None) -> str:
+def run_one(
+    run: dict | RunConfig, out_root: str, threads: int | None = None, experiment_file: str | None = None
+) -> str:
     """A worker: train one run in this (fresh) process, with the callbacks `experiment_file` defines, and return
     its state. Honours torchrun's environment variables, so G processes started together train it as one FSDP2
     group."""
@@ -137,14 +139,16 @@ def prepare_all(runs: list[RunConfig], d=None) -> None:
 class Slot:
     """A share of this machine for one run at a time: GPUs (empty on CPU), torch threads, and the worker process
     that trains the slot's runs one after another (a torchrun group per run when the slot spans several GPUs)."""
+
     gpus: list[str]
     threads: int
-    job: "Job | None" = None
+    job: Job | None = None
     process: subprocess.Popen | None = None
 
 
-def machine_slots(jobs: int | None, runs_per_gpu: int, gpus_per_run: int, gpu_ids: list[str] | None = None,
-                  cores: int | None = None) -> list[Slot]:
+def machine_slots(
+    jobs: int | None, runs_per_gpu: int, gpus_per_run: int, gpu_ids: list[str] | None = None, cores: int | None = None
+) -> list[Slot]:
     """On GPUs one run per GPU by default, K runs per GPU, or G GPUs per run (torchrun); `jobs` caps the count.
     On CPU, `jobs` runs with cores // jobs threads each."""
     if gpu_ids is None:
@@ -155,17 +159,19 @@ def machine_slots(jobs: int | None, runs_per_gpu: int, gpus_per_run: int, gpu_id
     if runs_per_gpu < 1 or gpus_per_run < 1:
         raise ConfigError("--runs-per-gpu / --gpus-per-run: allowed: whole numbers >= 1")
     if runs_per_gpu > 1 and gpus_per_run > 1:
-        raise ConfigError("--runs-per-gpu and --gpus-per-run: choose one (several runs share a GPU, or one run "
-                          "spans several)")
+        raise ConfigError(
+            "--runs-per-gpu and --gpus-per-run: choose one (several runs share a GPU, or one run spans several)"
+        )
     if not gpu_ids:
         if runs_per_gpu > 1 or gpus_per_run > 1:
             raise ConfigError("--runs-per-gpu / --gpus-per-run: no CUDA GPU is visible here; on CPU use --jobs N")
         count = jobs or 1
         return [Slot([], max(1, cores // count)) for _ in range(count)]
     if gpus_per_run > len(gpu_ids):
-        raise ConfigError(f"--gpus-per-run: {gpus_per_run}, but {len(gpu_ids)} GPUs are visible; allowed: 1 to "
-                          f"{len(gpu_ids)}")
-    groups = [gpu_ids[i:i + gpus_per_run] for i in range(0, len(gpu_ids) - gpus_per_run + 1, gpus_per_run)]
+        raise ConfigError(
+            f"--gpus-per-run: {gpus_per_run}, but {len(gpu_ids)} GPUs are visible; allowed: 1 to {len(gpu_ids)}"
+        )
+    groups = [gpu_ids[i : i + gpus_per_run] for i in range(0, len(gpu_ids) - gpus_per_run + 1, gpus_per_run)]
     groups = [g for g in groups for _ in range(runs_per_gpu)]
     groups = groups[:jobs] if jobs else groups
     return [Slot(g, max(1, cores // len(groups))) for g in groups]
@@ -189,8 +195,12 @@ class Job:
 
 
 def _env(slot: Slot, job: Job) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(slot.threads), rundir.LOG_ENV: str(job.log_path),
-           RESULT_ENV: str(job.result_path)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(slot.threads),
+        rundir.LOG_ENV: str(job.log_path),
+        RESULT_ENV: str(job.result_path),
+    }
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # a worker is its own process group
     if slot.gpus:
@@ -202,21 +212,41 @@ def _dispatch(slot: Slot, job: Job, out_root: str, experiment_file: str | None) 
     """Hand a run to the slot: to its waiting worker (imports and start-up paid once per slot, not per run), or,
     for several GPUs, to a torchrun group of its own."""
     job.log_path.parent.mkdir(parents=True, exist_ok=True)
-    request = {"run": job.run.to_dict(), "out_root": str(out_root), "log": str(job.log_path),
-               "result": str(job.result_path), "experiment_file": experiment_file}
+    request = {
+        "run": job.run.to_dict(),
+        "out_root": str(out_root),
+        "log": str(job.log_path),
+        "result": str(job.result_path),
+        "experiment_file": experiment_file,
+    }
     slot.job = job
     if len(slot.gpus) > 1:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(slot.gpus)}",
-                   "-m", "ablate.sweep", json.dumps(request["run"]), str(out_root), str(slot.threads),
-                   *([experiment_file] if experiment_file else [])]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={len(slot.gpus)}",
+            "-m",
+            "ablate.sweep",
+            json.dumps(request["run"]),
+            str(out_root),
+            str(slot.threads),
+            *([experiment_file] if experiment_file else []),
+        ]
         with job.log_path.open("a") as log:
             slot.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(slot, job))
         return
     if slot.process is None or slot.process.poll() is not None:
         with job.log_path.open("a") as log:  # what the worker prints outside a run (a crash at import) lands here
-            slot.process = subprocess.Popen([sys.executable, "-m", "ablate.sweep", "--serve", str(slot.threads)],
-                                            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                            env=_env(slot, job), text=True)
+            slot.process = subprocess.Popen(
+                [sys.executable, "-m", "ablate.sweep", "--serve", str(slot.threads)],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_env(slot, job),
+                text=True,
+            )
     slot.process.stdin.write(json.dumps(request) + "\n")
     slot.process.stdin.flush()
 
@@ -243,8 +273,9 @@ def _outcome(slot: Slot, out_root: str) -> tuple[str, str]:
     return "failed", message
 
 
-def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], report,
-                     experiment_file: str | None = None) -> list[str]:
+def run_side_by_side(
+    runs: list[RunConfig], out_root: str, slots: list[Slot], report, experiment_file: str | None = None
+) -> list[str]:
     """Run every run in worker processes, as many at once as there are slots, each with the callbacks
     `experiment_file` defines; returns the states in run order. `report(index, run, state, message)` is told each
     start ("started") and each end."""
@@ -258,8 +289,17 @@ def run_side_by_side(runs: list[RunConfig], out_root: str, slots: list[Slot], re
                     break
                 index, run = pending.pop(0)
                 stamp = time.strftime("%Y%m%d-%H%M%S")
-                _dispatch(slot, Job(index, run, run_dir_for(out_root, run) / rundir.LOGS / f"{stamp}-{index}.log",
-                                    scratch / f"{index}.json"), out_root, experiment_file)
+                _dispatch(
+                    slot,
+                    Job(
+                        index,
+                        run,
+                        run_dir_for(out_root, run) / rundir.LOGS / f"{stamp}-{index}.log",
+                        scratch / f"{index}.json",
+                    ),
+                    out_root,
+                    experiment_file,
+                )
                 report(index, run, "started", f"log {slot.job.log_path}")
             time.sleep(0.1)
             for slot in [s for s in slots if s.job and _finished(s)]:
@@ -323,6 +363,10 @@ if __name__ == "__main__":
         except KeyboardInterrupt:  # Ctrl-C between runs
             sys.exit(130)
     else:
-        final = run_one(json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else None,
-                        sys.argv[4] if len(sys.argv) > 4 else None)
+        final = run_one(
+            json.loads(sys.argv[1]),
+            sys.argv[2],
+            int(sys.argv[3]) if len(sys.argv) > 3 else None,
+            sys.argv[4] if len(sys.argv) > 4 else None,
+        )
         sys.exit({"failed": 1, "interrupted": 130}.get(final, 0))

@@ -2,6 +2,7 @@
 concatenated, each followed by eos), cut into sequences with their document ids, the training order and the fixed
 validation set. ablate.data writes these files (<split>.bin, <split>_docs.npy, a mixture's <split>_sources.npy).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ from ablate.mixture import SequenceSampler
 class TokenData:
     """One tokenized split, memory-mapped: documents concatenated, each followed by eos. A mixture's split holds
     its sources one after another, sequences numbered source after source; no window crosses into the next source."""
+
     tokens: np.ndarray  # np.memmap of uint16 or uint32 ids
     doc_starts: np.ndarray  # int64 offset of each document's first token (sorted)
     source_names: tuple[str, ...] = ()  # a mixture's sources, in data.source order; () for one stream
@@ -54,12 +56,15 @@ class TokenData:
         if len(indices) and (indices.min() < 0 or indices.max() >= self.num_sequences(seq_len)):
             raise IndexError(f"sequence index out of range [0, {self.num_sequences(seq_len)}) at seq_len {seq_len}")
         starts = self._window_starts(indices, seq_len)
-        windows = np.stack([np.asarray(self.tokens[s:s + seq_len + 1], dtype=np.int64) for s in starts])
+        windows = np.stack([np.asarray(self.tokens[s : s + seq_len + 1], dtype=np.int64) for s in starts])
         positions = starts[:, None] + np.arange(seq_len)
         doc_of = np.searchsorted(self.doc_starts, positions, side="right") - 1
         doc_ids = (doc_of - doc_of[:, :1]).astype(np.int32)
-        return (torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy()),
-                torch.from_numpy(doc_ids))
+        return (
+            torch.from_numpy(windows[:, :-1].copy()),
+            torch.from_numpy(windows[:, 1:].copy()),
+            torch.from_numpy(doc_ids),
+        )
 
 
 @dataclass
@@ -77,8 +82,9 @@ class PreparedData:
         """The training order: a SequenceSampler, or for a mixture a MixtureSampler over its sources."""
         if not self.weights:
             return SequenceSampler(self.train.num_sequences(seq_len), seed=seed)
-        return mixture.MixtureSampler(self.train.sequences_per_source(seq_len), self.weights, seed,
-                                      self.train.source_names, seq_len)
+        return mixture.MixtureSampler(
+            self.train.sequences_per_source(seq_len), self.weights, seed, self.train.source_names, seq_len
+        )
 
     def val_indices(self, count: int, seq_len: int) -> np.ndarray:
         """The fixed validation set: the first `count` sequences (fewer if the split holds fewer); for a mixture
@@ -92,8 +98,10 @@ class PreparedData:
 
 def open_split(folder: str, split: str, dtype: str, names=()) -> TokenData:
     """A cache folder's split, memory-mapped; `names`: a mixture's source names, for a split held out per source."""
-    opened = TokenData(tokens=np.memmap(os.path.join(folder, f"{split}.bin"), dtype=dtype, mode="r"),
-                       doc_starts=np.load(os.path.join(folder, f"{split}_docs.npy"), mmap_mode="r"))
+    opened = TokenData(
+        tokens=np.memmap(os.path.join(folder, f"{split}.bin"), dtype=dtype, mode="r"),
+        doc_starts=np.load(os.path.join(folder, f"{split}_docs.npy"), mmap_mode="r"),
+    )
     bounds = os.path.join(folder, f"{split}_sources.npy")  # a mixture's split held out per source
     if os.path.exists(bounds):
         opened.source_names, opened.source_starts = tuple(names), np.load(bounds)

@@ -3,6 +3,7 @@ tokenizer.json saved by HF `tokenizers`, loaded with its end-of-text token and c
 
 No torch: `check_tokenizer` runs where experiments load, before any compute. ablate.data builds the cache with it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,10 @@ def check_tokenizer(tokenizer: str, vocab_size: int | None) -> None:
     """data.tokenizer is 'bpe' (with room for 256 bytes + eos) or a loadable tokenizer.json that fits vocab_size."""
     if tokenizer == "bpe":
         if vocab_size is not None and vocab_size < 257:
-            raise ConfigError(f"model.vocab_size: {vocab_size} is too small for data.tokenizer='bpe' (256 bytes + "
-                              f"eos); allowed: >= 257")
+            raise ConfigError(
+                f"model.vocab_size: {vocab_size} is too small for data.tokenizer='bpe' (256 bytes + "
+                f"eos); allowed: >= 257"
+            )
         return
     path = os.path.expanduser(tokenizer)
     if not os.path.isfile(path):
@@ -42,19 +45,23 @@ def _tokenizer_vocab(path: str, size: int, mtime_ns: int) -> int:
 
 def check_vocab_fits(tokenizer_vocab: int, vocab_size: int) -> None:
     if tokenizer_vocab > vocab_size:
-        raise ConfigError(f"model.vocab_size: {vocab_size} is smaller than the tokenizer's vocabulary of "
-                          f"{tokenizer_vocab}; allowed: >= {tokenizer_vocab}")
+        raise ConfigError(
+            f"model.vocab_size: {vocab_size} is smaller than the tokenizer's vocabulary of "
+            f"{tokenizer_vocab}; allowed: >= {tokenizer_vocab}"
+        )
 
 
 def load_tokenizer_file(path: str):
     """(tokenizer, eos id) of a tokenizer.json; ConfigError naming what is wrong with the file."""
     from tokenizers import Tokenizer
+
     full_path = os.path.expanduser(path)
     try:
         tok = Tokenizer.from_file(full_path)
     except Exception as error:  # tokenizers raises a bare Exception whose text rarely says what is wrong
-        raise ConfigError(f"data.tokenizer: {_why_not_a_tokenizer(full_path, error)}; "
-                          f"allowed: {TOKENIZER_ALLOWED}") from None
+        raise ConfigError(
+            f"data.tokenizer: {_why_not_a_tokenizer(full_path, error)}; allowed: {TOKENIZER_ALLOWED}"
+        ) from None
     for name in EOS_CANDIDATES:
         if tok.token_to_id(name) is not None:
             return tok, tok.token_to_id(name)
@@ -77,11 +84,16 @@ def _why_not_a_tokenizer(path: str, error: Exception) -> str:
 def train_bpe(texts: Iterator[str], vocab_size: int):
     """A byte-level BPE (every byte is a token, so any text round-trips) with <|endoftext|> as eos."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_CANDIDATES[0]],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_CANDIDATES[0]],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
 
     def capped():  # the first ~50 MB of training text is plenty to learn merges
         seen = 0
@@ -90,5 +102,6 @@ def train_bpe(texts: Iterator[str], vocab_size: int):
                 return
             seen += len(text)
             yield text
+
     tok.train_from_iterator(capped(), trainer)
     return tok, tok.token_to_id(EOS_CANDIDATES[0])

@@ -5,6 +5,7 @@ runs/<experiment>/<variant>/seed<k>/ holds config.json, metrics.jsonl, tb/, chec
 finished, summary.json (names from rundir). Calling train() again on the same folder resumes from the newest
 complete checkpoint, or returns the summary of a finished run without redoing it.
 """
+
 from __future__ import annotations
 
 import platform
@@ -13,7 +14,7 @@ import shutil
 import time
 import traceback
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -38,8 +39,10 @@ def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.Run
         held = rundir.read_json(config_path)
         # a folder with no progress (a run that failed before its first checkpoint) never blocks a corrected rerun
         if held.get("identity") != run.identity() and _has_progress(run_dir):
-            return "refused", (f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
-                               f"{run.identity()}); pass another --out or remove the folder")
+            return "refused", (
+                f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
+                f"{run.identity()}); pass another --out or remove the folder"
+            )
     status = rundir.read_status(run_dir) or {}
     if (run_dir / rundir.SUMMARY).exists():
         try:
@@ -48,21 +51,32 @@ def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.Run
             aside = rundir.set_aside(run_dir / rundir.SUMMARY)
             rundir.warn(f"{exc}; set aside as {aside.name}, resuming to write it again")
     if status.get("state") == "diverged":
-        return "diverged", (f"{run_dir}: diverged at step {status.get('step')} on an earlier attempt "
-                            f"({status.get('message')}); not retried: remove the folder to train it again")
+        return "diverged", (
+            f"{run_dir}: diverged at step {status.get('step')} on an earlier attempt "
+            f"({status.get('message')}); not retried: remove the folder to train it again"
+        )
     if run.branch and not _has_progress(run_dir):
         refusal = _wait_for_parent(run, run_dir)
         if refusal:
             return "refused", refusal
     plan = run_plan(run)
     steps = len(plan)  # what max_steps was before batch schedules
-    rundir.write_json_atomic(config_path, {"identity": run.identity(), "world_size": world, "steps": steps,
-                                           "rank_micro_batch": largest_pass(plan, world, run.train.micro_batch),
-                                           "torch": torch.__version__, "python": platform.python_version(),
-                                           "config": run.to_dict()})
+    rundir.write_json_atomic(
+        config_path,
+        {
+            "identity": run.identity(),
+            "world_size": world,
+            "steps": steps,
+            "rank_micro_batch": largest_pass(plan, world, run.train.micro_batch),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "config": run.to_dict(),
+        },
+    )
     attempts = status.get("attempts", 0) + 1
-    rundir.write_status(run_dir, "running", step=0, max_steps=steps, attempts=attempts,
-                        log=rundir.log_path(), message="")
+    rundir.write_status(
+        run_dir, "running", step=0, max_steps=steps, attempts=attempts, log=rundir.log_path(), message=""
+    )
     return "train", None
 
 
@@ -76,9 +90,11 @@ def _wait_for_parent(run: RunConfig, run_dir: Path, poll_seconds: float = 2.0, s
     while not (ckpt / rundir.CKPT_META).is_file():
         state = (rundir.read_status(parent_dir) or {}).get("state", "not started")
         if not rundir.RunLock(parent_dir).held_by_live_process() and (state != "pending" or waited > start_grace):
-            return (f"{run_dir}: a branch of {parent!r} at step {step}, but {parent_dir} has no checkpoint at step "
-                    f"{step} (parent {state}); train the parent first with the same experiment file (it keeps "
-                    f"that checkpoint), e.g. ablate run FILE --only {parent}")
+            return (
+                f"{run_dir}: a branch of {parent!r} at step {step}, but {parent_dir} has no checkpoint at step "
+                f"{step} (parent {state}); train the parent first with the same experiment file (it keeps "
+                f"that checkpoint), e.g. ablate run FILE --only {parent}"
+            )
         if not told:
             print(f"[{run.name} seed{run.train.seed}] waiting for {parent!r} to reach step {step}", flush=True)
             told = True
@@ -86,8 +102,10 @@ def _wait_for_parent(run: RunConfig, run_dir: Path, poll_seconds: float = 2.0, s
         waited += poll_seconds
     held = rundir.read_json(parent_dir / rundir.CONFIG).get("identity")
     if held != run.branch.get("parent_identity"):
-        return (f"{run_dir}: a branch of {parent!r}, whose folder {parent_dir} holds another config (identity {held}, "
-                f"the experiment's parent is {run.branch.get('parent_identity')}); retrain the parent or pass --out")
+        return (
+            f"{run_dir}: a branch of {parent!r}, whose folder {parent_dir} holds another config (identity {held}, "
+            f"the experiment's parent is {run.branch.get('parent_identity')}); retrain the parent or pass --out"
+        )
     return ""
 
 
@@ -105,21 +123,29 @@ def finished_note(run: RunConfig, run_dir: Path, summary: dict) -> str:
     from ablate.eval.suite import parse_tasks
 
     wanted = parse_tasks(run.eval.tasks, "eval.tasks") if run.eval.tasks.strip() else []  # suites expanded
-    scored = {r.get("task") for r in rundir.read_jsonl(run_dir / rundir.EVALS)
-              if r.get("step") == summary.get("steps") and r.get("format") == run.eval.format}
+    scored = {
+        r.get("task")
+        for r in rundir.read_jsonl(run_dir / rundir.EVALS)
+        if r.get("step") == summary.get("steps") and r.get("format") == run.eval.format
+    }
     missing = [t for t in wanted if t not in scored]
     if not missing:
         return note
     if not rundir.checkpoint_steps(run_dir):
         return f"{note}; eval.tasks {','.join(missing)} were not scored, and it keeps no checkpoint to score"
-    command = (f"ablate eval {shlex.quote(str(run_dir))} --tasks {','.join(missing)} --format {run.eval.format} "
-               f"--limit {run.eval.limit}")
+    command = (
+        f"ablate eval {shlex.quote(str(run_dir))} --tasks {','.join(missing)} --format {run.eval.format} "
+        f"--limit {run.eval.limit}"
+    )
     return f"{note}; eval.tasks {','.join(missing)} were not scored at its last step: score them with {command}"
 
 
 def _has_progress(run_dir: Path) -> bool:
-    return (run_dir / rundir.SUMMARY).exists() or bool(rundir.checkpoint_steps(run_dir)) or \
-        bool(rundir.read_jsonl(run_dir / rundir.METRICS))
+    return (
+        (run_dir / rundir.SUMMARY).exists()
+        or bool(rundir.checkpoint_steps(run_dir))
+        or bool(rundir.read_jsonl(run_dir / rundir.METRICS))
+    )
 
 
 def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) -> None:
@@ -129,15 +155,21 @@ def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) 
     message = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C, or a launcher's requeue (submitit exits)
         resume = (rundir.checkpoint_steps(run_dir) or [0])[-1]
-        rundir.write_status(run_dir, "interrupted", step=step, resume_step=resume,
-                            message=f"interrupted at step {step}; rerun the same command to resume from step {resume}")
+        rundir.write_status(
+            run_dir,
+            "interrupted",
+            step=step,
+            resume_step=resume,
+            message=f"interrupted at step {step}; rerun the same command to resume from step {resume}",
+        )
         return
     if isinstance(exc, FloatingPointError):  # NonFiniteGuard: a final state, reported instead of resumed
         rundir.write_status(run_dir, "diverged", step=step, message=str(exc), **skipped)
         return
     (run_dir / rundir.ERROR).write_text(traceback.format_exc())
-    rundir.write_status(run_dir, "failed", step=step, message=message, error_file=str(run_dir / rundir.ERROR),
-                        **skipped)
+    rundir.write_status(
+        run_dir, "failed", step=step, message=message, error_file=str(run_dir / rundir.ERROR), **skipped
+    )
 
 
 def train(run: RunConfig, out_root: str | Path = "runs", callbacks: Sequence[Callback] = ()) -> dict:
@@ -172,8 +204,9 @@ def train(run: RunConfig, out_root: str | Path = "runs", callbacks: Sequence[Cal
             raise
         if d.is_main:
             rundir.write_json_atomic(run_dir / rundir.SUMMARY, summary)
-            rundir.write_status(run_dir, "finished", step=summary["steps"], message="",
-                                skipped_steps=summary["skipped_steps"])
+            rundir.write_status(
+                run_dir, "finished", step=summary["steps"], message="", skipped_steps=summary["skipped_steps"]
+            )
         d.barrier()
         return summary
     finally:

@@ -5,23 +5,33 @@ the step, and acting on the callbacks' verdicts; checkpoint state (resume_state,
 (fit) and a branch's start; summary.json's figures. The run's life around the Trainer (its folder, lock, identity,
 failures) is ablate.train's.
 """
+
 from __future__ import annotations
 
 import contextlib
 import copy
 import math
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from ablate import checkpoint, rundir
 from ablate.batching import check_plan, largest_pass, lr_batch_scale, rank_micro_batches, run_plan
-from ablate.callbacks import TAKE, Callback, Checkpointer, MetricsChannel, NonFiniteGuard, TrainMetrics, Validation, \
-    Verdict, peak_memory_bytes
+from ablate.callbacks import (
+    TAKE,
+    Callback,
+    Checkpointer,
+    MetricsChannel,
+    NonFiniteGuard,
+    TrainMetrics,
+    Validation,
+    Verdict,
+    peak_memory_bytes,
+)
 from ablate.config import ConfigError, RunConfig, validate
 from ablate.data import prepare_data
 from ablate.model import Transformer
@@ -57,22 +67,28 @@ def run_callbacks(run: RunConfig, extra: Sequence[Callback] = ()) -> list[Callba
     found = standard_callbacks(run)
     for i, callback in enumerate(extra):
         if not isinstance(callback, Callback):
-            raise ConfigError(f"callbacks[{i}]: a {type(callback).__name__}; allowed: an instance of a subclass of "
-                              f"ablate.callbacks.Callback")
+            raise ConfigError(
+                f"callbacks[{i}]: a {type(callback).__name__}; allowed: an instance of a subclass of "
+                f"ablate.callbacks.Callback"
+            )
         same = next((c for c in found if c.name == callback.name), None)
         if same is not None:
-            raise ConfigError(f"callbacks[{i}]: {type(callback).__name__} is named {callback.name!r}, as is "
-                              f"{type(same).__name__}; allowed: a name no other callback of the run has (set `name` "
-                              f"on the class; taken: {', '.join(sorted(c.name for c in found))})")
+            raise ConfigError(
+                f"callbacks[{i}]: {type(callback).__name__} is named {callback.name!r}, as is "
+                f"{type(same).__name__}; allowed: a name no other callback of the run has (set `name` "
+                f"on the class; taken: {', '.join(sorted(c.name for c in found))})"
+            )
         try:
             found.append(copy.deepcopy(callback))
         except Exception as exc:
-            raise ConfigError(f"callbacks[{i}]: {type(callback).__name__} cannot be copied for a run ({exc}); make "
-                              f"what does not copy (open files, locks) in pre_train instead of __init__") from None
+            raise ConfigError(
+                f"callbacks[{i}]: {type(callback).__name__} cannot be copied for a run ({exc}); make "
+                f"what does not copy (open files, locks) in pre_train instead of __init__"
+            ) from None
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> float:
     return peak_flops_for(torch.device(device_type, index), dtype)
 
@@ -91,24 +107,30 @@ class Trainer:
         self.channel = MetricsChannel(run_dir, f"[{run.name} seed{t.seed}]", d.is_main)
         largest = largest_pass(self.batch_plan, d.world, t.micro_batch)
         if largest != t.micro_batch:  # micro_batch is the most a pass may take, not what it must
-            self.say(f"world size {d.world}: each rank takes {t.global_batch // d.world} of a step's "
-                     f"{t.global_batch} sequences, in passes of at most {largest} (train.micro_batch={t.micro_batch} "
-                     f"is the most a pass may take; config.json: rank_micro_batch)")
+            self.say(
+                f"world size {d.world}: each rank takes {t.global_batch // d.world} of a step's "
+                f"{t.global_batch} sequences, in passes of at most {largest} (train.micro_batch={t.micro_batch} "
+                f"is the most a pass may take; config.json: rank_micro_batch)"
+            )
         on_gpu = d.device.type == "cuda"
         use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and on_gpu)
         # GPU: FSDP2 casts parameters to bf16 for compute. CPU: autocast (FSDP2's cast is slower there).
-        self.autocast = torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 and not on_gpu \
-            else contextlib.nullcontext()
+        self.autocast = (
+            torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 and not on_gpu else contextlib.nullcontext()
+        )
         compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
 
-        self.data: PreparedData = prepare_data(run.data, run.model.vocab_size, is_main=d.is_main,
-                                               share=d.broadcast_object, global_batch=t.global_batch)
+        self.data: PreparedData = prepare_data(
+            run.data, run.model.vocab_size, is_main=d.is_main, share=d.broadcast_object, global_batch=t.global_batch
+        )
         self.model = self._build_model(compute_dtype if on_gpu and use_bf16 else None)
         self.optimizer = build_optimizer(self.model, run.optim)
         self.sampler = self.data.sampler(self.seq_len, t.seed)  # a mixture's sampler draws by the weights
         if self.sampler.num_sequences < t.global_batch:
-            raise ConfigError(f"data.source: only {self.sampler.num_sequences} sequences of data.seq_len="
-                              f"{self.seq_len}, fewer than train.global_batch={t.global_batch}")
+            raise ConfigError(
+                f"data.source: only {self.sampler.num_sequences} sequences of data.seq_len="
+                f"{self.seq_len}, fewer than train.global_batch={t.global_batch}"
+            )
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
         self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
         self.step, self.tokens, self.wall_seconds_before = 0, 0, 0.0
@@ -130,8 +152,9 @@ class Trainer:
             reference = Transformer(run.model, max_seq_len=self.seq_len)
             reference.init_weights(torch.Generator().manual_seed(run.train.seed))
             full_state = reference.state_dict()
-        set_model_state_dict(model, full_state, options=StateDictOptions(full_state_dict=True,
-                                                                        broadcast_from_rank0=True))
+        set_model_state_dict(
+            model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        )
         model.reset_buffers()
         return model
 
@@ -158,8 +181,13 @@ class Trainer:
         lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule) * lr_batch_scale(batch, t)
         set_lr(self.optimizer, lr)
         loss_sum = torch.zeros((), device=d.device)
-        passes = rank_micro_batches(self.sampler.take(batch), d.world, d.rank, t.micro_batch,
-                                    lambda part: self.data.train.batch(part, self.seq_len))
+        passes = rank_micro_batches(
+            self.sampler.take(batch),
+            d.world,
+            d.rank,
+            t.micro_batch,
+            lambda part: self.data.train.batch(part, self.seq_len),
+        )
         for (inputs, targets, doc_ids), share in passes:
             inputs, targets, doc_ids = [x.to(d.device, non_blocking=True) for x in (inputs, targets, doc_ids)]
             with self.autocast:
@@ -199,8 +227,10 @@ class Trainer:
             if verdict is None:
                 verdict = TAKE
             if not isinstance(verdict, Verdict):
-                raise TypeError(f"{callback.name}: before_update returned {verdict!r}; allowed: a "
-                                f"ablate.callbacks.Verdict (or None: take the update)")
+                raise TypeError(
+                    f"{callback.name}: before_update returned {verdict!r}; allowed: a "
+                    f"ablate.callbacks.Verdict (or None: take the update)"
+                )
             verdicts.append(verdict)
         return max(verdicts, key=lambda v: v.strength, default=TAKE)
 
@@ -208,10 +238,15 @@ class Trainer:
 
     def resume_state(self) -> dict:
         """What a checkpoint stores beside model/optimizer/RNG: small, and the same on every rank."""
-        return {"tokens": self.tokens, "sampler": self.sampler.state_dict(), "skipped_steps": self.skipped_steps,
-                "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
-                "last_loss": self.last_loss, "rollbacks": self.rollbacks,
-                "callbacks": {c.name: c.state_dict() for c in self.callbacks}}
+        return {
+            "tokens": self.tokens,
+            "sampler": self.sampler.state_dict(),
+            "skipped_steps": self.skipped_steps,
+            "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
+            "last_loss": self.last_loss,
+            "rollbacks": self.rollbacks,
+            "callbacks": {c.name: c.state_dict() for c in self.callbacks},
+        }
 
     def restore(self, ckpt: Path, keep_data_position: bool = False) -> dict:
         """Continue from `ckpt` (model, optimizer, step, counters, callbacks' states; with keep_data_position,
@@ -224,9 +259,10 @@ class Trainer:
                 try:
                     self.sampler.load_state_dict(meta["sampler"])
                 except ValueError as exc:  # a state of other sources: the config changed, the checkpoint is fine
-                    raise ConfigError(f"data.source: {exc}; {ckpt} was written for other data sources "
-                                      f"(a branch may change the weights of its parent's sources, not the sources)"
-                                      ) from None
+                    raise ConfigError(
+                        f"data.source: {exc}; {ckpt} was written for other data sources "
+                        f"(a branch may change the weights of its parent's sources, not the sources)"
+                    ) from None
                 self.skipped_steps, self.rollbacks = meta["skipped_steps"], list(meta.get("rollbacks", []))
                 self.wall_seconds_before, self.last_loss = meta["wall_seconds"], meta["last_loss"]
                 states = meta.get("callbacks") or _callback_states_before_callbacks(meta)
@@ -289,8 +325,10 @@ class Trainer:
         if self.dist.is_main:
             for name in (rundir.METRICS, rundir.EVALS):
                 if (parent_dir / name).exists():
-                    rundir.rewrite_jsonl(self.run_dir / name, [row for row in rundir.read_jsonl(parent_dir / name)
-                                                               if row.get("step", 0) <= step])
+                    rundir.rewrite_jsonl(
+                        self.run_dir / name,
+                        [row for row in rundir.read_jsonl(parent_dir / name) if row.get("step", 0) <= step],
+                    )
         self.dist.barrier()
         self.restore(ckpt)
         return ckpt
@@ -300,15 +338,27 @@ class Trainer:
     def summary(self) -> dict:
         """The run's figures. Callbacks fill the places kept for theirs (final_val_loss: Validation;
         tokens_per_second and mfu: TrainMetrics) and add their own keys after (spikes, evals)."""
-        figures = {"experiment": self.run.experiment, "variant": self.run.name, "seed": self.run.train.seed,
-                   "identity": self.run.identity(), "final_loss": self.last_loss, "final_val_loss": math.nan,
-                   "steps": self.step, "tokens": self.tokens, "params": self.model.num_params(),
-                   "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
-                   "tokens_per_second": math.nan, "mfu": None, "peak_flops": self.peak_flops,
-                   "skipped_steps": self.skipped_steps, "peak_memory_bytes": peak_memory_bytes(self.dist.device),
-                   "world_size": self.dist.world, "data": {**self.data.stats, **self._sources_seen()},
-                   **({"branch": self.run.branch} if self.run.branch else {}),
-                   **({"rollbacks": self.rollbacks} if self.rollbacks else {})}
+        figures = {
+            "experiment": self.run.experiment,
+            "variant": self.run.name,
+            "seed": self.run.train.seed,
+            "identity": self.run.identity(),
+            "final_loss": self.last_loss,
+            "final_val_loss": math.nan,
+            "steps": self.step,
+            "tokens": self.tokens,
+            "params": self.model.num_params(),
+            "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
+            "tokens_per_second": math.nan,
+            "mfu": None,
+            "peak_flops": self.peak_flops,
+            "skipped_steps": self.skipped_steps,
+            "peak_memory_bytes": peak_memory_bytes(self.dist.device),
+            "world_size": self.dist.world,
+            "data": {**self.data.stats, **self._sources_seen()},
+            **({"branch": self.run.branch} if self.run.branch else {}),
+            **({"rollbacks": self.rollbacks} if self.rollbacks else {}),
+        }
         for callback in self.callbacks:
             figures.update(callback.summary(self))  # a key already there keeps its place
         return figures
@@ -321,6 +371,8 @@ class Trainer:
 
 def _callback_states_before_callbacks(meta: dict) -> dict:
     """The callbacks' states in a checkpoint written before callbacks kept their own (fields at the top)."""
-    return {"train_metrics": {"throughput": meta.get("throughput", [])},
-            "validation": {"last_val_loss": meta.get("last_val_loss", math.nan)},
-            "non_finite_guard": {"in_a_row": meta.get("consecutive_skips", 0)}}
+    return {
+        "train_metrics": {"throughput": meta.get("throughput", [])},
+        "validation": {"last_val_loss": meta.get("last_val_loss", math.nan)},
+        "non_finite_guard": {"in_a_row": meta.get("consecutive_skips", 0)},
+    }

@@ -1,5 +1,6 @@
 """ablate's scores against lm-eval's HF backend on the same exported model and items (the agreement test and
 scripts/bench_eval.py use this)."""
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,9 @@ class LmEvalRun:
     seconds: float
 
 
-def run_lm_eval_hf(hf_dir: str, tasks: list[str], fmt: str = "cf", limit: int | None = None,
-                   batch_size: int | str = 1) -> LmEvalRun:
+def run_lm_eval_hf(
+    hf_dir: str, tasks: list[str], fmt: str = "cf", limit: int | None = None, batch_size: int | str = 1
+) -> LmEvalRun:
     """lm-eval's own HF backend on ablate's lm-eval task configs; per-item log-likelihoods from its samples."""
     import lm_eval
     import lm_eval.models.huggingface  # noqa: F401  (imports transformers: outside the timing, as ablate's imports are)
@@ -32,19 +34,28 @@ def run_lm_eval_hf(hf_dir: str, tasks: list[str], fmt: str = "cf", limit: int | 
     # a continuation task has one config: its one request is the same in either format
     names = {f"ablate_{t}" + ("_mcf" if fmt == "mcf" and TASKS[t].kind == "choice" else ""): t for t in tasks}
     start = time.perf_counter()
-    out = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},dtype=float32", tasks=list(names),
-                                  limit=limit, batch_size=batch_size, device="cpu", log_samples=True,
-                                  task_manager=TaskManager(include_path=str(PATH), include_defaults=False))
+    out = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={hf_dir},dtype=float32",
+        tasks=list(names),
+        limit=limit,
+        batch_size=batch_size,
+        device="cpu",
+        log_samples=True,
+        task_manager=TaskManager(include_path=str(PATH), include_defaults=False),
+    )
     seconds = time.perf_counter() - start
     items, accuracy = {}, {}
     for lm_name, task in names.items():
         per_item = {}
         for sample in out["samples"][lm_name]:
             doc = sample["doc"]
-            per_item[doc["id"]] = {"lls": [float(r[0]) for r in sample["filtered_resps"]],
-                                   "greedy": [bool(r[1]) for r in sample["filtered_resps"]],
-                                   "lengths": [len(c) for c in doc_to_choice(doc)],
-                                   "multiple_input": len(doc["contexts"]) > 1}
+            per_item[doc["id"]] = {
+                "lls": [float(r[0]) for r in sample["filtered_resps"]],
+                "greedy": [bool(r[1]) for r in sample["filtered_resps"]],
+                "lengths": [len(c) for c in doc_to_choice(doc)],
+                "multiple_input": len(doc["contexts"]) > 1,
+            }
         items[task] = per_item
         res = out["results"][lm_name]
         accuracy[task] = {name: res[f"{name},none"] for name in ("acc", "acc_norm") if f"{name},none" in res}
@@ -68,12 +79,16 @@ def compare(results: list[TaskResult], reference: LmEvalRun) -> dict[str, dict[s
             if not ref_item["multiple_input"]:  # lm-eval's acc_norm divides by the contexts' lengths there
                 n_char += 1
                 same_char += mine[item_id]["per_char"] == int(np.argmax(lls / np.asarray(ref_item["lengths"])))
-        row = {"items": len(ref), "same_raw": same_raw / len(ref),
-               "acc_raw_diff_points": 100 * abs(r.metrics["acc_raw"] - reference.accuracy[r.task]["acc"])}
+        row = {
+            "items": len(ref),
+            "same_raw": same_raw / len(ref),
+            "acc_raw_diff_points": 100 * abs(r.metrics["acc_raw"] - reference.accuracy[r.task]["acc"]),
+        }
         if n_char:
-            row.update(same_per_char=same_char / n_char,
-                       acc_per_char_diff_points=100 * abs(r.metrics["acc_per_char"]
-                                                          - reference.accuracy[r.task]["acc_norm"]))
+            row.update(
+                same_per_char=same_char / n_char,
+                acc_per_char_diff_points=100 * abs(r.metrics["acc_per_char"] - reference.accuracy[r.task]["acc_norm"]),
+            )
         report[r.task] = row
     return report
 
@@ -84,5 +99,9 @@ def _compare_continuations(r: TaskResult, ref: dict[str, dict], ref_acc: float) 
     mine = {str(s["id"]): s for s in r.samples if s["type"] == "request"}
     same = sum(mine[item_id]["greedy"] == ref_item["greedy"][0] for item_id, ref_item in ref.items())
     diff = max(abs(mine[item_id]["logprob"] - ref_item["lls"][0]) for item_id, ref_item in ref.items())
-    return {"items": len(ref), "same_greedy": same / len(ref), "max_logprob_diff": diff,
-            "acc_greedy_diff_points": 100 * abs(r.metrics["acc_greedy"] - ref_acc)}
+    return {
+        "items": len(ref),
+        "same_greedy": same / len(ref),
+        "max_logprob_diff": diff,
+        "acc_greedy_diff_points": 100 * abs(r.metrics["acc_greedy"] - ref_acc),
+    }

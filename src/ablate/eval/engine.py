@@ -11,11 +11,12 @@ from the left, as lm-eval does, and the request is counted as truncated.
 Under FSDP every rank scores its share of the rows, runs the same number of forward passes (padding with a dummy
 batch), and the results are gathered on every rank.
 """
+
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,7 @@ MIN_SHARED_CONTEXT = 8  # context tokens that make a packed row worth its tree m
 class LogitsModel:
     """What the engine needs from a model. `forward(tokens (B, S), positions (B, S) | None, attn_mask (B, 1, S, S)
     | None) -> logits (B, S, V)`; a model with `shares_prefix=False` is only ever called with None for both."""
+
     forward: Callable[..., torch.Tensor]
     max_len: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -43,6 +45,7 @@ class LogitsModel:
 
 def for_transformer(model, max_len: int | None = None, device=None, autocast=None) -> LogitsModel:
     """An ablate Transformer (plain or FSDP-wrapped): continuations share their context's pass."""
+
     def forward(tokens, positions=None, attn_mask=None, select=None):
         # through __call__, for FSDP's hooks; the vocabulary projection only at the scored positions
         return model(tokens, positions=positions, attn_mask=attn_mask, select=select)
@@ -52,8 +55,15 @@ def for_transformer(model, max_len: int | None = None, device=None, autocast=Non
 
     device = device or next(model.parameters()).device
     sharded = hasattr(model, "unshard")  # FSDP2 gathers the output projection only inside the root's forward
-    return LogitsModel(forward if sharded else hidden, max_len or model.max_seq_len, torch.device(device), True,
-                       autocast or contextlib.nullcontext(), head=None if sharded else model.lm_head, selects=sharded)
+    return LogitsModel(
+        forward if sharded else hidden,
+        max_len or model.max_seq_len,
+        torch.device(device),
+        True,
+        autocast or contextlib.nullcontext(),
+        head=None if sharded else model.lm_head,
+        selects=sharded,
+    )
 
 
 def for_logits_fn(fn: Callable[[torch.Tensor], torch.Tensor], max_len: int, device="cpu") -> LogitsModel:
@@ -87,7 +97,7 @@ def encode(tokenizer, requests: Sequence[Request]) -> list[tuple[list[int], list
         ctx = context_ids[context]
         if not ctx:
             raise ValueError("a request with an empty context; every task must give each choice a context")
-        out.append((ctx, whole[len(ctx):]))
+        out.append((ctx, whole[len(ctx) :]))
     return out
 
 
@@ -112,12 +122,13 @@ def _fit(ctx: list[int], cont: list[int], max_len: int) -> tuple[tuple[int, ...]
     if len(ctx) + len(cont) - 1 <= max_len:
         return tuple(ctx), cont, False
     cont = cont[-max_len:]
-    whole = (ctx + cont)[-(max_len + 1):]
-    return tuple(whole[:len(whole) - len(cont)]), cont, True
+    whole = (ctx + cont)[-(max_len + 1) :]
+    return tuple(whole[: len(whole) - len(cont)]), cont, True
 
 
-def build_rows(encoded: Sequence[tuple[list[int], list[int]]], max_len: int, shares_prefix: bool) -> tuple[
-        list[_Row], list[bool]]:
+def build_rows(
+    encoded: Sequence[tuple[list[int], list[int]]], max_len: int, shares_prefix: bool
+) -> tuple[list[_Row], list[bool]]:
     """Group requests by context and lay each group out in rows; returns the rows and a truncated flag per request."""
     groups: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
     truncated = []
@@ -134,8 +145,9 @@ def build_rows(encoded: Sequence[tuple[list[int], list[int]]], max_len: int, sha
         row = None
         for index, cont in members:
             extra = len(cont) - 1  # the last token is only ever a target
-            if row is None or (extra and (not share and any(s for s in row.segments)
-                                          or len(row.tokens) + extra > row_cap)):
+            if row is None or (
+                extra and (not share and any(s for s in row.segments) or len(row.tokens) + extra > row_cap)
+            ):
                 row = _Row(list(ctx), list(range(len(ctx))), [0] * len(ctx))
                 rows.append(row)
             segment = max(row.segments) + 1
@@ -187,12 +199,12 @@ def _score_batch(lm: LogitsModel, batch: list[_Row], results: dict[int, list]) -
     # ~3x faster on CPU than over all of them at once; logsumexp and amax rather than log_softmax and argmax, so
     # no (targets x vocab) output is written.
     for start in range(0, len(wanted), SCORE_CHUNK):
-        chunk = picked[start:start + SCORE_CHUNK]
+        chunk = picked[start : start + SCORE_CHUNK]
         if lm.head is not None:
             with lm.autocast:
                 chunk = lm.head(chunk)
         chunk = chunk.float()
-        target = chunk.gather(1, wanted[start:start + SCORE_CHUNK, None])[:, 0]
+        target = chunk.gather(1, wanted[start : start + SCORE_CHUNK, None])[:, 0]
         logprobs += (target - torch.logsumexp(chunk, -1)).tolist()
         greedy += (target >= chunk.amax(-1)).tolist()
     for (_, _, _, req), lp, g in zip(where, logprobs, greedy):
@@ -216,7 +228,7 @@ def score(lm: LogitsModel, encoded: Sequence[tuple[list[int], list[int]]], batch
     passes = -(-per_rank // batch_size)  # the same count on every rank, as FSDP needs
     results: dict[int, list] = {}
     for k in range(passes):
-        batch = mine[k * batch_size:(k + 1) * batch_size]
+        batch = mine[k * batch_size : (k + 1) * batch_size]
         if batch:
             _score_batch(lm, batch, results)
         else:  # a rank with nothing left still runs a forward so the others' parameter gathers complete

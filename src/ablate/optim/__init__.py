@@ -6,10 +6,22 @@
 - adamw.py, muon.py: one optimizer each (a new optimizer is one more file, imported below).
 - schedule.py: lr_factor (pure function of progress) and set_lr (lr x each role's multiplier).
 """
+
 from ablate.optim.registry import OPTIMIZERS, build_optimizer, check_optimizer_name, register
 from ablate.optim.roles import ROLES, Role, RoleError, assign_roles, param_groups
 from ablate.optim.schedule import lr_factor, set_lr
 from ablate.optim import adamw, muon  # noqa: E402,F401  (importing registers them)
 
-__all__ = ["OPTIMIZERS", "ROLES", "Role", "RoleError", "assign_roles", "build_optimizer", "check_optimizer_name",
-           "lr_factor", "param_groups", "register", "set_lr"]
+__all__ = [
+    "OPTIMIZERS",
+    "ROLES",
+    "Role",
+    "RoleError",
+    "assign_roles",
+    "build_optimizer",
+    "check_optimizer_name",
+    "lr_factor",
+    "param_groups",
+    "register",
+    "set_lr",
+]

@@ -1,4 +1,5 @@
 """AdamW (optim.name="adamw"): torch's fused kernel on every role, decay as the role table says."""
+
 from __future__ import annotations
 
 import torch

@@ -13,6 +13,7 @@ matrix, orthogonalises it, and keeps its own rows: the same numbers as one proce
 Every rank repeats the same Newton-Schulz work: simple, and small next to forward and backward at this
 harness's model sizes (handing each rank a share of the matrices would remove the repetition).
 """
+
 from __future__ import annotations
 
 import math
@@ -70,8 +71,14 @@ def update_scale(rows: int, cols: int) -> float:
 @register("muon")
 class Muon(torch.optim.Optimizer):
     def __init__(self, groups: list[dict], cfg: OptimConfig):
-        defaults = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps, "weight_decay": 0.0,
-                    "momentum": cfg.momentum, "ns_steps": cfg.ns_steps}
+        defaults = {
+            "lr": cfg.lr,
+            "betas": (cfg.beta1, cfg.beta2),
+            "eps": cfg.eps,
+            "weight_decay": 0.0,
+            "momentum": cfg.momentum,
+            "ns_steps": cfg.ns_steps,
+        }
         super().__init__(groups, defaults)
 
     @torch.no_grad()
@@ -109,6 +116,6 @@ class Muon(torch.optim.Optimizer):
         step = state["step"].item()
         state["exp_avg"].lerp_(grad, 1 - beta1)
         state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denominator = (state["exp_avg_sq"] / (1 - beta2 ** step)).sqrt_().add_(group["eps"])
+        denominator = (state["exp_avg_sq"] / (1 - beta2**step)).sqrt_().add_(group["eps"])
         param.mul_(1 - lr * group["weight_decay"])
-        param.addcdiv_(state["exp_avg"], denominator, value=-lr / (1 - beta1 ** step))
+        param.addcdiv_(state["exp_avg"], denominator, value=-lr / (1 - beta1**step))

@@ -1,5 +1,6 @@
 """Optimizers by name (`optim.name`): each is one class in one file of this package that registers itself, built
 from the role parameter groups and the OptimConfig: `Cls(param_groups, cfg)`."""
+
 from __future__ import annotations
 
 import torch
@@ -13,11 +14,13 @@ OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {}
 
 def register(name: str):
     """Class decorator: make an optimizer available as optim.name=`name`."""
+
     def add(cls):
         if name in OPTIMIZERS:
             raise ValueError(f"optimizer {name!r} is registered twice: {OPTIMIZERS[name].__name__}, {cls.__name__}")
         OPTIMIZERS[name] = cls
         return cls
+
     return add
 
 

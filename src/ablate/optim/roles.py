@@ -5,10 +5,11 @@ Every parameter of the model gets exactly one role. The role decides its weight 
 A parameter that no row takes (a 3-D tensor, a matrix outside any nn.Linear) is refused by name rather than given
 a silent default: a new kind of parameter needs a decision, made here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 
@@ -47,8 +48,13 @@ class Role:
 
 ROLES = (
     #    name         which parameters                                            decay  lr multiplier
-    Role("embedding", "the weight of an nn.Embedding (a tied output head is it)", False, "embedding_lr_scale",
-         _is_embedding),
+    Role(
+        "embedding",
+        "the weight of an nn.Embedding (a tied output head is it)",
+        False,
+        "embedding_lr_scale",
+        _is_embedding,
+    ),
     Role("hidden", "a 2-D weight of an nn.Linear other than the output head", True, "hidden_lr_scale", _is_hidden),
     Role("vector", "a 1-D parameter: norm weights and biases", False, "vector_lr_scale", _is_vector),
     Role("head", f"the weight of the untied output projection ({OUTPUT_HEAD})", True, "head_lr_scale", _is_head),
@@ -80,8 +86,10 @@ def assign_roles(model: nn.Module) -> dict[str, str]:
         if len(matches) != 1:
             found = "no role" if not matches else f"several roles ({', '.join(matches)})"
             allowed = "; ".join(f"{role.name}: {role.takes}" for role in ROLES)
-            raise RoleError(f"parameter {name} (shape {tuple(param.shape)}, in {type(module).__name__}) has {found}; "
-                            f"each parameter needs exactly one of ({allowed}); add a rule to ablate.optim.ROLES")
+            raise RoleError(
+                f"parameter {name} (shape {tuple(param.shape)}, in {type(module).__name__}) has {found}; "
+                f"each parameter needs exactly one of ({allowed}); add a rule to ablate.optim.ROLES"
+            )
         roles[name] = matches[0]
     return roles
 
@@ -97,6 +105,13 @@ def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict]:
         if not mine:  # no empty groups: DCP's optimizer state dict refuses more than one
             continue
         scale = getattr(cfg, role.lr_scale)
-        groups.append({"params": mine, "role": role.name, "lr_scale": scale, "lr": cfg.lr * scale,
-                       "weight_decay": cfg.weight_decay if role.weight_decay else 0.0})
+        groups.append(
+            {
+                "params": mine,
+                "role": role.name,
+                "lr_scale": scale,
+                "lr": cfg.lr * scale,
+                "weight_decay": cfg.weight_decay if role.weight_decay else 0.0,
+            }
+        )
     return groups

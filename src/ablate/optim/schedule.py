@@ -3,6 +3,7 @@
 A schedule depends only on (step, total steps) so a run can be resumed, or branched from a checkpoint into a new
 decay, without any scheduler state.
 """
+
 from __future__ import annotations
 
 import math

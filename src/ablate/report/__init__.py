@@ -1,18 +1,19 @@
 """`ablate report`: many small runs -> which variant wins, how sure, and which tasks to trust.
 
-    runs.py     run folders -> runs, tasks, scale groups
-    stats.py    bootstrap CIs, seed-level tests, Benjamini-Hochberg, seeds needed, Spearman, Kendall, SNR,
-                decision accuracy (numpy/scipy)
-    match.py    like with like: finals at equal tokens, scores over identical item sets
-    subjects.py groups (MMLU subjects) below an SNR floor, left out of their task's average
-    analyze.py  every figure, as one JSON-ready dict (report.json)
-    across.py   every task x metric's SNR and decision accuracy from each smaller scale to the largest, with CIs
-    choose.py   each task's best measured metric (every metric a candidate, judged by signal and noise)
-    decide.py   the decision family, one sentence per decision metric, the winner
-    grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
-    fmt.py      what the text shares: the Section, numbers as shown, markdown escaping
-    render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
+runs.py     run folders -> runs, tasks, scale groups
+stats.py    bootstrap CIs, seed-level tests, Benjamini-Hochberg, seeds needed, Spearman, Kendall, SNR,
+            decision accuracy (numpy/scipy)
+match.py    like with like: finals at equal tokens, scores over identical item sets
+subjects.py groups (MMLU subjects) below an SNR floor, left out of their task's average
+analyze.py  every figure, as one JSON-ready dict (report.json)
+across.py   every task x metric's SNR and decision accuracy from each smaller scale to the largest, with CIs
+choose.py   each task's best measured metric (every metric a candidate, judged by signal and noise)
+decide.py   the decision family, one sentence per decision metric, the winner
+grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
+fmt.py      what the text shares: the Section, numbers as shown, markdown escaping
+render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
 """
+
 from __future__ import annotations
 
 import json

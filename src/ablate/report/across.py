@@ -6,6 +6,7 @@ largest does. Its 95% CI is a bootstrap over seeds: each variant's run-level sco
 each scale apart, the variant means recomputed, and the decision accuracy with them. SNR is stats.signal_noise at
 that scale (analyze.py's quality figures).
 """
+
 from __future__ import annotations
 
 from ablate.report import stats
@@ -21,24 +22,43 @@ def across_scales(groups: list[dict], opts) -> list[dict]:
         sign = 1 if target["direction"] == "higher" else -1
         rows = []
         for group in groups[:-1]:
-            small = next((s for s in group["series"] if (s["task"], s["metric"]) == (target["task"], target["metric"])),
-                         None)
+            small = next(
+                (s for s in group["series"] if (s["task"], s["metric"]) == (target["task"], target["metric"])), None
+            )
             shared = [v for v in target["final"] if small and v in small["final"]]
             if small is None or len(shared) < 2:
                 continue
             now = [sign * small["final"][v]["mean"] for v in shared]
             goal = [sign * target["final"][v]["mean"] for v in shared]
-            ci = stats.bootstrap_decision_accuracy([[sign * x for x in small["final"][v]["values"]] for v in shared],
-                                                   [[sign * x for x in target["final"][v]["values"]] for v in shared],
-                                                   opts.bootstrap, opts.seed)
-            rows.append({"scale": group["scale"], "variants": shared,
-                         "seeds": min(len(small["final"][v]["values"]) for v in shared),
-                         "snr": small["quality"]["snr"], "decision_accuracy": stats.decision_accuracy(now, goal),
-                         "ci": ci, "tau": stats.kendall(now, goal)})
+            ci = stats.bootstrap_decision_accuracy(
+                [[sign * x for x in small["final"][v]["values"]] for v in shared],
+                [[sign * x for x in target["final"][v]["values"]] for v in shared],
+                opts.bootstrap,
+                opts.seed,
+            )
+            rows.append(
+                {
+                    "scale": group["scale"],
+                    "variants": shared,
+                    "seeds": min(len(small["final"][v]["values"]) for v in shared),
+                    "snr": small["quality"]["snr"],
+                    "decision_accuracy": stats.decision_accuracy(now, goal),
+                    "ci": ci,
+                    "tau": stats.kendall(now, goal),
+                }
+            )
         if rows:
-            out.append({"task": target["task"], "metric": target["metric"], "direction": target["direction"],
-                        "primary": target["primary"], "snr": target["quality"]["snr"], "by_scale": rows,
-                        "mean_decision_accuracy": stats.mean_or_none([r["decision_accuracy"] for r in rows])})
+            out.append(
+                {
+                    "task": target["task"],
+                    "metric": target["metric"],
+                    "direction": target["direction"],
+                    "primary": target["primary"],
+                    "snr": target["quality"]["snr"],
+                    "by_scale": rows,
+                    "mean_decision_accuracy": stats.mean_or_none([r["decision_accuracy"] for r in rows]),
+                }
+            )
     return out
 
 

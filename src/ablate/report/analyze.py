@@ -5,6 +5,7 @@ tests, curves, and the signal criteria; then every task x metric's SNR and decis
 (across.py), each task's best measured metric (choose.py), and the decisions and headline at the largest scale
 (decide.py). Comparisons are like with like (match.py): equal tokens, identical item sets.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,18 @@ import numpy as np
 from ablate.report import choose, decide, match, stats, subjects
 from ablate.report.across import across_scales
 from ablate.report.grid.analysis import analyze_sweep
-from ablate.report.runs import (BASELINE_METRICS, PRIOR_CONTROLLED, VAL_TASK, Run, TaskInfo, direction,
-                                group_by_scale, is_accuracy, load_runs, task_infos)
+from ablate.report.runs import (
+    BASELINE_METRICS,
+    PRIOR_CONTROLLED,
+    VAL_TASK,
+    Run,
+    TaskInfo,
+    direction,
+    group_by_scale,
+    is_accuracy,
+    load_runs,
+    task_infos,
+)
 from ablate.status import natural_key
 
 
@@ -61,20 +72,28 @@ def _value_at(run: Run, key, step: int):
 def _curve(runs: list[Run], key) -> dict:
     steps = _common_steps(runs, key)
     values = np.array([[_value_at(r, key, s).value for s in steps] for r in runs]) if steps else np.zeros((0, 0))
-    return {"steps": steps, "tokens": [_value_at(runs[0], key, s).tokens for s in steps],
-            "mean": values.mean(axis=0).tolist() if steps else [],
-            "std": values.std(axis=0, ddof=1).tolist() if len(runs) >= 2 and steps else None,
-            "min": values.min(axis=0).tolist() if steps else [], "max": values.max(axis=0).tolist() if steps else []}
+    return {
+        "steps": steps,
+        "tokens": [_value_at(runs[0], key, s).tokens for s in steps],
+        "mean": values.mean(axis=0).tolist() if steps else [],
+        "std": values.std(axis=0, ddof=1).tolist() if len(runs) >= 2 and steps else None,
+        "min": values.min(axis=0).tolist() if steps else [],
+        "max": values.max(axis=0).tolist() if steps else [],
+    }
 
 
 def _train_curve(runs: list[Run]) -> dict:
     by_step = [{p.step: p for p in r.train_loss} for r in runs]
     steps = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
     values = np.array([[b[s].value for s in steps] for b in by_step]) if steps else np.zeros((0, 0))
-    return {"steps": steps, "tokens": [by_step[0][s].tokens for s in steps],
-            "mean": values.mean(axis=0).tolist() if steps else [],
-            "std": values.std(axis=0, ddof=1).tolist() if len(runs) >= 2 and steps else None,
-            "min": values.min(axis=0).tolist() if steps else [], "max": values.max(axis=0).tolist() if steps else []}
+    return {
+        "steps": steps,
+        "tokens": [by_step[0][s].tokens for s in steps],
+        "mean": values.mean(axis=0).tolist() if steps else [],
+        "std": values.std(axis=0, ddof=1).tolist() if len(runs) >= 2 and steps else None,
+        "min": values.min(axis=0).tolist() if steps else [],
+        "max": values.max(axis=0).tolist() if steps else [],
+    }
 
 
 def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, dict, dict | None]:
@@ -89,11 +108,17 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
             items[variant] = np.array([[m.values[r.label][i] for i in m.ids] for r in runs])
             ci = stats.bootstrap_mean(items[variant], opts.bootstrap, opts.seed)
         values = [scores[variant][r.seed] for r in runs]
-        final[variant] = {"mean": float(np.mean(values)), "seed_std": stats.std(values), "values": values,
-                          "seeds": [r.seed for r in runs], "steps": [m.points[r.label].step for r in runs],
-                          "tokens": [m.points[r.label].tokens for r in runs], "ci": ci,
-                          "n_items": len(m.ids) if m.ids else None,
-                          "averaged": [len(m.windows[r.label]) for r in runs]}  # evaluations averaged
+        final[variant] = {
+            "mean": float(np.mean(values)),
+            "seed_std": stats.std(values),
+            "values": values,
+            "seeds": [r.seed for r in runs],
+            "steps": [m.points[r.label].step for r in runs],
+            "tokens": [m.points[r.label].tokens for r in runs],
+            "ci": ci,
+            "n_items": len(m.ids) if m.ids else None,
+            "averaged": [len(m.windows[r.label]) for r in runs],
+        }  # evaluations averaged
     return final, scores, items
 
 
@@ -101,8 +126,15 @@ def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opt
     """Distance from chance pooled over all runs: mean score vs the mean standard error (seeds score the same
     items, so their errors are not independent: averaging them, not dividing by sqrt(runs), stays conservative)."""
     key, chance = (task.key, metric), task.chance_for(metric)
-    out = {"chance": chance, "z_final": None, "first_significant_step": None, "first_significant_tokens": None,
-           "by_checkpoint": [], "gain_over_choices_only": None, "gain_z": None}
+    out = {
+        "chance": chance,
+        "z_final": None,
+        "first_significant_step": None,
+        "first_significant_tokens": None,
+        "by_checkpoint": [],
+        "gain_over_choices_only": None,
+        "gain_z": None,
+    }
     if chance is None:
         return out
 
@@ -130,8 +162,9 @@ def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opt
             if base is None:
                 return out
             gains.append(point.value - base.value)
-            ses.append(math.hypot(point.stderr, base.stderr) if point.stderr is not None and base.stderr is not None
-                       else None)
+            ses.append(
+                math.hypot(point.stderr, base.stderr) if point.stderr is not None and base.stderr is not None else None
+            )
         out["gain_over_choices_only"] = float(np.mean(gains))
         if all(s is not None for s in ses):
             out["gain_z"] = stats.chance_z(out["gain_over_choices_only"], float(np.mean(ses)), 0.0, 1)
@@ -148,11 +181,17 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
     are those of the run that reached the fewest tokens, up to the compared point; every run contributes its
     evaluation at or just before each (equal tokens; equal steps when token counts are unknown)."""
     variants = list(final)
-    out = {"by_checkpoint": [], "tau_second_half": None, "consistent_from_step": None,
-           "consistent_from_fraction": None, "early_step": None, "early_decision_accuracy": None}
+    out = {
+        "by_checkpoint": [],
+        "tau_second_half": None,
+        "consistent_from_step": None,
+        "consistent_from_fraction": None,
+        "early_step": None,
+        "early_decision_accuracy": None,
+    }
     all_runs = [r for v in variants for r in runs_by_variant[v]]
     by_tokens = m.tokens is not None
-    ref = min(all_runs, key=lambda r: (m.points[r.label].tokens if by_tokens else m.points[r.label].step))
+    ref = min(all_runs, key=lambda r: m.points[r.label].tokens if by_tokens else m.points[r.label].step)
     end = m.points[ref.label]
     grid = [p for p in _series_points(ref, key) if p.step <= end.step]
     if len(variants) < 2 or len(grid) < 2:
@@ -166,9 +205,15 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
         if any(p is None for p in at.values()):
             continue
         now = [sign * float(np.mean([at[r.label].value for r in runs_by_variant[v]])) for v in variants]
-        out["by_checkpoint"].append({"step": point.step, "tokens": point.tokens, "x": x,
-                                     "tau": stats.kendall(now, target),
-                                     "decision_accuracy": stats.decision_accuracy(now, target)})
+        out["by_checkpoint"].append(
+            {
+                "step": point.step,
+                "tokens": point.tokens,
+                "x": x,
+                "tau": stats.kendall(now, target),
+                "decision_accuracy": stats.decision_accuracy(now, target),
+            }
+        )
     rows = out["by_checkpoint"]
     out["tau_second_half"] = stats.mean_or_none([r["tau"] for r in rows if last / 2 <= r["x"] < last])
     for row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
@@ -183,23 +228,34 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
     return out
 
 
-def _quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts,
-             m: match.Matched) -> dict:
+def _quality(
+    runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts, m: match.Matched
+) -> dict:
     key = (task.key, metric)
     runs = [r for rs in runs_by_variant.values() for r in rs]
-    rho = {r.label: stats.spearman([p.step for p in _series_points(r, key)],
-                                   [sign * p.value for p in _series_points(r, key)]) for r in runs}
-    tails = {r.label: [p.value for p in _series_points(r, key)[-opts.last_k:]] for r in runs}
-    q = {"monotonicity": stats.mean_or_none(rho.values()), "monotonicity_per_run": rho,
-         "seed_spread": stats.mean_or_none([f["seed_std"] for f in final.values()]),
-         "checkpoint_spread": stats.mean_or_none([stats.std(t) for t in tails.values()]),
-         **stats.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
-         "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
-         "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m)}
+    rho = {
+        r.label: stats.spearman(
+            [p.step for p in _series_points(r, key)], [sign * p.value for p in _series_points(r, key)]
+        )
+        for r in runs
+    }
+    tails = {r.label: [p.value for p in _series_points(r, key)[-opts.last_k :]] for r in runs}
+    q = {
+        "monotonicity": stats.mean_or_none(rho.values()),
+        "monotonicity_per_run": rho,
+        "seed_spread": stats.mean_or_none([f["seed_std"] for f in final.values()]),
+        "checkpoint_spread": stats.mean_or_none([stats.std(t) for t in tails.values()]),
+        **stats.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
+        "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
+        "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m),
+    }
     c = q["chance"]
-    criteria = {"monotone": None if q["monotonicity"] is None else q["monotonicity"] >= opts.min_monotonicity,
-                "consistent": None if q["ranking"]["tau_second_half"] is None
-                else q["ranking"]["tau_second_half"] >= opts.min_tau}
+    criteria = {
+        "monotone": None if q["monotonicity"] is None else q["monotonicity"] >= opts.min_monotonicity,
+        "consistent": None
+        if q["ranking"]["tau_second_half"] is None
+        else q["ranking"]["tau_second_half"] >= opts.min_tau,
+    }
     if c["chance"] is not None or is_accuracy(metric):
         # a metric with a chance level (every accuracy: one whose task logs none cannot show it is past chance)
         above = None
@@ -215,38 +271,59 @@ def _quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, si
     return q
 
 
-def analyze_series(runs_by_variant: dict, task: TaskInfo, metric: str, opts: Options,
-                   matched: match.Matched | None = None) -> dict | None:
+def analyze_series(
+    runs_by_variant: dict, task: TaskInfo, metric: str, opts: Options, matched: match.Matched | None = None
+) -> dict | None:
     key = (task.key, metric)
     with_scores = {v: [r for r in rs if _series_points(r, key)] for v, rs in runs_by_variant.items()}
     with_scores = {v: rs for v, rs in with_scores.items() if rs}
     if not with_scores:
         return None
-    m = matched or match.match([r for rs in with_scores.values() for r in rs], task, metric, opts.min_shared_items,
-                               opts.average_last)
+    m = matched or match.match(
+        [r for rs in with_scores.values() for r in rs], task, metric, opts.min_shared_items, opts.average_last
+    )
     if m.left_out:
         return None
     sign = direction(metric)
     final, scores, items = _final_scores(with_scores, m, opts)
-    return {"task": task.key, "metric": metric, "primary": metric == task.primary,
-            "direction": "higher" if sign > 0 else "lower", "chance": task.chance_for(metric),
-            "baseline": metric in BASELINE_METRICS, "has_items": items is not None,
-            "compared_at": {"tokens": m.tokens, "at_last": m.at_last,
-                            "text": match.token_note(m.points, m.tokens, m.at_last)},
-            "runs": {r.label: {"variant": v, "seed": r.seed, "steps": [p.step for p in _series_points(r, key)],
-                               "tokens": [p.tokens for p in _series_points(r, key)],
-                               "values": [p.value for p in _series_points(r, key)],
-                               "stderr": [p.stderr for p in _series_points(r, key)]}
-                     for v, rs in with_scores.items() for r in rs},
-            "final": final, "best": decide.best(final, sign),
-            "pairwise": decide.pairwise(list(final), scores, items, sign, opts),
-            "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
-            "quality": _quality(with_scores, final, task, metric, sign, opts, m)}
+    return {
+        "task": task.key,
+        "metric": metric,
+        "primary": metric == task.primary,
+        "direction": "higher" if sign > 0 else "lower",
+        "chance": task.chance_for(metric),
+        "baseline": metric in BASELINE_METRICS,
+        "has_items": items is not None,
+        "compared_at": {
+            "tokens": m.tokens,
+            "at_last": m.at_last,
+            "text": match.token_note(m.points, m.tokens, m.at_last),
+        },
+        "runs": {
+            r.label: {
+                "variant": v,
+                "seed": r.seed,
+                "steps": [p.step for p in _series_points(r, key)],
+                "tokens": [p.tokens for p in _series_points(r, key)],
+                "values": [p.value for p in _series_points(r, key)],
+                "stderr": [p.stderr for p in _series_points(r, key)],
+            }
+            for v, rs in with_scores.items()
+            for r in rs
+        },
+        "final": final,
+        "best": decide.best(final, sign),
+        "pairwise": decide.pairwise(list(final), scores, items, sign, opts),
+        "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
+        "quality": _quality(with_scores, final, task, metric, sign, opts, m),
+    }
 
 
 def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str, TaskInfo], opts: Options) -> dict:
-    finished = {v: [r for r in rs if r.status == "finished"]
-                for v, rs in sorted(runs_by_variant.items(), key=lambda kv: natural_key(kv[0]))}
+    finished = {
+        v: [r for r in rs if r.status == "finished"]
+        for v, rs in sorted(runs_by_variant.items(), key=lambda kv: natural_key(kv[0]))
+    }
     finished = {v: rs for v, rs in finished.items() if rs}
     series, mismatches = [], {}
     for task in tasks.values():
@@ -260,26 +337,46 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
             if (s := analyze_series(finished, task, metric, opts, m)) is not None:
                 series.append(s)
     runs = [r for rs in finished.values() for r in rs]
-    return {"scale": scale, "variants": list(finished),
-            "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
-            "shape_differences": match.shape_differences(runs), "item_mismatch": list(mismatches.values()),
-            "train_loss": {v: _train_curve(rs) for v, rs in finished.items()}, "series": series}
+    return {
+        "scale": scale,
+        "variants": list(finished),
+        "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
+        "shape_differences": match.shape_differences(runs),
+        "item_mismatch": list(mismatches.values()),
+        "train_loss": {v: _train_curve(rs) for v, rs in finished.items()},
+        "series": series,
+    }
 
 
 def _overview(runs: list[Run], skipped: list[str]) -> dict:
     rows = []
     for r in runs:
         s = r.summary or {}
-        rows.append({"run": r.label, "variant": r.variant, "seed": r.seed, "status": r.status, "note": r.note,
-                     "steps": r.last_step, "max_steps": r.planned_steps,
-                     "tokens": s.get("tokens", r.train_loss[-1].tokens if r.train_loss else None),
-                     "params": s.get("params"), "wall_seconds": s.get("wall_seconds"),
-                     "final_val_loss": s.get("final_val_loss")})
-    return {"variants": sorted({r.variant for r in runs}, key=natural_key), "seeds": sorted({r.seed for r in runs}),
-            "axes": _axes(runs), "runs": rows,
-            "not_analyzed": [r.label for r in runs if r.status not in ("finished", "diverged")],
-            "diverged": [r.label for r in runs if r.status == "diverged"], "skipped_folders": skipped,
-            "total_wall_seconds": sum(r["wall_seconds"] or 0 for r in rows)}
+        rows.append(
+            {
+                "run": r.label,
+                "variant": r.variant,
+                "seed": r.seed,
+                "status": r.status,
+                "note": r.note,
+                "steps": r.last_step,
+                "max_steps": r.planned_steps,
+                "tokens": s.get("tokens", r.train_loss[-1].tokens if r.train_loss else None),
+                "params": s.get("params"),
+                "wall_seconds": s.get("wall_seconds"),
+                "final_val_loss": s.get("final_val_loss"),
+            }
+        )
+    return {
+        "variants": sorted({r.variant for r in runs}, key=natural_key),
+        "seeds": sorted({r.seed for r in runs}),
+        "axes": _axes(runs),
+        "runs": rows,
+        "not_analyzed": [r.label for r in runs if r.status not in ("finished", "diverged")],
+        "diverged": [r.label for r in runs if r.status == "diverged"],
+        "skipped_folders": skipped,
+        "total_wall_seconds": sum(r["wall_seconds"] or 0 for r in rows),
+    }
 
 
 def _axes(runs: list[Run]) -> dict | None:
@@ -306,29 +403,40 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
     seeds = {v: len(s) for v, s in group["seeds"].items()}
     if seeds and min(seeds.values()) < 2:
         few = ", ".join(f"{v} has {n}" for v, n in seeds.items() if n < 2)
-        notes.append(f"seed spread, seed bands, seed-level p-values, seeds needed and seed resampling in CIs: need "
-                     f">= 2 seeds per variant ({few})")
+        notes.append(
+            f"seed spread, seed bands, seed-level p-values, seeds needed and seed resampling in CIs: need "
+            f">= 2 seeds per variant ({few})"
+        )
     if seeds and min(seeds.values()) < min_seeds:
         few = ", ".join(f"{v} has {n}" for v, n in seeds.items() if n < min_seeds)
-        notes.append(f"significance of a difference: needs >= {min_seeds} seeds per variant ({few}); the report "
-                     f"gives the seeds a test would need instead")
+        notes.append(
+            f"significance of a difference: needs >= {min_seeds} seeds per variant ({few}); the report "
+            f"gives the seeds a test would need instead"
+        )
     checkpoints = [len(r["steps"]) for s in group["series"] for r in s["runs"].values()]
     most = max(checkpoints, default=0)
     if most < 3:
         notes.append(f"monotonicity (Spearman rho): needs >= 3 evaluated checkpoints per run (have {most})")
     if most < 2:
-        notes.append("checkpoint spread, SNR noise, Kendall tau and decision accuracy over training: need >= 2 "
-                     f"evaluated checkpoints per run (have {most})")
+        notes.append(
+            "checkpoint spread, SNR noise, Kendall tau and decision accuracy over training: need >= 2 "
+            f"evaluated checkpoints per run (have {most})"
+        )
     if len(group["variants"]) < 2:
-        notes.append(f"pairwise tests, SNR signal, Kendall tau, decision accuracy and the aggregate score: need >= 2 "
-                     f"finished variants (have {len(group['variants'])})")
+        notes.append(
+            f"pairwise tests, SNR signal, Kendall tau, decision accuracy and the aggregate score: need >= 2 "
+            f"finished variants (have {len(group['variants'])})"
+        )
     missing = sorted({s["task"] for s in group["series"] if not s["has_items"]})
     if missing:
-        notes.append("confidence intervals and item-level p-values (seed-level tests still run, on the logged "
-                     "scores): no per-item files (eval_items/) for " + ", ".join(missing))
+        notes.append(
+            "confidence intervals and item-level p-values (seed-level tests still run, on the logged "
+            "scores): no per-item files (eval_items/) for " + ", ".join(missing)
+        )
     if all(t == VAL_TASK for t in tasks):
-        notes.append("task scores: the runs have no evals.jsonl (no task evals ran); the report covers validation "
-                     "loss only")
+        notes.append(
+            "task scores: the runs have no evals.jsonl (no task evals ran); the report covers validation loss only"
+        )
     if not has_scale:
         notes.append("decision accuracy across scales: needs a scale axis (ablate report --scale model.d_model)")
     return notes
@@ -344,8 +452,14 @@ def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
     return report
 
 
-def analyze_runs(runs: list[Run], tasks: dict[str, TaskInfo], opts: Options, experiment: str, runs_dir: str = "",
-                 skipped: list[str] | None = None) -> dict:
+def analyze_runs(
+    runs: list[Run],
+    tasks: dict[str, TaskInfo],
+    opts: Options,
+    experiment: str,
+    runs_dir: str = "",
+    skipped: list[str] | None = None,
+) -> dict:
     """Every figure of the report from loaded runs (build_report reads them from disk; the calibration tests build
     them in memory and run this same path)."""
     overview = _overview(runs, skipped or [])
@@ -358,14 +472,32 @@ def analyze_runs(runs: list[Run], tasks: dict[str, TaskInfo], opts: Options, exp
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
     decisions = decide.decision_series(target, recommendation)
     inference = decide.apply_family(decide.family_series(target, decisions), opts, where or "(one scale)", decisions)
-    return {"schema": 3, "experiment": experiment, "runs_dir": runs_dir, "options": dataclasses.asdict(opts),
-            "overview": overview,
-            "tasks": [{"task": t.key, "primary": t.primary, "metrics": t.metrics, "chance": t.chance, "n": t.n,
-                       "groups": len(t.groups)} for t in tasks.values()],
-            "groups": groups, "across_scales": across, "subject_floor": subject_floor,
-            "recommendation": recommendation, "inference": inference,
-            "sweep": analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
-            "headline": decide.headline(experiment + (f" {where}" if where else ""), target, recommendation,
-                                        overview, opts),
-            "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),
-            "seconds": 0.0}
+    return {
+        "schema": 3,
+        "experiment": experiment,
+        "runs_dir": runs_dir,
+        "options": dataclasses.asdict(opts),
+        "overview": overview,
+        "tasks": [
+            {
+                "task": t.key,
+                "primary": t.primary,
+                "metrics": t.metrics,
+                "chance": t.chance,
+                "n": t.n,
+                "groups": len(t.groups),
+            }
+            for t in tasks.values()
+        ],
+        "groups": groups,
+        "across_scales": across,
+        "subject_floor": subject_floor,
+        "recommendation": recommendation,
+        "inference": inference,
+        "sweep": analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
+        "headline": decide.headline(
+            experiment + (f" {where}" if where else ""), target, recommendation, overview, opts
+        ),
+        "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),
+        "seconds": 0.0,
+    }

@@ -11,6 +11,7 @@ largest (when a scale axis gives one), then the highest SNR, then monotonicity, 
 task's primary metric. Every key measures signal or noise and is symmetric in the variants: which variant a metric
 favours never enters the choice, so choosing cannot make a winner.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,12 @@ def _f(x, digits: int = 3) -> str:
 
 def figures(s: dict, da: float | None) -> dict:
     q = s["quality"]
-    return {"monotonicity": q["monotonicity"], "snr": q["snr"], "tau": q["ranking"]["tau_second_half"],
-            "decision_accuracy": da}
+    return {
+        "monotonicity": q["monotonicity"],
+        "snr": q["snr"],
+        "tau": q["ranking"]["tau_second_half"],
+        "decision_accuracy": da,
+    }
 
 
 def _failures(s: dict, opts) -> list[str]:
@@ -56,9 +61,15 @@ def _failures(s: dict, opts) -> list[str]:
 
 def _key(fig: dict) -> tuple:
     """Higher is better measured: decision accuracy across scales (-1 when not measured), SNR, rho, tau."""
-    return tuple(-math.inf if x is None else x for x in
-                 (-1.0 if fig["decision_accuracy"] is None else fig["decision_accuracy"], fig["snr"],
-                  fig["monotonicity"], fig["tau"]))
+    return tuple(
+        -math.inf if x is None else x
+        for x in (
+            -1.0 if fig["decision_accuracy"] is None else fig["decision_accuracy"],
+            fig["snr"],
+            fig["monotonicity"],
+            fig["tau"],
+        )
+    )
 
 
 def _lost_on(mine: dict, best: dict) -> str:
@@ -71,7 +82,7 @@ def _lost_on(mine: dict, best: dict) -> str:
 
 def _describe(metric: str, fig: dict) -> str:
     da = "" if fig["decision_accuracy"] is None else f", DA {_f(fig['decision_accuracy'])} from smaller scales"
-    return (f"{metric} (rho {_f(fig['monotonicity'])}, SNR {_f(fig['snr'])}, tau {_f(fig['tau'])}{da})")
+    return f"{metric} (rho {_f(fig['monotonicity'])}, SNR {_f(fig['snr'])}, tau {_f(fig['tau'])}{da})"
 
 
 def choose(task: TaskInfo, series: list[dict], across: list[dict], opts) -> dict:
@@ -102,10 +113,16 @@ def choose(task: TaskInfo, series: list[dict], across: list[dict], opts) -> dict
         status = "no_signal" if all(outright) else "not_assessable"
         head = "a decision metric whatever its criteria" if task.key == VAL_TASK else "no metric passes"
         text = f"{name}: {head}. {lost}"
-    return {"task": task.key, "metric": top["metric"] if top else None, "status": status,
-            "figures": figs[top["metric"]] if top else None, "others": others, "text": text,
-            "direction": top["direction"] if top else None,
-            "passing_metrics": [s["metric"] for s in passing]}
+    return {
+        "task": task.key,
+        "metric": top["metric"] if top else None,
+        "status": status,
+        "figures": figs[top["metric"]] if top else None,
+        "others": others,
+        "text": text,
+        "direction": top["direction"] if top else None,
+        "passing_metrics": [s["metric"] for s in passing],
+    }
 
 
 def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], opts) -> dict:
@@ -121,8 +138,9 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
         if c["metric"] is not None:
             suite.append({k: c[k] for k in ("task", "metric", "direction", "passing_metrics")})
         else:
-            rejected.append({"task": task.key, "status": c["status"],
-                             "reasons": {o["metric"]: o["why"] for o in c["others"]}})
+            rejected.append(
+                {"task": task.key, "status": c["status"], "reasons": {o["metric"]: o["why"] for o in c["others"]}}
+            )
     aggregate = {}
     variants = group["variants"]
     # over the decision metrics only: validation loss and the suite (a task at chance would add noise, not signal)
@@ -138,8 +156,20 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
             for v, zv, rv in zip(names, z, order):
                 zs[v].append(float(zv))
                 ranks[v].append(int(rv))
-        aggregate = {v: {"mean_z": stats.mean_or_none(zs[v]), "mean_rank": stats.mean_or_none(ranks[v]),
-                         "tasks": len(zs[v])} for v in variants}
-    return {"thresholds": {"min_monotonicity": opts.min_monotonicity, "min_z": opts.min_z, "min_tau": opts.min_tau,
-                           "min_snr": opts.min_snr}, "choices": choices, "suite": suite, "rejected": rejected,
-            "aggregate": aggregate, "aggregate_over": [[s["task"], s["metric"]] for s in chosen]}
+        aggregate = {
+            v: {"mean_z": stats.mean_or_none(zs[v]), "mean_rank": stats.mean_or_none(ranks[v]), "tasks": len(zs[v])}
+            for v in variants
+        }
+    return {
+        "thresholds": {
+            "min_monotonicity": opts.min_monotonicity,
+            "min_z": opts.min_z,
+            "min_tau": opts.min_tau,
+            "min_snr": opts.min_snr,
+        },
+        "choices": choices,
+        "suite": suite,
+        "rejected": rejected,
+        "aggregate": aggregate,
+        "aggregate_over": [[s["task"], s["metric"]] for s in chosen],
+    }

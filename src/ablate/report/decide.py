@@ -16,6 +16,7 @@
 `compare`, `pairwise`, `apply_family`, `decide_series` and `winner` are what the report runs; the calibration
 tests run the same functions on simulated studies.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,19 +32,40 @@ def best(final: dict, sign: int) -> str | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
-def compare(a: dict[int, float], b: dict[int, float], sign: int, opts, items_a: np.ndarray | None = None,
-            items_b: np.ndarray | None = None) -> dict:
+def compare(
+    a: dict[int, float],
+    b: dict[int, float],
+    sign: int,
+    opts,
+    items_a: np.ndarray | None = None,
+    items_b: np.ndarray | None = None,
+) -> dict:
     """One pair: a and b map seed -> run-level score; items_a/items_b are (seeds, items) matrices, rows in sorted
     seed order, columns the same items (None without per-item files)."""
     t = stats.seed_test(a, b)
     diff = t["diff"]
     testable = min(t["n_a"], t["n_b"]) >= opts.min_seeds and t["p"] is not None
     needed = stats.seeds_needed(diff, t["sd_diff"], opts.alpha, opts.power, t["paired"])
-    row = {"diff": diff, "better": None, "test": t["test"], "paired": t["paired"], "p_seeds": t["p"],
-           "n_seeds": t["n_a"] if t["paired"] else None, "n_seeds_a": t["n_a"], "n_seeds_b": t["n_b"],
-           "sd_diff": t["sd_diff"], "seeds_agree": None, "testable": testable,
-           "seeds_needed": None if needed is None else max(needed, opts.min_seeds),
-           "ci": None, "p_items": None, "n_items": None, "p_bh": None, "significant": None, "note": ""}
+    row = {
+        "diff": diff,
+        "better": None,
+        "test": t["test"],
+        "paired": t["paired"],
+        "p_seeds": t["p"],
+        "n_seeds": t["n_a"] if t["paired"] else None,
+        "n_seeds_a": t["n_a"],
+        "n_seeds_b": t["n_b"],
+        "sd_diff": t["sd_diff"],
+        "seeds_agree": None,
+        "testable": testable,
+        "seeds_needed": None if needed is None else max(needed, opts.min_seeds),
+        "ci": None,
+        "p_items": None,
+        "n_items": None,
+        "p_bh": None,
+        "significant": None,
+        "note": "",
+    }
     if sign * diff > 0 or sign * diff < 0:
         row["better"] = "a" if sign * diff > 0 else "b"
     if t["paired"] and diff != 0:
@@ -59,14 +81,14 @@ def compare(a: dict[int, float], b: dict[int, float], sign: int, opts, items_a: 
     return row
 
 
-def pairwise(variants: list[str], scores: dict[str, dict[int, float]], items: dict[str, np.ndarray] | None,
-             sign: int, opts) -> list[dict]:
+def pairwise(
+    variants: list[str], scores: dict[str, dict[int, float]], items: dict[str, np.ndarray] | None, sign: int, opts
+) -> list[dict]:
     """Every pair (a before b in `variants` order), each a `compare` row with a and b named."""
     rows = []
     for i, a in enumerate(variants):
-        for b in variants[i + 1:]:
-            row = compare(scores[a], scores[b], sign, opts, items[a] if items else None,
-                          items[b] if items else None)
+        for b in variants[i + 1 :]:
+            row = compare(scores[a], scores[b], sign, opts, items[a] if items else None, items[b] if items else None)
             row["better"] = {"a": a, "b": b}.get(row["better"])
             rows.append({"a": a, "b": b, **row})
     return rows
@@ -87,18 +109,30 @@ def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | N
     pairs = max((len(s["pairwise"]) for s in series), default=0)
     names = ", ".join(label(s) for s in decisions)
     if len(series) > len(decisions):
-        text = (f"every variant pair x candidate metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
-                f"(validation loss and every task metric but the choices-only baselines; decisions on {names}) = "
-                f"{len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested")
+        text = (
+            f"every variant pair x candidate metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
+            f"(validation loss and every task metric but the choices-only baselines; decisions on {names}) = "
+            f"{len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested"
+        )
     else:
-        text = (f"every variant pair x decision metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
-                f"({names}) = {len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested")
+        text = (
+            f"every variant pair x decision metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
+            f"({names}) = {len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested"
+        )
     if not rows:
         text = f"no comparison {where}: fewer than 2 variants or no decision metric"
-    return {"method": "Benjamini-Hochberg", "alpha": opts.alpha, "level": "training seed",
-            "min_seeds": opts.min_seeds, "power": opts.power, "family": text, "tests": len(tested),
-            "comparisons": len(rows), "metrics": [[s["task"], s["metric"]] for s in decisions],
-            "family_metrics": [[s["task"], s["metric"]] for s in series]}
+    return {
+        "method": "Benjamini-Hochberg",
+        "alpha": opts.alpha,
+        "level": "training seed",
+        "min_seeds": opts.min_seeds,
+        "power": opts.power,
+        "family": text,
+        "tests": len(tested),
+        "comparisons": len(rows),
+        "metrics": [[s["task"], s["metric"]] for s in decisions],
+        "family_metrics": [[s["task"], s["metric"]] for s in series],
+    }
 
 
 def label(s: dict) -> str:
@@ -126,9 +160,20 @@ def decide_series(s: dict, opts) -> dict | None:
     seeds = min(len(s["final"][v]["seeds"]) for v in variants)
     name, close = label(s), vs[runner]
     need = close["seeds_needed"]
-    out = {"task": s["task"], "metric": s["metric"], "name": name, "direction": s["direction"], "leader": leader,
-           "ahead_of": beaten, "not_separated_from": level, "seeds": seeds, "seeds_needed": need,
-           "p_bh": {o: vs[o]["p_bh"] for o in order[1:]}, "status": None, "text": ""}
+    out = {
+        "task": s["task"],
+        "metric": s["metric"],
+        "name": name,
+        "direction": s["direction"],
+        "leader": leader,
+        "ahead_of": beaten,
+        "not_separated_from": level,
+        "seeds": seeds,
+        "seeds_needed": need,
+        "p_bh": {o: vs[o]["p_bh"] for o in order[1:]},
+        "status": None,
+        "text": "",
+    }
     if s["best"] is None:
         out["status"], out["text"] = "tie", f"{name}: tie at the top ({leader}, {runner})"
     elif not close["testable"]:
@@ -142,13 +187,16 @@ def decide_series(s: dict, opts) -> dict | None:
     elif not beaten:
         out["status"] = "no_difference"
         how = f"; ~{need} needed" if need is not None and need > seeds else ""
-        out["text"] = (f"{name}: no significant difference ({leader} vs {runner} {_p(close['p_bh'])}, "
-                       f"{seeds} seeds{how})")
+        out["text"] = (
+            f"{name}: no significant difference ({leader} vs {runner} {_p(close['p_bh'])}, {seeds} seeds{how})"
+        )
     else:
         worst = max(vs[o]["p_bh"] for o in beaten)
         out["status"] = "ahead"
-        out["text"] = (f"{name}: {', '.join([leader] + level)} ahead of {', '.join(beaten)} ({_p(worst, '<=')}, "
-                       f"{seeds} seeds); {leader} vs {runner} not significant")
+        out["text"] = (
+            f"{name}: {', '.join([leader] + level)} ahead of {', '.join(beaten)} ({_p(worst, '<=')}, "
+            f"{seeds} seeds); {leader} vs {runner} not significant"
+        )
     return out
 
 
@@ -182,10 +230,12 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     if overview.get("diverged"):
         tail += f" ({len(overview['diverged'])} diverged, listed apart: {', '.join(overview['diverged'])})"
     short = {t["task"]: label({"task": t["task"], "metric": "", "primary": True}) for t in recommendation["rejected"]}
-    no_signal = [short[r["task"]] for r in recommendation["rejected"]
-                 if r["status"] == "no_signal" and r["task"] != VAL_TASK]
-    unknown = [short[r["task"]] for r in recommendation["rejected"]
-               if r["status"] != "no_signal" and r["task"] != VAL_TASK]
+    no_signal = [
+        short[r["task"]] for r in recommendation["rejected"] if r["status"] == "no_signal" and r["task"] != VAL_TASK
+    ]
+    unknown = [
+        short[r["task"]] for r in recommendation["rejected"] if r["status"] != "no_signal" and r["task"] != VAL_TASK
+    ]
     left_out = sorted({m["task"] for m in group.get("item_mismatch", []) if not m["kept"]})
     out = {"winner": None, "decisions": [], "no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}
     if len(variants) < 2:
@@ -212,9 +262,12 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     only_val = all(s["task"] == VAL_TASK for s in group["series"])
     scope = " (validation loss only: no task evals in these runs)" if only_val else ""
     if any(d["status"] in ("too_few_seeds", "no_difference") and d["seeds_needed"] for d in decisions):
-        verdict += (f" (seeds needed: per variant, for {opts.power:.0%} power at alpha {opts.alpha:g}, from the "
-                    f"observed seed spread)")
-    averaged = (f" Each run's score: the mean of its last {opts.average_last} evaluations."
-                if opts.average_last > 1 else "")
+        verdict += (
+            f" (seeds needed: per variant, for {opts.power:.0%} power at alpha {opts.alpha:g}, from the "
+            f"observed seed spread)"
+        )
+    averaged = (
+        f" Each run's score: the mean of its last {opts.average_last} evaluations." if opts.average_last > 1 else ""
+    )
     out["text"] = f"{experiment}: " + "; ".join(parts) + f"{scope}. {verdict}.{tail}{averaged}"
     return out

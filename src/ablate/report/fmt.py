@@ -1,6 +1,7 @@
 """What every part of the report's text shares: the Section a renderer lays out, numbers as shown, and names escaped
 for markdown. Used by render.py and grid/sections.py; imports nothing of ablate (and no matplotlib).
 """
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 class Section:
     """Neutral content: titles, paragraphs, tables of plain strings, images; the markdown and HTML writers only
     escape and lay out."""
+
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # (caption, header, rows)
@@ -63,5 +65,6 @@ def md_escape(text: str) -> str:
 def md_line(text: str) -> str:
     """md_escape for text that begins a line (a paragraph, a bullet's text), where "- x", "1. x" and "> x" would
     start a list or a quote (table cells keep "-0.3" as it is)."""
-    return _MD_BLOCK_START.sub(lambda m: m.group() + "\\" if m.group()[0].isdigit() else "\\" + m.group(),
-                               md_escape(text))
+    return _MD_BLOCK_START.sub(
+        lambda m: m.group() + "\\" if m.group()[0].isdigit() else "\\" + m.group(), md_escape(text)
+    )

@@ -12,6 +12,7 @@
   mean, so per-item values are weighted to make their plain mean that macro average; groups a floor left out
   (subjects.py) are left out of the items too.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,7 +72,7 @@ def _by_count(counts: dict[str, int]) -> str:
 def _window(points: list[Point], last: Point, k: int) -> list[Point]:
     """The last k evaluations of a run up to `last` (fewer when the run has fewer)."""
     upto = [p for p in points if p.step <= last.step]
-    return upto[-max(1, k):]
+    return upto[-max(1, k) :]
 
 
 def _item_values(run: Run, task: TaskInfo, metric: str, step: int) -> tuple[dict, dict] | None:
@@ -131,9 +132,14 @@ def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float, averag
     if values is None:  # no item ids to match: at least the logged item counts must agree
         counts = {label: p.n for label, p in points.items() if p.n is not None}
         if len(set(counts.values())) > 1:
-            out.mismatch = {"task": task.key, "runs": counts, "shared": None, "kept": False,
-                            "text": f"{task.key}: runs scored different numbers of items ({_by_count(counts)}) and "
-                                    f"have no per-item files to match them: left out"}
+            out.mismatch = {
+                "task": task.key,
+                "runs": counts,
+                "shared": None,
+                "kept": False,
+                "text": f"{task.key}: runs scored different numbers of items ({_by_count(counts)}) and "
+                f"have no per-item files to match them: left out",
+            }
             out.left_out = out.mismatch["text"]
         return out
     sets = {label: set(v) for label, v in values.items()}
@@ -148,10 +154,12 @@ def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float, averag
     kept = len(shared) >= 2 and len(shared) >= min_share * smallest
     counts = {label: len(s) for label, s in sets.items()}
     same_count = len(set(counts.values())) == 1
-    what = (f"different item ids ({smallest} each)" if same_count else f"different items ({_by_count(counts)})")
+    what = f"different item ids ({smallest} each)" if same_count else f"different items ({_by_count(counts)})"
     text = f"{task.key}: runs scored {what}; " + (
-        f"compared over the {len(shared)} items all of them share" if kept else
-        f"only {len(shared)} items are shared (< {min_share:g} of the smallest set): left out")
+        f"compared over the {len(shared)} items all of them share"
+        if kept
+        else f"only {len(shared)} items are shared (< {min_share:g} of the smallest set): left out"
+    )
     out.mismatch = {"task": task.key, "runs": counts, "shared": len(shared), "kept": kept, "text": text}
     if kept:
         out.ids, out.values = sorted(shared), {k: {i: v[i] for i in shared} for k, v in values.items()}
@@ -185,5 +193,8 @@ def token_note(points: dict[str, Point], tokens: int | None, at_last: bool) -> s
     used = sorted(Counter(p.tokens for p in points.values()))
     if used == [tokens]:
         return f"{tokens:,} tokens, the most every run reached"
-    return (f"{tokens:,} tokens, the most every run reached (each run's evaluation at or just before it: "
-            + ", ".join(f"{t:,}" for t in used) + " tokens)")
+    return (
+        f"{tokens:,} tokens, the most every run reached (each run's evaluation at or just before it: "
+        + ", ".join(f"{t:,}" for t in used)
+        + " tokens)"
+    )

@@ -4,6 +4,7 @@ Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend s
 leaves a caller's matplotlib state alone. Every plot of the report (these and grid/figures.py's) is drawn inside
 as_written(), so names show as they are written.
 """
+
 from __future__ import annotations
 
 import base64
@@ -43,8 +44,10 @@ _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 def png(fig: Figure) -> str:
     """The figure as a base64 PNG (for an <img> data URL)."""
     for axis in (axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)):
-        for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
-                         (axis.get_minor_formatter, axis.set_minor_formatter)):
+        for get, put in (
+            (axis.get_major_formatter, axis.set_major_formatter),
+            (axis.get_minor_formatter, axis.set_minor_formatter),
+        ):
             if type(get()) is LogFormatterSciNotation:  # a log scale's own labels (a plot's choice stays)
                 put(_PlainLogFormatter(axis.get_transform().base, labelOnlyBase=get().labelOnlyBase))
     FigureCanvasAgg(fig)
@@ -79,8 +82,9 @@ def _axes_style(ax, legend: list[tuple]) -> None:
         ax.legend(lines, labels, fontsize=7)
 
 
-def curves_png(title: str, ylabel: str, curves: dict[str, dict], chance: float | None = None,
-               compared_tokens: int | None = None) -> str | None:
+def curves_png(
+    title: str, ylabel: str, curves: dict[str, dict], chance: float | None = None, compared_tokens: int | None = None
+) -> str | None:
     """Mean per variant against tokens, with a band from the lowest to the highest seed; a dashed line where finals
     are compared when that is before some runs' end (equal tokens)."""
     if not any(c["steps"] for c in curves.values()):
@@ -114,8 +118,10 @@ def ranking_png(series: list[dict]) -> str | None:
         return None
     fig = Figure(figsize=(5.2, 3.2))
     ax = fig.add_subplot()
-    legend = [(ax.plot([r["tokens"] for r in points], [r["tau"] for r in points], marker=".")[0], task)
-              for task, points in rows]
+    legend = [
+        (ax.plot([r["tokens"] for r in points], [r["tau"] for r in points], marker=".")[0], task)
+        for task, points in rows
+    ]
     ax.set_ylim(-1.05, 1.05)
     ax.set_title("ranking vs final ranking (Kendall tau)", fontsize=10)
     ax.set_ylabel("tau")

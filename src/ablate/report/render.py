@@ -4,6 +4,7 @@ round trip), so what a reader sees is what report.json holds.
 The content is built once as neutral sections (titles, paragraphs, tables of plain strings, images); the markdown
 and HTML writers only escape and lay out.
 """
+
 from __future__ import annotations
 
 import html
@@ -22,24 +23,47 @@ def _group_title(group: dict, groups: list[dict]) -> str:
 def _overview(report: dict) -> Section:
     o = report["overview"]
     finished = sum(r["status"] == "finished" for r in o["runs"])
-    sec = Section("Overview", [f"Experiment {report['experiment']}: variants {', '.join(o['variants'])}; seeds "
-                               f"{', '.join(str(s) for s in o['seeds'])}; {len(o['runs'])} runs, {finished} finished; "
-                               f"total training time {fmt_seconds(o['total_wall_seconds'])}."])
-    rows = [[r["run"], r["status"], f"{fmt(r['steps'])}/{fmt(r['max_steps'])}", fmt(r["tokens"]), fmt(r["params"]),
-             fmt_seconds(r["wall_seconds"]), fmt(r["final_val_loss"]), r["note"]] for r in o["runs"]]
-    sec.tables.append(("Runs", ["run", "status", "steps", "tokens", "params", "wall time", "final val loss", "note"],
-                       rows))
+    sec = Section(
+        "Overview",
+        [
+            f"Experiment {report['experiment']}: variants {', '.join(o['variants'])}; seeds "
+            f"{', '.join(str(s) for s in o['seeds'])}; {len(o['runs'])} runs, {finished} finished; "
+            f"total training time {fmt_seconds(o['total_wall_seconds'])}."
+        ],
+    )
+    rows = [
+        [
+            r["run"],
+            r["status"],
+            f"{fmt(r['steps'])}/{fmt(r['max_steps'])}",
+            fmt(r["tokens"]),
+            fmt(r["params"]),
+            fmt_seconds(r["wall_seconds"]),
+            fmt(r["final_val_loss"]),
+            r["note"],
+        ]
+        for r in o["runs"]
+    ]
+    sec.tables.append(
+        ("Runs", ["run", "status", "steps", "tokens", "params", "wall time", "final val loss", "note"], rows)
+    )
     if o["not_analyzed"]:
         sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o["not_analyzed"]))
     if o.get("diverged"):
-        sec.paragraphs.append("Diverged (a result, not a failure: listed apart, never compared): "
-                              + ", ".join(o["diverged"]))
+        sec.paragraphs.append(
+            "Diverged (a result, not a failure: listed apart, never compared): " + ", ".join(o["diverged"])
+        )
     if o["skipped_folders"]:
         sec.paragraphs.append("Folders that could not be read: " + "; ".join(o["skipped_folders"]))
     axes = o.get("axes")
     if axes:
-        sec.tables.append(("Variants on the grid's axes", ["variant"] + axes["fields"],
-                           [[v] + [str(a.get(f, "")) for f in axes["fields"]] for v, a in axes["by_variant"].items()]))
+        sec.tables.append(
+            (
+                "Variants on the grid's axes",
+                ["variant"] + axes["fields"],
+                [[v] + [str(a.get(f, "")) for f in axes["fields"]] for v, a in axes["by_variant"].items()],
+            )
+        )
     return sec
 
 
@@ -61,45 +85,82 @@ def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]
         if len(s["final"]) > 3:
             pair = pair.split(" vs ", 1)[1]  # the caption names the best
         seeds = f"{p['n_seeds']} paired" if p["paired"] else f"{p['n_seeds_a']} and {p['n_seeds_b']}"
-        out.append([pair, fmt(diff), fmt_ci(ci), seeds, p["test"] or "n/a", fmt_p(p["p_seeds"]), fmt_p(p["p_bh"]),
-                    "n/a" if p["significant"] is None else fmt(p["significant"]), p["better"] or "tie",
-                    "" if p["significant"] else fmt(p["seeds_needed"]), fmt_p(p["p_items"]), p["note"]])
+        out.append(
+            [
+                pair,
+                fmt(diff),
+                fmt_ci(ci),
+                seeds,
+                p["test"] or "n/a",
+                fmt_p(p["p_seeds"]),
+                fmt_p(p["p_bh"]),
+                "n/a" if p["significant"] is None else fmt(p["significant"]),
+                p["better"] or "tie",
+                "" if p["significant"] else fmt(p["seeds_needed"]),
+                fmt_p(p["p_items"]),
+                p["note"],
+            ]
+        )
     if len(s["final"]) <= 3:
         return f"{name}: pairwise", ["pair", "diff", *_PAIR_COLUMNS], out
-    return (f"{name}: the best ({leader}) vs each other variant, diff = {leader} - other; all {len(s['pairwise'])} "
-            f"pairs are in report.json", [f"{leader} vs", "diff", *_PAIR_COLUMNS], out)
+    return (
+        f"{name}: the best ({leader}) vs each other variant, diff = {leader} - other; all {len(s['pairwise'])} "
+        f"pairs are in report.json",
+        [f"{leader} vs", "diff", *_PAIR_COLUMNS],
+        out,
+    )
 
 
-_PAIR_COLUMNS = ["95% CI (seeds, items)", "seeds", "test", "p (seeds)", "p_BH", "significant", "better",
-                 "seeds needed", "p (items: eval noise only)", "note"]
+_PAIR_COLUMNS = [
+    "95% CI (seeds, items)",
+    "seeds",
+    "test",
+    "p (seeds)",
+    "p_BH",
+    "significant",
+    "better",
+    "seeds needed",
+    "p (items: eval noise only)",
+    "note",
+]
 
 
 def _final_scores(group: dict, suffix: str, report: dict) -> Section:
     o, inference = report["options"], report["inference"]
     decisions = {tuple(k) for k in inference["metrics"]} if group is report["groups"][-1] else set()
-    sec = Section(f"Final scores{suffix}", [
-        "A run's score is its mean over the items every compared run scored, at the compared evaluation (equal "
-        "tokens: see each table). Mean and seed sd over seeds; 95% CI: two-level bootstrap (seeds, then items). "
-        "Pairwise, diff = a - b, tested at the level of replication, the training seed: paired t-test over per-seed "
-        "differences when both variants ran the same seeds, Welch's t-test otherwise; not tested with fewer than "
-        f"{o['min_seeds']} seeds per variant. p_BH: Benjamini-Hochberg adjusted over the family "
-        f"({inference['family']}); significant: p_BH < {o['alpha']:g}, decided for the family's metrics at the "
-        f"largest scale only (n/a elsewhere); decisions are read on the decision metrics alone. Seeds needed: per "
-        f"variant, for {o['power']:.0%} power at alpha {o['alpha']:g} "
-        "(one test, before the adjustment), taking the observed difference and seed spread as true: the normal "
-        "approximation n = ((z_(1-alpha/2) + z_power) x sd_diff / |diff|)^2, raised until the t-test's power "
-        "(noncentral t) reaches the target; sd_diff: sd of the per-seed differences, or the pooled seed sd x sqrt(2) "
-        "unpaired; at least the minimum seeds. p (items): paired "
-        "t-test over items with the seeds held fixed: evaluation noise only, never the decision."])
+    sec = Section(
+        f"Final scores{suffix}",
+        [
+            "A run's score is its mean over the items every compared run scored, at the compared evaluation (equal "
+            "tokens: see each table). Mean and seed sd over seeds; 95% CI: two-level bootstrap (seeds, then items). "
+            "Pairwise, diff = a - b, tested at the level of replication, the training seed: paired t-test over "
+            "per-seed "
+            "differences when both variants ran the same seeds, Welch's t-test otherwise; not tested with fewer than "
+            f"{o['min_seeds']} seeds per variant. p_BH: Benjamini-Hochberg adjusted over the family "
+            f"({inference['family']}); significant: p_BH < {o['alpha']:g}, decided for the family's metrics at the "
+            f"largest scale only (n/a elsewhere); decisions are read on the decision metrics alone. Seeds needed: per "
+            f"variant, for {o['power']:.0%} power at alpha {o['alpha']:g} "
+            "(one test, before the adjustment), taking the observed difference and seed spread as true: the normal "
+            "approximation n = ((z_(1-alpha/2) + z_power) x sd_diff / |diff|)^2, raised until the t-test's power "
+            "(noncentral t) reaches the target; sd_diff: sd of the per-seed differences, or the pooled seed sd x "
+            "sqrt(2) "
+            "unpaired; at least the minimum seeds. p (items): paired "
+            "t-test over items with the seeds held fixed: evaluation noise only, never the decision."
+        ],
+    )
     if o.get("average_last", 1) > 1:
-        sec.paragraphs.append(f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
-                              f"to the compared one (each item's mean, where per-item files exist; runs with fewer "
-                              f"evaluations average what they have: the 'averaged' counts in report.json).")
+        sec.paragraphs.append(
+            f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
+            f"to the compared one (each item's mean, where per-item files exist; runs with fewer "
+            f"evaluations average what they have: the 'averaged' counts in report.json)."
+        )
     for field, values in group.get("shape_differences", {}).items():
-        sec.paragraphs.append(f"{field} differs between runs ("
-                              + "; ".join(f"{v}: {', '.join(names)}" for v, names in values.items())
-                              + "): steps mean different token counts, so finals are compared at equal tokens and "
-                                "curves are drawn against tokens.")
+        sec.paragraphs.append(
+            f"{field} differs between runs ("
+            + "; ".join(f"{v}: {', '.join(names)}" for v, names in values.items())
+            + "): steps mean different token counts, so finals are compared at equal tokens and "
+            "curves are drawn against tokens."
+        )
     for m in group.get("item_mismatch", []):
         sec.paragraphs.append("Different item sets: " + m["text"] + ".")
     for s in group["series"]:
@@ -107,28 +168,52 @@ def _final_scores(group: dict, suffix: str, report: dict) -> Section:
             continue
         name = f"{s['task']} [{s['metric']}, {s['direction']} is better]"
         at = s.get("compared_at") or {}
-        rows = [[v, fmt(f["mean"]), fmt(f["seed_std"]), fmt_ci(f["ci"]), str(len(f["seeds"])), fmt(f["n_items"]),
-                 "best" if v == s["best"] else ""] for v, f in s["final"].items()]
-        sec.tables.append((f"{name}, at {at.get('text', 'the last evaluation')}",
-                           ["variant", "mean", "seed sd", "95% CI", "seeds", "items", ""], rows))
+        rows = [
+            [
+                v,
+                fmt(f["mean"]),
+                fmt(f["seed_std"]),
+                fmt_ci(f["ci"]),
+                str(len(f["seeds"])),
+                fmt(f["n_items"]),
+                "best" if v == s["best"] else "",
+            ]
+            for v, f in s["final"].items()
+        ]
+        sec.tables.append(
+            (
+                f"{name}, at {at.get('text', 'the last evaluation')}",
+                ["variant", "mean", "seed sd", "95% CI", "seeds", "items", ""],
+                rows,
+            )
+        )
         if s["pairwise"]:
             sec.tables.append(_pairwise_table(s, name))
     variants = group["variants"]
     rows = []
     for s in group["series"]:
-        significant = [f"{p['better']}>{p['b'] if p['better'] == p['a'] else p['a']}" for p in s["pairwise"]
-                       if p["significant"]]
+        significant = [
+            f"{p['better']}>{p['b'] if p['better'] == p['a'] else p['a']}" for p in s["pairwise"] if p["significant"]
+        ]
         if len(s["final"]) > 3 and significant:  # many variants: a count (the pairs are in the table above)
             significant = [f"{len(significant)} of {len(s['pairwise'])} pairs"]
-        rows.append([s["task"], s["metric"], s["direction"]] + [fmt(s["final"][v]["mean"]) if v in s["final"] else ""
-                                                               for v in variants]
-                    + [s["best"] or "tie", ", ".join(significant)])
+        rows.append(
+            [s["task"], s["metric"], s["direction"]]
+            + [fmt(s["final"][v]["mean"]) if v in s["final"] else "" for v in variants]
+            + [s["best"] or "tie", ", ".join(significant)]
+        )
     header = ["task", "metric", "better"] + variants + ["best", f"significant (p_BH < {o['alpha']:g})"]
     if len(variants) > 3:  # a column per variant runs off the page: a row per variant, a column per metric
         series = group["series"]
         header = ["variant"] + [f"{s['task']} {s['metric']} ({s['direction']})" for s in series]
-        rows = [[v] + [fmt(s["final"][v]["mean"]) + (" best" if v == s["best"] else "") if v in s["final"] else ""
-                       for s in series] for v in variants]
+        rows = [
+            [v]
+            + [
+                fmt(s["final"][v]["mean"]) + (" best" if v == s["best"] else "") if v in s["final"] else ""
+                for s in series
+            ]
+            for v in variants
+        ]
         if len(series) > 8:
             rows = [[v] + row[1:9] for v, row in zip(variants, rows)]
             header = header[:9]
@@ -138,13 +223,22 @@ def _final_scores(group: dict, suffix: str, report: dict) -> Section:
 
 
 def _curves(group: dict, suffix: str, with_images: bool) -> Section:
-    sec = Section(f"Curves{suffix}", ["Mean per variant against tokens; the band spans the lowest to the highest "
-                                      "seed. The curve data is in report.json (groups[].series[].curve)."])
-    far = [f"{s['task']} [{s['metric']}] (chance {fmt(s['chance'])})" for s in group["series"]
-           if s["primary"] and s["chance"] is not None and not plots.chance_on_axis(s["curve"], s["chance"])]
+    sec = Section(
+        f"Curves{suffix}",
+        [
+            "Mean per variant against tokens; the band spans the lowest to the highest "
+            "seed. The curve data is in report.json (groups[].series[].curve)."
+        ],
+    )
+    far = [
+        f"{s['task']} [{s['metric']}] (chance {fmt(s['chance'])})"
+        for s in group["series"]
+        if s["primary"] and s["chance"] is not None and not plots.chance_on_axis(s["curve"], s["chance"])
+    ]
     if far:
-        sec.paragraphs.append("Chance level far from the curves, not drawn so it does not flatten them: "
-                              + ", ".join(far) + ".")
+        sec.paragraphs.append(
+            "Chance level far from the curves, not drawn so it does not flatten them: " + ", ".join(far) + "."
+        )
     if not with_images:
         sec.paragraphs.append("Plots are embedded in report.html.")
         return sec
@@ -158,8 +252,12 @@ def _curves(group: dict, suffix: str, with_images: bool) -> Section:
             compared = None if at.get("at_last", True) else at.get("tokens")
             if compared is not None:
                 caption += f"; dashed: {fmt(compared)} tokens, where finals are compared"
-            images.append((caption, plots.curves_png(f"{s['task']} [{s['metric']}]", s["metric"], s["curve"],
-                                                     s["chance"], compared)))
+            images.append(
+                (
+                    caption,
+                    plots.curves_png(f"{s['task']} [{s['metric']}]", s["metric"], s["curve"], s["chance"], compared),
+                )
+            )
     images.append(("ranking consistency", plots.ranking_png([s for s in group["series"] if s["primary"]])))
     sec.images = [(caption, png) for caption, png in images if png]
     return sec
@@ -177,37 +275,82 @@ def _verdict(s: dict) -> str:
 
 def _quality(group: dict, suffix: str, report: dict) -> Section:
     o = report["options"]
-    sec = Section(f"Task quality{suffix}", [
-        f"Per task and metric. mono: Spearman rho of score vs step, mean over runs (oriented: + = improving). seed sd: "
-        f"spread of final scores over seeds. ckpt sd: spread over a run's last {o['last_k']} checkpoints. SNR "
-        "(Signal and Noise, AI2 2025): the largest gap between the variants' final scores over the runs' mean "
-        "std over their last checkpoints (the paper's relative dispersion over relative std, both relative to the "
-        "same mean). z chance: final score past chance in standard errors (accuracies and zero-chance margins "
-        f"only); first sig: first checkpoint where z >= {o['min_z']:g}. vs choices-only: accuracy gain over the "
-        "choices-only baseline (z). tau 2nd half: mean Kendall tau of the ranking at each checkpoint in the second "
-        f"half vs the final ranking. consistent from: share of training after which tau stays >= {o['min_tau']:g}. "
-        f"DA early: decision accuracy at the first checkpoint past {o['early_fraction']:g} of training."])
+    sec = Section(
+        f"Task quality{suffix}",
+        [
+            "Per task and metric. mono: Spearman rho of score vs step, mean over runs (oriented: + = improving). "
+            "seed sd: "
+            f"spread of final scores over seeds. ckpt sd: spread over a run's last {o['last_k']} checkpoints. SNR "
+            "(Signal and Noise, AI2 2025): the largest gap between the variants' final scores over the runs' mean "
+            "std over their last checkpoints (the paper's relative dispersion over relative std, both relative to the "
+            "same mean). z chance: final score past chance in standard errors (accuracies and zero-chance margins "
+            f"only); first sig: first checkpoint where z >= {o['min_z']:g}. vs choices-only: accuracy gain over the "
+            "choices-only baseline (z). tau 2nd half: mean Kendall tau of the ranking at each checkpoint in the second "
+            f"half vs the final ranking. consistent from: share of training after which tau stays >= {o['min_tau']:g}. "
+            f"DA early: decision accuracy at the first checkpoint past {o['early_fraction']:g} of training."
+        ],
+    )
     rows = []
     for s in group["series"]:
         q, c, r = s["quality"], s["quality"]["chance"], s["quality"]["ranking"]
-        gain = "" if c["gain_over_choices_only"] is None else \
-            f"{fmt(c['gain_over_choices_only'], 3)} (z {fmt(c['gain_z'], 3)})"
-        first = "n/a" if c["chance"] is None else \
-            ("never" if c["first_significant_tokens"] is None else fmt(c["first_significant_tokens"]))
-        rows.append([s["task"], s["metric"], fmt(q["monotonicity"], 3), fmt(q["seed_spread"], 3),
-                     fmt(q["checkpoint_spread"], 3), fmt(q["snr"], 3), fmt(c["z_final"], 3), first, gain,
-                     fmt(r["tau_second_half"], 3), fmt(r["consistent_from_fraction"], 2),
-                     fmt(r["early_decision_accuracy"], 3), _verdict(s)])
-    sec.tables.append(("Signal criteria", ["task", "metric", "mono", "seed sd", "ckpt sd", "SNR", "z chance",
-                                           "first sig (tokens)", "vs choices-only", "tau 2nd half",
-                                           "consistent from", "DA early", "verdict"], rows))
+        gain = (
+            ""
+            if c["gain_over_choices_only"] is None
+            else f"{fmt(c['gain_over_choices_only'], 3)} (z {fmt(c['gain_z'], 3)})"
+        )
+        first = (
+            "n/a"
+            if c["chance"] is None
+            else ("never" if c["first_significant_tokens"] is None else fmt(c["first_significant_tokens"]))
+        )
+        rows.append(
+            [
+                s["task"],
+                s["metric"],
+                fmt(q["monotonicity"], 3),
+                fmt(q["seed_spread"], 3),
+                fmt(q["checkpoint_spread"], 3),
+                fmt(q["snr"], 3),
+                fmt(c["z_final"], 3),
+                first,
+                gain,
+                fmt(r["tau_second_half"], 3),
+                fmt(r["consistent_from_fraction"], 2),
+                fmt(r["early_decision_accuracy"], 3),
+                _verdict(s),
+            ]
+        )
+    sec.tables.append(
+        (
+            "Signal criteria",
+            [
+                "task",
+                "metric",
+                "mono",
+                "seed sd",
+                "ckpt sd",
+                "SNR",
+                "z chance",
+                "first sig (tokens)",
+                "vs choices-only",
+                "tau 2nd half",
+                "consistent from",
+                "DA early",
+                "verdict",
+            ],
+            rows,
+        )
+    )
     for s in group["series"]:
         by = s["quality"]["ranking"]["by_checkpoint"]
         if s["primary"] and by:
-            sec.tables.append((f"{s['task']} [{s['metric']}]: ranking at each checkpoint vs final",
-                               ["step", "tokens", "Kendall tau", "decision accuracy"],
-                               [[fmt(x["step"]), fmt(x["tokens"]), fmt(x["tau"], 3), fmt(x["decision_accuracy"], 3)]
-                                for x in by]))
+            sec.tables.append(
+                (
+                    f"{s['task']} [{s['metric']}]: ranking at each checkpoint vs final",
+                    ["step", "tokens", "Kendall tau", "decision accuracy"],
+                    [[fmt(x["step"]), fmt(x["tokens"]), fmt(x["tau"], 3), fmt(x["decision_accuracy"], 3)] for x in by],
+                )
+            )
     return sec
 
 
@@ -218,27 +361,34 @@ def _trust(report: dict) -> Section | None:
         return None
     largest = report["groups"][-1]["scale"]
     smaller = [g["scale"] for g in report["groups"][:-1]]
-    header = ["task", "metric"] + [h for sc in smaller for h in (f"SNR @{sc}", f"DA {sc}->{largest} [95% CI]")] + \
-        [f"SNR @{largest}", "mean DA"]
+    header = (
+        ["task", "metric"]
+        + [h for sc in smaller for h in (f"SNR @{sc}", f"DA {sc}->{largest} [95% CI]")]
+        + [f"SNR @{largest}", "mean DA"]
+    )
     rows = []
     for a in across:
         by = {json.dumps(r["scale"]): r for r in a["by_scale"]}
         cells = []
         for sc in smaller:
             r = by.get(json.dumps(sc))
-            cells += ["", ""] if r is None else [fmt(r["snr"], 3),
-                                                 f"{fmt(r['decision_accuracy'], 3)} {fmt_ci(r['ci'])}"]
+            cells += (
+                ["", ""] if r is None else [fmt(r["snr"], 3), f"{fmt(r['decision_accuracy'], 3)} {fmt_ci(r['ci'])}"]
+            )
         note = " (primary)" if a["primary"] else " (baseline)" if a["metric"] == "acc_choices_only" else ""
-        rows.append([a["task"], a["metric"] + note] + cells
-                    + [fmt(a["snr"], 3), fmt(a["mean_decision_accuracy"], 3)])
-    return Section("Which signal to trust at which scale", [
-        f"For every task x metric: SNR at each scale, and the decision accuracy (DA) of each smaller scale's final "
-        f"ranking of the variants against the largest's ({largest}): the share of variant pairs it orders as the "
-        f"largest does (a pair tied at the smaller scale counts one half). 95% CI: bootstrap over seeds, each "
-        f"variant's runs resampled at each scale apart ({report['options']['bootstrap']} replicates). Validation "
-        f"loss is the first row, to read each task metric's DA against. With few variants DA moves in coarse steps "
-        f"(2 variants: 0, 1/2 or 1). Kendall tau per scale is in report.json (across_scales)."],
-                   tables=[("SNR and decision accuracy by scale", header, rows)])
+        rows.append([a["task"], a["metric"] + note] + cells + [fmt(a["snr"], 3), fmt(a["mean_decision_accuracy"], 3)])
+    return Section(
+        "Which signal to trust at which scale",
+        [
+            f"For every task x metric: SNR at each scale, and the decision accuracy (DA) of each smaller scale's final "
+            f"ranking of the variants against the largest's ({largest}): the share of variant pairs it orders as the "
+            f"largest does (a pair tied at the smaller scale counts one half). 95% CI: bootstrap over seeds, each "
+            f"variant's runs resampled at each scale apart ({report['options']['bootstrap']} replicates). Validation "
+            f"loss is the first row, to read each task metric's DA against. With few variants DA moves in coarse steps "
+            f"(2 variants: 0, 1/2 or 1). Kendall tau per scale is in report.json (across_scales)."
+        ],
+        tables=[("SNR and decision accuracy by scale", header, rows)],
+    )
 
 
 def _subject_floor(report: dict) -> Section | None:
@@ -246,41 +396,67 @@ def _subject_floor(report: dict) -> Section | None:
     if not entries:
         return None
     e0 = entries[0]
-    where = ("chosen on these runs (one scale: in-sample, which favours groups where these variants happen to "
-             "differ)" if e0["in_sample"] else
-             f"chosen on the smaller scales ({', '.join(str(s) for s in e0['chosen_at'])}) only, applied at every "
-             "scale")
-    bullets = [f"{e['task']} [{e['metric']}]: " + (
-        f"{len(e['dropped'])} of {e['groups']} left out: {', '.join(e['dropped'])}" if e["dropped"] else
-        (e["note"] or f"none of {e['groups']} below the floor")) for e in entries]
-    return Section("Groups left out (subject SNR floor)", [
-        f"Groups (subjects) whose SNR is below {e0['floor']:g} are left out of their task's average, per metric, at "
-        f"every checkpoint of every run; {where}. Per-group SNRs are in report.json (subject_floor)."],
-                   bullets=bullets)
+    where = (
+        "chosen on these runs (one scale: in-sample, which favours groups where these variants happen to differ)"
+        if e0["in_sample"]
+        else f"chosen on the smaller scales ({', '.join(str(s) for s in e0['chosen_at'])}) only, applied at every scale"
+    )
+    bullets = [
+        f"{e['task']} [{e['metric']}]: "
+        + (
+            f"{len(e['dropped'])} of {e['groups']} left out: {', '.join(e['dropped'])}"
+            if e["dropped"]
+            else (e["note"] or f"none of {e['groups']} below the floor")
+        )
+        for e in entries
+    ]
+    return Section(
+        "Groups left out (subject SNR floor)",
+        [
+            f"Groups (subjects) whose SNR is below {e0['floor']:g} are left out of their task's average, per "
+            "metric, at "
+            f"every checkpoint of every run; {where}. Per-group SNRs are in report.json (subject_floor)."
+        ],
+        bullets=bullets,
+    )
 
 
 def _recommendation(report: dict) -> Section:
     rec = report["recommendation"]
     t = rec["thresholds"]
     snr = "" if t["min_snr"] is None else f", SNR >= {t['min_snr']:g}"
-    sec = Section("Recommendation", [
-        f"Every metric is a candidate, judged by what the runs show. Gates: monotonicity >= "
-        f"{t['min_monotonicity']:g}, Kendall tau over the second half >= {t['min_tau']:g}{snr}, and for metrics with "
-        f"a chance level (accuracies, zero-chance margins) a final score >= {t['min_z']:g} standard errors past "
-        f"chance (and past the choices-only baseline for accuracies other than acc_pmi): an accuracy at chance never "
-        f"counts. Of the metrics that pass, a task enters the decision set through the best measured: the highest "
-        f"decision accuracy from the smaller scales (with a scale axis), then SNR, then monotonicity, then tau. The "
-        f"choice never looks at which variant a metric favours.",
-        "Metric chosen per task, and why the others lost:"])
+    sec = Section(
+        "Recommendation",
+        [
+            f"Every metric is a candidate, judged by what the runs show. Gates: monotonicity >= "
+            f"{t['min_monotonicity']:g}, Kendall tau over the second half >= {t['min_tau']:g}{snr}, and for metrics "
+            "with "
+            f"a chance level (accuracies, zero-chance margins) a final score >= {t['min_z']:g} standard errors past "
+            "chance (and past the choices-only baseline for accuracies other than acc_pmi): an accuracy at chance "
+            "never "
+            f"counts. Of the metrics that pass, a task enters the decision set through the best measured: the highest "
+            "decision accuracy from the smaller scales (with a scale axis), then SNR, then monotonicity, then tau. "
+            "The "
+            f"choice never looks at which variant a metric favours.",
+            "Metric chosen per task, and why the others lost:",
+        ],
+    )
     sec.bullets = [c["text"] for c in rec["choices"]]
     if not rec["suite"]:
         sec.paragraphs.append("No task passed: no early-signal suite for this setup.")
     if rec["aggregate"]:
-        rows = [[v, fmt(a["mean_z"], 3), fmt(a["mean_rank"], 3), str(a["tasks"])] for v, a in
-                sorted(rec["aggregate"].items(), key=lambda kv: -(kv[1]["mean_z"] or 0))]
-        sec.tables.append(("Aggregate over the decision metrics, validation loss and the suite (z: each metric's "
-                           "variant means standardised, oriented so higher is better; rank 1 = best)",
-                           ["variant", "mean z", "mean rank", "metrics"], rows))
+        rows = [
+            [v, fmt(a["mean_z"], 3), fmt(a["mean_rank"], 3), str(a["tasks"])]
+            for v, a in sorted(rec["aggregate"].items(), key=lambda kv: -(kv[1]["mean_z"] or 0))
+        ]
+        sec.tables.append(
+            (
+                "Aggregate over the decision metrics, validation loss and the suite (z: each metric's "
+                "variant means standardised, oriented so higher is better; rank 1 = best)",
+                ["variant", "mean z", "mean rank", "metrics"],
+                rows,
+            )
+        )
     rows = [[c["task"], c["metric"] or "none", ", ".join(c["passing_metrics"])] for c in rec["choices"]]
     sec.tables.append(("Decision set", ["task", "metric", "passing metrics"], rows))
     return sec
@@ -289,27 +465,48 @@ def _recommendation(report: dict) -> Section:
 def sections(report: dict, with_images: bool) -> list[Section]:
     groups = report["groups"]
     k = report["options"].get("average_last", 1)
-    averaged = (f" Each run's score is the mean of its last {k} evaluations up to the compared one (--average-last "
-                f"{k}), per item where per-item files exist." if k > 1 else "")
-    out = [Section("Headline", [report["headline"]["text"], "Decisions rest on validation loss and each task's best "
-                                "measured metric that passes the signal criteria (see Recommendation), tested over "
-                                "training seeds; family: " + report["inference"]["family"] + f" (Benjamini-Hochberg, "
-                                f"alpha {report['inference']['alpha']:g})." + averaged]), _overview(report)]
+    averaged = (
+        f" Each run's score is the mean of its last {k} evaluations up to the compared one (--average-last "
+        f"{k}), per item where per-item files exist."
+        if k > 1
+        else ""
+    )
+    out = [
+        Section(
+            "Headline",
+            [
+                report["headline"]["text"],
+                "Decisions rest on validation loss and each task's best "
+                "measured metric that passes the signal criteria (see Recommendation), tested over "
+                "training seeds; family: " + report["inference"]["family"] + f" (Benjamini-Hochberg, "
+                f"alpha {report['inference']['alpha']:g})." + averaged,
+            ],
+        ),
+        _overview(report),
+    ]
     floor = _subject_floor(report)
     if floor:
         out.append(floor)
     for group in reversed(groups):  # largest scale first
         suffix = _group_title(group, groups)
-        out += [_final_scores(group, suffix, report), _curves(group, suffix, with_images),
-                _quality(group, suffix, report)]
+        out += [
+            _final_scores(group, suffix, report),
+            _curves(group, suffix, with_images),
+            _quality(group, suffix, report),
+        ]
     trust = _trust(report)
     if trust:
         out.append(trust)
     out.append(_recommendation(report))
     if report.get("sweep"):  # grid runs on their axes (grid/analysis.py; their text and plots: grid/)
         out += grid_sections(report["sweep"], with_images)
-    out.append(Section("Cannot compute", [] if report["cannot_compute"] else ["Nothing: every figure was computed."],
-                       bullets=report["cannot_compute"]))
+    out.append(
+        Section(
+            "Cannot compute",
+            [] if report["cannot_compute"] else ["Nothing: every figure was computed."],
+            bullets=report["cannot_compute"],
+        )
+    )
     return out
 
 
@@ -322,12 +519,18 @@ def to_markdown(report: dict) -> str:
         if sec.bullets:
             lines += [f"- {md_line(b)}" for b in sec.bullets] + [""]
         for caption, header, rows in sec.tables:
-            lines += [f"**{md_escape(caption)}**", "", "| " + " | ".join(md_escape(h) for h in header) + " |",
-                      "|" + "---|" * len(header)]
+            lines += [
+                f"**{md_escape(caption)}**",
+                "",
+                "| " + " | ".join(md_escape(h) for h in header) + " |",
+                "|" + "---|" * len(header),
+            ]
             lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
             lines.append("")
-    lines.append(f"_Analysis took {report['seconds']:.1f}s over {md_escape(report['runs_dir'])}; every figure is "
-                 f"in report.json._")
+    lines.append(
+        f"_Analysis took {report['seconds']:.1f}s over {md_escape(report['runs_dir'])}; every figure is "
+        f"in report.json._"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -340,8 +543,10 @@ figure{display:inline-block;margin:4px;vertical-align:top;max-width:560px}figcap
 
 def to_html(report: dict) -> str:
     e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report['experiment'])}"
-             f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report['experiment'])}</h1>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report['experiment'])}"
+        f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report['experiment'])}</h1>"
+    ]
     with plots.as_written():  # the plots of every section (grid/figures.py's too) show names as written
         content = sections(report, with_images=True)
     for sec in content:
@@ -352,19 +557,28 @@ def to_html(report: dict) -> str:
         if sec.bullets:
             parts.append("<ul>" + "".join(f"<li>{e(b)}</li>" for b in sec.bullets) + "</ul>")
         for caption, header, rows in sec.tables:
-            parts.append(f"<table><caption>{e(caption)}</caption><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
-                         + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
-                                             for row in rows) + "</table>")
+            parts.append(
+                f"<table><caption>{e(caption)}</caption><tr>"
+                + "".join(f"<th>{e(h)}</th>" for h in header)
+                + "</tr>"
+                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+                + "</table>"
+            )
         for caption, png in sec.images:
-            parts.append(f"<figure><img alt='{e(caption, quote=True)}' src='data:image/png;base64,{png}'>"
-                         f"<figcaption>{e(caption)}</figcaption></figure>")
-    parts.append(f"<p><em>Analysis took {report['seconds']:.1f}s over {e(report['runs_dir'])}; every figure is in "
-                 f"report.json.</em></p></body></html>")
+            parts.append(
+                f"<figure><img alt='{e(caption, quote=True)}' src='data:image/png;base64,{png}'>"
+                f"<figcaption>{e(caption)}</figcaption></figure>"
+            )
+    parts.append(
+        f"<p><em>Analysis took {report['seconds']:.1f}s over {e(report['runs_dir'])}; every figure is in "
+        f"report.json.</em></p></body></html>"
+    )
     return "\n".join(parts) + "\n"
 
 
 def to_json(report: dict) -> str:
     """Strict JSON: non-finite floats become null (the report says "n/a" for them)."""
+
     def clean(x):
         if isinstance(x, float):
             return x if math.isfinite(x) else None
@@ -373,4 +587,5 @@ def to_json(report: dict) -> str:
         if isinstance(x, (list, tuple)):
             return [clean(v) for v in x]
         return x
+
     return json.dumps(clean(report), indent=1, allow_nan=False)

@@ -8,6 +8,7 @@ mean}}) and each item's group in its eval_items rows ("group").
 Metric names are read generically: the direction from a small table of name parts (bpb, loss, nll, perplexity:
 lower is better), a chance level only for accuracies and zero-chance margins.
 """
+
 from __future__ import annotations
 
 import json
@@ -146,7 +147,7 @@ def load_run(path: Path, variant: str) -> Run:
     summary_path = path / rundir.SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     name = path.name
-    number = name[len(rundir.SEED_PREFIX):]
+    number = name[len(rundir.SEED_PREFIX) :]
     seed = int(number) if number.isdigit() else int(config.get("train", {}).get("seed", 0))
 
     # Last line wins for a repeated step (a resumed run may log a step twice).
@@ -172,15 +173,22 @@ def load_run(path: Path, variant: str) -> Run:
             if _finite(value):
                 se = stderr.get(metric)
                 run.scores.setdefault((f"{task}:{fmt}", metric), []).append(
-                    Point(step, row.get("tokens", 0), float(value), float(se) if _finite(se) else None,
-                          row["n"] if isinstance(row.get("n"), int) else None))
+                    Point(
+                        step,
+                        row.get("tokens", 0),
+                        float(value),
+                        float(se) if _finite(se) else None,
+                        row["n"] if isinstance(row.get("n"), int) else None,
+                    )
+                )
         groups = next((row[f] for f in GROUP_FIELDS if isinstance(row.get(f), dict)), {})
         for group, means in groups.items():
             means = means.get("metrics", means) if isinstance(means, dict) else {}
             for metric, value in means.items():
                 if _finite(value):
                     run.group_scores.setdefault((f"{task}:{fmt}", metric), {}).setdefault(str(group), []).append(
-                        Point(step, row.get("tokens", 0), float(value), None))
+                        Point(step, row.get("tokens", 0), float(value), None)
+                    )
     return run
 
 
@@ -194,8 +202,17 @@ def task_infos(runs: list[Run]) -> dict[str, TaskInfo]:
     for run in runs:
         for row in _read_jsonl(run.path / rundir.EVALS):
             key = f"{row['task']}:{row.get('format', 'cf')}"
-            info = tasks.setdefault(key, TaskInfo(key, row.get("primary", ""), [], row.get("chance"),
-                                                  f"{row['task']}_{row.get('format', 'cf')}", row.get("n")))
+            info = tasks.setdefault(
+                key,
+                TaskInfo(
+                    key,
+                    row.get("primary", ""),
+                    [],
+                    row.get("chance"),
+                    f"{row['task']}_{row.get('format', 'cf')}",
+                    row.get("n"),
+                ),
+            )
             for metric in row.get("metrics") or {}:
                 if metric not in info.metrics:
                     info.metrics.append(metric)
@@ -274,9 +291,13 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
     scale_of = {id(r): tuple(get_dotted(r.config, f) for f in scale_fields) for r in runs}
     dropped = {"experiment", "name", "train.seed", *scale_fields}
     # "axes" (grid() bookkeeping) repeats values held in the sections, scale fields included: never a method field
-    method_of = {id(r): json.dumps(sorted((k, v) for k, v in _flatten(r.config).items()
-                                          if k not in dropped and not k.startswith("axes.")), default=str)
-                 for r in runs}
+    method_of = {
+        id(r): json.dumps(
+            sorted((k, v) for k, v in _flatten(r.config).items() if k not in dropped and not k.startswith("axes.")),
+            default=str,
+        )
+        for r in runs
+    }
 
     def strip(name: str) -> str:
         return ",".join(p for p in name.split("@")[0].split(",") if p.split("=")[0] not in leaves)
@@ -289,14 +310,17 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
         names.setdefault(key_of[id(run)], set()).add(strip(run.variant))
     at_scale = {sc: [k for k in names if k[0] == sc] for sc in set(scale_of.values())}
     by_name = all(len(n) == 1 and next(iter(n)) for n in names.values()) and all(
-        len({next(iter(names[k])) for k in keys}) == len(keys) for keys in at_scale.values())
+        len({next(iter(names[k])) for k in keys}) == len(keys) for keys in at_scale.values()
+    )
     if by_name:
         label = {k: next(iter(n)) for k, n in names.items()}
     else:  # name the methods by the fields that differ between them at some scale
         flats = {k: dict(json.loads(k[1])) for k in names}
-        differing = sorted(f for f in set().union(*flats.values())
-                           if any(len({json.dumps(flats[k].get(f), default=str) for k in keys}) > 1
-                                  for keys in at_scale.values()))
+        differing = sorted(
+            f
+            for f in set().union(*flats.values())
+            if any(len({json.dumps(flats[k].get(f), default=str) for k in keys}) > 1 for keys in at_scale.values())
+        )
         label = {k: ",".join(f"{f.split('.')[-1]}={flats[k].get(f)}" for f in differing) or "base" for k in names}
     scales: dict[tuple, dict[str, list[Run]]] = {}
     for run in sorted(runs, key=lambda r: (natural_key(label[key_of[id(r)]]), r.seed)):

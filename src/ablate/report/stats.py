@@ -3,6 +3,7 @@
 Conventions: `matrix` arguments are (seeds, items) arrays of per-item values; "oriented" values are multiplied by
 the metric's direction (+1 higher-is-better, -1 lower-is-better) so that larger always means better.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ def bootstrap_mean(matrix: np.ndarray, n_boot: int, seed: int, level: float = 0.
         item_idx = rng.integers(0, items, size=(size, items))
         per_seed = matrix[:, item_idx].mean(axis=2)  # (seeds, size): each seed's mean over resampled items
         seed_idx = rng.integers(0, seeds, size=(size, seeds))
-        means[start:start + size] = np.take_along_axis(per_seed.T, seed_idx, axis=1).mean(axis=1)
+        means[start : start + size] = np.take_along_axis(per_seed.T, seed_idx, axis=1).mean(axis=1)
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(means, [tail, 100 - tail])
     return [float(lo), float(hi)]
@@ -100,8 +101,9 @@ def _pair_signs(means: np.ndarray) -> np.ndarray:
     return np.where(np.abs(diff) <= tol, 0.0, np.sign(diff))
 
 
-def bootstrap_decision_accuracy(early: list, final: list, n_boot: int, seed: int,
-                                level: float = 0.95) -> list[float] | None:
+def bootstrap_decision_accuracy(
+    early: list, final: list, n_boot: int, seed: int, level: float = 0.95
+) -> list[float] | None:
     """Percentile CI of decision_accuracy(variant means at `early`, variant means at `final`) over seeds: each
     variant's run-level scores (oriented) are resampled with replacement, at each scale apart, the means recomputed
     and the decision accuracy with them. early[k], final[k]: variant k's scores at the two scales."""
@@ -110,8 +112,9 @@ def bootstrap_decision_accuracy(early: list, final: list, n_boot: int, seed: int
     rng = np.random.default_rng(seed)
 
     def means(groups):
-        return np.stack([np.asarray(g, float)[rng.integers(0, len(g), size=(n_boot, len(g)))].mean(axis=1)
-                         for g in groups], axis=1)
+        return np.stack(
+            [np.asarray(g, float)[rng.integers(0, len(g), size=(n_boot, len(g)))].mean(axis=1) for g in groups], axis=1
+        )
 
     guess, truth = _pair_signs(means(early)), _pair_signs(means(final))
     counted = truth != 0
@@ -173,6 +176,7 @@ def mean_or_none(values) -> float | None:
 # the compared items) varies from seed to seed; "A beats B" is a claim about that distribution, so it is tested over
 # seeds, not over items (an item-level test holds the seeds fixed and calls seed noise significant).
 
+
 def _t_pvalue(diffs: np.ndarray) -> float | None:
     """Two-sided one-sample t-test of mean 0; a spread-free sample is decided outright (1: all zero, 0: a constant
     shift), since a t statistic on rounding noise is not evidence."""
@@ -195,12 +199,24 @@ def seed_test(a: dict[int, float], b: dict[int, float]) -> dict:
     paired = sorted(a) == sorted(b)
     va, vb = np.array([a[s] for s in sorted(a)], float), np.array([b[s] for s in sorted(b)], float)
     diff = float(va.mean() - vb.mean())
-    out = {"diff": diff, "paired": paired, "test": None, "p": None, "sd_diff": None, "df": None,
-           "n_a": int(va.size), "n_b": int(vb.size)}
+    out = {
+        "diff": diff,
+        "paired": paired,
+        "test": None,
+        "p": None,
+        "sd_diff": None,
+        "df": None,
+        "n_a": int(va.size),
+        "n_b": int(vb.size),
+    }
     if paired:
         d = va - vb
-        out.update(test="paired t over seeds", p=_t_pvalue(d), df=int(d.size - 1) if d.size >= 2 else None,
-                   sd_diff=float(d.std(ddof=1)) if d.size >= 2 else None)
+        out.update(
+            test="paired t over seeds",
+            p=_t_pvalue(d),
+            df=int(d.size - 1) if d.size >= 2 else None,
+            sd_diff=float(d.std(ddof=1)) if d.size >= 2 else None,
+        )
         return out
     if va.size < 2 or vb.size < 2:
         return out
@@ -253,8 +269,9 @@ def item_pvalue(a: np.ndarray, b: np.ndarray) -> float | None:
     return _t_pvalue(per_item)
 
 
-def bootstrap_diff(a: np.ndarray, b: np.ndarray, paired: bool, n_boot: int, seed: int,
-                   level: float = 0.95) -> list[float] | None:
+def bootstrap_diff(
+    a: np.ndarray, b: np.ndarray, paired: bool, n_boot: int, seed: int, level: float = 0.95
+) -> list[float] | None:
     """Two-level bootstrap CI of mean(a) - mean(b) over (seeds, items) matrices on the same items: resample seeds
     (seed pairs when paired, each side's seeds apart otherwise), then items (shared by every run)."""
     if paired:
@@ -273,7 +290,7 @@ def bootstrap_diff(a: np.ndarray, b: np.ndarray, paired: bool, n_boot: int, seed
             per_seed = m[:, item_idx].mean(axis=2).T  # (size, seeds)
             pick = rng.integers(0, m.shape[0], size=(size, m.shape[0]))
             means.append(np.take_along_axis(per_seed, pick, axis=1).mean(axis=1))
-        diffs[start:start + size] = means[0] - means[1]
+        diffs[start : start + size] = means[0] - means[1]
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(diffs, [tail, 100 - tail])
     return [float(lo), float(hi)]

@@ -10,6 +10,7 @@ Choosing groups on the very runs that are then compared would favour groups wher
 (their mean SNR) and applied alike at every scale: the largest, where decisions are made, never chooses. With one
 scale the choice is in-sample, and the report says so. A group whose SNR cannot be computed is kept.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,10 @@ def apply_floor(scales: list[tuple[object, dict[str, list[Run]]]], tasks: dict[s
             key = (task.key, metric)
             snr: dict[str, list[float]] = {g: [] for g in task.groups}
             for _, by_variant in choosers:
-                finished = {v: [r for r in rs if r.status == "finished" and key in r.group_scores]
-                            for v, rs in by_variant.items()}
+                finished = {
+                    v: [r for r in rs if r.status == "finished" and key in r.group_scores]
+                    for v, rs in by_variant.items()
+                }
                 finished = {v: rs for v, rs in finished.items() if rs}
                 if len(finished) < 2:
                     continue
@@ -71,10 +74,18 @@ def apply_floor(scales: list[tuple[object, dict[str, list[Run]]]], tasks: dict[s
                 continue
             dropped = sorted(g for g, v in mean_snr.items() if v is not None and v < floor)
             kept = set(task.groups) - set(dropped)
-            entry = {"task": task.key, "metric": metric, "floor": floor, "dropped": dropped if kept else [],
-                     "groups": len(task.groups), "kept": len(kept) if kept else len(task.groups), "snr": mean_snr,
-                     "chosen_at": [scale for scale, _ in choosers], "in_sample": len(scales) == 1,
-                     "note": "" if kept else "every group is below the floor: all kept"}
+            entry = {
+                "task": task.key,
+                "metric": metric,
+                "floor": floor,
+                "dropped": dropped if kept else [],
+                "groups": len(task.groups),
+                "kept": len(kept) if kept else len(task.groups),
+                "snr": mean_snr,
+                "chosen_at": [scale for scale, _ in choosers],
+                "in_sample": len(scales) == 1,
+                "note": "" if kept else "every group is below the floor: all kept",
+            }
             out.append(entry)
             if dropped and kept:
                 task.kept_groups[metric] = kept

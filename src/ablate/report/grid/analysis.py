@@ -10,6 +10,7 @@ A grid cell is one combination of axis values; its seeds are averaged. From the 
   over parameters (summary.json "params") and the decision accuracy of smaller sizes' rankings of the other axes.
 Every number the text and plots show is in the returned dict; a fit that cannot be made says why in "note".
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -63,8 +64,16 @@ def _cells(runs: list[Run], axes: list[str], metric, at: dict | None = None) -> 
         rs = sorted(runs_of[values], key=lambda r: r.seed)
         finals = [_final(r, metric, at) for r in rs]
         params = [r.summary.get("params") for r in rs if r.summary and r.summary.get("params")]
-        cells.append({"values": list(values), "label": _label(axes, values), "seeds": [r.seed for r in rs],
-                      "finals": finals, **_summary(finals), "params": float(np.mean(params)) if params else None})
+        cells.append(
+            {
+                "values": list(values),
+                "label": _label(axes, values),
+                "seeds": [r.seed for r in rs],
+                "finals": finals,
+                **_summary(finals),
+                "params": float(np.mean(params)) if params else None,
+            }
+        )
     return cells, runs_of
 
 
@@ -89,10 +98,16 @@ def _heatmap(axes: list[str], cells: list[dict], sign: float) -> dict | None:
     xs = sorted({c["values"][xi] for c in keep}, key=_order)
     ys = sorted({c["values"][yi] for c in keep}, key=_order)
     at = {(c["values"][xi], c["values"][yi]): c for c in keep}
-    return {"x": x, "y": y, "x_values": xs, "y_values": ys, "fixed": fixed,
-            "mean": [[at[(xv, yv)]["mean"] if (xv, yv) in at else None for xv in xs] for yv in ys],
-            "n_seeds": [[len(at[(xv, yv)]["seeds"]) if (xv, yv) in at else 0 for xv in xs] for yv in ys],
-            "best": {"label": best["label"], "mean": best["mean"]}}
+    return {
+        "x": x,
+        "y": y,
+        "x_values": xs,
+        "y_values": ys,
+        "fixed": fixed,
+        "mean": [[at[(xv, yv)]["mean"] if (xv, yv) in at else None for xv in xs] for yv in ys],
+        "n_seeds": [[len(at[(xv, yv)]["seeds"]) if (xv, yv) in at else 0 for xv in xs] for yv in ys],
+        "best": {"label": best["label"], "mean": best["mean"]},
+    }
 
 
 def _lr_views(axes: list[str], cells: list[dict], lower: bool, opts) -> list[dict]:
@@ -101,11 +116,19 @@ def _lr_views(axes: list[str], cells: list[dict], lower: bool, opts) -> list[dic
     out = []
     for ctx, group in _group(cells, axes, others).items():
         group = sorted(group, key=lambda c: c["values"][k])
-        fit = fits.lr_optimum([c["values"][k] for c in group], [c["finals"] for c in group], lower,
-                              n_boot=opts.bootstrap, seed=opts.seed)
-        out.append({"context": dict(zip(others, ctx)), "label": _label(others, ctx),
-                    "lrs": [c["values"][k] for c in group], "n_seeds": [len(c["seeds"]) for c in group],
-                    **{s: [c[s] for c in group] for s in ("mean", "std", "min", "max")}, "fit": fit})
+        fit = fits.lr_optimum(
+            [c["values"][k] for c in group], [c["finals"] for c in group], lower, n_boot=opts.bootstrap, seed=opts.seed
+        )
+        out.append(
+            {
+                "context": dict(zip(others, ctx)),
+                "label": _label(others, ctx),
+                "lrs": [c["values"][k] for c in group],
+                "n_seeds": [len(c["seeds"]) for c in group],
+                **{s: [c[s] for c in group] for s in ("mean", "std", "min", "max")},
+                "fit": fit,
+            }
+        )
     return out
 
 
@@ -126,7 +149,7 @@ def _smooth(y: np.ndarray, width: int) -> np.ndarray:
     if width <= 1 or len(y) < width:
         return y
     k = width // 2
-    return np.array([y[max(0, i - k):i + k + 1].mean() for i in range(len(y))])
+    return np.array([y[max(0, i - k) : i + k + 1].mean() for i in range(len(y))])
 
 
 def _reach(steps: np.ndarray, tokens: np.ndarray, loss: np.ndarray, target: float) -> tuple[float, float] | None:
@@ -190,18 +213,46 @@ def _batch_context(label: str, context: dict, chosen: list[tuple], kind: str, op
     batches = [b for b, _, _ in chosen]
     width = SMOOTH if kind == "train_loss" else 1
     mean_curves = [(s, t, _smooth(m.mean(axis=0), width)) for s, t, m in seeds]
-    seq_len = float(np.median([r.config.get("data", {}).get("seq_len") or t[-1] / s[-1] / b
-                               for (b, _, rs), (s, t, _) in zip(chosen, seeds) for r in rs] or [1]))
-    out = {"context": context, "label": label, "curve": kind, "seq_len": seq_len, "batches": batches,
-           "cells": [c["label"] for _, c, _ in chosen], "short_curves": short,
-           "curves": [{"batch": b, "steps": s.tolist(), "tokens": t.tolist(), "mean": y.tolist(),
-                       "min": m.min(axis=0).tolist(), "max": m.max(axis=0).tolist()}
-                      for b, (s, t, y), (_, _, m) in zip(batches, mean_curves, seeds)],
-           "targets": [], "n_boot": 0, "note": ""}
+    seq_len = float(
+        np.median(
+            [
+                r.config.get("data", {}).get("seq_len") or t[-1] / s[-1] / b
+                for (b, _, rs), (s, t, _) in zip(chosen, seeds)
+                for r in rs
+            ]
+            or [1]
+        )
+    )
+    out = {
+        "context": context,
+        "label": label,
+        "curve": kind,
+        "seq_len": seq_len,
+        "batches": batches,
+        "cells": [c["label"] for _, c, _ in chosen],
+        "short_curves": short,
+        "curves": [
+            {
+                "batch": b,
+                "steps": s.tolist(),
+                "tokens": t.tolist(),
+                "mean": y.tolist(),
+                "min": m.min(axis=0).tolist(),
+                "max": m.max(axis=0).tolist(),
+            }
+            for b, (s, t, y), (_, _, m) in zip(batches, mean_curves, seeds)
+        ],
+        "targets": [],
+        "n_boot": 0,
+        "note": "",
+    }
     targets = _targets([y for _, _, y in mean_curves], opts) if len(batches) >= 2 else []
     if not targets:
-        out["note"] = ("needs >= 2 batch sizes with >= 2 logged points in common over seeds" if len(batches) < 2 else
-                       "no loss that every batch size starts above is reached by two of them")
+        out["note"] = (
+            "needs >= 2 batch sizes with >= 2 logged points in common over seeds"
+            if len(batches) < 2
+            else "no loss that every batch size starts above is reached by two of them"
+        )
         return out
     out["targets"] = _crossings(batches, mean_curves, targets)
     for row in out["targets"]:
@@ -259,20 +310,30 @@ def _scale_views(axes: list[str], size_axes: list[str], cells: list[dict], sign:
     sizes = []
     for ctx, group in _group(cells, axes, size_axes).items():
         params = [c["params"] for c in group if c["params"]]
-        n = float(np.mean(params)) if params else (float(ctx[0]) if len(ctx) == 1 and _order(ctx[0])[0] == 0
-                                                   else None)
+        n = float(np.mean(params)) if params else (float(ctx[0]) if len(ctx) == 1 and _order(ctx[0])[0] == 0 else None)
         best = min(group, key=lambda c: sign * c["mean"])
-        sizes.append({"values": dict(zip(size_axes, ctx)), "label": _label(size_axes, ctx), "params": n,
-                      "params_from": "summary" if params else "axis value", "best": best["label"],
-                      "mean": best["mean"], "finals": best["finals"],
-                      "cells": {_label(others, [c["values"][axes.index(a)] for a in others]): c["mean"]
-                                for c in group}})
+        sizes.append(
+            {
+                "values": dict(zip(size_axes, ctx)),
+                "label": _label(size_axes, ctx),
+                "params": n,
+                "params_from": "summary" if params else "axis value",
+                "best": best["label"],
+                "mean": best["mean"],
+                "finals": best["finals"],
+                "cells": {_label(others, [c["values"][axes.index(a)] for a in others]): c["mean"] for c in group},
+            }
+        )
     sizes = sorted([s for s in sizes if s["params"] is not None], key=lambda s: s["params"])
     out = {"axes": size_axes, "ranked": others, "sizes": sizes, "fit": None, "decision": [], "note": ""}
     if lower:
-        out["fit"] = fits.power_law([s["params"] for s in sizes], [s["mean"] for s in sizes],
-                                    [s["finals"] for s in sizes], n_boot=min(opts.bootstrap, MAX_FIT_BOOT),
-                                    seed=opts.seed)
+        out["fit"] = fits.power_law(
+            [s["params"] for s in sizes],
+            [s["mean"] for s in sizes],
+            [s["finals"] for s in sizes],
+            n_boot=min(opts.bootstrap, MAX_FIT_BOOT),
+            seed=opts.seed,
+        )
     else:
         out["note"] = "L(N) = E + A N^-alpha is fitted to losses only"
     if others and len(sizes) >= 2:  # does the order of the other axes' cells at a small size hold at the largest?
@@ -282,9 +343,15 @@ def _scale_views(axes: list[str], size_axes: list[str], cells: list[dict], sign:
             if len(shared) < 2:
                 continue
             small, large = [-sign * s["cells"][k] for k in shared], [-sign * top[k] for k in shared]
-            out["decision"].append({"label": s["label"], "params": s["params"], "cells": shared,
-                                    "decision_accuracy": stats.decision_accuracy(small, large),
-                                    "tau": stats.kendall(small, large)})
+            out["decision"].append(
+                {
+                    "label": s["label"],
+                    "params": s["params"],
+                    "cells": shared,
+                    "decision_accuracy": stats.decision_accuracy(small, large),
+                    "tau": stats.kendall(small, large),
+                }
+            )
     return out
 
 
@@ -316,15 +383,29 @@ def analyze_sweep(runs: list[Run], opts) -> dict | None:
         at, tokens, at_last = final_points(scored, metric)
         if tokens and not at_last:
             source = f"val/loss at {tokens:,} tokens, the most every run reached (equal tokens)"
-            notes.append(f"runs differ in tokens per step: every cell is read at {tokens:,} tokens (equal tokens), "
-                         f"not at each run's end")
+            notes.append(
+                f"runs differ in tokens per step: every cell is read at {tokens:,} tokens (equal tokens), "
+                f"not at each run's end"
+            )
     try:
         cells, runs_of = _cells(scored, axes, metric, at)
     except ReportError as exc:
         return {"axes": axes, "metric": None, "cells": [], "notes": notes + [f"axes unreadable: {exc}"]}
-    out = {"axes": axes, "metric": {"task": VAL_TASK if metric else "train_loss", "metric": "loss",
-                                    "direction": "lower", "source": source},
-           "cells": cells, "heatmap": None, "lr": None, "batch": None, "scale": None, "notes": notes}
+    out = {
+        "axes": axes,
+        "metric": {
+            "task": VAL_TASK if metric else "train_loss",
+            "metric": "loss",
+            "direction": "lower",
+            "source": source,
+        },
+        "cells": cells,
+        "heatmap": None,
+        "lr": None,
+        "batch": None,
+        "scale": None,
+        "notes": notes,
+    }
     if not cells:
         notes.append("no finished grid run to lay out")
         return out

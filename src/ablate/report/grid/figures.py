@@ -1,5 +1,6 @@
 """Plots of the sweep views, drawn from report["sweep"] only, as base64 PNGs (the Agg canvas and text shown as
 written: report/plots.py's png() and as_written())."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,10 +28,12 @@ def heatmap_png(hm: dict, metric: str) -> str | None:
     for i, row in enumerate(m):
         for j, v in enumerate(row):
             if np.isfinite(v):  # dark text on the light (low-loss) end of viridis_r, light text elsewhere
-                ax.text(j, i, f"{v:.4g}", ha="center", va="center", fontsize=7,
-                        color="black" if v < middle else "white")
-    ax.set_xticks(range(len(hm["x_values"])), [f"{v:g}" if isinstance(v, float) else str(v) for v in hm["x_values"]],
-                  fontsize=7)
+                ax.text(
+                    j, i, f"{v:.4g}", ha="center", va="center", fontsize=7, color="black" if v < middle else "white"
+                )
+    ax.set_xticks(
+        range(len(hm["x_values"])), [f"{v:g}" if isinstance(v, float) else str(v) for v in hm["x_values"]], fontsize=7
+    )
     ax.set_yticks(range(len(hm["y_values"])), [str(v) for v in hm["y_values"]], fontsize=7)
     ax.set_xlabel(hm["x"])
     ax.set_ylabel(hm["y"])
@@ -52,11 +55,12 @@ def lr_png(views: list[dict], metric: str) -> str | None:
         f = v["fit"]
         if f["coef"]:
             x = np.linspace(np.log10(f["window"][0]), np.log10(f["window"][1]), 50)
-            ax.plot(10 ** x, np.polyval(f["coef"], x), linestyle="--", linewidth=1, color=line.get_color())
+            ax.plot(10**x, np.polyval(f["coef"], x), linestyle="--", linewidth=1, color=line.get_color())
         if f["lr_opt"] is not None:
             err = None if not f["ci"] else [[f["lr_opt"] - f["ci"][0]], [f["ci"][1] - f["lr_opt"]]]
-            ax.errorbar([f["lr_opt"]], [f["value_opt"]], xerr=err, marker="*", markersize=9, capsize=3,
-                        color=line.get_color())
+            ax.errorbar(
+                [f["lr_opt"]], [f["value_opt"]], xerr=err, marker="*", markersize=9, capsize=3, color=line.get_color()
+            )
     ax.set_xscale("log")
     ax.set_xlabel("learning rate")
     ax.set_ylabel(metric)
@@ -128,8 +132,12 @@ def power_law_png(scale: dict, metric: str) -> str | None:
     fit = scale["fit"]
     if fit and fit["status"] == "fit":
         grid = np.geomspace(n.min() / 1.5, n.max() * 1.5, 60)
-        ax.plot(grid, fit["E"] + fit["A"] * grid ** -fit["alpha"], linewidth=1,
-                label=f"E={fit['E']:.3g} + {fit['A']:.3g} N^-{fit['alpha']:.3g}")
+        ax.plot(
+            grid,
+            fit["E"] + fit["A"] * grid ** -fit["alpha"],
+            linewidth=1,
+            label=f"E={fit['E']:.3g} + {fit['A']:.3g} N^-{fit['alpha']:.3g}",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("parameters N")
     ax.set_ylabel(metric)

@@ -10,6 +10,7 @@ it cannot fit (or its grid limits the fit), a "note" saying why, so report.json 
   could not be checked against it offline
 - power_law: L(N) = E + A N^-alpha
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ MINICPM_COEF, MINICPM_EXP = 1.2110e9, 6.2393  # MiniCPM: optimal batch in tokens
 
 
 def minicpm_batch_tokens(loss: float) -> float:
-    return MINICPM_COEF / loss ** MINICPM_EXP
+    return MINICPM_COEF / loss**MINICPM_EXP
 
 
 def _window(cost: np.ndarray, width: int = 3) -> tuple[int, int]:
@@ -57,8 +58,15 @@ def quadratic_optimum(x: np.ndarray, cost: np.ndarray) -> dict:
     given as a bound, never as an extrapolated or edge-hugging vertex), "not_convex", "too_few"."""
     n = len(x)
     best = int(np.argmin(cost))
-    out = {"status": "too_few", "x_opt": None, "cost_opt": None, "bound_x": None, "coef": None, "window": None,
-           "best": best}
+    out = {
+        "status": "too_few",
+        "x_opt": None,
+        "cost_opt": None,
+        "bound_x": None,
+        "coef": None,
+        "window": None,
+        "best": best,
+    }
     if n < 3:
         return out
     lo, hi = _window(cost)
@@ -75,8 +83,9 @@ def quadratic_optimum(x: np.ndarray, cost: np.ndarray) -> dict:
     return out
 
 
-def lr_optimum(lrs, values_by_lr: list, lower_is_better: bool = True, n_boot: int = 1000, seed: int = 0,
-               tolerance: float = 0.01) -> dict:
+def lr_optimum(
+    lrs, values_by_lr: list, lower_is_better: bool = True, n_boot: int = 1000, seed: int = 0, tolerance: float = 0.01
+) -> dict:
     """Optimum LR from per-seed final scores at each LR (values_by_lr[k]: the seeds' values at lrs[k]).
 
     The CI resamples seeds at each LR and refits; replicates whose best LR moves to the grid's edge give no vertex
@@ -89,10 +98,23 @@ def lr_optimum(lrs, values_by_lr: list, lower_is_better: bool = True, n_boot: in
     x = np.log10(lrs)
     means = np.array([v.mean() for v in values])
     fit = quadratic_optimum(x, sign * means)
-    out = {"status": fit["status"], "lr_opt": None, "value_opt": None, "bound_lr": None,
-           "best_lr": float(lrs[fit["best"]]), "best_value": float(means[fit["best"]]), "coef": None, "window": None,
-           "within": None, "within_beyond_grid": None, "tolerance": tolerance, "ci": None, "ci_share": None,
-           "n_boot": 0, "note": ""}
+    out = {
+        "status": fit["status"],
+        "lr_opt": None,
+        "value_opt": None,
+        "bound_lr": None,
+        "best_lr": float(lrs[fit["best"]]),
+        "best_value": float(means[fit["best"]]),
+        "coef": None,
+        "window": None,
+        "within": None,
+        "within_beyond_grid": None,
+        "tolerance": tolerance,
+        "ci": None,
+        "ci_share": None,
+        "n_boot": 0,
+        "note": "",
+    }
     if fit["status"] == "too_few":
         out["note"] = f"{len(lrs)} LR value(s): a quadratic optimum needs >= 3"
         return out
@@ -144,8 +166,11 @@ def critical_batch(tokens_per_step, steps) -> dict:
     pred = s_min + e_min / b
     out["rel_rmse"] = float(np.sqrt(np.mean(((pred - s) / s) ** 2)))
     if s_min <= 0:
-        out.update(status="no_tradeoff", note="larger batches reached this loss in fewer tokens (S_min <= 0): "
-                                              "no critical batch; see the WSD relation")
+        out.update(
+            status="no_tradeoff",
+            note="larger batches reached this loss in fewer tokens (S_min <= 0): "
+            "no critical batch; see the WSD relation",
+        )
     elif e_min <= 0:
         out.update(status="no_tradeoff", note="larger batches did not take fewer steps (E_min <= 0)")
     else:
@@ -158,9 +183,11 @@ def critical_batch(tokens_per_step, steps) -> dict:
 # stage spans a factor 2.1 in batch size) over every placement of geometric grids: batch sizes a factor 2 apart
 # (powers of 2) put B_opt 10% to more than 100% low, a factor 1.26 apart within 0.4%.
 COARSE_SPAN = 2.0
-COARSE_NOTE = ("the 3 batch sizes around the vertex span a factor {span:.2g}: B_opt is exact only if E(S) is "
-               "quadratic over all three (on a synthetic WSD E(S), batch sizes a factor 2 apart put it 10% to over "
-               "100% low; 1.26 apart, within 0.4%); add batch sizes between them")
+COARSE_NOTE = (
+    "the 3 batch sizes around the vertex span a factor {span:.2g}: B_opt is exact only if E(S) is "
+    "quadratic over all three (on a synthetic WSD E(S), batch sizes a factor 2 apart put it 10% to over "
+    "100% low; 1.26 apart, within 0.4%); add batch sizes between them"
+)
 
 
 def wsd_batch(tokens_per_step, steps) -> dict:
@@ -178,9 +205,20 @@ def wsd_batch(tokens_per_step, steps) -> dict:
     b, s = b[order], s[order]
     e = b * s
     best = int(np.argmin(e))
-    out = {"status": "too_few", "s_opt": None, "e_min": None, "b_opt": None, "bound_b": None,
-           "most_efficient_b": float(b[best]), "coef": None, "window_s": None, "window_span": None, "b_min": None,
-           "linear": None, "note": ""}
+    out = {
+        "status": "too_few",
+        "s_opt": None,
+        "e_min": None,
+        "b_opt": None,
+        "bound_b": None,
+        "most_efficient_b": float(b[best]),
+        "coef": None,
+        "window_s": None,
+        "window_span": None,
+        "b_min": None,
+        "linear": None,
+        "note": "",
+    }
     if len(b) < 3:
         out["note"] = f"{len(b)} batch size(s) reached this loss: the quadratic stage needs >= 3"
         return out
@@ -190,19 +228,28 @@ def wsd_batch(tokens_per_step, steps) -> dict:
     span = float(b[lo] / b[hi - 1])  # the window's largest batch over its smallest
     out["window_span"] = span
     if fit["status"] == "vertex" and fit["cost_opt"] <= 0:  # three points too far apart for one quadratic stage
-        out.update(status="not_convex", note=f"the quadratic through the 3 batch sizes around the minimum (a factor "
-                                             f"{span:.2g} apart) bottoms out at E <= 0: no B_opt; add batch sizes "
-                                             f"between them")
+        out.update(
+            status="not_convex",
+            note=f"the quadratic through the 3 batch sizes around the minimum (a factor "
+            f"{span:.2g} apart) bottoms out at E <= 0: no B_opt; add batch sizes "
+            f"between them",
+        )
     elif fit["status"] == "vertex":
         out.update(status="vertex", s_opt=fit["x_opt"], e_min=fit["cost_opt"], b_opt=fit["cost_opt"] / fit["x_opt"])
         if span >= COARSE_SPAN:
             out["note"] = COARSE_NOTE.format(span=span)
     elif fit["status"] == "at_most":  # fewest tokens at the fewest steps: the largest batch tried, or larger
-        out.update(status="at_least", bound_b=float(b[0]),
-                   note="fewest tokens at the largest batch tried: B_opt is at least that")
+        out.update(
+            status="at_least",
+            bound_b=float(b[0]),
+            note="fewest tokens at the largest batch tried: B_opt is at least that",
+        )
     elif fit["status"] == "at_least":
-        out.update(status="at_most", bound_b=float(b[-1]),
-                   note="fewest tokens at the smallest batch tried: B_opt is at most that")
+        out.update(
+            status="at_most",
+            bound_b=float(b[-1]),
+            note="fewest tokens at the smallest batch tried: B_opt is at most that",
+        )
     else:
         out.update(status="not_convex", note="E(S) is not convex around its minimum: no vertex")
     past = np.arange(len(s)) >= fit["window"][1]
@@ -212,11 +259,13 @@ def wsd_batch(tokens_per_step, steps) -> dict:
         if a1 > 0 and a0 > 0:
             out["b_min"] = float(a1)
         else:
-            out["note"] += ("; " if out["note"] else "") + "the points past the quadratic stage do not approach " \
-                                                             "a line E = A1 S + A0 with A0 > 0: no B_min"
+            out["note"] += (
+                "; " if out["note"] else ""
+            ) + "the points past the quadratic stage do not approach a line E = A1 S + A0 with A0 > 0: no B_min"
     else:
-        out["note"] += ("; " if out["note"] else "") + "B_min fit: needs >= 2 batch sizes smaller than the " \
-                                                       "quadratic stage's three"
+        out["note"] += (
+            "; " if out["note"] else ""
+        ) + "B_min fit: needs >= 2 batch sizes smaller than the quadratic stage's three"
     return out
 
 
@@ -244,8 +293,9 @@ def _power_law_params(n: np.ndarray, loss: np.ndarray) -> np.ndarray | None:
     logn = np.log(n)
     top = float(loss.min()) * (1 - 1e-9)
     start[0] = min(max(start[0], 0.0), top * (1 - 1e-6))
-    fit = optimize.least_squares(lambda p: p[0] + np.exp(p[1] - p[2] * logn) - loss, start,
-                                 bounds=([0.0, -np.inf, 1e-6], [top, np.inf, 10.0]))
+    fit = optimize.least_squares(
+        lambda p: p[0] + np.exp(p[1] - p[2] * logn) - loss, start, bounds=([0.0, -np.inf, 1e-6], [top, np.inf, 10.0])
+    )
     return fit.x
 
 
@@ -253,8 +303,7 @@ def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, se
     """Fit L(N) = E + A N^-alpha (least squares on L). values_by_size[k]: the per-seed losses behind loss[k], for
     a bootstrap CI of E, A and alpha (seeds resampled at each size, refit)."""
     n, loss = np.asarray(n, float), np.asarray(loss, float)
-    out = {"status": "too_few", "E": None, "A": None, "alpha": None, "ci": None, "n_boot": 0, "rmse": None,
-           "note": ""}
+    out = {"status": "too_few", "E": None, "A": None, "alpha": None, "ci": None, "n_boot": 0, "rmse": None, "note": ""}
     if len(n) < 3 or len(set(n.tolist())) < 3:
         out["note"] = f"{len(set(n.tolist()))} model size(s): L(N) = E + A N^-alpha needs >= 3"
         return out
@@ -263,20 +312,30 @@ def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, se
         out.update(status="not_decreasing", note="the loss does not fall with model size: no power law")
         return out
     e, log_a, alpha = params
-    out.update(status="fit", E=float(e), A=float(math.exp(log_a)), alpha=float(alpha),
-               rmse=float(np.sqrt(np.mean((e + np.exp(log_a - alpha * np.log(n)) - loss) ** 2))))
+    out.update(
+        status="fit",
+        E=float(e),
+        A=float(math.exp(log_a)),
+        alpha=float(alpha),
+        rmse=float(np.sqrt(np.mean((e + np.exp(log_a - alpha * np.log(n)) - loss) ** 2))),
+    )
     if len(n) == 3:
         out["note"] = "3 sizes for 3 parameters: the curve passes through them (the form is not tested)"
     if values_by_size is None or min(len(v) for v in values_by_size) < 2:
         out["note"] = (out["note"] + "; " if out["note"] else "") + "CI: needs >= 2 seeds at every size"
         return out
     rng = np.random.default_rng(seed)
-    reps = [p for _ in range(n_boot)
-            if (p := _power_law_params(n, resample_means([np.asarray(v, float) for v in values_by_size], rng)))
-            is not None]
+    reps = [
+        p
+        for _ in range(n_boot)
+        if (p := _power_law_params(n, resample_means([np.asarray(v, float) for v in values_by_size], rng))) is not None
+    ]
     out["n_boot"] = n_boot
     if reps:
         reps = np.array(reps)
-        out["ci"] = {"E": percentile_ci(reps[:, 0]), "A": percentile_ci(np.exp(reps[:, 1])),
-                     "alpha": percentile_ci(reps[:, 2])}
+        out["ci"] = {
+            "E": percentile_ci(reps[:, 0]),
+            "A": percentile_ci(np.exp(reps[:, 1])),
+            "alpha": percentile_ci(reps[:, 2]),
+        }
     return out

@@ -1,6 +1,7 @@
 """report["sweep"] -> the report's sweep sections (fmt.Section: title, paragraphs, tables of plain strings, PNGs,
 bullets). Every number shown is read from the dict (report.json), none recomputed.
 """
+
 from __future__ import annotations
 
 from ablate.report.fmt import Section, fmt, fmt_ci
@@ -30,20 +31,39 @@ def _optimum(fit: dict) -> str:
 
 
 def _lr(sweep: dict, metric: str) -> tuple[list, list]:
-    paragraphs = [f"Optimum LR: a quadratic in log10(LR) through the best LR and its two neighbours; its vertex is "
-                  f"the optimum. 95% CI: seeds resampled at each LR and refitted (the share of replicates whose "
-                  f"optimum stayed inside the grid is given). within 1%: the LRs whose fitted {metric} is within "
-                  f"1% of the optimum's. An optimum past the grid's edge is given as a bound, not extrapolated."]
+    paragraphs = [
+        f"Optimum LR: a quadratic in log10(LR) through the best LR and its two neighbours; its vertex is "
+        f"the optimum. 95% CI: seeds resampled at each LR and refitted (the share of replicates whose "
+        f"optimum stayed inside the grid is given). within 1%: the LRs whose fitted {metric} is within "
+        f"1% of the optimum's. An optimum past the grid's edge is given as a bound, not extrapolated."
+    ]
     rows = []
     for v in sweep["lr"]:
         f = v["fit"]
-        within = "n/a" if not f["within"] else fmt_ci(f["within"], 3) + (
-            " (beyond the grid)" if f["within_beyond_grid"] else "")
-        rows.append([v["label"], ", ".join(fmt(x, 3) for x in v["lrs"]), f"{fmt(f['best_lr'], 3)}: "
-                     f"{fmt(f['best_value'])}", _optimum(f), fmt(f["value_opt"]), fmt_ci(f["ci"], 3) + _share(f),
-                     within, f["note"]])
-    return paragraphs, [("Optimum LR", ["context", "LRs", "best measured", "fitted optimum", f"fitted {metric}",
-                                        "95% CI", "within 1%", "note"], rows)]
+        within = (
+            "n/a"
+            if not f["within"]
+            else fmt_ci(f["within"], 3) + (" (beyond the grid)" if f["within_beyond_grid"] else "")
+        )
+        rows.append(
+            [
+                v["label"],
+                ", ".join(fmt(x, 3) for x in v["lrs"]),
+                f"{fmt(f['best_lr'], 3)}: {fmt(f['best_value'])}",
+                _optimum(f),
+                fmt(f["value_opt"]),
+                fmt_ci(f["ci"], 3) + _share(f),
+                within,
+                f["note"],
+            ]
+        )
+    return paragraphs, [
+        (
+            "Optimum LR",
+            ["context", "LRs", "best measured", "fitted optimum", f"fitted {metric}", "95% CI", "within 1%", "note"],
+            rows,
+        )
+    ]
 
 
 def _batch(ctx: dict) -> tuple[list, list]:
@@ -59,58 +79,127 @@ def _batch(ctx: dict) -> tuple[list, list]:
         f"bound on B_min is the smallest batch that reached the loss. MiniCPM: B_opt = 1.2110e9 / L^6.2393 "
         f"tokens, fitted to C4 loss with its own tokenizer: a reference, not comparable across corpora and "
         f"tokenizers. Batch sizes in sequences of {fmt(seq, 6)} tokens"
-        + (f"; 95% CIs: seeds resampled at each batch size, curves re-read and refitted ({ctx['n_boot']} "
-           f"replicates)." if ctx["n_boot"] else ".")]
+        + (
+            f"; 95% CIs: seeds resampled at each batch size, curves re-read and refitted ({ctx['n_boot']} replicates)."
+            if ctx["n_boot"]
+            else "."
+        )
+    ]
     if ctx["note"]:
         paragraphs.append(f"Batch size ({ctx['label']}): {ctx['note']}.")
     if ctx["short_curves"]:
         paragraphs.append(f"Too few logged points in common over seeds, left out: {', '.join(ctx['short_curves'])}.")
-    points = [[fmt(t["loss"]), str(p["batch"]), fmt(p["steps"]), fmt(p["tokens"])] for t in ctx["targets"]
-              for p in t["points"]]
+    points = [
+        [fmt(t["loss"]), str(p["batch"]), fmt(p["steps"]), fmt(p["tokens"])]
+        for t in ctx["targets"]
+        for p in t["points"]
+    ]
     points += [[fmt(t["loss"]), str(b), "not reached", ""] for t in ctx["targets"] for b in t["not_reached"]]
     fits = []
     for t in ctx["targets"]:
         c, w, seen = t["critical"], t["wsd"], t["b_min_observed"]
-        b_opt = fmt(w["b_opt_sequences"], 3) if w["status"] == "vertex" else (
-            f"{w['status'].replace('_', ' ')} {fmt(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
-        grid_min = "n/a" if seen["at_most"] is None else f"<= {seen['at_most']}" + (
-            f", > {seen['above']}" if seen["above"] is not None else "")
-        fits.append([fmt(t["loss"]), fmt(c["b_crit_sequences"], 3), fmt_ci(c.get("ci_sequences"), 3) + _share(c),
-                     fmt(c["rel_rmse"], 2), b_opt, fmt_ci(w.get("ci_sequences"), 3) + _share(w),
-                     fmt(w["b_min_sequences"], 3), grid_min,
-                     f"{fmt(t['minicpm']['tokens'], 3)} ({fmt(t['minicpm']['sequences'], 3)})", _notes(c, w)])
-    tables = [(f"Steps and tokens to each target loss ({ctx['label']})", ["target loss", "batch", "steps S",
-                                                                          "tokens E"], points),
-              (f"Batch-size fits per target loss ({ctx['label']}; sequences per step)",
-               ["target loss", "B_crit", "95% CI", "hyperbola rel. rmse", "B_opt (WSD)", "95% CI",
-                "B_min (WSD fit)", "B_min (grid)", "MiniCPM B_opt tokens (seqs)", "note"], fits)]
+        b_opt = (
+            fmt(w["b_opt_sequences"], 3)
+            if w["status"] == "vertex"
+            else (f"{w['status'].replace('_', ' ')} {fmt(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
+        )
+        grid_min = (
+            "n/a"
+            if seen["at_most"] is None
+            else f"<= {seen['at_most']}" + (f", > {seen['above']}" if seen["above"] is not None else "")
+        )
+        fits.append(
+            [
+                fmt(t["loss"]),
+                fmt(c["b_crit_sequences"], 3),
+                fmt_ci(c.get("ci_sequences"), 3) + _share(c),
+                fmt(c["rel_rmse"], 2),
+                b_opt,
+                fmt_ci(w.get("ci_sequences"), 3) + _share(w),
+                fmt(w["b_min_sequences"], 3),
+                grid_min,
+                f"{fmt(t['minicpm']['tokens'], 3)} ({fmt(t['minicpm']['sequences'], 3)})",
+                _notes(c, w),
+            ]
+        )
+    tables = [
+        (
+            f"Steps and tokens to each target loss ({ctx['label']})",
+            ["target loss", "batch", "steps S", "tokens E"],
+            points,
+        ),
+        (
+            f"Batch-size fits per target loss ({ctx['label']}; sequences per step)",
+            [
+                "target loss",
+                "B_crit",
+                "95% CI",
+                "hyperbola rel. rmse",
+                "B_opt (WSD)",
+                "95% CI",
+                "B_min (WSD fit)",
+                "B_min (grid)",
+                "MiniCPM B_opt tokens (seqs)",
+                "note",
+            ],
+            fits,
+        ),
+    ]
     return paragraphs, tables
 
 
 def _scale(scale: dict, metric: str) -> tuple[list, list]:
     ranked = ", ".join(scale["ranked"]) or "nothing else"
-    paragraphs = [f"Model size over {', '.join(scale['axes'])}: N = parameters (summary.json), at each size the "
-                  f"best cell over {ranked}. L(N) = E + A N^-alpha by least squares; 95% CIs: the best cell's "
-                  f"seeds resampled at each size and refitted."]
+    paragraphs = [
+        f"Model size over {', '.join(scale['axes'])}: N = parameters (summary.json), at each size the "
+        f"best cell over {ranked}. L(N) = E + A N^-alpha by least squares; 95% CIs: the best cell's "
+        f"seeds resampled at each size and refitted."
+    ]
     f = scale["fit"]
     if f and f["status"] == "fit":
         ci = f["ci"] or {}
-        paragraphs.append(f"Fit: E = {fmt(f['E'])} {fmt_ci(ci.get('E'), 3)}, "
-                          f"A = {fmt(f['A'])} {fmt_ci(ci.get('A'), 3)}, "
-                          f"alpha = {fmt(f['alpha'])} {fmt_ci(ci.get('alpha'), 3)}; rmse {fmt(f['rmse'], 3)}."
-                          + (f" {f['note']}." if f["note"] else ""))
+        paragraphs.append(
+            f"Fit: E = {fmt(f['E'])} {fmt_ci(ci.get('E'), 3)}, "
+            f"A = {fmt(f['A'])} {fmt_ci(ci.get('A'), 3)}, "
+            f"alpha = {fmt(f['alpha'])} {fmt_ci(ci.get('alpha'), 3)}; rmse {fmt(f['rmse'], 3)}."
+            + (f" {f['note']}." if f["note"] else "")
+        )
     elif f:
         paragraphs.append(f"No power-law fit: {f['note']}.")
     if scale["note"]:
         paragraphs.append(scale["note"] + ".")
-    tables = [("Best cell per model size", ["size", "params", "best cell", metric],
-               [[s["label"], fmt(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
-                 s["best"], fmt(s["mean"])] for s in scale["sizes"]])]
+    tables = [
+        (
+            "Best cell per model size",
+            ["size", "params", "best cell", metric],
+            [
+                [
+                    s["label"],
+                    fmt(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
+                    s["best"],
+                    fmt(s["mean"]),
+                ]
+                for s in scale["sizes"]
+            ],
+        )
+    ]
     if scale["decision"]:
-        tables.append((f"Ranking of {ranked} at each size vs the largest",
-                       ["size", "params", "cells", "decision accuracy", "Kendall tau"],
-                       [[d["label"], fmt(d["params"], 6), str(len(d["cells"])), fmt(d["decision_accuracy"], 3),
-                         fmt(d["tau"], 3)] for d in scale["decision"]]))
+        tables.append(
+            (
+                f"Ranking of {ranked} at each size vs the largest",
+                ["size", "params", "cells", "decision accuracy", "Kendall tau"],
+                [
+                    [
+                        d["label"],
+                        fmt(d["params"], 6),
+                        str(len(d["cells"])),
+                        fmt(d["decision_accuracy"], 3),
+                        fmt(d["tau"], 3),
+                    ]
+                    for d in scale["decision"]
+                ],
+            )
+        )
     return paragraphs, tables
 
 
@@ -125,18 +214,42 @@ def grid_sections(sweep: dict, with_images: bool) -> list[Section]:
     m = sweep["metric"] or {"source": "n/a", "direction": "lower"}
     metric = "val loss" if m["source"] == "final val/loss" else "loss"
     hm = sweep.get("heatmap")
-    head = Section("Sweep", [
-        f"Runs built by grid() over {', '.join(sweep['axes'])}, one cell per combination of values, seeds averaged; "
-        f"score: {m['source']} ({m['direction']} is better). Every number here is in report.json under \"sweep\"."],
+    head = Section(
+        "Sweep",
+        [
+            f"Runs built by grid() over {', '.join(sweep['axes'])}, one cell per combination of values, seeds "
+            "averaged; "
+            f'score: {m["source"]} ({m["direction"]} is better). Every number here is in report.json under "sweep".'
+        ],
         bullets=list(sweep["notes"]),
-        tables=[("Grid cells", ["cell", "seeds", metric, "seed sd", "min", "max", "params"],
-                 [[c["label"], str(len(c["seeds"])), fmt(c["mean"]), fmt(c["std"], 3), fmt(c["min"]), fmt(c["max"]),
-                   fmt(c["params"], 6)] for c in sweep["cells"]])])
+        tables=[
+            (
+                "Grid cells",
+                ["cell", "seeds", metric, "seed sd", "min", "max", "params"],
+                [
+                    [
+                        c["label"],
+                        str(len(c["seeds"])),
+                        fmt(c["mean"]),
+                        fmt(c["std"], 3),
+                        fmt(c["min"]),
+                        fmt(c["max"]),
+                        fmt(c["params"], 6),
+                    ]
+                    for c in sweep["cells"]
+                ],
+            )
+        ],
+    )
     if hm:
         fixed = ", ".join(f"{k}={v}" for k, v in hm["fixed"].items())
-        head.tables.append((f"{metric}: {hm['y']} (rows) x {hm['x']} (columns)" + (f", at {fixed}" if fixed else ""),
-                            [f"{hm['y']} \\ {hm['x']}"] + [str(x) for x in hm["x_values"]],
-                            [[str(y)] + [fmt(v) for v in row] for y, row in zip(hm["y_values"], hm["mean"])]))
+        head.tables.append(
+            (
+                f"{metric}: {hm['y']} (rows) x {hm['x']} (columns)" + (f", at {fixed}" if fixed else ""),
+                [f"{hm['y']} \\ {hm['x']}"] + [str(x) for x in hm["x_values"]],
+                [[str(y)] + [fmt(v) for v in row] for y, row in zip(hm["y_values"], hm["mean"])],
+            )
+        )
         if with_images:
             head.images = _drawn([("heatmap", figures.heatmap_png(hm, metric))])
     out = [head]
@@ -146,13 +259,22 @@ def grid_sections(sweep: dict, with_images: bool) -> list[Section]:
         out.append(Section("Sweep: optimum LR", paragraphs, tables, images))
     for ctx in sweep.get("batch") or []:
         paragraphs, tables = _batch(ctx)
-        images = _drawn([(f"loss curves per batch size ({ctx['label']})", figures.loss_curves_png(ctx)),
-                         (f"E vs S ({ctx['label']})", figures.es_png(ctx))]) if with_images else []
+        images = (
+            _drawn(
+                [
+                    (f"loss curves per batch size ({ctx['label']})", figures.loss_curves_png(ctx)),
+                    (f"E vs S ({ctx['label']})", figures.es_png(ctx)),
+                ]
+            )
+            if with_images
+            else []
+        )
         title = "Sweep: batch size" + ("" if ctx["label"] == "all" else f" ({ctx['label']})")
         out.append(Section(title, paragraphs, tables, images))
     if sweep.get("scale"):
         paragraphs, tables = _scale(sweep["scale"], metric)
-        images = _drawn([("score against model size", figures.power_law_png(sweep["scale"], metric))]) \
-            if with_images else []
+        images = (
+            _drawn([("score against model size", figures.power_law_png(sweep["scale"], metric))]) if with_images else []
+        )
         out.append(Section("Sweep: model size", paragraphs, tables, images))
     return out
