@@ -291,3 +291,26 @@ def test_only_the_modules_that_start_runs_import_the_run_module():
         f"{sorted(importers - RUN_STARTERS)} import ablate.train; only {sorted(RUN_STARTERS)} may (they start runs)"
     )
     assert all(LAYER[group_of(m)] > LAYER["train"] for m in RUN_STARTERS)
+
+
+CALLBACK_MODULES = ("ablate.callbacks", "ablate.stability", "ablate.eval_callback")
+
+
+def test_callbacks_read_only_what_trainer_view_declares():
+    """Every `trainer.<name>` a standard callback touches is declared in TrainerView (the typed contract), so the
+    protocol says what callbacks really read."""
+    view = next(
+        node
+        for node in ast.walk(ast.parse(MODULES["ablate.callbacks"].read_bytes()))
+        if isinstance(node, ast.ClassDef) and node.name == "TrainerView"
+    )
+    declared = {n.target.id for n in view.body if isinstance(n, ast.AnnAssign)}
+    declared |= {n.name for n in view.body if isinstance(n, ast.FunctionDef)}
+    read = {}
+    for module in CALLBACK_MODULES:
+        for node in ast.walk(ast.parse(MODULES[module].read_bytes())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "trainer":
+                read.setdefault(node.attr, f"{module}:{node.lineno}")
+    assert len(read) > 10  # the scan sees the callbacks' reads
+    undeclared = {name: where for name, where in read.items() if name not in declared}
+    assert not undeclared, f"callbacks read trainer attributes TrainerView does not declare: {undeclared}"
