@@ -1,6 +1,8 @@
 """ablate's eval engine vs lm-eval's HF backend on the same exported model, tasks and items, in one run.
 
     python scripts/bench_eval.py RUN_OR_CHECKPOINT [--tasks arc_easy,hellaswag,piqa] [--limit 200]
+    python scripts/bench_eval.py RUN --smoke      # 4 items per task, lm-eval at ablate's batch size only: checks
+                                                  # the script runs
 
 Exports the checkpoint to a temporary transformers folder, then times (end to end, model loading included):
 ablate's engine on the ablate model; lm-eval's HF backend at its default batch size (1) and at ablate's batch size.
@@ -23,7 +25,10 @@ def main() -> None:
     parser.add_argument("--format", default="cf")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--skip-batch1", action="store_true", help="skip lm-eval at batch size 1 (slow)")
+    parser.add_argument("--smoke", action="store_true", help="4 items per task, no lm-eval run at batch size 1")
     args = parser.parse_args()
+    if args.smoke:
+        args.limit, args.skip_batch1 = 4, True
 
     from ablate.eval import agreement, engine, suite
     from ablate.export import export_hf
@@ -72,8 +77,8 @@ def main() -> None:
     print(f"ablate engine, batch {args.batch_size}: {ablate_seconds:.1f}s")
     for name, run in runs.items():
         print(
-            f"{name}: {run.seconds:.1f}s  -> ablate is {run.seconds / ablate_seconds:.1f}x faster, "
-            f"{(run.seconds / theirs) / (ablate_seconds / ours['tokens']):.1f}x per token"
+            f"ratio time {name} / ablate engine: {run.seconds / ablate_seconds:.2f}x ({run.seconds:.1f}s; "
+            f"{(run.seconds / theirs) / (ablate_seconds / ours['tokens']):.1f}x per token)"
         )
 
 

@@ -80,8 +80,8 @@ def main() -> None:
     )
     share = args.evals_per_run * eval_seconds / train_seconds
     print(
-        f"in-training evaluation at {args.evals_per_run} per run: {100 * share:.1f}% of training time "
-        f"(eval/train ratio {share:.3f})"
+        f"ratio in-training evaluation/training time, {args.evals_per_run} evaluation(s) per run: {share:.3f}x "
+        f"({100 * share:.1f}% of training time)"
     )
 
 

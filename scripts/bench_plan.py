@@ -3,6 +3,7 @@
     python scripts/bench_plan.py                      # every case below, 1 process, then 2 under torchrun
     python scripts/bench_plan.py --cases small-fp32 --world 1 --rss
     python scripts/bench_plan.py --measure RUN.json --steps 2 --out OUT.json   # one measurement (the test's call)
+    python scripts/bench_plan.py --smoke              # a tiny case, 1 process, 2 steps: checks the script runs
 
 What is measured: the trainer itself (ablate.train.Trainer, no callbacks) builds the model and optimizer and runs
 `--steps` steps on real data (the second step is the first with optimizer state). On GPU the peak is
@@ -79,10 +80,18 @@ CASES = {
 }
 
 
+# --smoke's case: too small for the figure to mean anything (allocator noise is most of it), quick to run
+SMOKE_CASE = {
+    "model": {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4},
+    "train": {"micro_batch": 2, "global_batch": 2},
+    "data": {"seq_len": 32},
+}
+
+
 def case_config(name: str, world: int = 1) -> dict:
     """A run config (dict) for a case; the global batch grows with the world so each rank's micro-batch is the
     same. Fixed peak_flops: no matmul benchmark before the steps."""
-    case = CASES[name]
+    case = SMOKE_CASE if name == "smoke" else CASES[name]
     train = {"max_steps": 3, "log_every": 1, "peak_flops": 1e11, "seed": 0, **case["train"]}
     train["global_batch"] *= world
     return {
@@ -256,11 +265,14 @@ def main() -> int:
     parser.add_argument("--world", default="1,2", help="world sizes to measure at (2: torchrun, 2 gloo processes)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--rss", action="store_true", help="also the RSS high-water mark (a run without profiler)")
+    parser.add_argument("--smoke", action="store_true", help="a tiny case in 1 process, 2 steps (with --rss too)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         return _child(args)
+    if args.smoke:
+        args.cases, args.world, args.steps = "smoke", "1", 2
     from ablate.memory import format_bytes
 
     print(
@@ -268,10 +280,12 @@ def main() -> int:
         + (f" {'RSS':>10s} {'est/RSS':>7s}" if args.rss else "")
         + "  peak moment (estimate)"
     )
+    ratios = []  # estimate / measured live bytes, per row
     for world in (int(w) for w in args.world.split(",")):
         for name in args.cases.split(","):
             row = compare(name, world, args.steps, args.rss)
             estimate, live, rss = row["estimate"], row["live"]["peak_bytes"], row["rss"]
+            ratios.append(estimate.total / live)
             line = (
                 f"{name:16s} {world:5d} {format_bytes(estimate.total):>10s} {format_bytes(live):>10s} "
                 f"{estimate.total / live:8.3f}"
@@ -279,6 +293,8 @@ def main() -> int:
             if rss:
                 line += f" {format_bytes(rss['peak_bytes']):>10s} {estimate.total / rss['peak_bytes']:7.3f}"
             print(f"{line}  {estimate.moment} ({row['live']['seconds']:.1f}s)", flush=True)
+    worst = max(ratios, key=lambda r: abs(r - 1))
+    print(f"ratio estimate/measured furthest from 1, of {len(ratios)} rows: {worst:.3f}x")
     return 0
 
 

@@ -3,6 +3,7 @@
     python scripts/bench_train.py                      # the ~10M model (d256, 6 layers, vocab 16384, seq 512)
     python scripts/bench_train.py --quickstart         # the quickstart model (d128, 4 layers, vocab 8192, seq 256)
     python scripts/bench_train.py --steps 10 --modes fp32,bf16,bf16+compile
+    python scripts/bench_train.py --smoke              # a tiny model, 1 step a mode, small matmuls: checks it runs
 
 Each mode builds the real Trainer (FSDP2 on a 1-rank gloo group, the same code as `ablate run`) and times
 `train_step()` after warm-up steps. MFU is model FLOPs (6N + attention) per second over the peak measured here for
@@ -27,11 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from ablate.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
 from ablate.parallel import init_distributed, machine_key, measure_peak_flops, remember_peak  # noqa: E402
-from ablate.train import Trainer  # noqa: E402
+from ablate.trainer import Trainer  # noqa: E402
 
 
-def bench_config(quickstart: bool, mode: str) -> RunConfig:
-    if quickstart:
+def bench_config(size: str, mode: str) -> RunConfig:
+    documents = None
+    if size == "smoke":
+        model = ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4)
+        seq_len, micro_batch, documents = 32, 4, 400
+    elif size == "quickstart":
         model = ModelConfig(vocab_size=8192, d_model=128, n_layers=4, n_heads=4)
         seq_len, micro_batch = 256, 16
     else:
@@ -42,7 +47,7 @@ def bench_config(quickstart: bool, mode: str) -> RunConfig:
         experiment="bench",
         name=mode,
         model=model,
-        data=DataConfig(source="default", seq_len=seq_len),
+        data=DataConfig(source="default", seq_len=seq_len, max_documents=documents),
         train=TrainConfig(
             max_steps=10_000,
             global_batch=micro_batch,
@@ -60,20 +65,26 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per mode")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per mode (compile happens here)")
     parser.add_argument("--modes", default="fp32,bf16", help="comma-separated: fp32, bf16, fp32+compile, bf16+compile")
+    parser.add_argument("--smoke", action="store_true", help="a tiny model, 1 warm-up and 1 timed step per mode")
     args = parser.parse_args()
+    size = "smoke" if args.smoke else "quickstart" if args.quickstart else "10M"
+    if args.smoke:
+        args.steps, args.warmup = 1, 1
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     d = init_distributed("auto")
     peaks = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        # the measurement `ablate run` makes once per machine; a higher one here raises the peak runs keep
-        peaks[name] = remember_peak(machine_key(d.device, dtype), measure_peak_flops(d.device, dtype))
+        if args.smoke:  # small matmuls, briefly: a rough figure, not kept
+            peaks[name] = measure_peak_flops(d.device, dtype, sizes=(256,), seconds=0.05, rounds=2)
+        else:  # the measurement `ablate run` makes once per machine; a higher one here raises the peak runs keep
+            peaks[name] = remember_peak(machine_key(d.device, dtype), measure_peak_flops(d.device, dtype))
         print(f"matmul peak {name}: {peaks[name] / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)")
 
     rows = []
     with tempfile.TemporaryDirectory() as out:
         for mode in args.modes.split(","):
-            run = bench_config(args.quickstart, mode)
+            run = bench_config(size, mode)
             trainer = Trainer(run, Path(out) / mode, d, callbacks=[])  # the step alone
             trainer.start_time = time.perf_counter()
             for _ in range(args.warmup):
@@ -104,7 +115,7 @@ def main() -> None:
     if len(rows) > 1:
         base = rows[0]
         for mode, _, tps, _, _ in rows[1:]:
-            print(f"speed ratio {mode} / {base[0]}: {tps / base[2]:.2f}x")
+            print(f"ratio tokens/s {mode} / {base[0]}: {tps / base[2]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -71,28 +71,3 @@ def test_wrong_combinations_are_refused(experiment, tmp_path):
     assert result.returncode == 2 and "--every-checkpoint" in result.stderr and len(result.stderr.splitlines()) == 1
     empty = run_cli("eval", str(tmp_path), "--every-checkpoint", "--tasks", "copa", check=False)
     assert empty.returncode == 2 and "no run folder" in empty.stderr
-
-
-def test_bench_eval_cost_smoke(experiment):
-    """scripts/bench_eval_cost.py runs and prints its ratio line (a changed field name breaks this, not a user)."""
-    import subprocess
-    import sys
-
-    from conftest import REPO
-
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "bench_eval_cost.py"),
-            str(experiment / "mha" / "seed0"),
-            "--tasks",
-            "copa,lambada",
-            "--smoke",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "in-training evaluation at 1 per run:" in result.stdout and "eval/train ratio" in result.stdout
