@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 
 def train(run: RunConfig, out_root: str = "runs", callbacks: list = ()) -> dict:
     """Train one run into out_root/<experiment>/<variant>/seed<k>/ and return its summary (see ablate.train);
-    `callbacks`: your own ablate.callbacks.Callback instances, run after the standard ones."""
+    `callbacks`: your own ablate.callbacks.Callback instances, added to the standard ones (all run by `order`)."""
     from ablate.train import train as _train
 
     return _train(run, out_root, callbacks)

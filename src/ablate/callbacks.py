@@ -22,11 +22,11 @@ Reporting: metrics go through `trainer.log` (metrics.jsonl and TensorBoard, rank
 helpers: Validation writes eval_items/step_N/val_loss.jsonl, the eval suite (ablate.eval_callback) evals.jsonl and
 eval_items/step_N/<task>_<format>.jsonl, the Checkpointer checkpoints/.
 
-Your own callbacks go after the standard ones: `ablate.train(run, callbacks=[...])`, or a module-level
-`callbacks = [...]` in an experiment file (every run of the file). Each run gets a deep copy of what you passed,
-so keep in `__init__` only settings and state that copy (open files and the like belong in pre_train). Every rank
-calls every hook: a hook that runs collectives (a forward pass of the sharded model, all_reduce) must run them on
-every rank.
+Your own callbacks join the standard ones (all run by `order`): `ablate.train(run, callbacks=[...])`, or a
+module-level `callbacks = [...]` in an experiment file (every run of the file). Each run gets a deep copy of what
+you passed, so keep in `__init__` only settings and state that copy (open files and the like belong in
+pre_train). Every rank calls every hook: a hook that runs collectives (a forward pass of the sharded model,
+all_reduce) must run them on every rank.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def label(run: RunConfig) -> str:
 
 
 def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> tuple[str, str]:
-    """Train one run (with the user's `callbacks` after the standard ones); return (state, one-line message). A
+    """Train one run (with the user's `callbacks` beside the standard ones); return (state, one-line message). A
     run's own failure never raises (Ctrl-C does)."""
     from ablate.train import finished_note, train
 

@@ -174,9 +174,10 @@ def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) 
 
 def train(run: RunConfig, out_root: str | Path = "runs", callbacks: Sequence[Callback] = ()) -> dict:
     """Train one run (resuming if its folder has a checkpoint); return its summary. `callbacks`: your own
-    (ablate.callbacks.Callback), run after the standard ones, each run with a fresh copy. Rank 0 holds the run's lock
-    and writes the files. Raises RunLocked when another live process trains the run, RunDiverged when it diverged
-    (now or on an earlier attempt); any other failure is recorded in status.json and error.txt, then raised."""
+    (ablate.callbacks.Callback), added to the standard ones (all run by `order`), a fresh copy for each run. Rank 0
+    holds the run's lock and writes the files. Raises RunLocked when another live process trains the run,
+    RunDiverged when it diverged (now or on an earlier attempt); any other failure is recorded in status.json and
+    error.txt, then raised."""
     check_registered_names(run)  # before a run folder or any data exists
     check_data_config(run.data, run.model.vocab_size)
     every_callback = run_callbacks(run, callbacks)  # a name clash or a non-callback is refused here too
