@@ -79,9 +79,9 @@ def test_a_parameter_without_a_role_is_refused_by_name():
 
 
 def test_role_table_names_its_config_fields():
-    assert [r.name for r in ROLES] == ["embedding", "hidden", "vector", "head"]
+    assert [r.name for r in ROLES] == ["embedding", "hidden", "expert", "vector", "head"]
     assert all(hasattr(OptimConfig(), r.lr_scale) for r in ROLES)
-    assert {r.name for r in ROLES if r.weight_decay} == {"hidden", "head"}
+    assert {r.name for r in ROLES if r.weight_decay} == {"hidden", "expert", "head"}
 
 
 @pytest.mark.parametrize("name", ["adamw", "muon"])

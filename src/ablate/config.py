@@ -31,8 +31,8 @@ class ModelConfig:
     n_layers: int = 4
     n_heads: int = 4
     n_kv_heads: int | None = None  # None: as many as n_heads (MHA); 1: MQA; in between: GQA
-    ffn: Literal["swiglu", "gelu", "relu"] = "swiglu"
-    ffn_hidden: int | None = None  # None: 4*d_model for gelu/relu, 8/3*d_model rounded up to 32 for swiglu
+    ffn: Literal["swiglu", "gelu", "relu", "moe"] = "swiglu"  # moe: SwiGLU experts, the moe_* fields below
+    ffn_hidden: int | None = None  # None: 4*d_model for gelu/relu, 8/3*d_model rounded up to 32 for swiglu/moe
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_eps: float = 1e-5
     pos: Literal["rope", "nope"] = "rope"
@@ -47,6 +47,21 @@ class ModelConfig:
     # RMSNorm, SwiGLU, RoPE and the chunked output projection + loss: Triton kernels on CUDA, else the torch
     # references (ablate.kernels); the same math either way
     kernels: Literal["torch", "triton"] = "torch"
+    # Mixture of experts (ffn="moe"; read only then) and latent attention (attention="mla"): docs/experiments.md.
+    moe_experts: int = 8  # layers k, 2k, ... (k = moe_every) send each token to moe_top_k of moe_experts
+    moe_top_k: int = 2
+    moe_shared_experts: int = 0  # experts every token takes, beside its moe_top_k
+    moe_hidden: int | None = None  # an expert's hidden size; None: ffn_dim
+    moe_every: int = 1
+    moe_balance: Literal["aux_loss", "bias"] = "aux_loss"  # Switch's loss, or DeepSeek-V3's per-expert bias
+    moe_aux_loss: float | None = None  # the balancing loss's weight; None: 0.01 with aux_loss, 0 with bias
+    moe_bias_rate: float = 1e-3  # bias: its step after each optimizer step
+    moe_z_loss: float = 0.0  # weight of ST-MoE's router z-loss
+    moe_capacity: float = 0.0  # an expert takes at most capacity x tokens x top_k / experts; 0: no limit
+    attention: Literal["gqa", "mla"] = "gqa"  # gqa: MHA/GQA/MQA by n_kv_heads; mla: DeepSeek-V2's latent attention
+    kv_lora_rank: int | None = None  # mla: the key/value latent's width; None: 4 * head_dim
+    q_lora_rank: int = 0  # mla: the query latent's width; 0: queries not compressed
+    qk_rope_dim: int | None = None  # mla: the key/query part RoPE rotates; None: head_dim // 2 made even (nope: 0)
 
     @property
     def kv_heads(self) -> int:
@@ -60,7 +75,7 @@ class ModelConfig:
     def ffn_dim(self) -> int:
         if self.ffn_hidden:
             return self.ffn_hidden
-        if self.ffn == "swiglu":
+        if self.ffn in ("swiglu", "moe"):
             return -(-(8 * self.d_model // 3) // 32) * 32
         return 4 * self.d_model
 
@@ -240,6 +255,9 @@ _ADDED_LATER = [
     ("train", "spike_policy"),
     ("train", "spike_window"),
     ("train", "spike_threshold"),
+    *(("model", name) for name in ("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_dim")),
+    *(("model", f"moe_{name}") for name in ("experts", "top_k", "shared_experts", "hidden", "every", "balance")),
+    *(("model", f"moe_{name}") for name in ("aux_loss", "bias_rate", "z_loss", "capacity")),
 ]
 
 
@@ -347,7 +365,7 @@ def validate(run: RunConfig) -> RunConfig:
             f"{m.n_kv_heads} does not divide model.n_heads={m.n_heads}; allowed: None or one of "
             f"{[k for k in range(1, m.n_heads + 1) if m.n_heads % k == 0]}",
         )
-    if m.pos == "rope":
+    if m.pos == "rope" and m.attention != "mla":
         _require(m.head_dim % 2 == 0, "model.d_model", f"RoPE needs an even head dim, got {m.head_dim}")
         rotary = int(m.head_dim * m.rope_fraction)
         _require(
@@ -361,6 +379,7 @@ def validate(run: RunConfig) -> RunConfig:
     _require(m.init_std > 0, "model.init_std", "must be > 0")
     _require(m.z_loss >= 0, "model.z_loss", "must be >= 0")
     _require(0 <= m.dropout < 1, "model.dropout", "must be in [0, 1)")
+    _validate_moe_mla(m)
     _require(d.seq_len > 0, "data.seq_len", "must be > 0")
     _require(0 < d.val_fraction < 1, "data.val_fraction", "must be in (0, 1)")
     _require(d.max_documents is None or d.max_documents > 1, "data.max_documents", "must be None or > 1")
@@ -502,6 +521,41 @@ def _validate_batch_schedule(t: TrainConfig) -> None:
             "train.batch_stages",
             f"only read when batch_schedule='stages', not {kind!r}; allowed here: ''",
         )
+
+
+def _validate_moe_mla(m: ModelConfig) -> None:
+    mla, rope, kv_rank = m.attention == "mla", m.qk_rope_dim, m.kv_lora_rank
+    for name in [f.name for f in dataclasses.fields(m) if f.name.startswith(("moe_", *_MLA_FIELDS))]:
+        when = "ffn='moe'" if name.startswith("moe_") else "attention='mla'"
+        default, on = _default(ModelConfig, name), m.ffn == "moe" if name.startswith("moe_") else mla
+        _require(
+            on or getattr(m, name) == default, f"model.{name}", f"only read with model.{when}; allowed: {default!r}"
+        )
+    checks = [
+        ("moe_experts", m.moe_experts > 0, "> 0"),
+        ("moe_top_k", 0 < m.moe_top_k <= m.moe_experts, f"1..{m.moe_experts} (model.moe_experts)"),
+        ("moe_shared_experts", m.moe_shared_experts >= 0, ">= 0"),
+        ("moe_hidden", m.moe_hidden is None or m.moe_hidden > 0, "None or > 0"),
+        ("moe_every", 1 <= m.moe_every <= m.n_layers, f"1..{m.n_layers} (layers k, 2k, ... route to experts)"),
+        *((n, (getattr(m, n) or 0) >= 0, ">= 0 (0: off)") for n in ("moe_aux_loss", "moe_bias_rate", "moe_z_loss")),
+        ("moe_capacity", m.moe_capacity >= 0, ">= 0 (0: no limit)"),
+    ]
+    if mla:
+        checks += [
+            ("n_kv_heads", m.n_kv_heads is None, "None with attention='mla' (its heads share one latent)"),
+            ("qk_norm", not m.qk_norm, "False with attention='mla' (it normalises its latents)"),
+            ("rope_fraction", m.rope_fraction == 1.0, "1.0 with attention='mla' (model.qk_rope_dim rotates)"),
+            ("kv_lora_rank", kv_rank is None or kv_rank > 0, "None or > 0"),
+            ("q_lora_rank", m.q_lora_rank >= 0, ">= 0 (0: queries not compressed)"),
+            ("qk_rope_dim", rope in (None, 0), "0 or None with pos='nope' (nothing rotates)")
+            if m.pos == "nope"
+            else ("qk_rope_dim", rope is None or (rope >= 2 and rope % 2 == 0), "None or even >= 2 with pos='rope'"),
+        ]
+    for name, ok, allowed in checks:
+        _require(ok, f"model.{name}", f"{getattr(m, name)!r}; allowed: {allowed}")
+
+
+_MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_dim")
 
 
 def _validate_branch(run: RunConfig) -> None:

@@ -14,6 +14,7 @@ all-gather copy) but were not measured.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import torch
 from ablate.batching import largest_pass, rank_passes, run_plan
 from ablate.config import ConfigError, ModelConfig, RunConfig
 from ablate.kernels.reference import default_chunk_rows
-from ablate.model import Transformer
+from ablate.model import Transformer, mla_dims
 
 FP32 = 4
 
@@ -65,13 +66,16 @@ def device_memory_default() -> int | None:
 
 @dataclass
 class Shapes:
-    """The model's parameter shapes, from a meta-device model: the root's (embedding, final norm, an untied head)
-    and one block's (every block has the same)."""
+    """The model's parameter shapes, from a meta-device model: the root's (embedding, final norm, an untied head),
+    the largest block's (every block has the same unless MoE layers alternate with dense ones) and every block's."""
 
     root: list[tuple[int, ...]]
     block: list[tuple[int, ...]]
+    all_blocks: list[tuple[int, ...]]
+    layer_matrices: list[int]  # elements of each block's matrices (and experts' stacks): what CPU autocast copies
     n_layers: int
     total: int  # parameters (a tied head counted once)
+    active: int  # parameters one token uses (with experts: top_k of the routed ones)
     flops_per_token: float
     buffer_bytes: int  # the RoPE tables every rank keeps whole
 
@@ -79,14 +83,18 @@ class Shapes:
 def model_shapes(run: RunConfig) -> Shapes:
     with torch.device("meta"):  # shapes only: no storage is allocated
         model = Transformer(run.model, max_seq_len=run.data.seq_len)
-    block = [tuple(p.shape) for p in model.layers[0].parameters()]
+    largest = max(model.layers, key=lambda layer: sum(p.numel() for p in layer.parameters()))
+    block = [tuple(p.shape) for p in largest.parameters()]
     in_blocks = {id(p) for p in model.layers.parameters()}
     root = [tuple(p.shape) for p in model.parameters() if id(p) not in in_blocks]
     return Shapes(
         root=root,
         block=block,
+        all_blocks=[tuple(p.shape) for p in model.layers.parameters()],
+        layer_matrices=[sum(p.numel() for p in layer.parameters() if p.ndim >= 2) for layer in model.layers],
         n_layers=run.model.n_layers,
         total=model.num_params(),
+        active=model.num_params(active=True),
         flops_per_token=model.flops_per_token(run.data.seq_len),
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
     )
@@ -114,10 +122,10 @@ OPTIMIZERS = ("adamw", "muon")
 def _optimizer_elements(name: str, shapes: Shapes, world: int) -> int:
     if name not in OPTIMIZERS:
         raise ConfigError(f"optim.name: {name!r}; allowed for ablate plan: {', '.join(OPTIMIZERS)}")
-    everything = _shard(shapes.root, world) + shapes.n_layers * _shard(shapes.block, world)
+    everything = _shard(shapes.root, world) + _shard(shapes.all_blocks, world)
     if name == "adamw":
         return 2 * everything
-    matrices = shapes.n_layers * _shard([s for s in shapes.block if len(s) == 2], world)
+    matrices = _shard([s for s in shapes.all_blocks if len(s) >= 2], world)  # experts' stacks too
     return 2 * everything - matrices
 
 
@@ -128,9 +136,11 @@ def _optimizer_step_transient(name: str, shapes: Shapes, world: int) -> int:
     temporary."""
     if name != "muon":
         return 0
-    hidden = [s for s in shapes.block if len(s) == 2]
-    orthogonalise = max(_shard([s], world) + 4 * math.prod(s) + 3 * min(s) ** 2 for s in hidden)
-    others = max(_shard([s], world) for s in shapes.root + [s for s in shapes.block if len(s) != 2])
+    hidden = [s for s in shapes.block if len(s) >= 2]  # an experts' stack: a Gram matrix per expert
+    orthogonalise = max(
+        _shard([s], world) + 4 * math.prod(s) + 3 * math.prod(s[:-2]) * min(s[-2:]) ** 2 for s in hidden
+    )
+    others = max(_shard([s], world) for s in shapes.root + [s for s in shapes.block if len(s) < 2])
     return FP32 * max(orthogonalise, others)
 
 
@@ -213,17 +223,55 @@ def block_saved_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, use_ro
     return total
 
 
+def layer_saved_bytes(
+    m: ModelConfig, batch: int, seq: int, p: Precision, use_rope: bool, doc_mask: bool, moe: bool
+) -> int:
+    """block_saved_bytes, with MLA's attention and an MoE layer's experts counted in place of the dense ones
+    (approximately: within 10% of what autograd saves, tests/test_moe.py and test_mla.py)."""
+    tokens, d, mm, autocast = batch * seq, m.d_model, p.matmul, p.mode == "autocast"
+    dense = dataclasses.replace(m, attention="gqa", ffn="swiglu" if m.ffn == "moe" else m.ffn)
+    total = block_saved_bytes(dense, batch, seq, p, use_rope, doc_mask)
+    heads, hd = m.n_heads, m.head_dim
+    if m.attention == "mla":
+        kv_rank, rope = mla_dims(m)
+        total -= tokens * (d + 2 * m.kv_heads * hd) * mm + tokens * d * mm * (2 if use_rope else 1)
+        total -= tokens * d * mm if autocast else 0  # two linears read the block's input, not three
+        # queries, keys and zero-padded values as SDPA keeps them, its output and o_proj's copy of it; the latent
+        # (and the query latent) before and after its norm (fp32 copies under autocast, and their bf16 casts)
+        total += 4 * tokens * heads * (hd + rope) * mm + tokens * heads * hd * mm
+        for width, extra in ((kv_rank, rope), (m.q_lora_rank, 0)):
+            if width:
+                total += tokens * (2 * width + (0 if autocast else extra)) * FP32 + tokens * FP32
+                total += tokens * width * mm if autocast else 0
+    if moe:
+        rows, hidden = tokens * m.moe_top_k, m.moe_hidden or m.ffn_dim
+        total -= tokens * d * mm * (2 if autocast else 1) + tokens * m.ffn_dim * mm * 4
+        # the router's logits and probabilities (fp32), each choice's index, row, SwiGLU tensors, output, gated
+        # output and gate
+        total += 2 * tokens * m.moe_experts * FP32 + tokens * 2 * FP32 + rows * (16 + FP32)
+        total += rows * (2 * d * p.stream + (d * mm if autocast else 0) + 4 * hidden * mm + d * mm)
+        total += m.moe_shared_experts * tokens * (4 * hidden * mm + (2 * d * mm if autocast else 0))
+    return total
+
+
 def _uses_rope(m: ModelConfig, i: int) -> bool:
     """As model.py builds layer i: RoPE unless pos="nope" or the layer is a multiple of rope_skip_every (1-based)."""
     return m.pos == "rope" and not (m.rope_skip_every and (i + 1) % m.rope_skip_every == 0)
 
 
 def saved_per_block(
-    m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool, block_matrices: int
+    m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool, block_matrices: int | list[int]
 ) -> list[int]:
-    """Bytes each block saves for backward, with the bf16 copy of its weights that CPU autocast keeps."""
+    """Bytes each block saves for backward, with the bf16 copy of its weights that CPU autocast keeps
+    (`block_matrices`: their elements, one block's or each block's)."""
+    if isinstance(block_matrices, list):
+        each = [n * 2 if p.mode == "autocast" else 0 for n in block_matrices]
+        return [saved + cast for saved, cast in zip(saved_per_block(m, batch, seq, p, doc_mask, 0), each)]
     casts = block_matrices * 2 if p.mode == "autocast" else 0
-    return [block_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask) + casts for i in range(m.n_layers)]
+    if m.ffn != "moe" and m.attention != "mla":
+        return [block_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask) + casts for i in range(m.n_layers)]
+    moe = [m.ffn == "moe" and (i + 1) % m.moe_every == 0 for i in range(m.n_layers)]
+    return [layer_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask, moe[i]) + casts for i in range(m.n_layers)]
 
 
 def final_saved_bytes(m: ModelConfig, tokens: int, p: Precision) -> int:
@@ -231,7 +279,9 @@ def final_saved_bytes(m: ModelConfig, tokens: int, p: Precision) -> int:
     return _norm_saved(m, tokens, p.stream) + tokens * 8
 
 
-def activation_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool, block_matrices: int) -> int:
+def activation_bytes(
+    m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool, block_matrices: int | list[int]
+) -> int:
     """Bytes saved for backward by the forward of one micro-batch, the loss's own buffers apart."""
     return sum(saved_per_block(m, batch, seq, p, doc_mask, block_matrices)) + final_saved_bytes(m, batch * seq, p)
 
@@ -269,9 +319,10 @@ def estimate_memory(
     tokens, d, layers = batch * seq, m.d_model, m.n_layers
     head = m.vocab_size * d  # the output projection (the embedding when tied)
 
-    params = FP32 * (_shard(shapes.root, world) + layers * _shard(shapes.block, world)) + shapes.buffer_bytes
+    params = FP32 * (_shard(shapes.root, world) + _shard(shapes.all_blocks, world)) + shapes.buffer_bytes
     optimizer = FP32 * _optimizer_elements(run.optim.name, shapes, world)
     block_shard, root_shard = FP32 * _shard(shapes.block, world), FP32 * _shard(shapes.root, world)
+    blocks_shard = FP32 * _shard(shapes.all_blocks, world)  # every block's (layers x block_shard without experts)
     gathered_root, gathered_block = p.gathered * _numel(shapes.root), p.gathered * _numel(shapes.block)
     # a reduce-scatter: the unsharded gradients, their copy into the (padded) input buffer, this rank's output
     block_reduce = gathered_block + FP32 * (_padded(shapes.block, world) + _shard(shapes.block, world))
@@ -283,8 +334,11 @@ def estimate_memory(
     # gloo (CPU) all-gathers through a temporary as large as the output, for as long as the collective lasts
     gloo_copy = gather_buffer if p.device_type == "cpu" else 0
 
-    per_block = saved_per_block(m, batch, seq, p, run.data.doc_mask, _numel([s for s in shapes.block if len(s) == 2]))
+    per_block = saved_per_block(m, batch, seq, p, run.data.doc_mask, shapes.layer_matrices)
     saved = sum(per_block) + final_saved_bytes(m, tokens, p)
+    ffn_width = m.ffn_dim  # an MoE layer's: its choices' and shared experts' hidden units per token
+    if m.ffn == "moe":
+        ffn_width = max(ffn_width, (m.moe_top_k + m.moe_shared_experts) * (m.moe_hidden or m.ffn_dim))
     stream_grad = tokens * d * p.stream  # a gradient of the residual stream (also the loss's grad_hidden)
     rows = default_chunk_rows(tokens, d, m.vocab_size)
     # the chunked loss in forward: the final norm's output, the hidden-state gradient, the fp32 head-gradient
@@ -303,7 +357,7 @@ def estimate_memory(
     moments = []
     accumulations = max(len(rank_passes(b, world, t.micro_batch)) for b in plan)
     for micro in range(1, min(accumulations, 2) + 1):  # the first micro-batch, and one that finds gradients waiting
-        waiting = 0 if micro == 1 else root_shard + layers * block_shard
+        waiting = 0 if micro == 1 else root_shard + blocks_shard
         after = f"micro-batch {micro}"
         in_use = gathered_root + gathered_block  # the last block stays gathered for backward
         moments.append(moment(f"loss forward, {after}", waiting, saved + loss_forward, in_use + gather_buffer))
@@ -325,8 +379,8 @@ def estimate_memory(
             moments.append(
                 moment(
                     f"block {i} backward, {after}",
-                    grads + kept_reduce + d * m.ffn_dim * p.gathered,
-                    alive + stream_grad + 3 * tokens * m.ffn_dim * p.matmul,
+                    grads + kept_reduce + d * ffn_width * p.gathered,
+                    alive + stream_grad + 3 * tokens * ffn_width * p.matmul,
                     in_use,
                 )
             )
@@ -342,7 +396,7 @@ def estimate_memory(
         moments.append(
             moment(
                 f"root gradient reduction, {after}",
-                waiting + (layers * block_shard if micro == 1 else 0) + root_reduce,
+                waiting + (blocks_shard if micro == 1 else 0) + root_reduce,
                 tokens * 8,
                 gathered_root,
             )
@@ -350,7 +404,7 @@ def estimate_memory(
     moments.append(
         moment(
             "optimizer step",
-            root_shard + layers * block_shard,
+            root_shard + blocks_shard,
             _optimizer_step_transient(run.optim.name, shapes, world),
             0,
         )
@@ -381,3 +435,10 @@ def refusal(unfit: list[tuple[RunConfig, Memory]], world: int, device_memory: in
         "(activations scale with it; accumulation keeps global_batch), more ranks (parameters, gradients and "
         "optimizer state are sharded over them), or a smaller model"
     )
+
+
+def kv_cache_bytes_per_token(m: ModelConfig, bytes_per_value: int = 2) -> int:
+    """What a KV cache keeps per token over every layer (bf16 by default): keys and values of each kv head
+    (MHA/GQA/MQA: 2 x n_kv_heads x head_dim), or MLA's latent and RoPE key (kv_lora_rank + qk_rope_dim)."""
+    per_layer = sum(mla_dims(m)) if m.attention == "mla" else 2 * m.kv_heads * m.head_dim
+    return per_layer * m.n_layers * bytes_per_value

@@ -4,10 +4,12 @@ Read top to bottom: norms, rotary positions, attention (MHA/GQA/MQA, optional QK
 feed-forward (SwiGLU/GeLU/ReLU), block, model. Each module initialises its own weights (`init_weights`). The model's
 entry points are `forward` (logits), `loss` (training), `per_token_loss` (validation) and `stability_stats`
 (diagnostics); it knows nothing of parallelism (see parallel.py, which registers the last three with FSDP2).
+Beside attention, latent attention (attention="mla"); beside the feed-forward, a mixture of experts (ffn="moe").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -139,6 +141,83 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
+def mla_dims(cfg: ModelConfig) -> tuple[int, int]:
+    """MLA's (kv_lora_rank, qk_rope_dim) with their defaults: 4 * head_dim, and head_dim // 2 made even (0 with
+    pos="nope")."""
+    rope = max(cfg.head_dim // 4 * 2, 2) if cfg.pos == "rope" else 0
+    return cfg.kv_lora_rank or 4 * cfg.head_dim, rope if cfg.qk_rope_dim is None else cfg.qk_rope_dim
+
+
+def rotary_dim(cfg: ModelConfig) -> int:
+    """The dims of a query/key head that RoPE rotates (MLA: its RoPE part): the width of the RoPE tables."""
+    return mla_dims(cfg)[1] if cfg.attention == "mla" else int(cfg.head_dim * cfg.rope_fraction) // 2 * 2
+
+
+class LatentAttention(nn.Module):
+    """DeepSeek-V2's multi-head latent attention (attention="mla"). Keys and values come from one latent per token,
+    c = norm(W_dkv x), kv_lora_rank wide: each head's key and value are up-projections of it, so a KV cache keeps c
+    alone. RoPE would not commute with that up-projection, so positions ride on a separate qk_rope_dim-wide key part
+    W_kr x shared by every head, beside the no-RoPE part ("decoupled RoPE"), and on a matching part of each query.
+    Queries: W_q x, or W_uq norm(W_dq x) with q_lora_rank. Per head: query and key head_dim + qk_rope_dim wide, value
+    head_dim. A KV cache holds kv_lora_rank + qk_rope_dim numbers per token and layer."""
+
+    def __init__(self, cfg: ModelConfig, use_rope: bool):
+        super().__init__()
+        self.n_heads, self.head_dim, (self.kv_rank, self.rope_dim) = cfg.n_heads, cfg.head_dim, mla_dims(cfg)
+        self.use_rope, self.kernels, self.dropout = use_rope, cfg.kernels, cfg.dropout
+        self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
+        rank = cfg.q_lora_rank
+        self.q_down = nn.Linear(cfg.d_model, rank, bias=False) if rank else None
+        self.q_norm = make_norm(cfg, rank) if rank else None
+        self.q_proj = nn.Linear(rank or cfg.d_model, cfg.n_heads * (cfg.head_dim + self.rope_dim), bias=False)
+        self.kv_down = nn.Linear(cfg.d_model, self.kv_rank + self.rope_dim, bias=False)  # the latent, the RoPE key
+        self.kv_norm = make_norm(cfg, self.kv_rank)
+        self.kv_up = nn.Linear(self.kv_rank, cfg.n_heads * 2 * cfg.head_dim, bias=False)  # keys and values
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """Normal(0, init_std), o_proj the smaller residual std; drawn q_down, q_proj, kv_down, kv_up, o_proj."""
+        for proj in (self.q_down, self.q_proj, self.kv_down, self.kv_up):
+            if proj is not None:
+                nn.init.normal_(proj.weight, mean=0.0, std=self.init_std, generator=generator)
+        nn.init.normal_(self.o_proj.weight, mean=0.0, std=self.out_init_std, generator=generator)
+        for norm in (self.q_norm, self.kv_norm):
+            if norm is not None:
+                norm.reset_parameters()
+
+    def forward(self, x, cos, sin, attn_mask=None):
+        return self.attend(*self.project(x, cos, sin), attn_mask)
+
+    def project(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries and keys (B, H, S, head_dim + qk_rope_dim), values (B, H, S, head_dim), RoPE applied."""
+        batch, seq, _ = x.shape
+        q = self.q_proj(x if self.q_down is None else self.q_norm(self.q_down(x)))
+        q_nope, q_rope = q.view(batch, seq, self.n_heads, -1).transpose(1, 2).split([self.head_dim, self.rope_dim], -1)
+        latent, k_rope = self.kv_down(x).split([self.kv_rank, self.rope_dim], dim=-1)
+        kv = self.kv_up(self.kv_norm(latent)).view(batch, seq, self.n_heads, -1).transpose(1, 2)
+        k_nope, v = kv.split(self.head_dim, dim=-1)
+        k_rope = k_rope[:, None]  # (B, 1, S, qk_rope_dim): one for every head
+        if self.use_rope:
+            q_rope, k_rope = (
+                apply_rope(q_rope, cos, sin, kernels=self.kernels),
+                apply_rope(k_rope, cos, sin, kernels=self.kernels),
+            )
+        k = torch.cat([k_nope, k_rope.expand(-1, self.n_heads, -1, -1)], dim=-1)
+        return torch.cat([q_nope, q_rope], dim=-1), k, v
+
+    def attend(self, q, k, v, attn_mask=None) -> torch.Tensor:
+        """Scaled dot-product attention (scale 1/sqrt(head_dim + qk_rope_dim)), then the output projection."""
+        batch, _, seq, _ = q.shape
+        dropout = self.dropout if self.training else 0.0
+        # SDPA's fused kernels take values only as wide as the queries (else the math backend, with its (S, S)
+        # scores): zero columns added to the values give zero columns of output, dropped after
+        v = F.pad(v, (0, self.rope_dim))
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None, dropout_p=dropout
+        )
+        return self.o_proj(out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq, -1))
+
+
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -167,13 +246,160 @@ class FeedForward(nn.Module):
         return self.down_proj(h)
 
 
+def within_capacity(expert: torch.Tensor, experts: int, capacity: int) -> torch.Tensor:
+    """(T, k) bool: True where a token's choice is among the first `capacity` its expert takes, counted over every
+    token's first choice, then every second choice... (GShard's order)."""
+    one_hot = F.one_hot(expert.T.flatten(), experts)
+    position = (one_hot.cumsum(dim=0) * one_hot).sum(dim=-1) - 1  # how many took the expert before
+    return (position < capacity).view(expert.shape[1], expert.shape[0]).T
+
+
+class Router(nn.Module):
+    """Which moe_top_k experts each token goes to, with what gates. moe_balance="aux_loss" (Switch, GShard): softmax
+    probabilities, the top k, their gates renormalised to sum 1 when k > 1 (Switch's top-1 keeps the probability);
+    the balancing loss experts * sum_i f_i P_i (f_i: the share of the pass's choices that went to expert i, P_i:
+    its mean probability; 1 when balanced). "bias" (DeepSeek-V3, auxiliary-loss-free): sigmoid affinities; the top
+    k of affinity + bias are chosen, but gates come from the affinities alone (normalised when k > 1: one gate would
+    be 1 and leave the router untrained); after each optimizer step the bias moves by moe_bias_rate * sign(mean
+    load - load), the step's load summed over every micro-batch and rank (update_bias, from a callback). The same
+    balancing loss is computed on the normalised affinities (moe_aux_loss, DeepSeek-V3's small extra loss, but per
+    pass rather than per sequence). The router computes in fp32."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.experts, self.top_k, self.balance = cfg.moe_experts, cfg.moe_top_k, cfg.moe_balance
+        self.capacity, self.bias_rate = cfg.moe_capacity, cfg.moe_bias_rate
+        self.gate = nn.Linear(cfg.d_model, cfg.moe_experts, bias=False)
+        self.register_buffer("bias", torch.zeros(cfg.moe_experts))  # persistent: checkpointed with the weights
+        self.step_stats: torch.Tensor | None = None  # summed over this step's training passes: see take_step_stats
+
+    def forward(self, x: torch.Tensor):
+        """x (T, d_model) -> expert (T, k), gate (T, k), keep (T, k) (None: no capacity limit), aux loss, z-loss."""
+        with torch.autocast(x.device.type, enabled=False):  # bf16 logits would tie and flip choices
+            logits = F.linear(x.float(), self.gate.weight.float())
+        if self.balance == "aux_loss":
+            probs = logits.softmax(dim=-1)
+            gate, expert = probs.topk(self.top_k, dim=-1)
+        else:
+            affinity = logits.sigmoid()
+            expert = (affinity + self.bias).topk(self.top_k, dim=-1).indices
+            gate, probs = affinity.gather(-1, expert), affinity / affinity.sum(dim=-1, keepdim=True)
+        if self.top_k > 1:
+            gate = gate / gate.sum(dim=-1, keepdim=True)
+        load = torch.bincount(expert.flatten(), minlength=self.experts)
+        aux = self.experts * (load / expert.numel() * probs.mean(dim=0)).sum()
+        z = logits.logsumexp(dim=-1).square().mean()
+        keep = None
+        if self.capacity > 0:
+            keep = within_capacity(expert, self.experts, math.ceil(self.capacity * expert.numel() / self.experts))
+        if self.training and torch.is_grad_enabled():  # training passes only: not validation, evals or stats
+            dropped = (~keep).sum() if keep is not None else torch.zeros((), device=x.device)
+            stats = torch.cat(
+                [load.double(), torch.stack([aux.detach(), z.detach(), dropped, torch.ones_like(z)]).double()]
+            )
+            self.step_stats = stats if self.step_stats is None else self.step_stats + stats
+        return expert, gate, keep, aux, z
+
+    def take_step_stats(self) -> torch.Tensor:
+        """This step's [tokens per expert..., aux loss sum, z-loss sum, dropped choices, passes] (float64), reset."""
+        stats, self.step_stats = self.step_stats, None
+        return (
+            stats if stats is not None else torch.zeros(self.experts + 4, dtype=torch.float64, device=self.bias.device)
+        )
+
+    @torch.no_grad()
+    def update_bias(self, load: torch.Tensor) -> None:
+        """DeepSeek-V3's step: experts above the mean load get a smaller bias, those below a larger one."""
+        self.bias += self.bias_rate * torch.sign(load.mean() - load).to(self.bias.dtype)
+
+
+class Experts(nn.Module):
+    """n SwiGLU experts as (n, out, in) weights: FSDP2 shards them along the experts like any parameter, and the
+    optimizer sees one matrix per expert (the "expert" role: Muon orthogonalises each)."""
+
+    stacks_experts = True  # what ablate.optim.roles looks for
+
+    def __init__(self, n: int, d_model: int, hidden: int, kernels: str):
+        super().__init__()
+        self.up_proj = nn.Parameter(torch.empty(n, hidden, d_model))
+        self.gate_proj = nn.Parameter(torch.empty(n, hidden, d_model))
+        self.down_proj = nn.Parameter(torch.empty(n, d_model, hidden))
+        self.kernels = kernels
+
+    def init_weights(self, std: float, out_std: float, generator: torch.Generator | None) -> None:
+        for weight, scale in ((self.up_proj, std), (self.gate_proj, std), (self.down_proj, out_std)):
+            nn.init.normal_(weight, mean=0.0, std=scale, generator=generator)
+
+    def each(self):
+        """(gate, up, down) of each expert; unbind's backward stacks the experts' gradients in one op."""
+        return list(zip(self.gate_proj.unbind(0), self.up_proj.unbind(0), self.down_proj.unbind(0)))
+
+    def expert(self, weights, x: torch.Tensor) -> torch.Tensor:
+        gate, up, down = weights
+        return F.linear(swiglu(F.linear(x, gate), F.linear(x, up), kernels=self.kernels), down)
+
+    def forward(self, x: torch.Tensor, token: torch.Tensor, expert: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """For each choice (token, expert, gate): out[token] += gate * expert(x[token]). Choices sorted by expert, one
+        matmul per expert (a plain loop: no grouped-matmul kernel at this scale)."""
+        order = expert.argsort(stable=True)
+        token, gate = token[order], gate[order]
+        counts = torch.bincount(expert, minlength=self.up_proj.shape[0]).tolist()
+        chunks = x[token].split(counts)
+        out = torch.cat([self.expert(w, rows) for w, rows, n in zip(self.each(), chunks, counts) if n])
+        out = (out * gate[:, None]).to(x.dtype)
+        return torch.zeros_like(x).index_add_(0, token, out)
+
+    def every(self, x: torch.Tensor) -> torch.Tensor:
+        """Every token through every expert, gate 1 (the shared experts)."""
+        return sum(self.expert(w, x) for w in self.each())
+
+
+class MoE(nn.Module):
+    """The mixture-of-experts FFN (ffn="moe"): routed experts, shared experts, and the router's losses for
+    Transformer.loss (`extra_loss`, set by each forward)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden, shared = cfg.moe_hidden or cfg.ffn_dim, cfg.moe_shared_experts
+        self.top_k, self.z_weight = cfg.moe_top_k, cfg.moe_z_loss
+        default_aux = 0.01 if cfg.moe_balance == "aux_loss" else 0.0
+        self.aux_weight = default_aux if cfg.moe_aux_loss is None else cfg.moe_aux_loss
+        self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
+        self.router = Router(cfg)
+        self.experts = Experts(cfg.moe_experts, cfg.d_model, hidden, cfg.kernels)
+        self.shared = Experts(shared, cfg.d_model, hidden, cfg.kernels) if shared else None
+        self.extra_loss: torch.Tensor | None = None
+
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """Router Normal(0, init_std), bias 0; experts as FeedForward's (up, gate, down), routed then shared."""
+        nn.init.normal_(self.router.gate.weight, mean=0.0, std=self.init_std, generator=generator)
+        self.router.bias.zero_()
+        for experts in (self.experts, self.shared):
+            if experts is not None:
+                experts.init_weights(self.init_std, self.out_init_std, generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        expert, gate, keep, aux, z = self.router(flat)
+        token = torch.arange(flat.shape[0], device=x.device).repeat_interleave(self.top_k)
+        expert, gate = expert.flatten(), gate.flatten()
+        if keep is not None:  # over capacity: the choice is dropped (the token keeps its residual)
+            token, expert, gate = token[keep.flatten()], expert[keep.flatten()], gate[keep.flatten()]
+        out = self.experts(flat, token, expert, gate)
+        if self.shared is not None:
+            out = out + self.shared.every(flat)
+        self.extra_loss = self.aux_weight * aux + self.z_weight * z
+        return out.view(x.shape)
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, use_rope: bool):
+    def __init__(self, cfg: ModelConfig, use_rope: bool, moe: bool = False):
         super().__init__()
         self.attn_norm = make_norm(cfg, cfg.d_model)
-        self.attn = Attention(cfg, use_rope)
+        self.attn = LatentAttention(cfg, use_rope) if cfg.attention == "mla" else Attention(cfg, use_rope)
         self.ffn_norm = make_norm(cfg, cfg.d_model)
-        self.ffn = FeedForward(cfg)
+        # a model with experts keeps dense SwiGLU layers between its MoE layers (moe_every > 1)
+        self.ffn = MoE(cfg) if moe else FeedForward(dataclasses.replace(cfg, ffn="swiglu") if cfg.ffn == "moe" else cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
@@ -201,14 +427,18 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         # Layers k, 2k, ... (1-based) skip RoPE when rope_skip_every=k (Llama 4 style NoPE interleaving).
         self.layers = nn.ModuleList(
-            Block(cfg, use_rope=cfg.pos == "rope" and not (cfg.rope_skip_every and (i + 1) % cfg.rope_skip_every == 0))
+            Block(
+                cfg,
+                use_rope=cfg.pos == "rope" and not (cfg.rope_skip_every and (i + 1) % cfg.rope_skip_every == 0),
+                moe=cfg.ffn == "moe" and (i + 1) % cfg.moe_every == 0,  # layers k, 2k, ... (1-based)
+            )
             for i in range(cfg.n_layers)
         )
         self.norm = make_norm(cfg, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
-        rotary_pairs = max(int(cfg.head_dim * cfg.rope_fraction) // 2, 1)
+        rotary_pairs = max(rotary_dim(cfg) // 2, 1)
         # Not persistent: recomputed from the config, so they never enter checkpoints (and survive to_empty).
         self.register_buffer("rope_cos", torch.empty(max_seq_len, rotary_pairs), persistent=False)
         self.register_buffer("rope_sin", torch.empty(max_seq_len, rotary_pairs), persistent=False)
@@ -227,8 +457,7 @@ class Transformer(nn.Module):
         self.reset_buffers()
 
     def reset_buffers(self) -> None:
-        rotary_dim = int(self.cfg.head_dim * self.cfg.rope_fraction) // 2 * 2
-        cos, sin = rope_tables(self.cfg.head_dim, max(rotary_dim, 2), self.max_seq_len, self.cfg.rope_base)
+        cos, sin = rope_tables(self.cfg.head_dim, max(rotary_dim(self.cfg), 2), self.max_seq_len, self.cfg.rope_base)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
 
@@ -290,9 +519,12 @@ class Transformer(nn.Module):
         logging), over targets other than ignore_index."""
         hidden = self.hidden_states(tokens, doc_ids)
         # The output projection and the loss a chunk of tokens at a time: the full logits are never held.
-        return linear_cross_entropy(
+        loss, ce = linear_cross_entropy(
             hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss, kernels=self.cfg.kernels
         )
+        for router_loss in [layer.ffn.extra_loss for layer in self.layers if isinstance(layer.ffn, MoE)]:
+            loss = loss + router_loss  # the MoE layers' balancing and router z-losses, as this forward left them
+        return loss, ce
 
     @torch.no_grad()
     def per_token_loss(self, tokens, targets, doc_ids=None, ignore_index: int = -100) -> torch.Tensor:
@@ -327,14 +559,28 @@ class Transformer(nn.Module):
         stats.update({f"attention_logit_max/layer{i}": value for i, value in enumerate(maxima)})
         return stats
 
-    def num_params(self, exclude_embedding: bool = False) -> int:
+    def routers(self) -> dict[int, Router]:
+        """The MoE layers' routers by layer index."""
+        return {i: layer.ffn.router for i, layer in enumerate(self.layers) if isinstance(layer.ffn, MoE)}
+
+    def num_params(self, exclude_embedding: bool = False, active: bool = False) -> int:
+        """Parameters (a tied weight once); `active`: those one token uses, top_k of the routed experts counted."""
         total = sum(p.numel() for p in self.parameters())  # parameters() yields a tied weight once
         if exclude_embedding and not self.cfg.tie_embeddings:
             total -= self.embed.weight.numel()
+        if active and self.cfg.ffn == "moe":
+            routed = sum(
+                p.numel() for layer in self.layers if isinstance(layer.ffn, MoE) for p in layer.ffn.experts.parameters()
+            )
+            total -= routed // self.cfg.moe_experts * (self.cfg.moe_experts - self.cfg.moe_top_k)
         return total
 
     def flops_per_token(self, seq_len: int) -> float:
         """6N for the matmuls (the output projection included, the embedding lookup not) plus attention scores and
-        values: 12 * layers * d_model * seq_len (PaLM's count, which does not halve for the causal mask)."""
-        n = self.num_params(exclude_embedding=True)
-        return 6 * n + 12 * self.cfg.n_layers * self.cfg.n_heads * self.cfg.head_dim * seq_len
+        values: 12 * layers * d_model * seq_len (PaLM's count, which does not halve for the causal mask). With experts,
+        the active parameters; with MLA, queries and keys are qk_rope_dim wider."""
+        n = self.num_params(exclude_embedding=True, active=True)
+        attention = 12 * self.cfg.n_layers * self.cfg.n_heads * self.cfg.head_dim * seq_len
+        if self.cfg.attention == "mla":
+            attention += 6 * self.cfg.n_layers * self.cfg.n_heads * mla_dims(self.cfg)[1] * seq_len
+        return 6 * n + attention

@@ -17,7 +17,15 @@ import torch
 from ablate import rundir
 from ablate.batching import check_plan, largest_pass, run_plan
 from ablate.config import ConfigError, RunConfig
-from ablate.memory import Memory, device_type_of, estimate_memory, format_bytes, model_shapes, precision_of
+from ablate.memory import (
+    Memory,
+    device_type_of,
+    estimate_memory,
+    format_bytes,
+    kv_cache_bytes_per_token,
+    model_shapes,
+    precision_of,
+)
 from ablate.parallel import peak_flops_for
 
 
@@ -30,6 +38,8 @@ class RunPlan:
     run: RunConfig
     params: int
     non_embedding: int  # parameters outside the embedding table (an untied head counts)
+    active: int  # parameters one token uses: with experts, top_k of the routed ones (else params)
+    kv_bytes_per_token: int  # what a bf16 KV cache keeps per token over every layer
     flops_per_token: float  # 6N + attention, as model.flops_per_token
     steps: int  # optimizer steps this run trains: for a branch, those after its branch step
     tokens: int  # tokens this run trains
@@ -84,6 +94,8 @@ def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> 
         run=run,
         params=shapes.total,
         non_embedding=shapes.total - run.model.vocab_size * run.model.d_model,
+        active=shapes.active,
+        kv_bytes_per_token=kv_cache_bytes_per_token(run.model),
         flops_per_token=shapes.flops_per_token,
         steps=len(batches) - start,
         tokens=sum(batches) * seq,
@@ -163,19 +175,22 @@ def format_report(
     for p in plans:
         variants.setdefault(p.run.name, []).append(p)
     mfu_label = f"time@{100 * mfu:.0f}%" if mfu else None
+    sparse = any(p.active != p.params for p in plans)  # experts: the parameters a token uses apart
     rows = [
-        ["run", "seeds", "params", "non-emb", "FLOP/token", "steps", "tokens", "tokens/param", "FLOPs", "time@100%"]
+        ["run", "seeds", "params"]
+        + (["active"] if sparse else [])
+        + ["non-emb", "FLOP/token", "KV/token", "steps", "tokens", "tokens/param", "FLOPs", "time@100%"]
         + ([mfu_label] if mfu else [])
     ]
     for name, same in variants.items():
         p = same[0]
         rows.append(
-            [
-                name,
-                str(len(same)),
-                _count(p.params),
+            [name, str(len(same)), _count(p.params)]
+            + ([_count(p.active)] if sparse else [])
+            + [
                 _count(p.non_embedding),
                 _count(p.flops_per_token),
+                format_bytes(p.kv_bytes_per_token),
                 str(p.steps),
                 _count(p.tokens),
                 f"{p.tokens_per_param:.3g}",
@@ -185,12 +200,9 @@ def format_report(
             + ([_duration(p.seconds(world, mfu))] if mfu else [])
         )
     rows.append(
-        [
-            "all runs",
-            str(len(plans)),
-            "",
-            "",
-            "",
+        ["all runs", str(len(plans))]
+        + [""] * (5 if sparse else 4)
+        + [
             str(sum(p.steps for p in plans)),
             _count(sum(p.tokens for p in plans)),
             "",
@@ -206,6 +218,9 @@ def format_report(
         _table(rows),
         "",
         f"peak per device: {', '.join(peaks)}",
+        "KV/token: a bf16 KV cache per token over every layer (2 x kv heads x head dim, or MLA's kv_lora_rank + "
+        "qk_rope_dim, per layer)"
+        + ("; active: the parameters one token uses, FLOPs counted from them" if sparse else ""),
         "time@100%: FLOPs / (devices x peak), a lower bound"
         + (f"; time@{100 * mfu:.0f}%: at the MFU of {mfu_source}" if mfu else f" (MFU: {mfu_source})"),
         "",

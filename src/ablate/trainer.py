@@ -25,6 +25,7 @@ from ablate.callbacks import (
     TAKE,
     Callback,
     Checkpointer,
+    ExpertBalance,
     MetricsChannel,
     NonFiniteGuard,
     TrainMetrics,
@@ -52,6 +53,8 @@ def standard_callbacks(run: RunConfig) -> list[Callback]:
         TrainMetrics(t.log_every),
         Checkpointer(t.ckpt_every, t.keep_checkpoints, t.keep_steps),
     ]
+    if run.model.ffn == "moe":
+        found.append(ExpertBalance(t.log_every, update_bias=run.model.moe_balance == "bias"))
     if e.tasks.strip():  # lazily: runs without tasks never load the suite
         from ablate.eval_callback import EvalSuite
 
@@ -348,6 +351,7 @@ class Trainer:
             "steps": self.step,
             "tokens": self.tokens,
             "params": self.model.num_params(),
+            "params_active": self.model.num_params(active=True),  # with experts: those one token uses
             "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
             "tokens_per_second": math.nan,
             "mfu": None,

@@ -35,23 +35,26 @@ NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
 def newton_schulz(matrix: torch.Tensor, steps: int) -> torch.Tensor:
-    """A matrix with the singular vectors of `matrix` and its singular values moved into about [0.7, 1.2]."""
+    """A matrix with the singular vectors of `matrix` and its singular values moved into about [0.7, 1.2].
+    A stack (n, rows, cols), the experts' matrices, is orthogonalised matrix by matrix, in one batched pass."""
     # bf16 on CUDA (tensor cores; the iteration only needs a band, not exact values); float32 on CPU, where
     # bf16 matmuls are slower than float32 on most processors
     x = matrix.to(torch.bfloat16 if matrix.is_cuda else torch.float32)
-    tall = x.shape[0] > x.shape[1]
+    tall = x.shape[-2] > x.shape[-1]
     if tall:  # work on the wide side: the Gram matrix x @ x.T is then the smaller one
-        x = x.T
-    x = x / (x.norm() + 1e-7)  # the Frobenius norm bounds the largest singular value: all start in [0, 1]
+        x = x.mT
+    # the Frobenius norm bounds the largest singular value: all start in [0, 1] (each matrix's own, for a stack)
+    x = x / ((x.norm() if x.ndim == 2 else x.norm(dim=(-2, -1), keepdim=True)) + 1e-7)
     a, b, c = NS_COEFFICIENTS
     for _ in range(steps):
-        gram = x @ x.T
+        gram = x @ x.mT
         x = a * x + (b * gram + c * gram @ gram) @ x
-    return (x.T if tall else x).to(matrix.dtype)
+    return (x.mT if tall else x).to(matrix.dtype)
 
 
 def orthogonalized(update: torch.Tensor, steps: int) -> torch.Tensor:
-    """newton_schulz of the whole matrix; for a DTensor, returned sharded like `update` (this rank's rows)."""
+    """newton_schulz of the whole matrix (or stack of expert matrices, sharded along the experts); for a DTensor,
+    returned sharded like `update` (this rank's rows)."""
     if not isinstance(update, DTensor):
         return newton_schulz(update, steps)
     whole = newton_schulz(update.full_tensor(), steps)  # the same numbers on every rank
@@ -88,7 +91,7 @@ class Muon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            update = self._muon_update if group["role"] == "hidden" else self._adamw_update
+            update = self._muon_update if group["role"] in ("hidden", "expert") else self._adamw_update
             for param in group["params"]:
                 if param.grad is not None:
                     update(param, group)
@@ -103,7 +106,7 @@ class Muon(torch.optim.Optimizer):
         buffer.lerp_(param.grad, 1 - momentum)
         direction = orthogonalized(param.grad.lerp(buffer, momentum), group["ns_steps"])
         param.mul_(1 - lr * group["weight_decay"])  # decoupled, as AdamW's
-        param.add_(direction, alpha=-lr * update_scale(*param.shape))
+        param.add_(direction, alpha=-lr * update_scale(*param.shape[-2:]))  # an expert stack: per matrix
 
     def _adamw_update(self, param: torch.Tensor, group: dict) -> None:
         state = self.state[param]

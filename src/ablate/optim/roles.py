@@ -1,9 +1,9 @@
 """The parameter roles: which parameters each optimizer rule applies to, in one table.
 
 Every parameter of the model gets exactly one role. The role decides its weight decay, its lr multiplier
-(`optim.<role>_lr_scale`) and, for Muon, whether it is orthogonalised (hidden) or updated by AdamW (the rest).
-A parameter that no row takes (a 3-D tensor, a matrix outside any nn.Linear) is refused by name rather than given
-a silent default: a new kind of parameter needs a decision, made here.
+(`optim.<role>_lr_scale`) and, for Muon, whether it is orthogonalised (hidden, and expert: each expert's matrix) or
+updated by AdamW (the rest). A parameter that no row takes (a 4-D tensor, a matrix outside any nn.Linear) is refused
+by name rather than given a silent default: a new kind of parameter needs a decision, made here.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ def _is_hidden(module_name: str, module: nn.Module, param: nn.Parameter) -> bool
     return isinstance(module, nn.Linear) and param.ndim == 2 and module_name != OUTPUT_HEAD
 
 
+def _is_expert(module_name: str, module: nn.Module, param: nn.Parameter) -> bool:
+    # (experts, out, in) in a module that says it stacks experts (model.Experts): one matrix per expert
+    return param.ndim == 3 and getattr(module, "stacks_experts", False)
+
+
 def _is_vector(module_name: str, module: nn.Module, param: nn.Parameter) -> bool:
     return param.ndim == 1
 
@@ -56,6 +61,9 @@ ROLES = (
         _is_embedding,
     ),
     Role("hidden", "a 2-D weight of an nn.Linear other than the output head", True, "hidden_lr_scale", _is_hidden),
+    # the experts' matrices are hidden matrices, a stack of them: the same decay and lr multiplier, and Muon
+    # orthogonalises each expert's matrix on its own (a router is an nn.Linear: hidden)
+    Role("expert", "a 3-D (experts, out, in) weight of model.Experts", True, "hidden_lr_scale", _is_expert),
     Role("vector", "a 1-D parameter: norm weights and biases", False, "vector_lr_scale", _is_vector),
     Role("head", f"the weight of the untied output projection ({OUTPUT_HEAD})", True, "head_lr_scale", _is_head),
 )

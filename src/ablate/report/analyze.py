@@ -363,6 +363,7 @@ def _overview(runs: list[Run], skipped: list[str]) -> dict:
                 "max_steps": r.planned_steps,
                 "tokens": s.get("tokens", r.train_loss[-1].tokens if r.train_loss else None),
                 "params": s.get("params"),
+                "params_active": s.get("params_active", s.get("params")),  # with experts: those a token uses
                 "wall_seconds": s.get("wall_seconds"),
                 "final_val_loss": s.get("final_val_loss"),
             }

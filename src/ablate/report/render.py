@@ -37,7 +37,10 @@ def _overview(report: dict) -> Section:
             r["status"],
             f"{fmt(r['steps'])}/{fmt(r['max_steps'])}",
             fmt(r["tokens"]),
-            fmt(r["params"]),
+            fmt(r["params"])
+            + (
+                f" ({fmt(r.get('params_active'))} active)" if r.get("params_active", r["params"]) != r["params"] else ""
+            ),
             fmt_seconds(r["wall_seconds"]),
             fmt(r["final_val_loss"]),
             r["note"],
