@@ -123,7 +123,11 @@ class TrainConfig:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
-    compile: bool = False
+    # torch.compile of each block. "auto": on where it was measured faster and only changes rounding, i.e. for bf16
+    # on CPU (the ~10M model of bench_train.py: 1.2-1.3x the eager step); off for fp32 (compile changes fp32 losses
+    # in the last digits: eager fp32 runs stay bit-identical) and on GPU (not measured here). The first step pays
+    # the compile.
+    compile: bool | Literal["auto"] = "auto"
     log_every: int = 10
     val_every: int = 100  # 0: only at the end
     ckpt_every: int = 100  # 0: only at the end
@@ -160,6 +164,9 @@ class EvalConfig:
     limit: int = 1000  # items per task (a fixed-seed subsample); 0: the full set
     format: Literal["cf", "mcf"] = "cf"  # cloze or multiple-choice
     batch_size: int = 32  # rows per forward pass
+    # metrics to compute, comma-separated, "" for all (each task's primary always); without acc_pmi,
+    # acc_choices_only and margin_pmi the unconditional pass is skipped (about 45% of an evaluation)
+    metrics: str = ""
 
 
 @dataclass
@@ -212,6 +219,10 @@ class RunConfig:
             "keep_steps",
         ):
             d["train"].pop(bookkeeping)
+        # "auto" hashes as False, the default before it: auto compiles only where compile changes bf16 rounding, not
+        # the run, and folders from before keep their identity
+        if d["train"]["compile"] == "auto":
+            d["train"]["compile"] = False
         for section, name in _ADDED_LATER:  # at their defaults they leave the identities of earlier runs as they were
             if d[section][name] == _default(SECTIONS[section], name):
                 d[section].pop(name)
