@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--train-steps", type=int, default=6)
     parser.add_argument("--evals-per-run", type=int, default=1)
+    parser.add_argument("--metrics", default="all", help="the metrics computed (all: as training does by default)")
     parser.add_argument("--smoke", action="store_true", help="2 items per task, 2 training steps")
     args = parser.parse_args()
     if args.smoke:
@@ -39,14 +40,16 @@ def main() -> None:
     tasks = suite.parse_tasks(args.tasks)
     known = suite.all_tasks()
     start = time.perf_counter()
-    prepared = {
-        (id(tokenizer), name, "cf", args.limit): suite.prepare(tokenizer, known[name], "cf", args.limit)
-        for name in tasks
-    }
+    metrics = suite.parse_metrics(args.metrics)
+    prepared: dict = {}
+    for name in tasks:  # what the training hook's cache holds after its first evaluation
+        suite.prepared(prepared, tokenizer, known[name], "cf", args.limit, metrics)
     tokenize_seconds = time.perf_counter() - start
-    lm = engine.for_transformer(loaded.model, max_len=run.data.seq_len)
+    # the matmuls as the run trained them (its train.dtype, auto: fp32 on CPU), as the in-training evals run
+    autocast = engine.autocast_for(engine.eval_dtype(None, run.train.dtype, "cpu"), "cpu")
+    lm = engine.for_transformer(loaded.model, max_len=run.data.seq_len, autocast=autocast)
     start = time.perf_counter()
-    results = suite.evaluate(lm, tokenizer, tasks, "cf", args.limit, args.batch_size, cache=prepared)
+    results = suite.evaluate(lm, tokenizer, tasks, "cf", args.limit, args.batch_size, cache=prepared, metrics=metrics)
     eval_seconds = time.perf_counter() - start
     eval_tokens = sum(min(len(c) + len(x), run.data.seq_len) for p in prepared.values() for c, x in p.encoded)
 

@@ -96,3 +96,23 @@ def _process_state_restored():
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """A byte-level BPE of 300 tokens trained on ARC-Easy's questions: the eval tests' tokenizer."""
+    import ablate_evals
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    texts = [r["question"] for r in ablate_evals.TASKS["arc_easy"].rows()]
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    return tok

@@ -164,7 +164,7 @@ def test_accepted_plan_values_have_their_meaning(paths, tmp_path):
     )
     out = result.stdout
     assert result.returncode == 0, result.stderr
-    assert "compute over 2 devices" in out and "FSDP2 over 2 ranks" in out and "bf16 autocast" in out
+    assert "compute over 2 devices" in out and "FSDP2 over 2 ranks" in out and "bf16" in out
     assert out.splitlines()[2].split()[:2] == ["mha", "2"]  # two seeds
     assert not (tmp_path / "missing").exists()  # plan only reads the runs root
 

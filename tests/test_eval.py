@@ -23,23 +23,6 @@ from conftest import TINY, cli_in_process, run_cli
 EVAL_TASKS = "arc_easy,copa,winogrande"
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    texts = [r["question"] for r in ablate_evals.TASKS["arc_easy"].rows()]
-    tok.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
-    )
-    return tok
-
-
 def random_model(max_len: int, **knobs) -> Transformer:
     model = Transformer(ModelConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, **knobs), max_seq_len=max_len)
     model.init_weights(torch.Generator().manual_seed(0))
@@ -218,6 +201,7 @@ def test_cli_eval_matches_the_hook_and_logs_samples(eval_run, tmp_path):
     samples = tmp_path / "samples.jsonl"
     result = run_cli("eval", str(run_dir), "--tasks", "copa,arc_easy", "--limit", "12", "--log-samples", str(samples))
     assert "acc_per_char" in result.stdout and "copa" in result.stdout
+    assert "tokens, fp32)" in result.stdout  # the run's train.dtype, auto: fp32 on CPU
     assert "replaced an earlier evaluation's items at step 8" in result.stdout and "-> 12)" in result.stdout
     lines = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines()]
     by_task = {r["task"]: r for r in lines[:6] if r["step"] == 8}  # the hook's final evaluation

@@ -24,7 +24,8 @@ LAYERS = [
     {"sources", "status", "batching", "mixture"},  # mixture: below data, which imports it
     {"tokenizer", "overrides"},  # tokenizer: data.tokenizer checked, loaded, trained; overrides: dotted --set/variant
     {"token_files"},  # the prepared token files as training reads them: below data, which writes them
-    {"model", "data", "optim", "eval", "report", "variants"},  # variants: variant, grid, branch (no torch)
+    {"model", "data", "optim", "eval", "report", "variants", "tokenizer_stats"},  # variants: variant, grid, branch
+    # (no torch); tokenizer_stats: fertility, bytes per token, ... for `ablate tokenizer` and summary.json
     {"checks"},  # what a run asks (names, machine), checked before compute
     {"experiment"},  # loading an experiment file: nothing of training above here (test below)
     {"parallel", "memory"},  # memory: the per-rank peak of a step, which plan and run check
@@ -52,7 +53,7 @@ ALLOWED = {
     "report": {"rundir", "status"},  # no torch: reads run folders through rundir alone
 }
 # `ablate status`, `ablate report` and an experiment file's `from ablate import ...` start quickly
-NO_TORCH = {"config", "rundir", "status", "report", "variants", "overrides", "tokenizer"}
+NO_TORCH = {"config", "rundir", "status", "report", "variants", "overrides", "tokenizer", "tokenizer_stats"}
 
 
 def _modules() -> dict[str, Path]:

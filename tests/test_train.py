@@ -2,6 +2,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ablate.config import ConfigError
 from ablate.experiment import load_experiment
 from ablate.overrides import apply_overrides, parse_set_args
+from ablate.parallel import AUTO_COMPILE_SECONDS_AT_PEAK, compile_blocks
 from ablate.sweep import attempt
 from ablate.train import run_dir_for, train
 from conftest import REPO, TINY, run_cli
@@ -197,7 +199,7 @@ def test_load_model_reproduces_logged_val_losses(tiny_run):
 
 
 @pytest.mark.slow
-def test_compile_and_bf16_autocast_switches_train_like_eager(tmp_path):
+def test_compile_and_bf16_switches_train_like_eager(tmp_path):
     args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=4", "--set", "train.ckpt_every=0"]
     eager = run_cli(*args, "--out", str(tmp_path / "eager"))
     assert "run 1/1 finished mha seed0" in eager.stdout
@@ -209,6 +211,40 @@ def test_compile_and_bf16_autocast_switches_train_like_eager(tmp_path):
     assert max(abs(eager_losses[s] - compiled[s]) for s in eager_losses) < 1e-4
     assert max(abs(eager_losses[s] - bf16[s]) for s in eager_losses) < 0.05  # bf16 rounding, same training
     assert bf16 != eager_losses
+
+
+def test_compile_auto_is_on_for_long_bf16_runs_on_cpu_only_and_hashes_as_before():
+    cpu, long, short = torch.device("cpu"), AUTO_COMPILE_SECONDS_AT_PEAK, AUTO_COMPILE_SECONDS_AT_PEAK / 2
+    assert compile_blocks("auto", cpu, bf16=True, seconds_at_peak=long)
+    assert not compile_blocks("auto", cpu, bf16=True, seconds_at_peak=short)  # the compile would cost more
+    assert not compile_blocks("auto", cpu, bf16=False, seconds_at_peak=long)  # fp32 stays eager: bit-identical
+    assert not compile_blocks("auto", torch.device("cuda"), bf16=True, seconds_at_peak=long)  # not measured on GPUs
+    assert compile_blocks(True, cpu, bf16=False, seconds_at_peak=0) and not compile_blocks(False, cpu, True, long)
+    run = load_experiment(TINY, only=["mha"])[0]
+    assert run.train.compile == "auto"
+    # run folders from before "auto" (compile=False then the default) keep their identity
+    assert run.identity() == apply_overrides(run, {"train.compile": False}).identity()
+    assert run.identity() != apply_overrides(run, {"train.compile": True}).identity()
+    assert apply_overrides(run, {"train.compile": "auto"}, from_text=True).train.compile == "auto"
+    with pytest.raises(ConfigError, match="train.compile"):
+        apply_overrides(run, {"train.compile": "sometimes"}, from_text=True)
+
+
+@pytest.mark.slow
+def test_bf16_resumes_bit_exactly(tmp_path):
+    """bf16 (fp32 master weights, bf16 compute, compiled blocks): a run resumed from its step-4 checkpoint takes
+    steps 5-8 to the same losses as the run that never stopped."""
+    run = load_experiment(TINY, only=["mha"], overrides={"train.dtype": "bf16", "train.compile": True})[0]
+    straight = train(run, tmp_path / "straight")
+    run_dir = run_dir_for(tmp_path / "straight", run)
+    resumed_dir = run_dir_for(tmp_path / "resumed", run)
+    shutil.copytree(run_dir, resumed_dir)
+    (resumed_dir / "summary.json").unlink()
+    shutil.rmtree(resumed_dir / "checkpoints" / "step_8")
+    resumed = train(run, tmp_path / "resumed")
+    assert train_losses(resumed_dir) == train_losses(run_dir)  # bit-exact
+    assert sorted(train_losses(resumed_dir)) == list(range(1, 9))
+    assert val_losses(resumed_dir) == val_losses(run_dir) and resumed["final_loss"] == straight["final_loss"]
 
 
 def test_resume_from_the_last_checkpoint_keeps_the_summary(tiny_run, tmp_path):

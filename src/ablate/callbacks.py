@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from ablate import rundir
+from ablate import rundir, tokenizer_stats
 from ablate.checkpoint import save_checkpoint
 from ablate.parallel import mfu as model_flops_utilization
 
@@ -96,7 +96,7 @@ class TrainerView(Protocol):
     optimizer: torch.optim.Optimizer
     dist: Dist  # rank, world, device, is_main
     data: PreparedData  # .train, .val (TokenData), .val_indices(), .tokenizer_path, .vocab_size
-    autocast: contextlib.AbstractContextManager  # the precision the model trains in (CPU bf16), else a no-op
+    autocast: contextlib.AbstractContextManager  # entered around the model; a no-op (bf16 is FSDP2's cast now)
 
     def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
         """A metrics.jsonl line {step, tokens, **fields} and TensorBoard scalars (rank 0)."""
@@ -278,13 +278,15 @@ class TrainMetrics(Callback):
 class Validation(Callback):
     """Held-out loss of the first `sequences` validation sequences every `every` steps and at the end, forward
     passes of at most `micro_batch` sequences per rank; per-sequence losses kept (eval_items/step_N/val_loss.jsonl)
-    as the items of paired comparisons between variants."""
+    as the items of paired comparisons between variants. Also in bits per byte (val/bpb: what runs of different
+    tokenizers compare on), and summary.json gets the tokenizer's figures on the validation documents."""
 
     name, order = "validation", 20
 
     def __init__(self, every: int, sequences: int, micro_batch: int, doc_mask: bool):
         self.every, self.sequences, self.micro_batch, self.doc_mask = every, sequences, micro_batch, doc_mask
         self.last_val_loss = math.nan
+        self.scored = None  # (tokens, UTF-8 bytes) the validation sequences' targets hold: fixed, counted once
 
     def post_step(self, trainer: TrainerView) -> None:
         if due(trainer.step, self.every, trainer.max_steps):
@@ -293,7 +295,7 @@ class Validation(Callback):
     def validate(self, trainer: TrainerView) -> None:
         losses = self.losses(trainer)
         self.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
-        trainer.log({"val/loss": self.last_val_loss})
+        trainer.log({"val/loss": self.last_val_loss, "val/bpb": self.bits_per_byte(trainer)})
         if trainer.dist.is_main:
             rundir.write_items(
                 trainer.run_dir,
@@ -333,8 +335,19 @@ class Validation(Callback):
     def load_state_dict(self, state: dict) -> None:
         self.last_val_loss = state.get("last_val_loss", math.nan)
 
+    def bits_per_byte(self, trainer: TrainerView) -> float:
+        if self.scored is None:
+            self.scored = tokenizer_stats.scored_text(trainer.data, self.sequences, trainer.seq_len)
+        return tokenizer_stats.bits_per_byte(self.last_val_loss, *self.scored)
+
     def summary(self, trainer: TrainerView) -> dict:
-        return {"final_val_loss": self.last_val_loss}
+        val = trainer.data.val
+        return {
+            "final_val_loss": self.last_val_loss,
+            "final_val_bpb": self.bits_per_byte(trainer),
+            "val_scored": dict(zip(("tokens", "bytes"), self.scored)),
+            "tokenizer": tokenizer_stats.validation_figures(trainer.data.tokenizer_path, val.tokens, val.doc_starts),
+        }
 
 
 class Checkpointer(Callback):

@@ -1,6 +1,6 @@
 """What a run asks, checked before any compute: the names config.py cannot check (optim.name against the
-optimizer registry, eval.tasks against the task suite) and what the machine must have (a GPU for train.device='cuda',
-float8 matmuls for train.float8, every step's batch a multiple of the world size).
+optimizer registry, eval.tasks and eval.metrics against the task suite) and what the machine must have (a GPU for
+train.device='cuda', float8 matmuls for train.float8, every step's batch a multiple of the world size).
 
 Experiment loading calls these where a file loads; train() calls them again where a run starts (the real world
 size). Nothing here trains: experiment loading imports this module and no training module.
@@ -22,9 +22,13 @@ def check_registered_names(run: RunConfig) -> RunConfig:
     registries: ConfigError if unknown."""
     check_optimizer_name(run.optim)
     if run.eval.tasks.strip():  # lazily: runs without tasks never load the suite
-        from ablate.eval.suite import check_config_tasks
+        from ablate.eval.suite import check_config_tasks, parse_metrics
 
         check_config_tasks(run.eval.tasks)
+        try:
+            parse_metrics(run.eval.metrics, "eval.metrics")
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     return run
 
 

@@ -76,10 +76,14 @@ def _bad_input(fn):
     return wrapped
 
 
+def _metrics(text: str) -> None:
+    from ablate.eval.suite import parse_metrics
+
+    parse_metrics(text)
+
+
 @_bad_input
 def cmd_eval(args) -> int:
-    import torch
-
     from ablate import rundir
     from ablate.eval import engine, suite
     from ablate.load import load_model
@@ -90,11 +94,13 @@ def cmd_eval(args) -> int:
     if not args.path:
         raise ValueError("ablate eval: a run folder or checkpoint to score is required (or --list)")
     tasks = suite.parse_tasks(args.tasks) if args.tasks else list(suite.all_tasks())
+    metrics = suite.parse_metrics(args.metrics)
     if args.every_checkpoint:
-        return _score_every_checkpoint(args, tasks)
+        return _score_every_checkpoint(args, tasks, metrics)
     loaded = load_model(args.path, device=args.device)
     # bf16: matmuls in bf16 under autocast, log-likelihoods still summed in fp32 (as in-training evals of bf16 runs)
-    autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16) if args.dtype == "bf16" else None
+    dtype = engine.eval_dtype(args.dtype, loaded.run.train.dtype, args.device)
+    autocast = engine.autocast_for(dtype, args.device)
     lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=args.device, autocast=autocast)
     results = suite.evaluate(
         lm,
@@ -104,8 +110,9 @@ def cmd_eval(args) -> int:
         args.limit or None,
         args.batch_size,
         log_samples=bool(args.log_samples),
+        metrics=metrics,
     )
-    print(f"{loaded.checkpoint} (step {loaded.step}, {loaded.tokens} tokens, {args.dtype})")
+    print(f"{loaded.checkpoint} (step {loaded.step}, {loaded.tokens} tokens, {dtype})")
     print(suite.format_table(results))
     if not args.no_write:
         replaced = suite.write_results(loaded.run_dir, loaded.step, loaded.tokens, results)
@@ -118,7 +125,7 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _score_every_checkpoint(args, tasks: list[str]) -> int:
+def _score_every_checkpoint(args, tasks: list[str], metrics) -> int:
     from ablate.score import score_checkpoints
 
     if args.log_samples or args.no_write:
@@ -135,6 +142,7 @@ def _score_every_checkpoint(args, tasks: list[str]) -> int:
         args.device,
         args.dtype,
         rescore=args.rescore,
+        metrics=metrics,
     )
     for line in done.skipped:
         print(f"skipped {line}")
@@ -185,6 +193,19 @@ def cmd_report(args) -> int:
         return 2
     print(report["headline"]["text"])
     print(f"wrote {out}/report.html, report.md, report.json in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+def cmd_tokenizer(args) -> int:
+    """Fertility, continued-word rate, bytes per token and vocabulary use of each tokenizer on each corpus."""
+    import json
+
+    from ablate import tokenizer_stats
+
+    specs = tokenizer_stats.parse_specs(args.tokenizers)  # every entry checked before any compute
+    corpora = tokenizer_stats.corpora(args.files, args.text_field, args.max_documents)
+    rows = tokenizer_stats.study(specs, corpora)
+    print(json.dumps(rows, indent=1) if args.json else tokenizer_stats.format_table(rows))
     return 0
 
 
@@ -296,10 +317,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu", type=DEVICE, help="cpu or cuda")
     ev.add_argument(
         "--dtype",
-        default="fp32",
         type=one_of("fp32", "bf16"),
         metavar="fp32|bf16",
-        help="bf16: autocast matmuls (default fp32)",
+        help="bf16: autocast matmuls (default: the run's train.dtype; auto: bf16 on a GPU, fp32 on CPU)",
+    )
+    ev.add_argument(
+        "--metrics",
+        metavar="NAMES",
+        type=text("metric names, comma-separated, or all", _metrics, names=True),
+        help="comma-separated metrics to compute (default: all; each task's primary always); a choice task runs its "
+        "unconditional pass only for acc_pmi, acc_choices_only or margin_pmi",
     )
     ev.add_argument(
         "--log-samples", metavar="FILE", type=SAMPLES_FILE, help="write one JSON line per request and per item"
@@ -378,6 +405,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave a grouped task's subjects (MMLU) of SNR below X out of its average (off)",
     )
     rep.set_defaults(func=cmd_report)
+    tk = sub.add_parser(
+        "tokenizer",
+        help="fertility, continued-word rate, bytes per token, vocabulary use of tokenizers, per corpus or language",
+    )
+    tk.add_argument(
+        "files",
+        nargs="+",
+        type=PATH,
+        metavar="FILES",
+        help="'default' (the embedded corpus: en, es, fr, a row each), default/<lang>, or data sources as "
+        "data.source takes them (jsonl/jsonl.gz/json/parquet/txt files, folders, globs)",
+    )
+    tk.add_argument(
+        "--tokenizers",
+        default="bpe:8192",
+        type=text("bpe:N, a tokenizer.json or a run folder, comma-separated"),
+        help="comma-separated: bpe:N (a byte-level BPE of N tokens trained on FILES, as data.tokenizer='bpe' "
+        "trains one), a tokenizer.json, or a run folder (its tokenizer.json) (default: bpe:8192). A word is a run "
+        "of letters, digits and underscores, or one punctuation or symbol character",
+    )
+    tk.add_argument("--text-field", default="text", type=text("a column name"), help="text column (default: text)")
+    tk.add_argument("--max-documents", type=number(int, 1), help="read only the first N documents of each corpus")
+    tk.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    tk.set_defaults(func=cmd_tokenizer)
     return parser
 
 

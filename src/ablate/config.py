@@ -138,7 +138,11 @@ class TrainConfig:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
-    compile: bool = False
+    # torch.compile of each block. "auto": on where it was measured faster and only changes rounding, i.e. for bf16
+    # on CPU (the ~10M model of bench_train.py: 1.2-1.3x the eager step); off for fp32 (compile changes fp32 losses
+    # in the last digits: eager fp32 runs stay bit-identical) and on GPU (not measured here). The first step pays
+    # the compile.
+    compile: bool | Literal["auto"] = "auto"
     log_every: int = 10
     val_every: int = 100  # 0: only at the end
     ckpt_every: int = 100  # 0: only at the end
@@ -175,6 +179,9 @@ class EvalConfig:
     limit: int = 1000  # items per task (a fixed-seed subsample); 0: the full set
     format: Literal["cf", "mcf"] = "cf"  # cloze or multiple-choice
     batch_size: int = 32  # rows per forward pass
+    # metrics to compute, comma-separated, "" for all (each task's primary always); without acc_pmi,
+    # acc_choices_only and margin_pmi the unconditional pass is skipped (about 45% of an evaluation)
+    metrics: str = ""
 
 
 @dataclass
@@ -227,6 +234,10 @@ class RunConfig:
             "keep_steps",
         ):
             d["train"].pop(bookkeeping)
+        # "auto" hashes as False, the default before it: auto compiles only where compile changes bf16 rounding, not
+        # the run, and folders from before keep their identity
+        if d["train"]["compile"] == "auto":
+            d["train"]["compile"] = False
         for section, name in _ADDED_LATER:  # at their defaults they leave the identities of earlier runs as they were
             if d[section][name] == _default(SECTIONS[section], name):
                 d[section].pop(name)
@@ -240,24 +251,13 @@ class RunConfig:
 
 # Fields added after run folders existed: left out of the identity while at their default
 _ADDED_LATER = [
-    ("optim", "momentum"),
-    ("optim", "ns_steps"),
-    ("optim", "embedding_lr_scale"),
-    ("optim", "hidden_lr_scale"),
-    ("optim", "vector_lr_scale"),
+    *(("optim", n) for n in ("momentum", "ns_steps", "embedding_lr_scale", "hidden_lr_scale", "vector_lr_scale")),
     ("optim", "head_lr_scale"),
-    ("train", "batch_schedule"),
-    ("train", "batch_start"),
-    ("train", "batch_ramp_tokens"),
-    ("train", "batch_stages"),
-    ("train", "batch_lr_scaling"),
-    ("train", "max_tokens"),
-    ("train", "spike_policy"),
-    ("train", "spike_window"),
-    ("train", "spike_threshold"),
-    *(("model", name) for name in ("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_dim")),
-    *(("model", f"moe_{name}") for name in ("experts", "top_k", "shared_experts", "hidden", "every", "balance")),
-    *(("model", f"moe_{name}") for name in ("aux_loss", "bias_rate", "z_loss", "capacity")),
+    *(("train", f"batch_{n}") for n in ("schedule", "start", "ramp_tokens", "stages", "lr_scaling")),
+    *(("train", n) for n in ("max_tokens", "spike_policy", "spike_window", "spike_threshold")),
+    *(("model", n) for n in ("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_dim")),
+    *(("model", f"moe_{n}") for n in ("experts", "top_k", "shared_experts", "hidden", "every", "balance")),
+    *(("model", f"moe_{n}") for n in ("aux_loss", "bias_rate", "z_loss", "capacity")),
 ]
 
 
@@ -525,9 +525,9 @@ def _validate_batch_schedule(t: TrainConfig) -> None:
 
 def _validate_moe_mla(m: ModelConfig) -> None:
     mla, rope, kv_rank = m.attention == "mla", m.qk_rope_dim, m.kv_lora_rank
-    for name in [f.name for f in dataclasses.fields(m) if f.name.startswith(("moe_", *_MLA_FIELDS))]:
-        when = "ffn='moe'" if name.startswith("moe_") else "attention='mla'"
-        default, on = _default(ModelConfig, name), m.ffn == "moe" if name.startswith("moe_") else mla
+    for name in [f.name for f in dataclasses.fields(m) if f.name.startswith(("moe_", "kv_lora", "q_lora", "qk_rope"))]:
+        on, when = (m.ffn == "moe", "ffn='moe'") if name.startswith("moe_") else (mla, "attention='mla'")
+        default = _default(ModelConfig, name)
         _require(
             on or getattr(m, name) == default, f"model.{name}", f"only read with model.{when}; allowed: {default!r}"
         )
@@ -553,9 +553,6 @@ def _validate_moe_mla(m: ModelConfig) -> None:
         ]
     for name, ok, allowed in checks:
         _require(ok, f"model.{name}", f"{getattr(m, name)!r}; allowed: {allowed}")
-
-
-_MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_dim")
 
 
 def _validate_branch(run: RunConfig) -> None:

@@ -1,8 +1,9 @@
 """Data: text sources -> tokenizer -> one flat memory-mapped file of token ids per split -> shuffled sequences.
 
 Sources are resolved, checked and read in `ablate.sources`; the tokenizer is `ablate.tokenizer`'s; the token files
-are read back through `ablate.token_files`. `prepare_data` hashes the raw text on the main rank, and
-only when no cache folder holds that content trains or loads the tokenizer and tokenizes once into
+are read back through `ablate.token_files`. `prepare_data` hashes the raw text on the main rank (unless its files
+are unchanged since they were last hashed: <cache>/data/source_index.json), and only when no cache folder holds
+that content trains or loads the tokenizer and tokenizes once into
 <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy, tokenizer.json, stats.json. Documents are
 concatenated, each followed by eos; `doc_starts` keeps the boundaries for document masks. Each phase prints a line
 to stderr when it starts and ends (a first run spends minutes here and must not look hung).
@@ -10,6 +11,7 @@ to stderr when it starts and ends (a first run spends minutes here and must not 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -28,6 +30,7 @@ from ablate.config import ConfigError, DataConfig
 from ablate.sources import (
     ALLOWED,
     check_source_file,
+    default_corpus_path,
     entries,
     is_document,
     load_documents,
@@ -338,10 +341,68 @@ def _build(folder: str, cfg: DataConfig, vocab_size: int, sources: _Sources, sta
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Which cache folder the files seen before hashed to: reading and hashing the sources again (importing HF datasets
+# to do it) costs each run of a sweep ~1 s on the embedded corpus, and minutes on a large source.
+SOURCE_INDEX = "source_index.json"
+RACY_SECONDS = 2  # a file written this close to its hashing is not indexed: a second write could keep its stat
+
+
+def _source_signature(cfg: DataConfig, vocab_size: int) -> tuple[str, float] | None:
+    """(a key of every field the cache key depends on and the stat of every file read: path, size, inode, mtime,
+    ctime, of which any write changes one; the newest mtime or ctime), or None: a hub dataset (what it holds is
+    the hub's to say, not a file's stat), or a file that cannot be read (hashing then says why)."""
+    files = [cfg.tokenizer] if cfg.tokenizer != "bpe" else []
+    try:
+        for field_name, source in (("data.source", cfg.source), ("data.val_source", cfg.val_source)):
+            for entry in entries(source, field_name) if source is not None else []:
+                kind, found = resolve(entry, field_name)
+                if kind == "hub":
+                    return None
+                files += [default_corpus_path()] if kind == "default" else found
+        stats = [(os.path.abspath(os.path.expanduser(f)), os.stat(os.path.expanduser(f))) for f in files]
+    except (ConfigError, OSError):
+        return None
+    states = [[path, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns] for path, st in stats]
+    fields = [FORMAT_VERSION, cfg.source, cfg.val_source, cfg.text_field, cfg.tokenizer, cfg.val_fraction]
+    key = hashlib.sha256(json.dumps([*fields, cfg.max_documents, vocab_size, states]).encode()).hexdigest()
+    return key, max((max(s[3], s[4]) / 1e9 for s in states), default=0.0)
+
+
+def _read_index(root: str) -> dict:
+    try:
+        with open(os.path.join(root, "data", SOURCE_INDEX)) as f:
+            index = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
 def _cache_folder(cfg: DataConfig, vocab_size: int) -> str:
     """Hash the sources and build the cache folder for that content if no earlier run did; returns the folder.
-    A mixture's weights are not part of the key: a branch that changes them reads the same tokens."""
+    Files whose stat is unchanged since they were hashed are not read again (SOURCE_INDEX). A mixture's weights
+    are not part of the key: a branch that changes them reads the same tokens."""
     root = _cache_root(cfg)
+    signature = _source_signature(cfg, vocab_size)
+    name = _read_index(root).get(signature[0]) if signature else None
+    known = os.path.join(root, "data", name) if isinstance(name, str) and name.isalnum() else None
+    if known and os.path.isfile(os.path.join(known, "stats.json")):
+        with open(os.path.join(known, "stats.json")) as f:
+            skipped = json.load(f).get("skipped_documents", 0)
+        if skipped:
+            log.warning("data: skipped %d documents with empty or non-string text", skipped)
+        _say(f"sources unchanged since hashed: using cached tokens at {known} ({_token_counts(known)})")
+        return known
+    hashed_at = time.time()
+    folder = _hashed_cache_folder(cfg, vocab_size, root)
+    if signature and signature[1] < hashed_at - RACY_SECONDS and _source_signature(cfg, vocab_size) == signature:
+        index = {**_read_index(root), signature[0]: os.path.basename(folder)}
+        with contextlib.suppress(OSError):  # two runs racing at worst lose one entry: it is a cache
+            rundir.write_json_atomic(os.path.join(root, "data", SOURCE_INDEX), index)
+    return folder
+
+
+def _hashed_cache_folder(cfg: DataConfig, vocab_size: int, root: str) -> str:
+    """Read and hash the sources; build the folder of that content unless it exists."""
     sources = _read_sources(cfg, os.path.join(root, "hf_datasets"))
     tokenizer_spec = "bpe" if cfg.tokenizer == "bpe" else "sha256:" + _file_hash(cfg.tokenizer)
     key_fields = {

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from ablate import rundir
 from ablate.callbacks import Callback, TrainerView, due
 from ablate.eval import engine, suite
@@ -21,10 +23,15 @@ from ablate.eval import engine, suite
 class EvalSuite(Callback):
     name, order = "eval_suite", 30
 
-    def __init__(self, tasks: str, format: str, limit: int, batch_size: int, every: int, every_tokens: int):
+    def __init__(
+        self, tasks: str, format: str, limit: int, batch_size: int, every: int, every_tokens: int, metrics: str = ""
+    ):
         """tasks: eval.tasks as written (names and suites, comma-separated); format, limit (0: every item),
-        batch_size; every (steps), every_tokens (tokens): when to score, besides the last step."""
+        batch_size; every (steps), every_tokens (tokens): when to score, besides the last step; metrics: the
+        metrics to compute, comma-separated ("": all; without acc_pmi, acc_choices_only and margin_pmi the
+        unconditional pass is skipped). The matmuls run as training's do (its autocast: bf16 for a bf16 run)."""
         self.tasks_text, self.format, self.limit, self.batch_size = tasks, format, limit, batch_size
+        self.metrics = suite.parse_metrics(metrics, "eval.metrics")
         self.every, self.every_tokens = every, every_tokens
         self.tasks = self.tokenizer = None
         self.prepared: dict = {}  # the tasks' token ids, made at the first evaluation and kept
@@ -61,10 +68,20 @@ class EvalSuite(Callback):
             trainer.model, max_len=trainer.seq_len, device=trainer.dist.device, autocast=trainer.autocast
         )
         trainer.model.eval()
+        # compiled blocks run eagerly here: every batch of contexts has a shape of its own, and recompiling for
+        # each costs far more than the forward passes it would speed up
         try:
-            results = suite.evaluate(
-                lm, self.tokenizer, self.tasks, self.format, self.limit or None, self.batch_size, cache=self.prepared
-            )
+            with torch.compiler.set_stance("force_eager"):
+                results = suite.evaluate(
+                    lm,
+                    self.tokenizer,
+                    self.tasks,
+                    self.format,
+                    self.limit or None,
+                    self.batch_size,
+                    cache=self.prepared,
+                    metrics=self.metrics,
+                )
         finally:
             trainer.model.train()
         if trainer.step == trainer.max_steps:

@@ -1,6 +1,8 @@
 """lm-eval's `ablate` model: a run folder or checkpoint scored by ablate's engine inside lm-eval.
 
-    ablate-lm-eval --model ablate --model_args path=runs/x/base/seed0 --tasks ablate_arc_easy
+    ablate-lm-eval --model ablate --model_args path=runs/x/base/seed0[,dtype=bf16] --tasks ablate_arc_easy
+
+`dtype` (fp32 or bf16) defaults to the run's train.dtype, as `ablate eval` does.
 
 lm-eval 0.4 finds other packages' models only in its registry and has no entry point for them yet: importing this
 module registers the class, which `ablate-lm-eval` (ablate.lm_eval_cli) does before lm-eval's CLI, and Python code
@@ -20,8 +22,10 @@ from ablate.eval.tasks import Request
 
 @register_model("ablate")
 class AblateLM(LM):
-    def __init__(self, path: str, batch_size: int | str = 32, device: str = "cpu", **_):
+    def __init__(self, path: str, batch_size: int | str = 32, device: str = "cpu", dtype: str | None = None, **_):
         super().__init__()
+        if dtype not in (None, "", "fp32", "bf16"):
+            raise ValueError(f"--model_args dtype={dtype}; allowed: fp32, bf16")
         from ablate.load import load_model
 
         if not device or (str(device).startswith("cuda") and not torch.cuda.is_available()):
@@ -29,7 +33,13 @@ class AblateLM(LM):
         self.loaded = load_model(path, device=device)
         self.tokenizer = self.loaded.tokenizer()
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 32  # "auto" -> the engine's default
-        self.lm = engine.for_transformer(self.loaded.model, max_len=self.loaded.run.data.seq_len, device=device)
+        self.dtype = engine.eval_dtype(dtype, self.loaded.run.train.dtype, device)
+        self.lm = engine.for_transformer(
+            self.loaded.model,
+            max_len=self.loaded.run.data.seq_len,
+            device=device,
+            autocast=engine.autocast_for(self.dtype, device),
+        )
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         pairs = [Request(*r.args) for r in requests]

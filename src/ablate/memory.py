@@ -6,7 +6,8 @@ loss, the loss's backward, each block's backward, the root's gradient reduction,
 summing the buffers alive then: fp32 parameter, gradient and optimizer-state shards; the tensors autograd saved for
 backward (counted op by op for this model's code, per micro-batch); the all-gathered unsharded parameters of the
 blocks in use and of the root; the chunked loss's buffers (never the full logits). It models eager mode
-(train.compile and train.float8 save less, so it over-estimates them). On CPU it was checked against the peak of
+(train.compile and train.float8 save less, so it over-estimates them: by 1.3x for the compiled bf16 blocks that
+train.compile="auto" gives on CPU, scripts/bench_plan.py's long-bf16 case). On CPU it was checked against the peak of
 live tensor bytes measured over real training steps (scripts/bench_plan.py: within 4% at 1 and 2 gloo processes;
 tests/test_plan.py); the GPU formulas follow the same code paths (bf16 gathered parameters, NCCL without gloo's
 all-gather copy) but were not measured.
@@ -23,7 +24,7 @@ import torch
 
 from ablate.batching import largest_pass, rank_passes, run_plan
 from ablate.config import ConfigError, ModelConfig, RunConfig
-from ablate.kernels.reference import default_chunk_rows
+from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
 from ablate.model import Transformer, mla_dims
 
 FP32 = 4
@@ -72,7 +73,6 @@ class Shapes:
     root: list[tuple[int, ...]]
     block: list[tuple[int, ...]]
     all_blocks: list[tuple[int, ...]]
-    layer_matrices: list[int]  # elements of each block's matrices (and experts' stacks): what CPU autocast copies
     n_layers: int
     total: int  # parameters (a tied head counted once)
     active: int  # parameters one token uses (with experts: top_k of the routed ones)
@@ -91,7 +91,6 @@ def model_shapes(run: RunConfig) -> Shapes:
         root=root,
         block=block,
         all_blocks=[tuple(p.shape) for p in model.layers.parameters()],
-        layer_matrices=[sum(p.numel() for p in layer.parameters() if p.ndim >= 2) for layer in model.layers],
         n_layers=run.model.n_layers,
         total=model.num_params(),
         active=model.num_params(active=True),
@@ -150,8 +149,8 @@ def _optimizer_step_transient(name: str, shapes: Shapes, world: int) -> int:
 
 @dataclass
 class Precision:
-    """How a run computes on its device: `mode` "fp32", "autocast" (CPU bf16: fp32 parameters, bf16 matmuls) or
-    "bf16" (GPU: FSDP2 gathers bf16 parameters)."""
+    """How a run computes on its device: `mode` "fp32", or "bf16" (fp32 parameter shards, FSDP2 gathers bf16
+    copies: the activations, the residual stream and the gathered parameters and gradients are bf16)."""
 
     device_type: str
     mode: str
@@ -161,7 +160,7 @@ class Precision:
         return FP32 if self.mode == "fp32" else 2
 
     @property
-    def stream(self) -> int:  # the residual stream and the norms' outputs: fp32 under CPU autocast
+    def stream(self) -> int:  # the residual stream and the norms' outputs
         return 2 if self.mode == "bf16" else FP32
 
     @property
@@ -169,16 +168,22 @@ class Precision:
         return 2 if self.mode == "bf16" else FP32
 
     @property
+    def norm(self) -> int:  # what an RMSNorm keeps (input, normed output): torch's CPU RMSNorm computes them in fp32
+        return self.stream if self.device_type == "cuda" else FP32
+
+    @property
+    def norm_stats(self) -> int:  # a LayerNorm's mean and 1/std: the input's dtype on CPU, fp32 on GPU
+        return self.matmul if self.device_type == "cpu" else FP32
+
+    @property
     def compute_dtype(self) -> torch.dtype:
         return torch.float32 if self.mode == "fp32" else torch.bfloat16
 
 
 def precision_of(run: RunConfig, device_type: str) -> Precision:
-    """As the trainer decides: bf16 when asked, or by default on GPU; on CPU through autocast."""
+    """As the trainer decides: bf16 when asked, or by default on GPU."""
     bf16 = run.train.dtype == "bf16" or (run.train.dtype == "auto" and device_type == "cuda")
-    if not bf16:
-        return Precision(device_type, "fp32")
-    return Precision(device_type, "bf16" if device_type == "cuda" else "autocast")
+    return Precision(device_type, "bf16" if bf16 else "fp32")
 
 
 def device_type_of(run: RunConfig) -> str:
@@ -192,23 +197,21 @@ def device_type_of(run: RunConfig) -> str:
 # activations: what autograd saves for backward, counted op by op for model.py's code
 
 
-def _norm_saved(m: ModelConfig, tokens: int, stream: int) -> int:
+def _norm_saved(m: ModelConfig, tokens: int, p: Precision) -> int:
     """RMSNorm keeps its input, its normed output and 1/rms; LayerNorm its input, mean and 1/std."""
     if m.norm == "rmsnorm":
-        return 2 * tokens * m.d_model * stream + tokens * FP32
-    return tokens * m.d_model * stream + 2 * tokens * FP32
+        return 2 * tokens * m.d_model * p.norm + tokens * FP32
+    return tokens * m.d_model * p.stream + 2 * tokens * p.norm_stats
 
 
 def block_saved_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, use_rope: bool, doc_mask: bool) -> int:
     """Bytes one block saves for backward on a micro-batch of `batch` x `seq` tokens."""
     tokens, d, kv, f = batch * seq, m.d_model, m.kv_heads * m.head_dim, m.ffn_dim
-    mm, stream = p.matmul, p.stream
-    norm = _norm_saved(m, tokens, stream)
-    total = 2 * norm
-    # inputs of the linears: under CPU autocast each linear casts (and keeps) its own bf16 copy
-    total += tokens * d * mm * ((3 + (2 if m.ffn == "swiglu" else 1)) if p.mode == "autocast" else 2)
-    if m.qk_norm:  # the queries and keys before and after their norm, kept in fp32 off GPU
-        total += 2 * tokens * (d + kv) * (2 if p.mode == "bf16" else FP32) + tokens * (m.n_heads + m.kv_heads) * FP32
+    mm = p.matmul
+    total = 2 * _norm_saved(m, tokens, p)
+    total += tokens * d * mm * 2  # inputs of the linears
+    if m.qk_norm:  # the queries and keys before and after their norm
+        total += 2 * tokens * (d + kv) * p.norm + tokens * (m.n_heads + m.kv_heads) * FP32
     # attention: queries, keys and values (each kv head repeated per group where SDPA cannot group them), the
     # output and its log-sum-exp; with RoPE the output is laid out (B, H, S, D) and o_proj's input is a copy
     grouped = m.kv_heads != m.n_heads
@@ -228,29 +231,27 @@ def layer_saved_bytes(
 ) -> int:
     """block_saved_bytes, with MLA's attention and an MoE layer's experts counted in place of the dense ones
     (approximately: within 10% of what autograd saves, tests/test_moe.py and test_mla.py)."""
-    tokens, d, mm, autocast = batch * seq, m.d_model, p.matmul, p.mode == "autocast"
+    tokens, d, mm = batch * seq, m.d_model, p.matmul
     dense = dataclasses.replace(m, attention="gqa", ffn="swiglu" if m.ffn == "moe" else m.ffn)
     total = block_saved_bytes(dense, batch, seq, p, use_rope, doc_mask)
     heads, hd = m.n_heads, m.head_dim
     if m.attention == "mla":
         kv_rank, rope = mla_dims(m)
         total -= tokens * (d + 2 * m.kv_heads * hd) * mm + tokens * d * mm * (2 if use_rope else 1)
-        total -= tokens * d * mm if autocast else 0  # two linears read the block's input, not three
         # queries, keys and zero-padded values as SDPA keeps them, its output and o_proj's copy of it; the latent
-        # (and the query latent) before and after its norm (fp32 copies under autocast, and their bf16 casts)
+        # (and the query latent) before and after its norm (fp32)
         total += 4 * tokens * heads * (hd + rope) * mm + tokens * heads * hd * mm
         for width, extra in ((kv_rank, rope), (m.q_lora_rank, 0)):
             if width:
-                total += tokens * (2 * width + (0 if autocast else extra)) * FP32 + tokens * FP32
-                total += tokens * width * mm if autocast else 0
+                total += tokens * (2 * width + extra) * FP32 + tokens * FP32
     if moe:
         rows, hidden = tokens * m.moe_top_k, m.moe_hidden or m.ffn_dim
-        total -= tokens * d * mm * (2 if autocast else 1) + tokens * m.ffn_dim * mm * 4
+        total -= tokens * d * mm + tokens * m.ffn_dim * mm * 4
         # the router's logits and probabilities (fp32), each choice's index, row, SwiGLU tensors, output, gated
         # output and gate
         total += 2 * tokens * m.moe_experts * FP32 + tokens * 2 * FP32 + rows * (16 + FP32)
-        total += rows * (2 * d * p.stream + (d * mm if autocast else 0) + 4 * hidden * mm + d * mm)
-        total += m.moe_shared_experts * tokens * (4 * hidden * mm + (2 * d * mm if autocast else 0))
+        total += rows * (2 * d * p.stream + 4 * hidden * mm + d * mm)
+        total += m.moe_shared_experts * tokens * 4 * hidden * mm
     return total
 
 
@@ -259,31 +260,22 @@ def _uses_rope(m: ModelConfig, i: int) -> bool:
     return m.pos == "rope" and not (m.rope_skip_every and (i + 1) % m.rope_skip_every == 0)
 
 
-def saved_per_block(
-    m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool, block_matrices: int | list[int]
-) -> list[int]:
-    """Bytes each block saves for backward, with the bf16 copy of its weights that CPU autocast keeps
-    (`block_matrices`: their elements, one block's or each block's)."""
-    if isinstance(block_matrices, list):
-        each = [n * 2 if p.mode == "autocast" else 0 for n in block_matrices]
-        return [saved + cast for saved, cast in zip(saved_per_block(m, batch, seq, p, doc_mask, 0), each)]
-    casts = block_matrices * 2 if p.mode == "autocast" else 0
+def saved_per_block(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool) -> list[int]:
+    """Bytes each block saves for backward."""
     if m.ffn != "moe" and m.attention != "mla":
-        return [block_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask) + casts for i in range(m.n_layers)]
+        return [block_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask) for i in range(m.n_layers)]
     moe = [m.ffn == "moe" and (i + 1) % m.moe_every == 0 for i in range(m.n_layers)]
-    return [layer_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask, moe[i]) + casts for i in range(m.n_layers)]
+    return [layer_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask, moe[i]) for i in range(m.n_layers)]
 
 
 def final_saved_bytes(m: ModelConfig, tokens: int, p: Precision) -> int:
     """Saved outside the blocks: the final norm's input (and normed output), and the token ids (int64)."""
-    return _norm_saved(m, tokens, p.stream) + tokens * 8
+    return _norm_saved(m, tokens, p) + tokens * 8
 
 
-def activation_bytes(
-    m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool, block_matrices: int | list[int]
-) -> int:
+def activation_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool) -> int:
     """Bytes saved for backward by the forward of one micro-batch, the loss's own buffers apart."""
-    return sum(saved_per_block(m, batch, seq, p, doc_mask, block_matrices)) + final_saved_bytes(m, batch * seq, p)
+    return sum(saved_per_block(m, batch, seq, p, doc_mask)) + final_saved_bytes(m, batch * seq, p)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -334,7 +326,7 @@ def estimate_memory(
     # gloo (CPU) all-gathers through a temporary as large as the output, for as long as the collective lasts
     gloo_copy = gather_buffer if p.device_type == "cpu" else 0
 
-    per_block = saved_per_block(m, batch, seq, p, run.data.doc_mask, shapes.layer_matrices)
+    per_block = saved_per_block(m, batch, seq, p, run.data.doc_mask)
     saved = sum(per_block) + final_saved_bytes(m, tokens, p)
     ffn_width = m.ffn_dim  # an MoE layer's: its choices' and shared experts' hidden units per token
     if m.ffn == "moe":
@@ -342,10 +334,10 @@ def estimate_memory(
     stream_grad = tokens * d * p.stream  # a gradient of the residual stream (also the loss's grad_hidden)
     rows = default_chunk_rows(tokens, d, m.vocab_size)
     # the chunked loss in forward: the final norm's output, the hidden-state gradient, the fp32 head-gradient
-    # accumulator, one chunk of logits (with an fp32 copy of bf16 ones) and one fp32 temporary of logsumexp or
-    # softmax, and under CPU autocast its bf16 copies of the hidden states and the head
-    chunk = rows * m.vocab_size * (p.matmul + (FP32 if p.matmul != FP32 else 0) + FP32)
-    loss_forward = 2 * stream_grad + FP32 * head + chunk + ((tokens * d + head) * 2 if p.mode == "autocast" else 0)
+    # accumulator, one chunk of logits, and the loss step's fp32 temporaries of one block of rows (an fp32 copy of
+    # bf16 logits, logsumexp's and softmax's)
+    chunk = rows * m.vocab_size * p.matmul + 3 * FP32 * min(rows * m.vocab_size, CACHE_BLOCK_ELEMENTS)
+    loss_forward = 2 * stream_grad + FP32 * head + chunk
     # in backward the loss's saved gradients (the head's in the gathered dtype) and their scaled copies
     loss_backward = 2 * stream_grad + head * p.gathered
 

@@ -104,6 +104,21 @@ def apply_float8(model: nn.Module) -> None:
     convert_to_float8_training(model.layers, module_filter_fn=float8_filter)
 
 
+# "auto" compiles a bf16 CPU run only when its model FLOPs need at least this long at the measured bf16 peak (at the
+# ~15% MFU of an eager bf16 step here, ~3 minutes of training): compiled steps were 1.2-1.3x faster on the ~10M model
+# of bench_train.py, but a first compile in a fresh cache took ~40 s, which a shorter run never earns back.
+AUTO_COMPILE_SECONDS_AT_PEAK = 30.0
+
+
+def compile_blocks(setting: bool | str, device: torch.device, bf16: bool, seconds_at_peak: float) -> bool:
+    """train.compile resolved. "auto" is on for bf16 on CPU when the run is long enough to pay for the compile
+    (`seconds_at_peak`: the run's model FLOPs over the peak), and off for fp32 (compile changes fp32 losses in their
+    last digits: eager fp32 runs stay bit-identical) and on GPU (not measured here)."""
+    if setting == "auto":
+        return bf16 and device.type == "cpu" and seconds_at_peak >= AUTO_COMPILE_SECONDS_AT_PEAK
+    return bool(setting)
+
+
 def parallelize(
     model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool, float8: bool = False
 ) -> nn.Module:
@@ -111,8 +126,9 @@ def parallelize(
     output projection). FSDP2 gathers a module's parameters before its `forward` only: the model's other entry
     points (and the block method stability_stats calls) are registered to get the same gathers.
 
-    Mixed precision (bf16 params in compute, fp32 gradient reduction) is FSDP2's policy on GPU; on CPU the
-    trainer uses autocast instead, so param_dtype is None there.
+    Mixed precision is FSDP2's policy on every device: with param_dtype=bf16 the parameters stay fp32 shards (what
+    the optimizer updates), each forward and backward gathers a bf16 copy, and gradients are reduced in fp32.
+    None: fp32 throughout.
     """
     if float8:
         check_float8(d.device)

@@ -163,7 +163,7 @@ def _table(rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
 
 
 def _precision_name(run: RunConfig, device_type: str) -> str:
-    return {"fp32": "fp32", "autocast": "bf16 autocast", "bf16": "bf16"}[precision_of(run, device_type).mode]
+    return precision_of(run, device_type).mode
 
 
 def format_report(

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
-import torch
-
 from ablate import rundir
 from ablate.eval import engine, suite
 from ablate.load import load_model
@@ -48,11 +46,13 @@ def score_checkpoints(
     limit: int | None = 1000,
     batch_size: int = 32,
     device: str = "cpu",
-    dtype: str = "fp32",
+    dtype: str | None = None,
     rescore: bool = False,
     say: Callable[[str], None] = print,
+    metrics: tuple[str, ...] | None = None,
 ) -> Scored:
-    """Score every kept checkpoint of every run folder under `path` (a run folder, an experiment, a runs root)."""
+    """Score every kept checkpoint of every run folder under `path` (a run folder, an experiment, a runs root), in
+    `dtype` (None: each run's train.dtype, see engine.eval_dtype) on `metrics` (None: all)."""
     import time
 
     root = Path(path)
@@ -62,7 +62,6 @@ def score_checkpoints(
     if not run_dirs:
         raise FileNotFoundError(f"{root}: no run folder (with {rundir.CONFIG}) under it")
     done, tokenizers, prepared = Scored(), {}, {}
-    autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if dtype == "bf16" else None
     for run_dir in run_dirs:
         if rundir.RunLock(run_dir).held_by_live_process():
             done.skipped.append(f"{run_dir}: being trained by a live process (score it when it ends)")
@@ -75,8 +74,9 @@ def score_checkpoints(
             if digest not in tokenizers:
                 tokenizers[digest] = loaded.tokenizer()
             tokenizer = tokenizers[digest]
+            autocast = engine.autocast_for(engine.eval_dtype(dtype, loaded.run.train.dtype, device), device)
             lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=device, autocast=autocast)
-            results = suite.evaluate(lm, tokenizer, missing, fmt, limit, batch_size, cache=prepared)
+            results = suite.evaluate(lm, tokenizer, missing, fmt, limit, batch_size, cache=prepared, metrics=metrics)
             suite.write_results(run_dir, step, loaded.tokens, results)
             seconds = time.perf_counter() - start
             done.seconds += seconds

@@ -281,6 +281,8 @@ def run_side_by_side(
     start ("started") and each end."""
     states: list[str | None] = [None] * len(runs)
     pending = list(enumerate(runs, 1))
+    if not slots[0].gpus:
+        _measure_cpu_peaks(runs, slots[0].threads)
     scratch = Path(tempfile.mkdtemp(prefix="ablate-sweep-"))
     try:
         while pending or any(slot.job for slot in slots):
@@ -314,6 +316,23 @@ def run_side_by_side(
         _stop_workers(slots, timeout=60)
         shutil.rmtree(scratch, ignore_errors=True)
     return [s or "failed" for s in states]
+
+
+def _measure_cpu_peaks(runs: list[RunConfig], threads: int) -> None:
+    """This machine's peak FLOP/s at the slots' thread count (for MFU), measured here once if no run measured it
+    before: N workers measuring at once would each see a share of the machine, and the low figure would be kept."""
+    import torch
+
+    from ablate.parallel import peak_flops_for
+
+    dtypes = {torch.bfloat16 if r.train.dtype == "bf16" else torch.float32 for r in runs if not r.train.peak_flops}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # part of the peak's key
+    try:
+        for dtype in dtypes:  # the trainer's compute dtype on CPU: bf16 autocast only when asked
+            peak_flops_for(torch.device("cpu"), dtype)
+    finally:
+        torch.set_num_threads(before)
 
 
 def _stop_workers(slots: list[Slot], timeout: float) -> None:
@@ -362,6 +381,10 @@ if __name__ == "__main__":
             serve(int(sys.argv[2]))
         except KeyboardInterrupt:  # Ctrl-C between runs
             sys.exit(130)
+        # Every run's files are written and closed: skip the interpreter's teardown of torch (~0.6 s), which the
+        # sweep's end would wait for.
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(0)
     else:
         final = run_one(
             json.loads(sys.argv[1]),

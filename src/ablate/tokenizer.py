@@ -51,21 +51,19 @@ def check_vocab_fits(tokenizer_vocab: int, vocab_size: int) -> None:
         )
 
 
-def load_tokenizer_file(path: str):
-    """(tokenizer, eos id) of a tokenizer.json; ConfigError naming what is wrong with the file."""
+def load_tokenizer_file(path: str, field_name: str = "data.tokenizer", allowed: str = TOKENIZER_ALLOWED):
+    """(tokenizer, eos id) of a tokenizer.json; ConfigError naming the field and what is wrong with the file."""
     from tokenizers import Tokenizer
 
     full_path = os.path.expanduser(path)
     try:
         tok = Tokenizer.from_file(full_path)
     except Exception as error:  # tokenizers raises a bare Exception whose text rarely says what is wrong
-        raise ConfigError(
-            f"data.tokenizer: {_why_not_a_tokenizer(full_path, error)}; allowed: {TOKENIZER_ALLOWED}"
-        ) from None
+        raise ConfigError(f"{field_name}: {_why_not_a_tokenizer(full_path, error)}; allowed: {allowed}") from None
     for name in EOS_CANDIDATES:
         if tok.token_to_id(name) is not None:
             return tok, tok.token_to_id(name)
-    raise ConfigError(f"data.tokenizer: {path!r} has none of the end-of-text tokens {list(EOS_CANDIDATES)}")
+    raise ConfigError(f"{field_name}: {path!r} has none of the end-of-text tokens {list(EOS_CANDIDATES)}")
 
 
 def _why_not_a_tokenizer(path: str, error: Exception) -> str:

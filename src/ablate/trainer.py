@@ -37,7 +37,7 @@ from ablate.config import ConfigError, RunConfig, validate
 from ablate.data import prepare_data
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
-from ablate.parallel import Dist, parallelize, peak_flops_for, seed_everything
+from ablate.parallel import Dist, compile_blocks, parallelize, peak_flops_for, seed_everything
 from ablate.stability import LossSpikes, StabilityMonitors
 from ablate.token_files import PreparedData
 
@@ -58,7 +58,7 @@ def standard_callbacks(run: RunConfig) -> list[Callback]:
     if e.tasks.strip():  # lazily: runs without tasks never load the suite
         from ablate.eval_callback import EvalSuite
 
-        found.append(EvalSuite(e.tasks, e.format, e.limit, e.batch_size, e.every, e.every_tokens))
+        found.append(EvalSuite(e.tasks, e.format, e.limit, e.batch_size, e.every, e.every_tokens, e.metrics))
     return sorted(found, key=lambda c: c.order)
 
 
@@ -117,16 +117,17 @@ class Trainer:
             )
         on_gpu = d.device.type == "cuda"
         use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and on_gpu)
-        # GPU: FSDP2 casts parameters to bf16 for compute. CPU: autocast (FSDP2's cast is slower there).
-        self.autocast = (
-            torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 and not on_gpu else contextlib.nullcontext()
-        )
+        # bf16 on every device: FSDP2 keeps the fp32 parameters (the optimizer's master weights) and gathers a bf16
+        # copy of them for each forward and backward; gradients are reduced into the fp32 shards. The model then
+        # computes in bf16 throughout (no per-op autocast casts), its norms, RoPE and loss in fp32 inside.
+        self.autocast = contextlib.nullcontext()  # what callbacks enter around the model: no autocast is needed
         compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
+        self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
 
         self.data: PreparedData = prepare_data(
             run.data, run.model.vocab_size, is_main=d.is_main, share=d.broadcast_object, global_batch=t.global_batch
         )
-        self.model = self._build_model(compute_dtype if on_gpu and use_bf16 else None)
+        self.model = self._build_model(compute_dtype if use_bf16 else None)
         self.optimizer = build_optimizer(self.model, run.optim)
         self.sampler = self.data.sampler(self.seq_len, t.seed)  # a mixture's sampler draws by the weights
         if self.sampler.num_sequences < t.global_batch:
@@ -135,7 +136,6 @@ class Trainer:
                 f"{self.seq_len}, fewer than train.global_batch={t.global_batch}"
             )
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
-        self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
         self.step, self.tokens, self.wall_seconds_before = 0, 0, 0.0
         self.skipped_steps = 0  # updates a callback vetoed (non-finite or spiking loss)
         self.rollbacks: list[dict] = []  # checkpoints restored mid-run (ablate.stability), for summary.json
@@ -148,7 +148,10 @@ class Trainer:
         run, d = self.run, self.dist
         with torch.device("meta"):
             model = Transformer(run.model, max_seq_len=self.seq_len)
-        parallelize(model, d, param_dtype=param_dtype, compile_model=run.train.compile, float8=run.train.float8)
+        run_flops = model.flops_per_token(self.seq_len) * sum(self.batch_plan) * self.seq_len
+        use_bf16 = param_dtype == torch.bfloat16
+        self.compiled = compile_blocks(run.train.compile, d.device, use_bf16, run_flops / self.peak_flops)
+        parallelize(model, d, param_dtype=param_dtype, compile_model=self.compiled, float8=run.train.float8)
         model.to_empty(device=d.device)
         full_state = {}
         if d.is_main:
@@ -193,8 +196,7 @@ class Trainer:
         )
         for (inputs, targets, doc_ids), share in passes:
             inputs, targets, doc_ids = [x.to(d.device, non_blocking=True) for x in (inputs, targets, doc_ids)]
-            with self.autocast:
-                loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
+            loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
             (loss / share).backward()  # share: see rank_micro_batches
             loss_sum += ce / share
         max_norm = self.run.optim.grad_clip or math.inf

@@ -36,6 +36,13 @@ METRICS = ACCURACIES + CONTINUOUS  # a choice task's
 CONTINUATION_METRICS = ("acc_greedy", "gold_logprob", "gold_bpb", "correct_prob")
 METRICS_BY_KIND = {"choice": METRICS, "continuation": CONTINUATION_METRICS}
 KINDS = tuple(METRICS_BY_KIND)
+ALL_METRICS = tuple(dict.fromkeys(METRICS + CONTINUATION_METRICS))
+# the metrics that need log P(answer | "Answer:"): a choice task runs that unconditional pass only for these
+UNCONDITIONAL_METRICS = ("acc_pmi", "acc_choices_only", "margin_pmi")
+
+
+def needs_unconditional(names: tuple[str, ...]) -> bool:
+    return any(name in UNCONDITIONAL_METRICS for name in names)
 
 
 @dataclass
@@ -43,7 +50,8 @@ class ItemScores:
     """Everything the engine measured for one item, one entry per choice (one in all for a continuation task)."""
 
     logprobs: list[float]  # log P(continuation | context)
-    unconditional: list[float]  # log P(continuation | "Answer:"); empty for a continuation task
+    unconditional: list[float]  # log P(continuation | "Answer:"); empty for a continuation task, or when no
+    # metric asked for needs it (UNCONDITIONAL_METRICS are then not computed)
     tokens: list[int]
     chars: list[int]
     bytes: list[int]
@@ -52,15 +60,17 @@ class ItemScores:
 
 
 def predictions(s: ItemScores) -> dict[str, int]:
-    """The chosen index under each normalization (ties go to the first choice, as in lm-eval)."""
+    """The chosen index under each normalization (ties go to the first choice, as in lm-eval); "pmi" and
+    "choices_only" only when the unconditional pass ran."""
     ll, uncond = np.asarray(s.logprobs), np.asarray(s.unconditional)
-    return {
+    chosen = {
         "raw": int(np.argmax(ll)),
         "per_token": int(np.argmax(ll / np.maximum(s.tokens, 1))),
         "per_char": int(np.argmax(ll / np.maximum(s.chars, 1))),
-        "pmi": int(np.argmax(ll - uncond)),
-        "choices_only": int(np.argmax(uncond)),
     }
+    if len(uncond):
+        chosen.update(pmi=int(np.argmax(ll - uncond)), choices_only=int(np.argmax(uncond)))
+    return chosen
 
 
 def _gold_metrics(s: ItemScores) -> dict[str, float]:
@@ -73,29 +83,36 @@ def _gold_metrics(s: ItemScores) -> dict[str, float]:
     }
 
 
-def item_metrics(s: ItemScores, kind: str = "choice") -> dict[str, float]:
-    if kind == "continuation":
-        return {"acc_greedy": float(s.greedy[s.gold]), **_gold_metrics(s)}
-    if kind != "choice":
+def item_metrics(s: ItemScores, kind: str = "choice", names: tuple[str, ...] | None = None) -> dict[str, float]:
+    """The item's metrics `names` (default: every metric of its kind, in that order). A choice item scored without
+    the unconditional pass has no UNCONDITIONAL_METRICS: asking for one is an error."""
+    if kind not in KINDS:
         raise ValueError(f"kind: {kind!r}; allowed: {', '.join(KINDS)}")
-    ll, uncond = np.asarray(s.logprobs, dtype=np.float64), np.asarray(s.unconditional, dtype=np.float64)
+    names = METRICS_BY_KIND[kind] if names is None else names
+    if kind == "continuation":
+        row = {"acc_greedy": float(s.greedy[s.gold]), **_gold_metrics(s)}
+        return {name: row[name] for name in names}
+    if needs_unconditional(names) and len(s.unconditional) != len(s.logprobs):
+        raise ValueError(f"{', '.join(UNCONDITIONAL_METRICS)} need the unconditional log-likelihoods of every choice")
+    ll = np.asarray(s.logprobs, dtype=np.float64)
     pred = predictions(s)
     g = s.gold
     wrong = [i for i in range(len(ll)) if i != g]
     probs = np.exp(ll - ll.max())
-    pmi = ll - uncond
     per_char = ll / np.maximum(s.chars, 1)
     log_total = float(np.logaddexp.reduce(per_char))  # log of the summed per-character probabilities
-    row = {f"acc_{name}": float(pred[name] == g) for name in ("raw", "per_token", "per_char", "pmi", "choices_only")}
+    row = {f"acc_{name}": float(chosen == g) for name, chosen in pred.items()}
     row.update(
         _gold_metrics(s),
         gold_prob=float(probs[g] / probs.sum()),
         margin=float(ll[g] - ll[wrong].mean()) if wrong else 0.0,
-        margin_pmi=float(pmi[g] - pmi[wrong].mean()) if wrong else 0.0,
         total_prob=math.exp(log_total),
         norm_correct_prob=math.exp(per_char[g] - log_total),
     )
-    return {name: row[name] for name in METRICS}
+    if len(s.unconditional):
+        pmi = ll - np.asarray(s.unconditional, dtype=np.float64)
+        row["margin_pmi"] = float(pmi[g] - pmi[wrong].mean()) if wrong else 0.0
+    return {name: row[name] for name in names}
 
 
 def aggregate(

@@ -5,6 +5,9 @@ evals.jsonl gets one line per task per evaluation; eval_items/step_<N>/<task>_<f
 A task with groups (MMLU's subjects) reports the mean over groups of each group's mean, and keeps those in "groups".
 A continuation task (LAMBADA: one gold continuation, no choices) has one request per item, no unconditional pass,
 and its own metrics (metrics.METRICS_BY_KIND); its "chance" is that of its greedy accuracy, 0.
+`metrics` picks the metrics to compute (default: all; a task's primary always): a choice task runs the
+unconditional pass ("Answer:" + each choice) only when one of them needs it (metrics.UNCONDITIONAL_METRICS), and
+the metrics not computed are absent from evals.jsonl, eval_items/ and the samples.
 """
 
 from __future__ import annotations
@@ -18,7 +21,16 @@ from pathlib import Path
 from ablate import rundir
 from ablate.config import ConfigError
 from ablate.eval import engine
-from ablate.eval.metrics import METRICS, METRICS_BY_KIND, ItemScores, aggregate, item_metrics, predictions
+from ablate.eval.metrics import (
+    ALL_METRICS,
+    METRICS,
+    METRICS_BY_KIND,
+    ItemScores,
+    aggregate,
+    item_metrics,
+    needs_unconditional,
+    predictions,
+)
 from ablate.eval.tasks import FORMATS, Task, requests_for
 
 
@@ -57,6 +69,25 @@ def check_config_tasks(tasks: str) -> None:
         raise ConfigError(f"eval.tasks: the task suite (package ablate_evals) is not installed: {exc}") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def parse_metrics(text: str | None, where: str = "--metrics") -> tuple[str, ...] | None:
+    """'acc_raw,acc_per_char' -> those names (None for "" or "all": every metric), refusing unknown names."""
+    if text is None or text.strip() in ("", "all"):
+        return None
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in ALL_METRICS]
+    if unknown:
+        raise ValueError(f"{where}: unknown metric {unknown[0]!r}; allowed: all, {', '.join(ALL_METRICS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def metrics_for(task: Task, fmt: str, metrics: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The metrics computed for a task: those asked for that its kind has, and its primary, in the kind's order."""
+    kind = METRICS_BY_KIND[task.kind]
+    if metrics is None:
+        return kind
+    return tuple(m for m in kind if m in metrics or m == task.primary_for(fmt))
 
 
 def check_format(fmt: str, where: str = "--format") -> str:
@@ -129,16 +160,38 @@ class Prepared:
     spans: list[tuple[int, int, int]]  # per item: (first conditional, first unconditional, number of choices);
     # an item's requests are requests[first conditional:next item's first conditional]
     encoded: list[tuple[list[int], list[int]]]
+    unconditional: bool = True  # a choice task's unconditional requests are there (else each item's stop at k)
 
 
-def prepare(tokenizer, task: Task, fmt: str, limit: int | None) -> Prepared:
+def prepare(tokenizer, task: Task, fmt: str, limit: int | None, unconditional: bool = True) -> Prepared:
     items = task.items(limit)
     requests, spans = [], []
     for item in items:
-        conditional, unconditional = requests_for(item, fmt, task.kind)
+        conditional, uncond = requests_for(item, fmt, task.kind)
         spans.append((len(requests), len(requests) + len(conditional), len(conditional)))
-        requests += conditional + unconditional
-    return Prepared(items, requests, spans, engine.encode(tokenizer, requests))
+        requests += conditional + (uncond if unconditional else [])
+    return Prepared(items, requests, spans, engine.encode(tokenizer, requests), unconditional)
+
+
+def prepared(
+    cache: dict, tokenizer, task: Task, fmt: str, limit: int | None, metrics: tuple[str, ...] | None = None
+) -> Prepared:
+    """A task's Prepared from `cache` (made and kept there the first time), with the unconditional requests only
+    when the metrics need them; keyed by tokenizer too."""
+    unconditional = task.kind == "choice" and needs_unconditional(metrics_for(task, fmt, metrics))
+    key = (id(tokenizer), task.name, fmt, limit, unconditional)
+    if key not in cache:
+        cache[key] = prepare(tokenizer, task, fmt, limit, unconditional)
+    return cache[key]
+
+
+def scored_requests(task: Task, fmt: str, prepared: Prepared, metrics: tuple[str, ...] | None) -> list[int]:
+    """The indices of the requests to score: each item's conditional ones, and its unconditional ones only when one
+    of the metrics needs them."""
+    use_unconditional = task.kind == "choice" and needs_unconditional(metrics_for(task, fmt, metrics))
+    if use_unconditional and not prepared.unconditional:
+        raise ValueError(f"{task.name}: its metrics need the unconditional requests, which were not prepared")
+    return [j for cond, uncond, k in prepared.spans for j in range(cond, uncond + (k if use_unconditional else 0))]
 
 
 def evaluate_task(
@@ -150,15 +203,19 @@ def evaluate_task(
     batch_size: int = 32,
     log_samples: bool = False,
     prepared: Prepared | None = None,
+    metrics: tuple[str, ...] | None = None,
 ) -> TaskResult:
     start = time.perf_counter()
-    prepared = prepared or prepare(tokenizer, task, fmt, limit)
+    names = metrics_for(task, fmt, metrics)
+    use_unconditional = task.kind == "choice" and needs_unconditional(names)
+    prepared = prepared or prepare(tokenizer, task, fmt, limit, use_unconditional)
     items, requests, spans = prepared.items, prepared.requests, prepared.spans
-    scored = engine.score(lm, prepared.encoded, batch_size)
+    wanted = scored_requests(task, fmt, prepared, metrics)
+    scored = dict(zip(wanted, engine.score(lm, [prepared.encoded[j] for j in wanted], batch_size)))
+    uncond_counts = [k if use_unconditional else 0 for _, _, k in spans]
     rows, samples, truncated = [], [], 0
-    for item, (cond, uncond, k) in zip(items, spans):
+    for item, (cond, uncond, k), k_uncond in zip(items, spans, uncond_counts):
         mine = [requests[cond + i] for i in range(k)]
-        k_uncond = k if task.kind == "choice" else 0  # a continuation task has no unconditional requests
         s = ItemScores(
             logprobs=[scored[cond + i].logprob for i in range(k)],
             unconditional=[scored[uncond + i].logprob for i in range(k_uncond)],
@@ -174,7 +231,7 @@ def evaluate_task(
                 "id": item.id,
                 "gold": item.gold,
                 **({"group": item.group} if item.group else {}),
-                **item_metrics(s, task.kind),
+                **item_metrics(s, task.kind, names),
             }
         )
         if log_samples:
@@ -207,7 +264,7 @@ def evaluate_task(
                     **({"predictions": predictions(s)} if task.kind == "choice" else {"greedy": s.greedy[item.gold]}),
                 }
             )
-    groups, names = {}, METRICS_BY_KIND[task.kind]
+    groups = {}
     if task.group is not None:
         means, stderrs, groups = macro_average(rows, [item.group for item in items], names)
     else:
@@ -241,19 +298,20 @@ def evaluate(
     batch_size: int = 32,
     log_samples: bool = False,
     cache: dict | None = None,
+    metrics: tuple[str, ...] | str | None = None,
 ) -> list[TaskResult]:
-    """Score each task; `cache` (a dict the caller keeps, as the training hook does) saves re-tokenizing the same
-    requests at every evaluation (measured: 2.4 s for the 11 tasks at 1000 items); it is keyed by tokenizer too."""
+    """Score each task on `metrics` (names, or parse_metrics' text; None: all). `cache` (a dict the caller keeps,
+    as the training hook does) saves re-tokenizing the same requests at every evaluation (measured: 2.4 s for the
+    11 tasks at 1000 items)."""
     known = all_tasks()
     parse_tasks(",".join(tasks))
     check_format(fmt)
+    metrics = parse_metrics(metrics if isinstance(metrics, str) or metrics is None else ",".join(metrics))
     cache = {} if cache is None else cache
     results = []
     for name in tasks:
-        key = (id(tokenizer), name, fmt, limit)
-        if key not in cache:
-            cache[key] = prepare(tokenizer, known[name], fmt, limit)
-        results.append(evaluate_task(lm, tokenizer, known[name], fmt, limit, batch_size, log_samples, cache[key]))
+        ready = prepared(cache, tokenizer, known[name], fmt, limit, metrics)
+        results.append(evaluate_task(lm, tokenizer, known[name], fmt, limit, batch_size, log_samples, ready, metrics))
     return results
 
 

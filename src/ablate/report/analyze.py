@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report import choose, decide, match, stats, subjects
+from ablate.report import choose, decide, match, stats, subjects, tokenizers
 from ablate.report.across import across_scales
 from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.runs import (
@@ -366,6 +366,7 @@ def _overview(runs: list[Run], skipped: list[str]) -> dict:
                 "params_active": s.get("params_active", s.get("params")),  # with experts: those a token uses
                 "wall_seconds": s.get("wall_seconds"),
                 "final_val_loss": s.get("final_val_loss"),
+                **tokenizers.overview_fields(r),
             }
         )
     return {
@@ -428,7 +429,8 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
             f"pairwise tests, SNR signal, Kendall tau, decision accuracy and the aggregate score: need >= 2 "
             f"finished variants (have {len(group['variants'])})"
         )
-    missing = sorted({s["task"] for s in group["series"] if not s["has_items"]})
+    # val bpb across tokenizers has no pairable items by design (report/tokenizers.py says so)
+    missing = sorted({s["task"] for s in group["series"] if not s["has_items"] and s["metric"] != tokenizers.BPB})
     if missing:
         notes.append(
             "confidence intervals and item-level p-values (seed-level tests still run, on the logged "
@@ -464,6 +466,7 @@ def analyze_runs(
     """Every figure of the report from loaded runs (build_report reads them from disk; the calibration tests build
     them in memory and run this same path)."""
     overview = _overview(runs, skipped or [])
+    tokenizer_note = tokenizers.apply(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     scales = group_by_scale(runs, opts.scale)
     subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
@@ -473,6 +476,9 @@ def analyze_runs(
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
     decisions = decide.decision_series(target, recommendation)
     inference = decide.apply_family(decide.family_series(target, decisions), opts, where or "(one scale)", decisions)
+    headline = decide.headline(experiment + (f" {where}" if where else ""), target, recommendation, overview, opts)
+    if tokenizer_note["text"]:
+        headline["text"] += " " + tokenizer_note["text"]
     return {
         "schema": 3,
         "experiment": experiment,
@@ -496,9 +502,8 @@ def analyze_runs(
         "recommendation": recommendation,
         "inference": inference,
         "sweep": analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
-        "headline": decide.headline(
-            experiment + (f" {where}" if where else ""), target, recommendation, overview, opts
-        ),
+        "headline": headline,
+        "tokenizers": tokenizer_note,
         "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),
         "seconds": 0.0,
     }

@@ -138,7 +138,9 @@ def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | N
 def label(s: dict) -> str:
     """A decision metric's short name: the task without ":cf", plus the metric when it is not the primary."""
     name = s["task"][:-3] if s["task"].endswith(":cf") else s["task"]
-    return name if s["primary"] or s["task"] == VAL_TASK else f"{name} [{s['metric']}]"
+    if s["task"] == VAL_TASK:
+        return "val_bpb" if s["metric"] == "bpb" else name
+    return name if s["primary"] else f"{name} [{s['metric']}]"
 
 
 def _p(x, op: str = "=") -> str:
@@ -211,7 +213,8 @@ def winner(decisions: list[dict]) -> str | None:
 
 def decision_series(group: dict, recommendation: dict) -> list[dict]:
     """Validation loss, then each suite task's recommended metric: the only series decisions rest on."""
-    keys = [(VAL_TASK, "loss")] + [(e["task"], e["metric"]) for e in recommendation["suite"] if e["task"] != VAL_TASK]
+    keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")]  # the val task holds one: bpb when tokenizers differ
+    keys += [(e["task"], e["metric"]) for e in recommendation["suite"] if e["task"] != VAL_TASK]
     by_key = {(s["task"], s["metric"]): s for s in group["series"]}
     return [by_key[k] for k in keys if k in by_key]
 

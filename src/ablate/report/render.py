@@ -11,7 +11,7 @@ import html
 import json
 import math
 
-from ablate.report import plots
+from ablate.report import plots, tokenizers
 from ablate.report.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
 from ablate.report.grid.sections import grid_sections
 
@@ -47,9 +47,10 @@ def _overview(report: dict) -> Section:
         ]
         for r in o["runs"]
     ]
-    sec.tables.append(
-        ("Runs", ["run", "status", "steps", "tokens", "params", "wall time", "final val loss", "note"], rows)
-    )
+    header, extra = tokenizers.runs_table(o["runs"])  # val bpb, fertility, bytes/token: beside the losses
+    rows = [row[:-1] + more + row[-1:] for row, more in zip(rows, extra)]
+    header = ["run", "status", "steps", "tokens", "params", "wall time", "final val loss", *header, "note"]
+    sec.tables.append(("Runs", header, rows))
     if o["not_analyzed"]:
         sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o["not_analyzed"]))
     if o.get("diverged"):

@@ -151,12 +151,14 @@ def load_run(path: Path, variant: str) -> Run:
     seed = int(number) if number.isdigit() else int(config.get("train", {}).get("seed", 0))
 
     # Last line wins for a repeated step (a resumed run may log a step twice).
-    train_by_step, val_by_step = {}, {}
+    train_by_step, val_by_step, bpb_by_step = {}, {}, {}
     for row in _read_jsonl(path / rundir.METRICS):
         if "loss" in row and isinstance(row["loss"], (int, float)):
             train_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["loss"]), None)
         if _finite(row.get("val/loss")):
             val_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/loss"]), None)
+        if _finite(row.get("val/bpb")):  # what runs of different tokenizers compare on (report/tokenizers.py)
+            bpb_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/bpb"]), None)
     train_loss = [train_by_step[s] for s in sorted(train_by_step)]
     planned = held.get("steps") or config.get("train", {}).get("max_steps")  # "steps": since batch schedules
     status, note, last_step = _status(summary, train_loss, planned, rundir.read_status(path) or {})
@@ -164,6 +166,8 @@ def load_run(path: Path, variant: str) -> Run:
 
     if val_by_step:
         run.scores[(VAL_TASK, "loss")] = [val_by_step[s] for s in sorted(val_by_step)]
+    if bpb_by_step:
+        run.scores[(VAL_TASK, "bpb")] = [bpb_by_step[s] for s in sorted(bpb_by_step)]
     evals = {}
     for row in _read_jsonl(path / rundir.EVALS):
         evals[(row["step"], row["task"], row.get("format", "cf"))] = row

@@ -1,0 +1,103 @@
+"""Runs of different tokenizers: loss per token does not compare across them (a token holds more text under a larger
+vocabulary), bits per byte does. When the finished runs use more than one tokenizer, validation is compared by its
+bits per byte (the val/bpb lines every run logs beside val/loss) and the report says so; the runs table shows each
+run's tokenizer figures (summary.json "tokenizer": fertility, bytes per token on its validation documents) beside
+its losses either way.
+
+A run's tokenizer is the sha256 of its tokenizer.json (summary.json), or, when some finished run has none (older
+runs), what its config says: data.tokenizer, and for a BPE trained by ablate its vocabulary and training text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ablate.report.fmt import fmt
+from ablate.report.runs import VAL_TASK, Run, TaskInfo
+from ablate.status import natural_key
+
+BPB = "bpb"
+TRAINING_TEXT_FIELDS = ("source", "val_source", "val_fraction", "max_documents", "text_field")  # what a BPE learns on
+
+
+def _figures(run: Run) -> dict:
+    figures = (run.summary or {}).get("tokenizer")
+    return figures if isinstance(figures, dict) else {}
+
+
+def label(run: Run) -> str:
+    """bpe:8192, or the tokenizer file's name."""
+    data, model = run.config.get("data", {}), run.config.get("model", {})
+    given = data.get("tokenizer", "bpe")
+    return f"bpe:{model.get('vocab_size')}" if given == "bpe" else os.path.basename(str(given))
+
+
+def _from_config(run: Run) -> str:
+    data = run.config.get("data", {})
+    if data.get("tokenizer", "bpe") != "bpe":
+        return str(data.get("tokenizer"))
+    trained_on = {k: data.get(k) for k in TRAINING_TEXT_FIELDS}
+    return json.dumps([label(run), trained_on], sort_keys=True, default=str)
+
+
+def identities(runs: list[Run]) -> dict[str, str]:
+    """run label -> its tokenizer's identity, over the finished runs."""
+    finished = [r for r in runs if r.status == "finished"]
+    exact = all(_figures(r).get("sha256") for r in finished)
+    return {r.label: _figures(r)["sha256"] if exact else _from_config(r) for r in finished}
+
+
+def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> dict:
+    """When the finished runs use several tokenizers, validation is compared in bits per byte: the val task's one
+    metric becomes "bpb" (left out when some run logged none). Returns report.json's "tokenizers"."""
+    ids = identities(runs)
+    kinds = sorted({label(r) for r in runs if r.label in ids}, key=natural_key)
+    out = {"differ": len(set(ids.values())) > 1, "tokenizers": kinds, "compared_by": "loss", "text": ""}
+    if not out["differ"] or VAL_TASK not in tasks:
+        return out
+    finished = [r for r in runs if r.label in ids]
+    without = [r.label for r in finished if not r.scores.get((VAL_TASK, BPB))]
+    head = f"Runs of {len(set(ids.values()))} tokenizers ({', '.join(kinds)})"
+    if without:
+        del tasks[VAL_TASK]
+        out["compared_by"] = None
+        out["text"] = (
+            f"{head}: loss per token does not compare across tokenizers and {', '.join(without)} logged no "
+            f"val/bpb (trained before ablate logged it), so validation is left out of the comparison."
+        )
+        return out
+    info = tasks[VAL_TASK]
+    info.metrics, info.primary, info.chance = [BPB], BPB, None
+    out["compared_by"] = BPB
+    out["text"] = (
+        f"{head}: validation is compared in bits per byte (val_bpb = loss x tokens / UTF-8 bytes / ln 2), since "
+        f"loss per token does not compare across tokenizers; on run scores alone, as a sequence holds other text "
+        f"under each tokenizer."
+    )
+    return out
+
+
+def overview_fields(run: Run) -> dict:
+    """What the runs table shows of a run's tokenizer, beside its losses."""
+    summary, figures = run.summary or {}, _figures(run)
+    return {
+        "tokenizer": label(run),
+        "final_val_bpb": summary.get("final_val_bpb"),
+        "fertility": figures.get("fertility"),
+        "bytes_per_token": figures.get("bytes_per_token"),
+        "continued_word_rate": figures.get("continued_word_rate"),
+        "vocab_use": figures.get("vocab_use"),
+    }
+
+
+def runs_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The tokenizer columns of the runs table (header, a row of cells per run); none when no run has figures."""
+    if not any(r.get("final_val_bpb") is not None or r.get("fertility") is not None for r in rows):
+        return [], [[] for _ in rows]
+    header = ["tokenizer", "val bpb", "fertility", "bytes/token"]
+    cells = [
+        [r.get("tokenizer") or ""] + [fmt(r.get(k)) for k in ("final_val_bpb", "fertility", "bytes_per_token")]
+        for r in rows
+    ]
+    return header, cells
