@@ -20,6 +20,7 @@ SCRIPTS = {
         "ratio in-training evaluation/training time, 1 evaluation(s) per run",
     ),
     "bench_kernels": ([], "ratio peak memory chunked/naive"),
+    "bench_nanogpt": ([], "ratio step time nanoGPT-style / ablate, bf16"),
     "bench_plan": ([], "ratio estimate/measured furthest from 1, of 1 rows"),
     "bench_sweep": ([], "ratio wall time --jobs 1 / --jobs 2"),
     "bench_train": ([], "ratio tokens/s bf16 / fp32"),

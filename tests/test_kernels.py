@@ -209,18 +209,28 @@ def test_dispatch_picks_triton_only_when_it_can_run(monkeypatch):
 
 
 def tiny_model(kernels_choice, **knobs):
-    cfg = ModelConfig(vocab_size=97, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, kernels=kernels_choice, **knobs)
+    knobs = {"n_kv_heads": 2, **knobs}
+    cfg = ModelConfig(vocab_size=97, d_model=48, n_layers=2, n_heads=4, kernels=kernels_choice, **knobs)
     validate(RunConfig(model=cfg))
     model = Transformer(cfg, max_seq_len=16)
     model.init_weights(torch.Generator().manual_seed(0))
     return model
 
 
-def test_model_trains_the_same_with_triton_kernels():
-    """Five AdamW steps of a model using all four kernels (QK-norm, partial RoPE, SwiGLU, z-loss, GQA):
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(qk_norm=True, rope_fraction=0.5, z_loss=1e-3),
+        # MLA: RoPE on a key shared by the heads (a broadcast view), norms on both latents; MoE: SwiGLU per expert
+        dict(n_kv_heads=None, attention="mla", q_lora_rank=16, kv_lora_rank=16, qk_rope_dim=4),
+        dict(ffn="moe", moe_experts=4, moe_shared_experts=1, moe_hidden=32),
+    ],
+    ids=["gqa", "mla", "moe"],
+)
+def test_model_trains_the_same_with_triton_kernels(knobs):
+    """Five AdamW steps of a model using all four kernels (QK-norm, partial RoPE, SwiGLU, z-loss, GQA; MLA; MoE):
     kernels="triton" under the interpreter against kernels="torch", fp32. Losses agree to 1e-5 relative at every
     step."""
-    knobs = dict(qk_norm=True, rope_fraction=0.5, z_loss=1e-3)
     models = {k: tiny_model(k, **knobs) for k in ("torch", "triton")}
     optimizers = {k: torch.optim.AdamW(m.parameters(), lr=3e-3) for k, m in models.items()}
     tokens = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(4))

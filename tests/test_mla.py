@@ -180,9 +180,9 @@ def test_odd_head_dims_are_fine_with_mla():
     validate(RunConfig(model=ModelConfig(**{**BASE, "d_model": 36})))  # head_dim 9: only the RoPE part rotates
 
 
-def test_export_refuses_latent_attention_by_name():
-    with pytest.raises(NotImplementedError, match=r"model.attention='mla': .* no transformers mapping yet"):
-        check_exportable(ModelConfig(**BASE))
+def test_latent_attention_exports_as_deepseek_v3():
+    """Its logits against transformers' are tests/test_export_moe_mla.py's."""
+    assert check_exportable(ModelConfig(**BASE)) == "DeepseekV3"
 
 
 def test_values_are_padded_so_sdpa_takes_a_fused_kernel():

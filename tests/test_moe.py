@@ -245,9 +245,11 @@ def test_bad_settings_are_refused_naming_the_field(fields, says):
         validate(RunConfig(model=moe_config(**fields)))
 
 
-def test_export_refuses_experts_by_name():
-    with pytest.raises(NotImplementedError, match=r"model.ffn='moe': .* no transformers mapping yet"):
-        check_exportable(moe_config())
+def test_export_takes_experts_without_a_capacity():
+    """Which class takes which MoE, and the logits, are tests/test_export_moe_mla.py's."""
+    assert check_exportable(moe_config()) == "Mixtral"
+    with pytest.raises(NotImplementedError, match=r"model.moe_capacity=1.25: .* export needs model.moe_capacity=0"):
+        check_exportable(moe_config(moe_capacity=1.25))
 
 
 def test_the_balance_callback_joins_moe_runs_only():

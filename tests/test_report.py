@@ -397,3 +397,21 @@ def test_natural_order_vs_best_table_axes_and_chance_caption(tmp_path):
     assert "Variants on the grid's axes" in md
     page = (root / "report.html").read_text()
     assert "<figcaption>val_loss [loss] (chance 6.238 is far from the curves and not drawn)</figcaption>" in page
+
+
+def test_runs_table_shows_active_parameters_and_kv_cache_bytes(tmp_path):
+    """An MoE run's total and active parameters, and each attention choice's KV-cache bytes beside its loss."""
+    root = tmp_path / "arch"
+    sizes = {"mha": (12345, 12345, 4096), "mla": (12000, 12000, 1280), "moe": (30000, 12345, 4096)}
+    for variant, (params, active, kv) in sizes.items():
+        for seed in (0, 1):
+            run = write_run(root, variant, seed, STEPS, [5.0, 4.5, 4.0, 3.8], {})
+            summary = json.loads((run / "summary.json").read_text())
+            summary.update(params=params, params_active=active, kv_cache_bytes_per_token=kv)
+            (run / "summary.json").write_text(json.dumps(summary))
+    report = write_report(root, opts=FAST)
+    rows = {r["run"]: r for r in report["overview"]["runs"]}
+    assert rows["mla/seed0"]["kv_bytes_per_token"] == 1280 and rows["moe/seed1"]["params_active"] == 12345
+    md = (root / "report.md").read_text()
+    assert "| KV cache B/token |" in md
+    assert "| 30,000 (12,345 active) |" in md and "| 1,280 |" in md

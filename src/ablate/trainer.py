@@ -35,6 +35,7 @@ from ablate.callbacks import (
 )
 from ablate.config import ConfigError, RunConfig, validate
 from ablate.data import prepare_data
+from ablate.memory import kv_cache_bytes_per_token
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
 from ablate.parallel import Dist, compile_blocks, parallelize, peak_flops_for, seed_everything
@@ -354,6 +355,7 @@ class Trainer:
             "tokens": self.tokens,
             "params": self.model.num_params(),
             "params_active": self.model.num_params(active=True),  # with experts: those one token uses
+            "kv_cache_bytes_per_token": kv_cache_bytes_per_token(self.run.model),  # bf16, every layer: beside the loss
             "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
             "tokens_per_second": math.nan,
             "mfu": None,

@@ -364,6 +364,7 @@ def _overview(runs: list[Run], skipped: list[str]) -> dict:
                 "tokens": s.get("tokens", r.train_loss[-1].tokens if r.train_loss else None),
                 "params": s.get("params"),
                 "params_active": s.get("params_active", s.get("params")),  # with experts: those a token uses
+                "kv_bytes_per_token": s.get("kv_cache_bytes_per_token"),
                 "wall_seconds": s.get("wall_seconds"),
                 "final_val_loss": s.get("final_val_loss"),
                 **tokenizers.overview_fields(r),

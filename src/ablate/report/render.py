@@ -50,6 +50,9 @@ def _overview(report: dict) -> Section:
     header, extra = tokenizers.runs_table(o["runs"])  # val bpb, fertility, bytes/token: beside the losses
     rows = [row[:-1] + more + row[-1:] for row, more in zip(rows, extra)]
     header = ["run", "status", "steps", "tokens", "params", "wall time", "final val loss", *header, "note"]
+    if len({r.get("kv_bytes_per_token") for r in o["runs"]} - {None}) > 1:  # attention choices: KV memory vs loss
+        header.insert(7, "KV cache B/token")
+        rows = [row[:7] + [fmt(r.get("kv_bytes_per_token"))] + row[7:] for row, r in zip(rows, o["runs"])]
     sec.tables.append(("Runs", header, rows))
     if o["not_analyzed"]:
         sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o["not_analyzed"]))
