@@ -31,7 +31,6 @@ all_reduce) must run them on every rank.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import resource
@@ -96,7 +95,6 @@ class TrainerView(Protocol):
     optimizer: torch.optim.Optimizer
     dist: Dist  # rank, world, device, is_main
     data: PreparedData  # .train, .val (TokenData), .val_indices(), .tokenizer_path, .vocab_size
-    autocast: contextlib.AbstractContextManager  # entered around the model; a no-op (bf16 is FSDP2's cast now)
 
     def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
         """A metrics.jsonl line {step, tokens, **fields} and TensorBoard scalars (rank 0)."""
@@ -321,8 +319,8 @@ class Validation(Callback):
             inputs, targets, doc_ids = [
                 x.to(d.device, non_blocking=True) for x in trainer.data.val.batch(chunk, trainer.seq_len)
             ]
-            with trainer.autocast:  # a chunk of logits at a time: a 50k vocabulary never is whole
-                per_token = trainer.model.per_token_loss(inputs, targets, doc_ids if self.doc_mask else None)
+            # a chunk of logits at a time: a 50k vocabulary never is whole
+            per_token = trainer.model.per_token_loss(inputs, targets, doc_ids if self.doc_mask else None)
             losses.update(zip(part, per_token.mean(dim=1).tolist()))
         trainer.model.train()
         gathered = [None] * d.world

@@ -99,9 +99,7 @@ def cmd_eval(args) -> int:
         return _score_every_checkpoint(args, tasks, metrics)
     loaded = load_model(args.path, device=args.device)
     # bf16: matmuls in bf16 under autocast, log-likelihoods still summed in fp32 (as in-training evals of bf16 runs)
-    dtype = engine.eval_dtype(args.dtype, loaded.run.train.dtype, args.device)
-    autocast = engine.autocast_for(dtype, args.device)
-    lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=args.device, autocast=autocast)
+    lm, dtype = engine.for_loaded(loaded, args.device, args.dtype)
     results = suite.evaluate(
         lm,
         loaded.tokenizer(),

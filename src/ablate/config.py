@@ -139,9 +139,8 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
     # torch.compile of each block. "auto": on where it was measured faster and only changes rounding, i.e. for bf16
-    # on CPU (the ~10M model of bench_train.py: 1.2-1.3x the eager step); off for fp32 (compile changes fp32 losses
-    # in the last digits: eager fp32 runs stay bit-identical) and on GPU (not measured here). The first step pays
-    # the compile.
+    # on CPU runs long enough to repay the first step's compile (parallel.compile_blocks; the ~10M model of
+    # bench_train.py: 1.2-1.3x the eager step); off for fp32 (eager fp32 runs stay bit-identical) and on GPU.
     compile: bool | Literal["auto"] = "auto"
     log_every: int = 10
     val_every: int = 100  # 0: only at the end

@@ -29,7 +29,7 @@ class EvalSuite(Callback):
         """tasks: eval.tasks as written (names and suites, comma-separated); format, limit (0: every item),
         batch_size; every (steps), every_tokens (tokens): when to score, besides the last step; metrics: the
         metrics to compute, comma-separated ("": all; without acc_pmi, acc_choices_only and margin_pmi the
-        unconditional pass is skipped). The matmuls run as training's do (its autocast: bf16 for a bf16 run)."""
+        unconditional pass is skipped). The matmuls run as training's do (bf16 parameters for a bf16 run)."""
         self.tasks_text, self.format, self.limit, self.batch_size = tasks, format, limit, batch_size
         self.metrics = suite.parse_metrics(metrics, "eval.metrics")
         self.every, self.every_tokens = every, every_tokens
@@ -64,9 +64,7 @@ class EvalSuite(Callback):
 
     def evaluate(self, trainer: TrainerView) -> None:
         start = time.perf_counter()
-        lm = engine.for_transformer(
-            trainer.model, max_len=trainer.seq_len, device=trainer.dist.device, autocast=trainer.autocast
-        )
+        lm = engine.for_transformer(trainer.model, max_len=trainer.seq_len, device=trainer.dist.device)
         trainer.model.eval()
         # compiled blocks run eagerly here: every batch of contexts has a shape of its own, and recompiling for
         # each costs far more than the forward passes it would speed up

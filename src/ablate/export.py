@@ -25,7 +25,7 @@ import torch
 
 from ablate import rundir
 from ablate.config import ModelConfig
-from ablate.model import mla_dims
+from ablate.model import layer_has_experts, mla_dims
 
 # Each entry: (does this config use a knob transformers cannot represent?, why). Checked in order, before the class.
 _UNSUPPORTED = [
@@ -62,7 +62,7 @@ _UNSUPPORTED = [
 
 def _moe_layers(m: ModelConfig) -> list[int]:
     """The (0-based) layers with experts: k-1, 2k-1, ... for moe_every=k (as Transformer builds them)."""
-    return [i for i in range(m.n_layers) if m.ffn == "moe" and (i + 1) % m.moe_every == 0]
+    return [i for i in range(m.n_layers) if layer_has_experts(m, i)]
 
 
 def _first_moe_layer(m: ModelConfig) -> int | None:

@@ -33,13 +33,7 @@ class AblateLM(LM):
         self.loaded = load_model(path, device=device)
         self.tokenizer = self.loaded.tokenizer()
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 32  # "auto" -> the engine's default
-        self.dtype = engine.eval_dtype(dtype, self.loaded.run.train.dtype, device)
-        self.lm = engine.for_transformer(
-            self.loaded.model,
-            max_len=self.loaded.run.data.seq_len,
-            device=device,
-            autocast=engine.autocast_for(self.dtype, device),
-        )
+        self.lm, self.dtype = engine.for_loaded(self.loaded, device, dtype)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         pairs = [Request(*r.args) for r in requests]

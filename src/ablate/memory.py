@@ -25,7 +25,7 @@ import torch
 from ablate.batching import largest_pass, rank_passes, run_plan
 from ablate.config import ConfigError, ModelConfig, RunConfig
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
-from ablate.model import Transformer, mla_dims
+from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
 
 FP32 = 4
 
@@ -255,17 +255,14 @@ def layer_saved_bytes(
     return total
 
 
-def _uses_rope(m: ModelConfig, i: int) -> bool:
-    """As model.py builds layer i: RoPE unless pos="nope" or the layer is a multiple of rope_skip_every (1-based)."""
-    return m.pos == "rope" and not (m.rope_skip_every and (i + 1) % m.rope_skip_every == 0)
-
-
 def saved_per_block(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool) -> list[int]:
     """Bytes each block saves for backward."""
     if m.ffn != "moe" and m.attention != "mla":
-        return [block_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask) for i in range(m.n_layers)]
-    moe = [m.ffn == "moe" and (i + 1) % m.moe_every == 0 for i in range(m.n_layers)]
-    return [layer_saved_bytes(m, batch, seq, p, _uses_rope(m, i), doc_mask, moe[i]) for i in range(m.n_layers)]
+        return [block_saved_bytes(m, batch, seq, p, layer_uses_rope(m, i), doc_mask) for i in range(m.n_layers)]
+    return [
+        layer_saved_bytes(m, batch, seq, p, layer_uses_rope(m, i), doc_mask, layer_has_experts(m, i))
+        for i in range(m.n_layers)
+    ]
 
 
 def final_saved_bytes(m: ModelConfig, tokens: int, p: Precision) -> int:

@@ -384,7 +384,8 @@ class MoE(nn.Module):
         token = torch.arange(flat.shape[0], device=x.device).repeat_interleave(self.top_k)
         expert, gate = expert.flatten(), gate.flatten()
         if keep is not None:  # over capacity: the choice is dropped (the token keeps its residual)
-            token, expert, gate = token[keep.flatten()], expert[keep.flatten()], gate[keep.flatten()]
+            kept = keep.flatten()
+            token, expert, gate = token[kept], expert[kept], gate[kept]
         out = self.experts(flat, token, expert, gate)
         if self.shared is not None:
             out = out + self.shared.every(flat)
@@ -420,19 +421,24 @@ class Block(nn.Module):
         return x + self.dropout(self.ffn(self.ffn_norm(x))), attention_logit_max(q, k, attn_mask)
 
 
+def layer_uses_rope(cfg: ModelConfig, i: int) -> bool:
+    """Layer i (0-based) applies RoPE unless pos="nope" or it is one of layers k, 2k, ... (1-based) for
+    rope_skip_every=k (Llama 4 style NoPE interleaving)."""
+    return cfg.pos == "rope" and not (cfg.rope_skip_every and (i + 1) % cfg.rope_skip_every == 0)
+
+
+def layer_has_experts(cfg: ModelConfig, i: int) -> bool:
+    """Layer i (0-based) is a mixture of experts: with ffn="moe", layers k, 2k, ... (1-based) for moe_every=k."""
+    return cfg.ffn == "moe" and (i + 1) % cfg.moe_every == 0
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, max_seq_len: int):
         super().__init__()
         self.cfg, self.max_seq_len = cfg, max_seq_len
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        # Layers k, 2k, ... (1-based) skip RoPE when rope_skip_every=k (Llama 4 style NoPE interleaving).
         self.layers = nn.ModuleList(
-            Block(
-                cfg,
-                use_rope=cfg.pos == "rope" and not (cfg.rope_skip_every and (i + 1) % cfg.rope_skip_every == 0),
-                moe=cfg.ffn == "moe" and (i + 1) % cfg.moe_every == 0,  # layers k, 2k, ... (1-based)
-            )
-            for i in range(cfg.n_layers)
+            Block(cfg, layer_uses_rope(cfg, i), layer_has_experts(cfg, i)) for i in range(cfg.n_layers)
         )
         self.norm = make_norm(cfg, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

@@ -27,6 +27,7 @@ from ablate.memory import (
     precision_of,
 )
 from ablate.parallel import peak_flops_for
+from ablate.status import aligned
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -151,21 +152,6 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 1440}d{minutes // 60 % 24:02d}h"
 
 
-def _table(rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
-    """Columns aligned: text to the left, numbers to the right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(w) if i in text_columns else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
-        ).rstrip()
-        for row in rows
-    )
-
-
-def _precision_name(run: RunConfig, device_type: str) -> str:
-    return precision_of(run, device_type).mode
-
-
 def format_report(
     plans: list[RunPlan], world: int, device_memory: int | None, mfu: float | None, mfu_source: str
 ) -> str:
@@ -215,7 +201,7 @@ def format_report(
     lines = [
         f"compute over {world} device{'s' if world > 1 else ''}: a branch counts only its steps after the branch "
         f"point; tokens/param counts every token its final model saw",
-        _table(rows),
+        aligned(rows),
         "",
         f"peak per device: {', '.join(peaks)}",
         "KV/token: a bf16 KV cache per token over every layer (2 x kv heads x head dim, or MLA's kv_lora_rank + "
@@ -235,7 +221,7 @@ def format_report(
         rows.append(
             [
                 name,
-                _precision_name(p.run, device_type_of(p.run)),
+                precision_of(p.run, device_type_of(p.run)).mode,
                 f"{largest_pass(run_plan(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
                 format_bytes(mem.params),
                 format_bytes(mem.grads),
@@ -250,7 +236,7 @@ def format_report(
         f"memory per rank at the step's peak, FSDP2 over {world} rank{'s' if world > 1 else ''} "
         f"(activations: saved for backward by one micro-batch, with the gathered parameters and loss buffers "
         f"alive then)",
-        _table(rows, text_columns=(0, 1, 8)),
+        aligned(rows, text_columns=(0, 1, 8)),
     ]
     if any(device_type_of(p.run) == "cpu" for p in plans):
         lines.append(

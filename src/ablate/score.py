@@ -74,8 +74,7 @@ def score_checkpoints(
             if digest not in tokenizers:
                 tokenizers[digest] = loaded.tokenizer()
             tokenizer = tokenizers[digest]
-            autocast = engine.autocast_for(engine.eval_dtype(dtype, loaded.run.train.dtype, device), device)
-            lm = engine.for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=device, autocast=autocast)
+            lm, _ = engine.for_loaded(loaded, device, dtype)
             results = suite.evaluate(lm, tokenizer, missing, fmt, limit, batch_size, cache=prepared, metrics=metrics)
             suite.write_results(run_dir, step, loaded.tokens, results)
             seconds = time.perf_counter() - start

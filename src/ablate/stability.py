@@ -214,5 +214,4 @@ class StabilityMonitors(Callback):
             count = min(self.micro_batch, trainer.data.val.num_sequences(trainer.seq_len))
             inputs, _, doc_ids = trainer.data.val.batch(list(range(count)), trainer.seq_len)
             self.inputs = (inputs.to(trainer.dist.device), doc_ids.to(trainer.dist.device) if self.doc_mask else None)
-        with trainer.autocast:  # the precision the model trains in
-            return trainer.model.stability_stats(*self.inputs)
+        return trainer.model.stability_stats(*self.inputs)

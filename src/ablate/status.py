@@ -25,6 +25,18 @@ def natural_key(text: str) -> list:
     ]
 
 
+def aligned(rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
+    """Rows as columns two spaces apart: text to the left, numbers to the right (`ablate plan`, `ablate
+    tokenizer`)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i in text_columns else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    )
+
+
 def find_run_dirs(root: Path) -> list[Path]:
     """Folders holding a config.json or status.json (a walk that tolerates files vanishing under it)."""
     found = set()

@@ -329,7 +329,7 @@ def _measure_cpu_peaks(runs: list[RunConfig], threads: int) -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # part of the peak's key
     try:
-        for dtype in dtypes:  # the trainer's compute dtype on CPU: bf16 autocast only when asked
+        for dtype in dtypes:  # the trainer's compute dtype on CPU: bf16 only for train.dtype='bf16'
             peak_flops_for(torch.device("cpu"), dtype)
     finally:
         torch.set_num_threads(before)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ablate import mixture, rundir
 from ablate.config import ConfigError
+from ablate.status import aligned
 from ablate.sources import check_source_file, default_corpus_path, entries, load_documents, resolve, valid_texts
 from ablate.tokenizer import load_tokenizer_file, train_bpe
 
@@ -326,15 +327,9 @@ COLUMNS = [
 def format_table(rows: list[dict]) -> str:
     """The study as an aligned table (text columns left, figures right), then what the columns mean."""
     cells = [[name for name, _, _ in COLUMNS]] + [[show(r[key]) for _, key, show in COLUMNS] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    text_columns = {0, 2}
-    lines = [
-        "  ".join(c.ljust(w) if i in text_columns else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
-        for line in cells
-    ]
     legend = (
         f"fertility: tokens per word; continued: share of words split into more than one token ({WORD_DEFINITION}); "
         "bytes/token: UTF-8 bytes per token; vocab use: share of the vocabulary's ids (special tokens left out) "
         "the corpus uses. A bpe:N is trained on all FILES together: in-sample figures."
     )
-    return "\n".join(lines + [""] + textwrap.wrap(legend, 118))
+    return "\n".join([aligned(cells, text_columns=(0, 2)), ""] + textwrap.wrap(legend, 118))

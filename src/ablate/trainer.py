@@ -8,7 +8,6 @@ failures) is ablate.train's.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
@@ -121,7 +120,6 @@ class Trainer:
         # bf16 on every device: FSDP2 keeps the fp32 parameters (the optimizer's master weights) and gathers a bf16
         # copy of them for each forward and backward; gradients are reduced into the fp32 shards. The model then
         # computes in bf16 throughout (no per-op autocast casts), its norms, RoPE and loss in fp32 inside.
-        self.autocast = contextlib.nullcontext()  # what callbacks enter around the model: no autocast is needed
         compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
         self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
 

@@ -87,6 +87,14 @@ def autocast_for(dtype: str, device) -> contextlib.AbstractContextManager | None
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if dtype == "bf16" else None
 
 
+def for_loaded(loaded, device, dtype: str | None) -> tuple[LogitsModel, str]:
+    """A loaded run or checkpoint's model (ablate.load.load_model) to score in `dtype` (None: as the run trained,
+    eval_dtype), and that dtype."""
+    chosen = eval_dtype(dtype, loaded.run.train.dtype, device)
+    autocast = autocast_for(chosen, device)
+    return for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=device, autocast=autocast), chosen
+
+
 def for_logits_fn(fn: Callable[[torch.Tensor], torch.Tensor], max_len: int, device="cpu") -> LogitsModel:
     """Any function from token ids (B, S) to logits (B, S, V), e.g. a transformers model's `.logits`."""
     return LogitsModel(lambda tokens, positions=None, attn_mask=None: fn(tokens), max_len, torch.device(device))
@@ -186,9 +194,7 @@ def build_rows(
 def work(encoded: Sequence[tuple[list[int], list[int]]], max_len: int, shares_prefix: bool, batch_size: int) -> dict:
     """What `score` runs for these requests: rows, forward passes, tokens through the model (and with padding),
     positions projected onto the vocabulary, and the (query, key) pairs the attention masks allow."""
-    rows, _ = build_rows(dedupe(encoded)[0], max_len, shares_prefix)
-    rows.sort(key=lambda r: -len(r.tokens))
-    batches = _batches(rows, batch_size)
+    rows, _, batches = _planned(dedupe(encoded)[0], max_len, shares_prefix, batch_size)
     pairs = 0
     for row in rows:  # causal over the context, then each continuation sees the context and itself
         context = row.segments.count(0)
@@ -256,6 +262,13 @@ def _score_batch(lm: LogitsModel, batch: list[_Row], sums: torch.Tensor, misses:
         misses.index_add_(0, request[chunk], missed.to(misses.dtype))
 
 
+def _planned(distinct, max_len: int, shares_prefix: bool, batch_size: int):
+    """The rows of the distinct requests (longest first), each request's truncation flag, and their batches."""
+    rows, truncated = build_rows(distinct, max_len, shares_prefix)
+    rows.sort(key=lambda r: -len(r.tokens))
+    return rows, truncated, _batches(rows, batch_size)
+
+
 def _batches(rows: list[_Row], batch_size: int) -> list[list[_Row]]:
     """Rows sorted longest first, in batches of at most batch_size rows, each closed early rather than let its
     padding pass MAX_PADDING of its tokens: a few long rows get a batch of their own instead of widening 32 rows
@@ -278,12 +291,10 @@ def score(lm: LogitsModel, encoded: Sequence[tuple[list[int], list[int]]], batch
     if batch_size < 1:
         raise ValueError(f"batch_size: {batch_size}; allowed: >= 1")
     distinct, first = dedupe(encoded)
-    rows, truncated = build_rows(distinct, lm.max_len, lm.shares_prefix)
-    rows.sort(key=lambda r: -len(r.tokens))
+    rows, truncated, batches = _planned(distinct, lm.max_len, lm.shares_prefix, batch_size)
     scored_tokens = np.bincount([t[2] for row in rows for t in row.targets], minlength=len(distinct)).tolist()
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     rank = dist.get_rank() if world > 1 else 0
-    batches = _batches(rows, batch_size)
     mine = batches[rank::world]
     passes = -(-len(batches) // world)  # the same count on every rank, as FSDP needs
     # per distinct request: its summed log-probability (fp64), and how many of its tokens were not the argmax

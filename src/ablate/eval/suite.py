@@ -90,6 +90,11 @@ def metrics_for(task: Task, fmt: str, metrics: tuple[str, ...] | None) -> tuple[
     return tuple(m for m in kind if m in metrics or m == task.primary_for(fmt))
 
 
+def uses_unconditional(task: Task, fmt: str, metrics: tuple[str, ...] | None) -> bool:
+    """Whether the task's metrics need the unconditional pass (a choice task's "Answer:" + each choice)."""
+    return task.kind == "choice" and needs_unconditional(metrics_for(task, fmt, metrics))
+
+
 def check_format(fmt: str, where: str = "--format") -> str:
     if fmt not in FORMATS:
         raise ValueError(f"{where}: {fmt!r}; allowed: {', '.join(FORMATS)}")
@@ -178,7 +183,7 @@ def prepared(
 ) -> Prepared:
     """A task's Prepared from `cache` (made and kept there the first time), with the unconditional requests only
     when the metrics need them; keyed by tokenizer too."""
-    unconditional = task.kind == "choice" and needs_unconditional(metrics_for(task, fmt, metrics))
+    unconditional = uses_unconditional(task, fmt, metrics)
     key = (id(tokenizer), task.name, fmt, limit, unconditional)
     if key not in cache:
         cache[key] = prepare(tokenizer, task, fmt, limit, unconditional)
@@ -188,7 +193,7 @@ def prepared(
 def scored_requests(task: Task, fmt: str, prepared: Prepared, metrics: tuple[str, ...] | None) -> list[int]:
     """The indices of the requests to score: each item's conditional ones, and its unconditional ones only when one
     of the metrics needs them."""
-    use_unconditional = task.kind == "choice" and needs_unconditional(metrics_for(task, fmt, metrics))
+    use_unconditional = uses_unconditional(task, fmt, metrics)
     if use_unconditional and not prepared.unconditional:
         raise ValueError(f"{task.name}: its metrics need the unconditional requests, which were not prepared")
     return [j for cond, uncond, k in prepared.spans for j in range(cond, uncond + (k if use_unconditional else 0))]
@@ -207,7 +212,7 @@ def evaluate_task(
 ) -> TaskResult:
     start = time.perf_counter()
     names = metrics_for(task, fmt, metrics)
-    use_unconditional = task.kind == "choice" and needs_unconditional(names)
+    use_unconditional = uses_unconditional(task, fmt, metrics)
     prepared = prepared or prepare(tokenizer, task, fmt, limit, use_unconditional)
     items, requests, spans = prepared.items, prepared.requests, prepared.spans
     wanted = scored_requests(task, fmt, prepared, metrics)
