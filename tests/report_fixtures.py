@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from pathlib import Path
+
+import numpy as np
 
 STEPS = [10, 20, 30, 40]
 N_ITEMS = 100
@@ -60,6 +63,9 @@ def write_run(
         val = [sum(val_items[s]) / len(val_items[s]) for s in steps]
     (run / "config.json").write_text(json.dumps({"identity": f"{variant}-{seed}", "world_size": 1, "config": config}))
     metrics = []
+    # each run's own per-sequence quirks (zero mean, so val/loss stays `val`): paired item differences then vary, as
+    # real ones do, and give the seed-level test its item-noise floor
+    quirks = np.random.default_rng(zlib.crc32(f"{variant}/{seed}".encode())).permutation(np.linspace(-0.002, 0.002, 20))
     for step, loss in zip(steps, val):
         tokens = step * tokens_per_step
         metrics.append(
@@ -78,7 +84,7 @@ def write_run(
         rows = (
             [{"id": i, "loss": x} for i, x in enumerate(val_items[step])]
             if val_items
-            else [{"id": i, "loss": loss + val_slope * (i - 9.5)} for i in range(20)]
+            else [{"id": i, "loss": loss + val_slope * (i - 9.5) + q} for i, q in enumerate(quirks)]
         )
         _write_jsonl(run / "eval_items" / f"step_{step:07d}" / "val_loss.jsonl", rows)
     _write_jsonl(run / "metrics.jsonl", metrics)

@@ -124,7 +124,9 @@ def test_metrics_from_log_likelihoods():
     m = item_metrics(s)
     assert (m["acc_raw"], m["acc_per_char"], m["acc_pmi"], m["acc_choices_only"]) == (0.0, 0.0, 1.0, 0.0)
     assert m["gold_logprob"] == -6.0 and m["gold_bpb"] == pytest.approx(6 / (math.log(2) * 6))
-    assert m["margin"] == pytest.approx(-6 - (-4 - 9) / 2) and m["margin_pmi"] == pytest.approx(-1 - (-3 - 1) / 2)
+    assert m["margin_loglik"] == pytest.approx(-6 - (-4 - 9) / 2)
+    assert m["margin_pmi"] == pytest.approx(-1 - (-3 - 1) / 2)
+    assert m["margin"] == pytest.approx(math.exp(-6 / 6) - math.exp(-9 / 12))  # per char: -2, -1, -0.75
     total = math.exp(-4) + math.exp(-6) + math.exp(-9)
     assert m["gold_prob"] == pytest.approx(math.exp(-6) / total)
 
@@ -372,4 +374,4 @@ def test_fsdp_eval_equals_one_process(eval_run, tmp_path):
         assert [r["id"] for r in one] == [r["id"] for r in two]
         for a, b in zip(one, two):
             assert a["gold_logprob"] == pytest.approx(b["gold_logprob"], abs=1e-3)
-            assert a["margin"] == pytest.approx(b["margin"], abs=1e-3)
+            assert a["margin_loglik"] == pytest.approx(b["margin_loglik"], abs=1e-3)

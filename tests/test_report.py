@@ -48,10 +48,10 @@ def test_final_scores_snr_and_chance(toy):
     q = s["quality"]
     finals = [0.70, 0.60, 0.45]
     assert q["signal"] == pytest.approx((0.70 - 0.45) / np.mean(finals))
-    # Signal and Noise: noise = np.std (ddof 0) of a run's last 3 checkpoints, mean over runs, relative to the same
-    # mean as the signal; SNR = range of the finals / mean within-run std
+    # Signal and Noise: noise = sd (ddof 1) of a run's last 3 checkpoints up to the compared one, mean over runs,
+    # relative to the same mean as the signal; SNR = range of the finals / mean within-run sd
     tails = [[v + o for v in TOY[name][-3:]] for name in TOY for o in (0.01, -0.01)]
-    mean_sd = np.mean([np.std(t) for t in tails])
+    mean_sd = np.mean([np.std(t, ddof=1) for t in tails])
     assert q["noise"] == pytest.approx(mean_sd / np.mean(finals))
     assert q["snr"] == pytest.approx(q["signal"] / q["noise"]) and q["snr"] == pytest.approx(0.25 / mean_sd)
     c = q["chance"]
@@ -69,17 +69,19 @@ def test_pairwise_two_seeds_establish_nothing(toy):
     from >= 3 seeds (the old report called these pairs significant from items alone)."""
     _, report = toy
     ab = next(p for p in series(report, "toy:cf", "acc_per_char")["pairwise"] if (p["a"], p["b"]) == ("A", "B"))
-    assert ab["diff"] == pytest.approx(0.1) and ab["better"] == "A" and ab["significant"] is False
-    assert not ab["testable"] and ab["p_bh"] is None and "fewer than 3 seeds" in ab["note"]
-    assert ab["paired"] and ab["test"] == "paired t over seeds" and ab["p_seeds"] == 0  # identical per-seed diffs
-    assert ab["seeds_needed"] == 3  # no seed spread observed: the minimum
+    assert ab["diff"] == pytest.approx(0.1) and ab["better"] == "A" and ab["significant"] is None  # untested
+    assert not ab["testable"] and ab["p_bh"] is None and "2 seeds both ran, fewer than 3" in ab["note"]
+    # identical per-seed diffs: the variance is floored by the discordant items' noise, never p = 0
+    assert ab["paired"] and ab["test"] == "paired t over seeds, variance floored by item noise"
+    assert 0 < ab["p_seeds"] and ab["sd_seeds"] == 0 and ab["sd_diff"] == ab["noise_floor_sd"] > 0
+    assert ab["seeds_needed"] >= 3
     assert ab["p_items"] < 0.01 and ab["ci"][0] > 0 and ab["seeds_agree"] == 2 and ab["n_items"] == 100
     flat = next(p for p in series(report, "flat:cf", "acc_raw")["pairwise"] if (p["a"], p["b"]) == ("A", "B"))
     # flat is no decision metric but a candidate, so in the family: two seeds, not tested, not significant
-    assert flat["diff"] == 0 and flat["better"] is None and flat["significant"] is False
+    assert flat["diff"] == 0 and flat["better"] is None and flat["significant"] is None
     assert flat["p_items"] == pytest.approx(1.0) and flat["ci"][0] < 0 < flat["ci"][1] and flat["seeds_needed"] is None
     val = next(p for p in series(report, "val_loss", "loss")["pairwise"] if (p["a"], p["b"]) == ("A", "C"))
-    assert val["diff"] == pytest.approx(-0.2) and val["better"] == "A" and val["significant"] is False
+    assert val["diff"] == pytest.approx(-0.2) and val["better"] == "A" and val["significant"] is None
     assert report["inference"]["tests"] == 0 and report["inference"]["comparisons"] == 9  # 3 pairs x 3 candidates
     assert report["inference"]["family_metrics"] == [
         ["val_loss", "loss"],
@@ -169,9 +171,9 @@ def test_one_seed_one_checkpoint_says_what_it_cannot_compute(tmp_path):
     assert s["quality"]["snr"] is None and s["quality"]["ranking"]["tau_second_half"] is None
     pair = s["pairwise"][0]  # 60 vs 40 of 100 items: evaluation noise says "different", one seed says nothing
     assert pair["p_items"] < 0.05 and pair["p_seeds"] is None and pair["seeds_needed"] is None
-    assert pair["significant"] is False  # a candidate, in the family; one seed: not tested
+    assert pair["significant"] is None  # a candidate, in the family; one seed: not tested, so no verdict
     val = series(report, "val_loss", "loss")["pairwise"][0]
-    assert val["significant"] is False and not val["testable"]
+    assert val["significant"] is None and not val["testable"]
     text = report["headline"]["text"]
     assert "val_loss: A ahead, not established with 1 seed (seed spread unknown)" in text
     assert "toy: signal not assessable" in text and "No winner established" in text
@@ -228,7 +230,8 @@ def test_scale_axis_decision_accuracy(tmp_path):
         "scales at model.d_model=64: val_loss: mha best (p_BH<0.001, 3 seeds) (validation loss only"
     )
     assert "Winner: mha (best on 1 of 1" in report["headline"]["text"]
-    assert "at model.d_model=64: 1 pair(s) x 1 metric(s) (val_loss) = 1 comparisons" in report["inference"]["family"]
+    family = report["inference"]["family"]
+    assert "at model.d_model=64: primary metric val_loss, 1 pair(s), Benjamini-Hochberg at 0.04; 1 of 1" in family
 
 
 @pytest.mark.slow
@@ -246,13 +249,18 @@ def test_stats_edge_cases():
     assert stats.spearman([1, 2], [1, 2]) is None and stats.spearman([1, 2, 3], [5, 5, 5]) == 0
     assert stats.kendall([1, 1, 1], [1, 2, 3]) == 0 and stats.kendall([1, 2, 3], [2, 2, 2]) is None
     assert stats.decision_accuracy([1, 1], [1, 2]) == 0.5 and stats.decision_accuracy([1, 2], [3, 3]) is None
-    assert stats.signal_noise([1.0], [[1.0, 2.0]]) == {"signal": None, "noise": None, "snr": None}
+    assert stats.signal_noise([1.0], [[1.0, 2.0]]) == {
+        "signal": None,
+        "noise": None,
+        "snr": None,
+        "noise_checkpoints": 2,
+    }
     assert stats.signal_noise([1.0, 2.0], [[3.0]])["snr"] is None  # one checkpoint: no noise estimate
     flat = stats.signal_noise([1.0, 2.0], [[1.0, 1.0], [2.0, 2.0]])  # checkpoints that do not move: SNR unknown
     assert flat["snr"] is None and flat["noise"] == 0 and flat["signal"] == pytest.approx(1 / 1.5)
     # a margin whose variants straddle zero: signal and noise relative to a mean near 0 blow up, SNR does not
     margin = stats.signal_noise([-0.1, 0.1], [[-0.2, 0.0], [0.0, 0.2]])
-    assert margin["signal"] is None and margin["snr"] == pytest.approx(0.2 / 0.1)
+    assert margin["signal"] is None and margin["snr"] == pytest.approx(0.2 / np.std([-0.2, 0.0], ddof=1))
     with pytest.raises(ReportError, match="no run folders"):
         build_report(__import__("pathlib").Path(__file__).parent)
 
@@ -386,7 +394,12 @@ def test_natural_order_vs_best_table_axes_and_chance_caption(tmp_path):
     val = series(report, "val_loss", "loss")
     assert len(val["pairwise"]) == 6 and report["inference"]["tests"] == 6
     text = report["headline"]["text"]
-    assert text.startswith("widths: val_loss: d_model=128 best (p_BH<0.001, 3 seeds)") and text.count(";") == 0
+    # every pair differs by construction: the leader's three tests, then each other significant pair by name
+    assert text.startswith(
+        "widths: val_loss: d_model=128 best, ahead of d_model=16, d_model=32, d_model=64 (p_BH<0.001, 3 seeds); also "
+        "d_model=32 ahead of d_model=16 (p_BH<0.001), d_model=64 ahead of d_model=16 (p_BH<0.001), d_model=64 ahead "
+        "of d_model=32 (p_BH<0.001)"
+    ), text
     md = (root / "report.md").read_text()
     caption = "the best (d_model=128) vs each other variant, diff = d_model=128 - other; all 6 pairs are in report.json"
     table = md.split(caption)[1].split("\n\n")[1]

@@ -182,6 +182,9 @@ def cmd_report(args) -> int:
         scale=[f for f in (args.scale or "").split(",") if f],
         average_last=args.average_last,
         subject_snr_floor=args.subject_snr_floor,
+        primary=args.primary,
+        primary_share=args.primary_share,
+        max_token_gap=args.max_token_gap,
     )
     out = args.out or args.runs_dir
     try:
@@ -361,7 +364,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--alpha",
         type=SHARE,
         default=0.05,
-        help="significance level of seed-level tests after Benjamini-Hochberg (0.05)",
+        help="the study's error rate: A/A any-claim rate over the primary and task families (0.05)",
+    )
+    rep.add_argument(
+        "--primary",
+        type=text("a task, or task/metric, e.g. arc_easy:cf or arc_easy:cf/acc_raw"),
+        help="the primary metric, tested as its own family (default: validation loss, or its bpb across tokenizers)",
+    )
+    rep.add_argument(
+        "--primary-share",
+        type=number(float, 0, 1, open_low=True),
+        default=0.8,
+        help="share of alpha the primary metric's family is tested at; the task metrics get the rest (0.8)",
+    )
+    rep.add_argument(
+        "--max-token-gap",
+        type=NON_NEGATIVE,
+        default=0.05,
+        help="pairs whose compared points are further apart in tokens (relative) are not tested (0.05)",
     )
     rep.add_argument(
         "--min-seeds", type=number(int, 2), default=3, help="seeds per variant needed to test a difference (3)"

@@ -5,7 +5,8 @@ A task is of one of two kinds, and its kind fixes its metrics (METRICS_BY_KIND):
   normalized before the argmax: none (raw), per token, per character (lm-eval's acc_norm), or PMI (minus the
   log-likelihood of the same continuation after a bare "Answer:"). The unconditional pass alone gives choices-only
   accuracy: how far answer priors go without the question. The continuous metrics (gold log-probability, bits per
-  byte, probability mass, margins, DataDecide's correct/total/normalized probabilities) move before accuracy does.
+  byte, probability mass, log-likelihood and PMI margins, DataDecide's correct/total/normalized probabilities and
+  margin) move before accuracy does.
 - "continuation": one gold continuation to score (LAMBADA's final word). Accuracy is whether greedy decoding
   would produce it (every token the argmax: chance 0); the rest measure how likely it is. Metrics across choices
   (margins, shares of probability, choices-only) do not exist for it.
@@ -18,17 +19,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# "Characters" (acc_per_char and every per-character probability below) are len(continuation) of the scored
+# request as the task builds it: a cloze answer " Paris" counts its leading space (6). lm-eval's acc_norm divides by
+# len() of doc_to_choice's strings: the same count under ablate's lm-eval configs (their choices carry the space,
+# target_delimiter ""), one less per choice under lm-eval's own configs (ARC, HellaSwag: the delimiter " " is not
+# counted); for a task whose choices differ in their context (WinoGrande) it divides by the contexts' lengths.
 ACCURACIES = ("acc_raw", "acc_per_token", "acc_per_char", "acc_pmi", "acc_choices_only")
-# correct_prob, total_prob, norm_correct_prob: DataDecide's CORRECT_PROB, TOTAL_PROB and NORM_CORRECT_PROB, each
-# per character (their *_per_char): built from exp(log-likelihood / characters), the continuation's geometric-mean
-# probability per character, so answers of different lengths are on one scale.
+# correct_prob, margin, total_prob, norm_correct_prob: DataDecide's CORRECT_PROB, MARGIN, TOTAL_PROB and
+# NORM_CORRECT_PROB, each per character (their *_per_char): built from exp(log-likelihood / characters), the
+# continuation's geometric-mean probability per character, so answers of different lengths are on one scale.
+# margin_loglik and margin_pmi are ablate's: the gold choice's log-likelihood (or PMI) minus the wrong choices' mean.
 CONTINUOUS = (
     "gold_logprob",
     "gold_bpb",
     "gold_prob",
-    "margin",
+    "margin_loglik",
     "margin_pmi",
     "correct_prob",
+    "margin",
     "total_prob",
     "norm_correct_prob",
 )
@@ -39,6 +47,8 @@ KINDS = tuple(METRICS_BY_KIND)
 ALL_METRICS = tuple(dict.fromkeys(METRICS + CONTINUATION_METRICS))
 # the metrics that need log P(answer | "Answer:"): a choice task runs that unconditional pass only for these
 UNCONDITIONAL_METRICS = ("acc_pmi", "acc_choices_only", "margin_pmi")
+# the same whichever choice is gold: the report shows them as diagnostics and never decides a task with one
+ANSWER_BLIND = ("total_prob",)
 
 
 def needs_unconditional(names: tuple[str, ...]) -> bool:
@@ -83,6 +93,13 @@ def _gold_metrics(s: ItemScores) -> dict[str, float]:
     }
 
 
+def datadecide_margin(per_char: np.ndarray, gold: int) -> float:
+    """DataDecide's MARGIN (per character): p(gold) - max p(wrong), each p = exp(log-likelihood per character);
+    0 for an item with no wrong choice."""
+    wrong = np.delete(per_char, gold)
+    return float(math.exp(per_char[gold]) - np.exp(wrong).max()) if len(wrong) else 0.0
+
+
 def item_metrics(s: ItemScores, kind: str = "choice", names: tuple[str, ...] | None = None) -> dict[str, float]:
     """The item's metrics `names` (default: every metric of its kind, in that order). A choice item scored without
     the unconditional pass has no UNCONDITIONAL_METRICS: asking for one is an error."""
@@ -105,11 +122,13 @@ def item_metrics(s: ItemScores, kind: str = "choice", names: tuple[str, ...] | N
     row.update(
         _gold_metrics(s),
         gold_prob=float(probs[g] / probs.sum()),
-        margin=float(ll[g] - ll[wrong].mean()) if wrong else 0.0,
+        margin_loglik=float(ll[g] - ll[wrong].mean()) if wrong else 0.0,
+        margin=datadecide_margin(per_char, g),
         total_prob=math.exp(log_total),
         norm_correct_prob=math.exp(per_char[g] - log_total),
     )
     if len(s.unconditional):
+        # PMI gap: the gold choice's log P(answer | question) - log P(answer | "Answer:") minus the wrong choices' mean
         pmi = ll - np.asarray(s.unconditional, dtype=np.float64)
         row["margin_pmi"] = float(pmi[g] - pmi[wrong].mean()) if wrong else 0.0
     return {name: row[name] for name in names}

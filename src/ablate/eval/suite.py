@@ -83,11 +83,16 @@ def parse_metrics(text: str | None, where: str = "--metrics") -> tuple[str, ...]
 
 
 def metrics_for(task: Task, fmt: str, metrics: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The metrics computed for a task: those asked for that its kind has, and its primary, in the kind's order."""
+    """The metrics computed for a task: those asked for that its kind has, and its primary, in the kind's order;
+    margin_loglik whenever margin is computed, since runs from before DataDecide's margin logged "margin" for what is
+    now margin_loglik: a line with both is new, one with "margin" alone is old (report.runs reads it so)."""
     kind = METRICS_BY_KIND[task.kind]
     if metrics is None:
         return kind
-    return tuple(m for m in kind if m in metrics or m == task.primary_for(fmt))
+    wanted = set(metrics) | {task.primary_for(fmt)}
+    if "margin" in wanted:
+        wanted.add("margin_loglik")
+    return tuple(m for m in kind if m in wanted)
 
 
 def uses_unconditional(task: Task, fmt: str, metrics: tuple[str, ...] | None) -> bool:

@@ -1,14 +1,18 @@
 """`ablate report`: many small runs -> which variant wins, how sure, and which tasks to trust.
 
 runs.py     run folders -> runs, tasks, scale groups
-stats.py    bootstrap CIs, seed-level tests, Benjamini-Hochberg, seeds needed, Spearman, Kendall, SNR,
-            decision accuracy (numpy/scipy)
+stats.py    bootstrap CIs, seed-level tests floored by item noise, Benjamini-Hochberg, seeds needed, Spearman,
+            Kendall, SNR, decision accuracy (numpy/scipy)
 match.py    like with like: finals at equal tokens, scores over identical item sets
 subjects.py groups (MMLU subjects) below an SNR floor, left out of their task's average
 analyze.py  every figure, as one JSON-ready dict (report.json)
-across.py   every task x metric's SNR and decision accuracy from each smaller scale to the largest, with CIs
+across.py   every task x metric's SNR and decision accuracy from each smaller scale against the task's target at
+            the largest (its primary metric), against validation loss, and against itself
+da.py       decision accuracy's seed bootstrap (variants sharing a seed resampled together) and its coverage
+tracking.py whether a continuous metric tracks its task (target DA, or correlation with its accuracy)
 choose.py   each task's best measured metric (every metric a candidate, judged by signal and noise)
-decide.py   the decision family, one sentence per decision metric, the winner
+decide.py   the two families (primary metric, task metrics), one sentence per decision metric, the winner
+calibrate.py constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
 fmt.py      what the text shares: the Section, numbers as shown, markdown escaping
 render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)

@@ -1,67 +1,201 @@
-"""Which signal to trust at which scale: for every task x metric of the largest scale, its SNR at each scale and the
-decision accuracy of each smaller scale's final ranking against the largest's, beside validation loss's.
+"""Which signal to trust at which scale: for every task x metric of the largest scale, its SNR at each scale and
+how well its ranking of the variants at each smaller scale predicts the rankings that decide at the largest.
 
-Decision accuracy (DataDecide, Magnusson et al., AI2 2025): the share of variant pairs a smaller scale orders as the
-largest does. Its 95% CI is a bootstrap over seeds: each variant's run-level scores are resampled with replacement at
-each scale apart, the variant means recomputed, and the decision accuracy with them. SNR is stats.signal_noise at
-that scale (analyze.py's quality figures).
+Decision accuracy as DataDecide (Magnusson et al., AI2 2025) defines it: the share of variant pairs a small-scale
+proxy metric orders as the TARGET orders them at the largest scale. Three figures per smaller scale:
+- decision_accuracy: against the task's primary metric at the largest scale (validation loss: its own loss);
+- decision_accuracy_val: against validation loss at the largest scale, the second target;
+- self_agreement: against the same metric at the largest scale (whether the metric agrees with itself).
+Each side is oriented by its own direction. A target at chance at the largest scale (an accuracy that is not past
+chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (da.py): a seed
+bootstrap that keeps the variants sharing a seed together, shown only where its measured coverage holds. SNR is
+stats.signal_noise at that scale (analyze.py's quality figures). section(): these figures as the report's section.
 """
 
 from __future__ import annotations
 
-from ablate.report import stats
+import json
+
+from ablate.report import da, stats
+from ablate.report.fmt import Section, fmt, fmt_ci
+from ablate.report.runs import VAL_TASK
+
+
+def _find(group: dict, task: str, metric: str | None = None) -> dict | None:
+    """A group's series of a task x metric; with metric None, the task's primary metric."""
+    return next(
+        (
+            s
+            for s in group["series"]
+            if s["task"] == task and (s["metric"] == metric if metric is not None else s["primary"])
+        ),
+        None,
+    )
+
+
+def _sign(s: dict) -> int:
+    return 1 if s["direction"] == "higher" else -1
+
+
+def _shared(a: dict | None, b: dict | None) -> list[str]:
+    return [v for v in b["final"] if v in a["final"]] if a is not None and b is not None else []
+
+
+def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, float | None]:
+    """(decision accuracy, Kendall tau) of the small series' final ranking against the large one's, each oriented
+    by its own direction, over the variants both have."""
+    variants = _shared(small, large)
+    if len(variants) < 2:
+        return None, None
+    guess = [_sign(small) * small["final"][v]["mean"] for v in variants]
+    truth = [_sign(large) * large["final"][v]["mean"] for v in variants]
+    return stats.decision_accuracy(guess, truth), stats.kendall(guess, truth)
+
+
+def _seed_scores(s: dict, variants: list[str]) -> list[dict]:
+    """Each variant's {seed: oriented run score}."""
+    return [{k: _sign(s) * x for k, x in zip(s["final"][v]["seeds"], s["final"][v]["values"])} for v in variants]
+
+
+def _row(group: dict, small: dict, target: dict | None, val: dict | None, same: dict | None, opts) -> dict | None:
+    target_da, tau = _agreement(small, target)
+    val_da, _ = _agreement(small, val)
+    self_da, _ = _agreement(small, same)
+    if target_da is None and val_da is None and self_da is None:
+        return None
+    variants = _shared(small, target) or _shared(small, same)
+    seeds = min((len(s["final"][v]["values"]) for s in (small, target or same) for v in variants), default=0)
+    shown = {"ci": None, "ci_note": None, "paired": None, "coverage": None}
+    if target_da is not None:
+        shown = da.shown_interval(
+            _seed_scores(small, variants), _seed_scores(target, variants), seeds, opts.bootstrap, opts.seed
+        )
+    return {
+        "scale": group["scale"],
+        "variants": variants,
+        "seeds": seeds,
+        "snr": small["quality"]["snr"],
+        "decision_accuracy": target_da,
+        "decision_accuracy_val": val_da,
+        "self_agreement": self_da,
+        "tau": tau,
+        **shown,
+    }
 
 
 def across_scales(groups: list[dict], opts) -> list[dict]:
-    """[{task, metric, direction, snr (at the largest scale), by_scale: [{scale, variants, seeds, snr,
-    decision_accuracy, ci, tau}], mean_decision_accuracy}], validation loss first; [] without a smaller scale."""
+    """[{task, metric, direction, primary, snr (at the largest scale), target: {task, metric} | None, target_valid,
+    by_scale: [{scale, variants, seeds, snr, decision_accuracy, decision_accuracy_val, self_agreement, tau (against
+    the target), ci, ci_note, paired, coverage}], mean_decision_accuracy, mean_decision_accuracy_val,
+    mean_self_agreement}], validation loss first; [] without a smaller scale."""
     if len(groups) < 2:
         return []
-    out = []
-    for target in groups[-1]["series"]:
-        sign = 1 if target["direction"] == "higher" else -1
+    largest, out = groups[-1], []
+    val = _find(largest, VAL_TASK)
+    for same in largest["series"]:
+        target = _find(largest, same["task"])
         rows = []
         for group in groups[:-1]:
-            small = next(
-                (s for s in group["series"] if (s["task"], s["metric"]) == (target["task"], target["metric"])), None
-            )
-            shared = [v for v in target["final"] if small and v in small["final"]]
-            if small is None or len(shared) < 2:
-                continue
-            now = [sign * small["final"][v]["mean"] for v in shared]
-            goal = [sign * target["final"][v]["mean"] for v in shared]
-            ci = stats.bootstrap_decision_accuracy(
-                [[sign * x for x in small["final"][v]["values"]] for v in shared],
-                [[sign * x for x in target["final"][v]["values"]] for v in shared],
-                opts.bootstrap,
-                opts.seed,
-            )
-            rows.append(
-                {
-                    "scale": group["scale"],
-                    "variants": shared,
-                    "seeds": min(len(small["final"][v]["values"]) for v in shared),
-                    "snr": small["quality"]["snr"],
-                    "decision_accuracy": stats.decision_accuracy(now, goal),
-                    "ci": ci,
-                    "tau": stats.kendall(now, goal),
-                }
-            )
-        if rows:
-            out.append(
-                {
-                    "task": target["task"],
-                    "metric": target["metric"],
-                    "direction": target["direction"],
-                    "primary": target["primary"],
-                    "snr": target["quality"]["snr"],
-                    "by_scale": rows,
-                    "mean_decision_accuracy": stats.mean_or_none([r["decision_accuracy"] for r in rows]),
-                }
-            )
+            small = _find(group, same["task"], same["metric"])
+            row = _row(group, small, target, val, same, opts) if small is not None else None
+            if row is not None:
+                rows.append(row)
+        if not rows:
+            continue
+        out.append(
+            {
+                "task": same["task"],
+                "metric": same["metric"],
+                "direction": same["direction"],
+                "primary": same["primary"],
+                "snr": same["quality"]["snr"],
+                "target": None if target is None else {"task": target["task"], "metric": target["metric"]},
+                # an accuracy at chance at the largest scale has no ranking to validate a proxy against
+                "target_valid": target is not None and target["quality"]["criteria"].get("above_chance") is not False,
+                "by_scale": rows,
+                "mean_decision_accuracy": stats.mean_or_none([r["decision_accuracy"] for r in rows]),
+                "mean_decision_accuracy_val": stats.mean_or_none([r["decision_accuracy_val"] for r in rows]),
+                "mean_self_agreement": stats.mean_or_none([r["self_agreement"] for r in rows]),
+            }
+        )
     return out
 
 
-def mean_da(across: list[dict], task: str, metric: str) -> float | None:
-    """A task x metric's decision accuracy from the smaller scales, averaged over them (None without a scale axis)."""
-    return next((a["mean_decision_accuracy"] for a in across if (a["task"], a["metric"]) == (task, metric)), None)
+def entry(across: list[dict], task: str, metric: str) -> dict | None:
+    """A task x metric's across-scales entry (None without a scale axis or without the metric at a smaller scale)."""
+    return next((a for a in across if (a["task"], a["metric"]) == (task, metric)), None)
+
+
+# ---- the report section ----------------------------------------------------------------------------------------
+
+
+def _da_cell(r: dict) -> str:
+    """Target DA with its interval where one is shown (the note under the table says why one is not)."""
+    return f"{fmt(r['decision_accuracy'], 3)} {fmt_ci(r['ci'])}" if r["ci"] else fmt(r["decision_accuracy"], 3)
+
+
+def _cells(a: dict, smaller: list) -> list[str]:
+    """One table row: per smaller scale SNR, DA (with its interval where shown), DA vs val loss, self-agreement;
+    then SNR at the largest and the three means."""
+    by = {json.dumps(r["scale"]): r for r in a["by_scale"]}
+    cells = []
+    for sc in smaller:
+        r = by.get(json.dumps(sc))
+        if r is None:
+            cells += ["", "", "", ""]
+            continue
+        cells += [fmt(r["snr"], 3), _da_cell(r), fmt(r["decision_accuracy_val"], 3), fmt(r["self_agreement"], 3)]
+    means = [a["mean_decision_accuracy"], a["mean_decision_accuracy_val"], a["mean_self_agreement"]]
+    note = " (primary)" if a["primary"] else " (baseline)" if a["metric"] == "acc_choices_only" else ""
+    return [a["task"], a["metric"] + note] + cells + [fmt(a["snr"], 3)] + [fmt(m, 3) for m in means]
+
+
+def _notes(across: list[dict]) -> list[str]:
+    """Why intervals are not shown, where seeds were not paired, and which targets are at chance."""
+    out = [n[0].upper() + n[1:] for n in sorted({r["ci_note"] for a in across for r in a["by_scale"] if r["ci_note"]})]
+    unpaired = sorted({a["task"] for a in across for r in a["by_scale"] if r["paired"] is False})
+    if unpaired:
+        out.append("Variants ran different seed lists, so their seeds were resampled apart: " + ", ".join(unpaired))
+    at_chance = sorted(
+        {f"{a['task']} ({a['target']['metric']})" for a in across if a["target"] and not a["target_valid"]}
+    )
+    if at_chance:
+        out.append(
+            "Targets at chance at the largest scale (no ranking to validate a metric against: read DA vs val loss): "
+            + ", ".join(at_chance)
+        )
+    return out
+
+
+def section(report: dict) -> Section | None:
+    """The report's "Which signal to trust at which scale" (render.py lays it out): SNR at each scale, and decision
+    accuracy to the largest against the task's target, against validation loss, and against itself."""
+    across = report["across_scales"]
+    if not across:
+        return None
+    largest = report["groups"][-1]["scale"]
+    smaller = [g["scale"] for g in report["groups"][:-1]]
+    per_scale = ("SNR @{}", "DA {}->" + str(largest), "DA vs val loss {}->" + str(largest), "self {}->" + str(largest))
+    header = (
+        ["task", "metric"]
+        + [h.format(sc) for sc in smaller for h in per_scale]
+        + [f"SNR @{largest}", "mean DA", "mean DA vs val loss", "mean self"]
+    )
+    paragraphs = [
+        "Decision accuracy (DA, as DataDecide defines it): the share of variant pairs a metric at a smaller scale "
+        f"orders as the target orders them at the largest ({largest}); each side oriented by its own direction, a "
+        "pair tied at the smaller scale counts one half. DA: against the task's primary metric at the largest "
+        "scale (validation loss: its own loss). DA vs val loss: against validation loss at the largest scale. "
+        "Self: against the same metric at the largest scale (whether it agrees with itself, not whether it "
+        "predicts the task). With few variants DA moves in coarse steps (2 variants: 0, 1/2 or 1). Kendall tau "
+        "against the target is in report.json (across_scales).",
+        f"95% interval of DA: a bootstrap over seeds ({report['options']['bootstrap']} replicates) that resamples "
+        "seed indices once for every variant of a scale (seed k shares data order and init), each scale apart; "
+        "shown only where a seed bootstrap covered the true DA in >= 90% of constructed ladders at that number of "
+        "seeds (docs/reports.md).",
+    ]
+    return Section(
+        "Which signal to trust at which scale",
+        paragraphs + _notes(across),
+        tables=[("SNR and decision accuracy by scale", header, [_cells(a, smaller) for a in across])],
+    )

@@ -20,9 +20,11 @@ from ablate.report import choose, decide, match, stats, subjects, tokenizers
 from ablate.report.across import across_scales
 from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.runs import (
+    ANSWER_BLIND,
     BASELINE_METRICS,
     PRIOR_CONTROLLED,
     VAL_TASK,
+    ReportError,
     Run,
     TaskInfo,
     direction,
@@ -36,7 +38,10 @@ from ablate.status import natural_key
 
 @dataclass
 class Options:
-    alpha: float = 0.05  # significance level of pairwise tests, after Benjamini-Hochberg over the decision family
+    alpha: float = 0.05  # the study's error rate: A/A any-claim rate over both families (decide.apply_family)
+    primary_share: float = 0.8  # the primary metric's family is tested at alpha x this; the task metrics at the rest
+    primary: str | None = None  # the primary metric: "task" or "task/metric"; None: validation loss (or its bpb)
+    max_token_gap: float = 0.05  # pairs whose compared points are further apart in tokens (relative) are not tested
     min_seeds: int = 3  # seeds per variant below which a difference is not tested (seeds needed are estimated)
     power: float = 0.8  # the power "seeds needed" is computed for
     min_shared_items: float = 0.5  # runs scored different items: compare over the shared ids if >= this share
@@ -96,13 +101,15 @@ def _train_curve(runs: list[Run]) -> dict:
     }
 
 
-def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, dict, dict | None]:
+def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, dict, dict | None, dict]:
     """Per variant: run-level scores (each run's mean over the compared items at the compared evaluation), their
-    mean, seed sd and a two-level bootstrap CI. Also returns the scores and (seeds, items) matrices for the tests."""
-    final, scores, items = {}, {}, ({} if m.ids else None)
+    mean, seed sd and a two-level bootstrap CI. Also returns the scores, (seeds, items) matrices and each run's
+    logged standard error for the tests."""
+    final, scores, items, stderrs = {}, {}, ({} if m.ids else None), {}
     for variant, runs in runs_by_variant.items():
         runs = sorted(runs, key=lambda r: r.seed)
         scores[variant] = {r.seed: m.score(r.label) for r in runs}
+        stderrs[variant] = {r.seed: m.points[r.label].stderr for r in runs}
         ci = None
         if items is not None:
             items[variant] = np.array([[m.values[r.label][i] for i in m.ids] for r in runs])
@@ -119,7 +126,7 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
             "n_items": len(m.ids) if m.ids else None,
             "averaged": [len(m.windows[r.label]) for r in runs],
         }  # evaluations averaged
-    return final, scores, items
+    return final, scores, items, stderrs
 
 
 def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> dict:
@@ -239,7 +246,11 @@ def _quality(
         )
         for r in runs
     }
-    tails = {r.label: [p.value for p in _series_points(r, key)[-opts.last_k :]] for r in runs}
+    # the noise at the comparison point: each run's last last_k checkpoints up to the one compared (not its end)
+    tails = {
+        r.label: [p.value for p in _series_points(r, key) if p.step <= m.points[r.label].step][-opts.last_k :]
+        for r in runs
+    }
     q = {
         "monotonicity": stats.mean_or_none(rho.values()),
         "monotonicity_per_run": rho,
@@ -267,7 +278,8 @@ def _quality(
         criteria["snr"] = None if q["snr"] is None else q["snr"] >= opts.min_snr
     # Every criterion that applies must be shown (None: not computable, never a pass).
     q["criteria"] = criteria
-    q["passes"] = metric not in BASELINE_METRICS and all(ok is True for ok in criteria.values())
+    # baselines and answer-blind figures never decide a task, whatever their criteria
+    q["passes"] = metric not in BASELINE_METRICS | ANSWER_BLIND and all(ok is True for ok in criteria.values())
     return q
 
 
@@ -285,7 +297,7 @@ def analyze_series(
     if m.left_out:
         return None
     sign = direction(metric)
-    final, scores, items = _final_scores(with_scores, m, opts)
+    final, scores, items, stderrs = _final_scores(with_scores, m, opts)
     return {
         "task": task.key,
         "metric": metric,
@@ -293,6 +305,7 @@ def analyze_series(
         "direction": "higher" if sign > 0 else "lower",
         "chance": task.chance_for(metric),
         "baseline": metric in BASELINE_METRICS,
+        "diagnostic": metric in ANSWER_BLIND,
         "has_items": items is not None,
         "compared_at": {
             "tokens": m.tokens,
@@ -313,7 +326,7 @@ def analyze_series(
         },
         "final": final,
         "best": decide.best(final, sign),
-        "pairwise": decide.pairwise(list(final), scores, items, sign, opts),
+        "pairwise": decide.pairwise(list(final), scores, items, sign, opts, stderrs, final),
         "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
         "quality": _quality(with_scores, final, task, metric, sign, opts, m),
     }
@@ -339,6 +352,7 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
     runs = [r for rs in finished.values() for r in rs]
     return {
         "scale": scale,
+        "failures": _failures(runs_by_variant),
         "variants": list(finished),
         "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
         "shape_differences": match.shape_differences(runs),
@@ -346,6 +360,19 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
         "train_loss": {v: _train_curve(rs) for v, rs in finished.items()},
         "series": series,
     }
+
+
+FAILED_STATES = ("diverged", "failed")  # a variant with a seed in one of these never wins on its survivors
+
+
+def _failures(runs_by_variant: dict[str, list[Run]]) -> dict:
+    """Variants with a failed or diverged seed: {variant: {"seeds": n, "by_state": {state: [seed, ...]}}}."""
+    out = {}
+    for variant, runs in runs_by_variant.items():
+        by_state = {state: sorted(r.seed for r in runs if r.status == state) for state in FAILED_STATES}
+        if any(by_state.values()):
+            out[variant] = {"seeds": len(runs), "by_state": by_state}
+    return out
 
 
 def _overview(runs: list[Run], skipped: list[str]) -> dict:
@@ -472,10 +499,15 @@ def analyze_runs(
     subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     target = groups[-1]  # the largest scale: what decisions are about
+    if opts.primary and not any(decide.is_primary(s, opts) for s in target["series"]):
+        have = sorted({f"{s['task']}/{s['metric']}" for s in target["series"]})
+        raise ReportError(
+            f"--primary {opts.primary}: no such task or task/metric in these runs; they have: {', '.join(have)}"
+        )
     across = across_scales(groups, opts)
     recommendation = choose.recommendation(target, tasks, across, opts)
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
-    decisions = decide.decision_series(target, recommendation)
+    decisions = decide.decision_series(target, recommendation, opts)
     inference = decide.apply_family(decide.family_series(target, decisions), opts, where or "(one scale)", decisions)
     headline = decide.headline(experiment + (f" {where}" if where else ""), target, recommendation, overview, opts)
     if tokenizer_note["text"]:

@@ -6,10 +6,16 @@ min_tau), SNR >= min_snr when one is set, and, for metrics that have a chance le
 margins), above chance: an accuracy at chance never counts, and accuracies that do not divide answer priors out
 (all but acc_pmi) must also beat the choices-only baseline. The baselines themselves are never candidates.
 
-Among the metrics that pass, the best measured: the highest decision accuracy from the smaller scales to the
-largest (when a scale axis gives one), then the highest SNR, then monotonicity, then tau; remaining ties go to the
-task's primary metric. Every key measures signal or noise and is symmetric in the variants: which variant a metric
-favours never enters the choice, so choosing cannot make a winner.
+A continuous metric (no chance level) must also show that it tracks its task (tracking.py): decision accuracy
+against the task's target > 0.5 with a scale axis, else a rank correlation >= 0.5 with the task's accuracy over the
+runs' checkpoints (with validation loss where the accuracy is at chance: weaker evidence).
+
+Among the metrics that pass, the best measured ("evidence"): with a scale axis the highest decision accuracy from
+the smaller scales against the task's target at the largest ("target_da", across.py), or against validation loss
+where the target is at chance there ("val_da"); then the highest SNR, then monotonicity, then tau (without a scale
+axis these alone: "consistency"); remaining ties go to the task's primary metric. Every key measures signal, noise
+or agreement between rankings and is symmetric in the variants: which variant a metric favours never enters the
+choice, so choosing cannot make a winner.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ import math
 
 import numpy as np
 
-from ablate.report import stats
-from ablate.report.across import mean_da
+from ablate.report import stats, tracking
+from ablate.report.across import entry
 from ablate.report.decide import decision_series
 from ablate.report.runs import VAL_TASK, TaskInfo
 
@@ -30,17 +36,54 @@ def _f(x, digits: int = 3) -> str:
     return "0" if abs(x) < 1e-9 else f"{x:.{digits}g}"  # float rounding of an exact 0 (a score exactly at chance)
 
 
-def figures(s: dict, da: float | None) -> dict:
+DA_LABEL = {"target_da": "DA", "val_da": "DA vs val loss", "consistency": "DA"}
+USED_INSTEAD = "used instead: decision accuracy against validation loss"
+CANNOT_VALIDATE = (
+    "cannot be validated against its accuracy at these scales (at the largest scale the accuracy is at chance or "
+    "not past its choices-only baseline); " + USED_INSTEAD
+)
+
+
+def figures(s: dict, da: float | None, tracks: dict | None = None) -> dict:
     q = s["quality"]
     return {
         "monotonicity": q["monotonicity"],
         "snr": q["snr"],
         "tau": q["ranking"]["tau_second_half"],
-        "decision_accuracy": da,
+        "decision_accuracy": da,  # against the evidence's target (target_da or val_da); None without a scale axis
+        "tracks_task": None if tracks is None else {k: tracks[k] for k in ("against", "value", "passes", "weaker")},
     }
 
 
-def _failures(s: dict, opts) -> list[str]:
+def evidence(task_key: str, series: list[dict], across: list[dict]) -> tuple[str, dict | None]:
+    """What ranks a task's metrics, with the task's across-scales entry of any metric (its target is the task's):
+    "target_da" with a scale axis and a usable target, "val_da" where the target is at chance (or missing) at the
+    largest scale, "consistency" without a scale axis."""
+    found = next((e for s in series if (e := entry(across, task_key, s["metric"])) is not None), None)
+    if found is None:
+        return "consistency", None
+    return ("target_da" if found["target_valid"] else "val_da"), found
+
+
+def _da(e: dict | None, ranked_by: str) -> float | None:
+    if e is None or ranked_by == "consistency":
+        return None
+    return e["mean_decision_accuracy"] if ranked_by == "target_da" else e["mean_decision_accuracy_val"]
+
+
+def _tracks(
+    name: str, s: dict, series: list[dict], val: dict | None, ranked_by: str, found: dict | None, da: float | None
+) -> dict | None:
+    """tracking.py's evidence for a continuous metric; None for the metrics that keep their own gates."""
+    if not tracking.needs_tracking(s):
+        return None
+    if ranked_by == "consistency":
+        return tracking.from_runs(name, s, series, val)
+    target = found["target"]["metric"] if found and found["target"] else None
+    return tracking.from_scales(name, target, da, by_val=ranked_by == "val_da")
+
+
+def _failures(s: dict, opts, tracks: dict | None = None) -> list[str]:
     """Why a metric fails its gates, with the figure against the threshold."""
     q, c, out = s["quality"], s["quality"]["chance"], []
     crit = q["criteria"]
@@ -56,6 +99,8 @@ def _failures(s: dict, opts) -> list[str]:
     if crit.get("snr") is False:
         out.append(f"SNR {_f(q['snr'])} < {opts.min_snr:g}")
     out += [f"{name.replace('_', ' ')} not computable" for name, ok in crit.items() if ok is None]
+    if tracks is not None and not tracks["passes"]:
+        out.append(tracks["why"])
     return out
 
 
@@ -72,24 +117,52 @@ def _key(fig: dict) -> tuple:
     )
 
 
-def _lost_on(mine: dict, best: dict) -> str:
-    for name, label in (("decision_accuracy", "DA"), ("snr", "SNR"), ("monotonicity", "rho"), ("tau", "tau")):
+def _lost_on(mine: dict, best: dict, ranked_by: str) -> str:
+    for name, label in (
+        ("decision_accuracy", DA_LABEL[ranked_by]),
+        ("snr", "SNR"),
+        ("monotonicity", "rho"),
+        ("tau", "tau"),
+    ):
         a, b = mine[name], best[name]
         if (a if a is not None else -math.inf) != (b if b is not None else -math.inf):
             return f"passes; lower {label} ({_f(a)} vs {_f(b)})"
     return "passes; tied, the primary metric or the first listed is taken"
 
 
-def _describe(metric: str, fig: dict) -> str:
-    da = "" if fig["decision_accuracy"] is None else f", DA {_f(fig['decision_accuracy'])} from smaller scales"
+def _describe(metric: str, fig: dict, ranked_by: str) -> str:
+    da = fig["decision_accuracy"]
+    da = "" if da is None else f", {DA_LABEL[ranked_by]} {_f(da)} from smaller scales"
+    tracks = fig["tracks_task"]
+    if tracks is not None and tracks["against"] not in ("target_da", "val_da"):  # the DA above says it otherwise
+        weaker = f" (weaker evidence: {tracks['weaker']})" if tracks["weaker"] else ""
+        da += f", tracks {tracks['against']}: rho {_f(tracks['value'])}{weaker}"
     return f"{metric} (rho {_f(fig['monotonicity'])}, SNR {_f(fig['snr'])}, tau {_f(fig['tau'])}{da})"
 
 
-def choose(task: TaskInfo, series: list[dict], across: list[dict], opts) -> dict:
-    """One task: the metric it enters through (or none), its figures, and why each other metric lost."""
+def _caveat(name: str, task_key: str, ranked_by: str, found: dict | None) -> str:
+    """What the choice says when the task's target could not rank its metrics."""
+    if ranked_by != "val_da" or task_key == VAL_TASK:
+        return ""
+    if found["target"] is None:
+        return f". {name} has no target metric at the largest scale; used instead: {USED_INSTEAD}"
+    return f". {name} {CANNOT_VALIDATE}"
+
+
+def choose(task: TaskInfo, series: list[dict], across: list[dict], opts, val: dict | None = None) -> dict:
+    """One task: the metric it enters through (or none), its figures, the evidence that ranked them, and why each
+    other metric lost. val: the group's validation loss series (what a continuous metric is checked against
+    without a scale axis when the task's accuracy is at chance)."""
     series = sorted(series, key=lambda s: not s["primary"])  # ties go to the primary
-    figs = {s["metric"]: figures(s, mean_da(across, task.key, s["metric"])) for s in series}
-    passing = [s for s in series if s["quality"]["passes"]]
+    name = task.key[:-3] if task.key.endswith(":cf") else task.key
+    ranked_by, found = evidence(task.key, series, across)
+    figs, tracks = {}, {}
+    for s in series:
+        da = _da(entry(across, task.key, s["metric"]), ranked_by)
+        tracks[s["metric"]] = _tracks(name, s, series, val, ranked_by, found, da)
+        figs[s["metric"]] = figures(s, da, tracks[s["metric"]])
+    # a continuous metric must also track its task (tracks None: the metric keeps its own gates)
+    passing = [s for s in series if s["quality"]["passes"] and (tracks[s["metric"]] or {"passes": True})["passes"]]
     top = max(passing, key=lambda s: _key(figs[s["metric"]])) if passing else None
     others, outright = [], []
     for s in series:
@@ -97,26 +170,30 @@ def choose(task: TaskInfo, series: list[dict], across: list[dict], opts) -> dict
             continue
         if s["baseline"]:
             why = "a baseline (answer priors), never a signal"
-        elif s["quality"]["passes"]:
-            why = _lost_on(figs[s["metric"]], figs[top["metric"]])
+        elif s.get("diagnostic"):
+            why = "answer-blind (the same whichever choice is gold): a diagnostic, never a decision metric"
+        elif s["metric"] in {p["metric"] for p in passing}:
+            why = _lost_on(figs[s["metric"]], figs[top["metric"]], ranked_by)
         else:
-            fails = _failures(s, opts)
+            fails = _failures(s, opts, tracks[s["metric"]])
             outright.append(any("not computable" not in f for f in fails))
             why = "; ".join(fails)
         others.append({"metric": s["metric"], "why": why})
-    name = task.key[:-3] if task.key.endswith(":cf") else task.key
     lost = "; ".join(f"{o['metric']}: {o['why']}" for o in others)
+    caveat = _caveat(name, task.key, ranked_by, found)
     if top is not None:
-        text = f"{name}: {_describe(top['metric'], figs[top['metric']])}" + (f". Others: {lost}" if lost else "")
+        text = f"{name}: {_describe(top['metric'], figs[top['metric']], ranked_by)}{caveat}"
+        text += f". Others: {lost}" if lost else ""
         status = "chosen"
     else:
         status = "no_signal" if all(outright) else "not_assessable"
         head = "a decision metric whatever its criteria" if task.key == VAL_TASK else "no metric passes"
-        text = f"{name}: {head}. {lost}"
+        text = f"{name}: {head}{caveat}. {lost}"
     return {
         "task": task.key,
         "metric": top["metric"] if top else None,
         "status": status,
+        "evidence": ranked_by,
         "figures": figs[top["metric"]] if top else None,
         "others": others,
         "text": text,
@@ -129,11 +206,12 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
     """Each task's choice (validation loss's too: it is always a decision metric), the suite of chosen metrics, the
     tasks without one, and the aggregate over the decision metrics."""
     choices, suite, rejected = [], [], []
+    val = next((s for s in group["series"] if s["task"] == VAL_TASK and s["primary"]), None)
     for task in tasks.values():
         mine = [s for s in group["series"] if s["task"] == task.key]
         if not mine:
             continue
-        c = choose(task, mine, across, opts)
+        c = choose(task, mine, across, opts, val)
         choices.append(c)
         if c["metric"] is not None:
             suite.append({k: c[k] for k in ("task", "metric", "direction", "passing_metrics")})

@@ -1,20 +1,28 @@
 """Decisions: which variant is better, on what evidence, said in one sentence per decision metric.
 
-- Decision metrics: validation loss and, per task, the best measured metric that passes the criteria (choose.py).
-  A task where no metric does is "no signal here": never a win or a loss.
-- Inference is at the level of replication, the training seed: a pair is tested over run-level scores (paired t
-  over per-seed differences when both variants ran the same seeds, Welch otherwise). The CI adds item noise with a
-  two-level bootstrap (seeds, then items); the item-level p is shown as evaluation noise only.
-- Fewer than `min_seeds` seeds per variant: not tested; the report gives the seeds a test would need.
-- Every tested pair of every candidate metric at the largest scale (validation loss and every task metric but the
-  choices-only baselines) forms one family; Benjamini-Hochberg adjusts its p-values and "significant" means
-  adjusted p < alpha. Decisions are read on the chosen metrics only, but the family holds every metric the choice
-  could have picked: choosing a metric, and its gates, select on the runs' own outcome (a ranking consistent over
-  checkpoints goes with variants further apart), so adjusting over the chosen ones alone made more A/A claims than
-  alpha (tests/test_report_calibration.py); over every candidate the choice cannot add a claim.
+- Decision metrics: the primary metric (validation loss, or bits per byte across tokenizers, or `--primary`) and,
+  per task, the best measured metric that passes the criteria (choose.py). A task where no metric does is "no
+  signal here": never a win or a loss.
+- Inference is at the level of replication, the training seed: a pair is tested over run-level scores (a paired t
+  over the per-seed differences of the seeds both variants ran, Welch over the two samples when they share fewer
+  than 2), its variance floored by the items' own sampling noise (stats.seed_test), so a difference repeated
+  exactly by every seed is never p = 0. The CI adds item noise with a two-level bootstrap (seeds, then items); the
+  item-level p is shown as evaluation noise only.
+- Fewer than `min_seeds` seeds per variant, or compared points more than `max_token_gap` apart in tokens: not
+  tested, and the report says why.
+- Error control over the whole study, in two families (a fallback procedure): the primary metric's pairs are
+  declared before any result and tested as their own question, Benjamini-Hochberg at alpha x primary_share (0.04);
+  every pair x candidate task metric (every metric the choice could have picked: choosing a metric, and its gates,
+  select on the runs' own outcome) is the second family, Benjamini-Hochberg at the rest of alpha (0.01), or at the
+  whole alpha when the primary family rejected every pair it tested (its alpha is then unspent: carried forward).
+  In an A/A study the chance of any claim is at most alpha1 + alpha2 = alpha; within each family BH bounds the
+  false discovery rate at its level.
+- Seeds needed are computed for the level a pair is actually tested at: its family's alpha over the family's size
+  (Benjamini-Hochberg's first step, where a lone real effect must pass), with the range that an sd estimated from
+  k seeds leaves (80% chi-square interval).
 
 `compare`, `pairwise`, `apply_family`, `decide_series` and `winner` are what the report runs; the calibration
-tests run the same functions on simulated studies.
+(report/calibrate.py) runs the same functions on simulated studies.
 """
 
 from __future__ import annotations
@@ -32,6 +40,19 @@ def best(final: dict, sign: int) -> str | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
+def _rows(matrix: np.ndarray | None, seeds: dict, keep: list[int]) -> np.ndarray | None:
+    """The rows of a (seeds, items) matrix (rows in sorted seed order) for the seeds `keep`."""
+    return None if matrix is None else matrix[[sorted(seeds).index(s) for s in keep]]
+
+
+def _token_gap(tokens_a: list | None, tokens_b: list | None) -> float | None:
+    """How far apart in tokens the compared points of two variants' runs are: (max - min) / max."""
+    values = [t for t in (tokens_a or []) + (tokens_b or []) if t]
+    if len(values) < 2 or len(values) < len(tokens_a or []) + len(tokens_b or []):
+        return None
+    return (max(values) - min(values)) / max(values)
+
+
 def compare(
     a: dict[int, float],
     b: dict[int, float],
@@ -39,29 +60,44 @@ def compare(
     opts,
     items_a: np.ndarray | None = None,
     items_b: np.ndarray | None = None,
+    stderr_a: dict | None = None,
+    stderr_b: dict | None = None,
+    tokens: tuple[list, list] | None = None,
 ) -> dict:
     """One pair: a and b map seed -> run-level score; items_a/items_b are (seeds, items) matrices, rows in sorted
-    seed order, columns the same items (None without per-item files)."""
-    t = stats.seed_test(a, b)
+    seed order, columns the same items (None without per-item files); stderr_*: seed -> logged standard error;
+    tokens: the two variants' compared token counts (run order irrelevant)."""
+    with_items = items_a is not None and items_b is not None and items_a.shape[1] == items_b.shape[1]
+    ia, ib = (items_a, items_b) if with_items else (None, None)
+    t = stats.seed_test(a, b, ia, ib, stderr_a, stderr_b)
     diff = t["diff"]
-    testable = min(t["n_a"], t["n_b"]) >= opts.min_seeds and t["p"] is not None
-    needed = stats.seeds_needed(diff, t["sd_diff"], opts.alpha, opts.power, t["paired"])
+    shared = sorted(set(a) & set(b))
+    n_tested = t["n_shared"] if t["paired"] else min(t["n_a"], t["n_b"])
+    gap = _token_gap(*tokens) if tokens else None
+    refused = gap is not None and gap > opts.max_token_gap
+    testable = n_tested >= opts.min_seeds and t["p"] is not None and not refused
     row = {
         "diff": diff,
         "better": None,
         "test": t["test"],
         "paired": t["paired"],
         "p_seeds": t["p"],
-        "n_seeds": t["n_a"] if t["paired"] else None,
+        "n_seeds": t["n_shared"] if t["paired"] else None,
         "n_seeds_a": t["n_a"],
         "n_seeds_b": t["n_b"],
         "sd_diff": t["sd_diff"],
+        "sd_seeds": t["sd_seeds"],
+        "noise_floor_sd": t["noise_floor_sd"],
+        "df": t["df"],
         "seeds_agree": None,
         "testable": testable,
-        "seeds_needed": None if needed is None else max(needed, opts.min_seeds),
+        "token_gap": gap,
+        "seeds_needed": None,
+        "seeds_needed_range": None,
         "ci": None,
         "p_items": None,
         "n_items": None,
+        "family": None,
         "p_bh": None,
         "significant": None,
         "note": "",
@@ -69,67 +105,140 @@ def compare(
     if sign * diff > 0 or sign * diff < 0:
         row["better"] = "a" if sign * diff > 0 else "b"
     if t["paired"] and diff != 0:
-        per_seed = np.array([a[s] - b[s] for s in sorted(a)])
+        per_seed = np.array([a[s] - b[s] for s in shared])
         row["seeds_agree"] = int(np.sum(np.sign(per_seed) == np.sign(diff)))
-    if items_a is not None and items_b is not None and items_a.shape[1] == items_b.shape[1]:
+    if with_items:
         row["n_items"] = int(items_a.shape[1])
-        row["p_items"] = stats.item_pvalue(items_a, items_b)
+        pa, pb = (_rows(items_a, a, shared), _rows(items_b, b, shared)) if t["paired"] else (items_a, items_b)
+        row["p_items"] = stats.item_pvalue(pa, pb)
         if opts.bootstrap > 0:
-            row["ci"] = stats.bootstrap_diff(items_a, items_b, t["paired"], opts.bootstrap, opts.seed)
-    if not testable:
-        row["note"] = f"not tested: fewer than {opts.min_seeds} seeds per variant"
+            row["ci"] = stats.bootstrap_diff(pa, pb, t["paired"], opts.bootstrap, opts.seed)
+    if refused:
+        lo, hi = min(tokens[0] + tokens[1]), max(tokens[0] + tokens[1])
+        row["note"] = (
+            f"not tested: compared at {lo:,} to {hi:,} tokens, {gap:.0%} apart (> {opts.max_token_gap:.0%}: "
+            f"--max-token-gap)"
+        )
+    elif n_tested < opts.min_seeds:
+        what = f"{n_tested} seeds both ran" if t["paired"] or set(a) & set(b) else "fewer seeds"
+        row["note"] = f"not tested: {what}, fewer than {opts.min_seeds}"
+    elif t["p"] is None:
+        row["note"] = "not tested: no seed spread and no item noise known to bound it"
+    if t["paired"] and (len(shared) < len(a) or len(shared) < len(b)):
+        row["note"] = (row["note"] + "; " if row["note"] else "") + (
+            f"paired over the {len(shared)} seeds both ran ({len(a)} vs {len(b)})"
+        )
     return row
 
 
 def pairwise(
-    variants: list[str], scores: dict[str, dict[int, float]], items: dict[str, np.ndarray] | None, sign: int, opts
+    variants: list[str],
+    scores: dict[str, dict[int, float]],
+    items: dict[str, np.ndarray] | None,
+    sign: int,
+    opts,
+    stderrs: dict[str, dict] | None = None,
+    final: dict | None = None,
 ) -> list[dict]:
-    """Every pair (a before b in `variants` order), each a `compare` row with a and b named."""
+    """Every pair (a before b in `variants` order), each a `compare` row with a and b named. final: the series'
+    final dict (its compared token counts refuse pairs too far apart)."""
     rows = []
     for i, a in enumerate(variants):
         for b in variants[i + 1 :]:
-            row = compare(scores[a], scores[b], sign, opts, items[a] if items else None, items[b] if items else None)
+            row = compare(
+                scores[a],
+                scores[b],
+                sign,
+                opts,
+                items[a] if items else None,
+                items[b] if items else None,
+                stderrs.get(a) if stderrs else None,
+                stderrs.get(b) if stderrs else None,
+                (final[a]["tokens"], final[b]["tokens"]) if final else None,
+            )
             row["better"] = {"a": a, "b": b}.get(row["better"])
             rows.append({"a": a, "b": b, **row})
     return rows
 
 
-def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | None = None) -> dict:
-    """Benjamini-Hochberg over every testable pair of the given series (in place: p_bh, significant). Rows of
-    these series that cannot be tested are not significant; rows of other series stay None. decisions: the series
-    decisions are read on (default: all of them), a subset of `series`."""
-    decisions = series if decisions is None else decisions
-    rows = [p for s in series for p in s["pairwise"]]
+def is_primary(s: dict, opts) -> bool:
+    """The study's primary metric: `opts.primary` ("task" for its primary metric, or "task/metric"), else
+    validation loss (its bits per byte when the runs' tokenizers differ: the val task then holds only that)."""
+    want = getattr(opts, "primary", None) or VAL_TASK
+    task, _, metric = want.partition("/")
+    if s["task"] != task:
+        return False
+    return s["metric"] == metric if metric else (s["primary"] or s["task"] == VAL_TASK)
+
+
+def _bh(rows: list[dict], alpha: float, name: str, power: float) -> dict:
+    """Benjamini-Hochberg at `alpha` over the testable rows (in place: family, p_bh, significant, seeds needed)."""
     tested = [p for p in rows if p["testable"]]
     for p, adjusted in zip(tested, stats.bh_adjust([p["p_seeds"] for p in tested])):
-        p["p_bh"], p["significant"] = adjusted, bool(adjusted < opts.alpha)
+        p["p_bh"], p["significant"] = adjusted, bool(adjusted < alpha)
+    step = alpha / max(1, len(rows))  # where a lone real effect must pass once every pair is tested
     for p in rows:
-        if not p["testable"]:
-            p["significant"] = False
+        p["family"] = name
+        need = stats.seeds_needed(p["diff"], p["sd_diff"], step, power, p["paired"])
+        p["seeds_needed"] = need
+        interval = stats.sd_interval(p["sd_seeds"], p["df"]) if p["sd_seeds"] is not None and p["df"] else None
+        if need is not None and interval is not None:
+            # the floor stays: a true seed sd below it still leaves the item noise
+            sds = [max(x, p["noise_floor_sd"] or 0.0) for x in interval]
+            p["seeds_needed_range"] = [stats.seeds_needed(p["diff"], sd, step, power, p["paired"]) for sd in sds]
+    return {
+        "name": name,
+        "alpha": alpha,
+        "comparisons": len(rows),
+        "tests": len(tested),
+        "rejected": sum(bool(p["significant"]) for p in tested),
+        "first_step_alpha": step,
+    }
+
+
+def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | None = None) -> dict:
+    """The study's error control over the given series (in place on their pairwise rows: family, p_bh,
+    significant, seeds_needed): the primary metric's pairs first at alpha x primary_share, then every other
+    series' pairs at the rest of alpha, or at all of it when the primary family left no tested pair unrejected.
+    Rows that cannot be tested keep significant None. decisions: the series decisions are read on (default: all)."""
+    decisions = series if decisions is None else decisions
+    primary = [s for s in series if is_primary(s, opts)]
+    others = [s for s in series if not is_primary(s, opts)]
+    alpha1 = opts.alpha * opts.primary_share
+    first = _bh([p for s in primary for p in s["pairwise"]], alpha1, "primary", opts.power)
+    carried = first["rejected"] == first["tests"]  # nothing left that could be a false claim: alpha1 unspent
+    alpha2 = opts.alpha if carried else opts.alpha - alpha1
+    second = _bh([p for s in others for p in s["pairwise"]], alpha2, "tasks", opts.power)
+    first["metrics"] = [[s["task"], s["metric"]] for s in primary]
+    second["metrics"] = [[s["task"], s["metric"]] for s in others]
+    second["carried_forward"] = carried and alpha2 > opts.alpha - alpha1
     pairs = max((len(s["pairwise"]) for s in series), default=0)
     names = ", ".join(label(s) for s in decisions)
-    if len(series) > len(decisions):
-        text = (
-            f"every variant pair x candidate metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
-            f"(validation loss and every task metric but the choices-only baselines; decisions on {names}) = "
-            f"{len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested"
+    prim = ", ".join(label(s) for s in primary) or "none"
+    carried = " (the primary family rejected every pair it tested: its alpha carried forward)"
+    text = f"{where}: primary metric {prim}, {first['comparisons']} pair(s), Benjamini-Hochberg at {alpha1:g}"
+    if others:
+        text += (
+            f"; task metrics (every candidate but the baselines and answer-blind diagnostics; decisions on {names}), "
+            f"{pairs} pair(s) x {len(others)} metric(s) = {second['comparisons']} comparisons, Benjamini-Hochberg "
+            f"at {alpha2:g}" + (carried if second["carried_forward"] else "")
         )
-    else:
-        text = (
-            f"every variant pair x decision metric {where}: {pairs} pair(s) x {len(series)} metric(s) "
-            f"({names}) = {len(rows)} comparisons, {len(tested)} with >= {opts.min_seeds} seeds per variant tested"
-        )
-    if not rows:
+    text += (
+        f"; {first['tests'] + second['tests']} of {first['comparisons'] + second['comparisons']} comparisons tested "
+        f"(>= {opts.min_seeds} seeds both variants ran); A/A any-claim rate <= {opts.alpha:g}"
+    )
+    if not first["comparisons"] + second["comparisons"]:
         text = f"no comparison {where}: fewer than 2 variants or no decision metric"
     return {
-        "method": "Benjamini-Hochberg",
+        "method": "fallback over two families, Benjamini-Hochberg within each",
         "alpha": opts.alpha,
         "level": "training seed",
         "min_seeds": opts.min_seeds,
         "power": opts.power,
         "family": text,
-        "tests": len(tested),
-        "comparisons": len(rows),
+        "families": [first, second],
+        "tests": first["tests"] + second["tests"],
+        "comparisons": first["comparisons"] + second["comparisons"],
         "metrics": [[s["task"], s["metric"]] for s in decisions],
         "family_metrics": [[s["task"], s["metric"]] for s in series],
     }
@@ -148,8 +257,38 @@ def _p(x, op: str = "=") -> str:
     return "p_BH n/a" if x is None else "p_BH<0.001" if x < 0.001 else f"p_BH{op}{x:.2g}"
 
 
+def needed_text(row: dict) -> str:
+    """'~13 seeds needed (6 to 210 within the sd's uncertainty)' for a pair's seeds-needed estimate."""
+    need, span = row["seeds_needed"], row.get("seeds_needed_range")
+
+    def n(x):
+        return f"more than {stats.MAX_SEEDS}" if x is not None and x > stats.MAX_SEEDS else str(x)
+
+    if need is None:
+        return "seed spread unknown"
+    text = f"~{n(need)} seeds needed"
+    if span and None not in span and span[0] != span[1]:
+        text += f" ({n(span[0])} to {n(span[1])} within the sd's uncertainty)"
+    return text
+
+
+def _others_clause(s: dict, leader: str, rest: list[str]) -> str:
+    """What the tests say about the pairs that do not involve the leader: each significant one, or that none is."""
+    found = [
+        p
+        for p in s["pairwise"]
+        if leader not in (p["a"], p["b"]) and p["significant"] and p["better"] in (p["a"], p["b"])
+    ]
+    if found:
+        return "; also " + ", ".join(
+            f"{p['better']} ahead of {p['b'] if p['better'] == p['a'] else p['a']} ({_p(p['p_bh'])})" for p in found
+        )
+    return f"; {', '.join(rest)} not separated" if len(rest) >= 2 else ""
+
+
 def decide_series(s: dict, opts) -> dict | None:
-    """The decision on one metric: leader, the variants it is significantly ahead of, and one sentence."""
+    """The decision on one metric: leader, the variants it is significantly ahead of, and one sentence that claims
+    only pairs that were tested (the leader against each other variant, and any other significant pair)."""
     sign = 1 if s["direction"] == "higher" else -1
     variants = list(s["final"])
     if len(variants) < 2:
@@ -157,11 +296,12 @@ def decide_series(s: dict, opts) -> dict | None:
     order = sorted(variants, key=lambda v: -sign * s["final"][v]["mean"])  # stable: ties keep natural order
     leader, runner = order[0], order[1]
     vs = {o: next(p for p in s["pairwise"] if {p["a"], p["b"]} == {leader, o}) for o in order[1:]}
-    beaten = [o for o in order[1:] if vs[o]["significant"] and vs[o]["better"] == leader]
-    level = [o for o in order[1:] if o not in beaten]
+    # named in the variants' own (natural) order, which a reader can scan; the runner-up is the closest pair
+    rest = [v for v in variants if v != leader]
+    beaten = [o for o in rest if vs[o]["significant"] and vs[o]["better"] == leader]
+    level = [o for o in rest if o not in beaten]
     seeds = min(len(s["final"][v]["seeds"]) for v in variants)
     name, close = label(s), vs[runner]
-    need = close["seeds_needed"]
     out = {
         "task": s["task"],
         "metric": s["metric"],
@@ -171,24 +311,32 @@ def decide_series(s: dict, opts) -> dict | None:
         "ahead_of": beaten,
         "not_separated_from": level,
         "seeds": seeds,
-        "seeds_needed": need,
+        "seeds_needed": close["seeds_needed"],
+        "seeds_needed_range": close.get("seeds_needed_range"),
         "p_bh": {o: vs[o]["p_bh"] for o in order[1:]},
         "status": None,
         "text": "",
     }
+    plural = "s" * (seeds != 1)
     if s["best"] is None:
         out["status"], out["text"] = "tie", f"{name}: tie at the top ({leader}, {runner})"
     elif not close["testable"]:
-        out["status"] = "too_few_seeds"
-        how = f"~{need} seeds needed" if need is not None else "seed spread unknown"
-        out["text"] = f"{name}: {leader} ahead, not established with {seeds} seed{'s' * (seeds != 1)} ({how})"
+        out["status"] = "too_few_seeds" if "seeds" in close["note"] else "not_tested"
+        why = close["note"].removeprefix("not tested: ") or "not tested"
+        if out["status"] == "too_few_seeds":
+            why = needed_text(close)
+        out["text"] = f"{name}: {leader} ahead, not established with {seeds} seed{plural} ({why})"
     elif not level:
         worst = max(vs[o]["p_bh"] for o in order[1:])
         out["status"] = "best"
-        out["text"] = f"{name}: {leader} best ({_p(worst, '=' if len(order) == 2 else '<=')}, {seeds} seeds)"
+        out["text"] = (
+            f"{name}: {leader} best{', ahead of ' + ', '.join(rest) if len(rest) > 1 else ''} "
+            f"({_p(worst, '=' if len(rest) == 1 else '<=')}, {seeds} seeds)" + _others_clause(s, leader, rest)
+        )
     elif not beaten:
         out["status"] = "no_difference"
-        how = f"; ~{need} needed" if need is not None and need > seeds else ""
+        need = close["seeds_needed"]
+        how = f"; {needed_text(close)}" if need is not None and need > seeds else ""
         out["text"] = (
             f"{name}: no significant difference ({leader} vs {runner} {_p(close['p_bh'])}, {seeds} seeds{how})"
         )
@@ -196,33 +344,53 @@ def decide_series(s: dict, opts) -> dict | None:
         worst = max(vs[o]["p_bh"] for o in beaten)
         out["status"] = "ahead"
         out["text"] = (
-            f"{name}: {', '.join([leader] + level)} ahead of {', '.join(beaten)} ({_p(worst, '<=')}, "
-            f"{seeds} seeds); {leader} vs {runner} not significant"
+            f"{name}: {leader} ahead of {', '.join(beaten)} ({_p(worst, '<=')}, {seeds} seeds); {leader} vs "
+            f"{', '.join(level)} not separated ({_p(close['p_bh'], '=' if len(level) == 1 else '>=')})"
+            + _others_clause(s, leader, rest)
         )
     return out
 
 
-def winner(decisions: list[dict]) -> str | None:
+def winner(decisions: list[dict], never: set[str] | frozenset = frozenset()) -> str | None:
     """The variant significantly best on some decision metric and significantly behind on none; None when no
-    variant is, or when two are best on different metrics."""
+    variant is, or when two are best on different metrics. `never`: variants with a failed or diverged seed,
+    which cannot win on their surviving seeds."""
     tops = {d["leader"] for d in decisions if d["status"] == "best"}
     behind = {v for d in decisions if d["status"] in ("best", "ahead") for v in d["ahead_of"]}
-    candidates = tops - behind
+    candidates = tops - behind - set(never)
     return next(iter(candidates)) if len(candidates) == 1 and len(tops) == 1 else None
 
 
-def decision_series(group: dict, recommendation: dict) -> list[dict]:
-    """Validation loss, then each suite task's recommended metric: the only series decisions rest on."""
+def decision_series(group: dict, recommendation: dict, opts=None) -> list[dict]:
+    """The primary metric (validation loss unless opts.primary names a task's), then each suite task's recommended
+    metric: the only series decisions rest on."""
     keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")]  # the val task holds one: bpb when tokenizers differ
-    keys += [(e["task"], e["metric"]) for e in recommendation["suite"] if e["task"] != VAL_TASK]
+    primary = [s for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)]
+    keys = [(s["task"], s["metric"]) for s in primary] + keys
+    taken = {s["task"] for s in primary}
+    keys += [(e["task"], e["metric"]) for e in recommendation["suite"] if e["task"] not in taken | {VAL_TASK}]
     by_key = {(s["task"], s["metric"]): s for s in group["series"]}
-    return [by_key[k] for k in keys if k in by_key]
+    return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
 
 
 def family_series(group: dict, decisions: list[dict]) -> list[dict]:
-    """The decision series, then every other candidate metric of the group (not the choices-only baselines): the
-    Benjamini-Hochberg family, so that choosing among them cannot add a claim."""
-    return decisions + [s for s in group["series"] if not s["baseline"] and not any(s is d for d in decisions)]
+    """The decision series, then every other candidate metric of the group (not the choices-only baselines nor the
+    answer-blind diagnostics): the families, so that choosing among them cannot add a claim."""
+    return decisions + [
+        s
+        for s in group["series"]
+        if not s["baseline"] and not s.get("diagnostic") and not any(s is d for d in decisions)
+    ]
+
+
+def failures(group: dict) -> dict[str, str]:
+    """Variant -> 'k of n seeds diverged' (or failed) for every variant with a seed that did not finish cleanly."""
+    out = {}
+    for variant, f in group.get("failures", {}).items():
+        parts = [f"{len(seeds)} of {f['seeds']} seeds {state}" for state, seeds in f["by_state"].items() if seeds]
+        if parts:
+            out[variant] = ", ".join(parts)
+    return out
 
 
 def headline(experiment: str, group: dict, recommendation: dict, overview: dict, opts) -> dict:
@@ -245,16 +413,21 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
         out["winner"] = variants[0] if variants else None
         out["text"] = f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}"
         return out
-    decisions = [d for s in decision_series(group, recommendation) if (d := decide_series(s, opts))]
+    decisions = [d for s in decision_series(group, recommendation, opts) if (d := decide_series(s, opts))]
     out["decisions"] = decisions
     parts = [d["text"] for d in decisions]
+    failed = failures(group)
+    out["failures"] = failed
+    parts += [
+        f"{v}: {text} (compared on the seeds finished on both sides; never named winner)" for v, text in failed.items()
+    ]
     if no_signal:
         parts.append(f"{', '.join(no_signal)}: no signal here")
     if unknown:
         parts.append(f"{', '.join(unknown)}: signal not assessable with these runs")
     if left_out:
         parts.append(f"{', '.join(left_out)}: left out (runs scored different items)")
-    out["winner"] = winner(decisions)
+    out["winner"] = winner(decisions, set(failed))
     if out["winner"]:
         n = sum(d["status"] == "best" for d in decisions)
         verdict = f"Winner: {out['winner']} (best on {n} of {len(decisions)} decision metric(s), behind on none)"
@@ -266,8 +439,8 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     scope = " (validation loss only: no task evals in these runs)" if only_val else ""
     if any(d["status"] in ("too_few_seeds", "no_difference") and d["seeds_needed"] for d in decisions):
         verdict += (
-            f" (seeds needed: per variant, for {opts.power:.0%} power at alpha {opts.alpha:g}, from the "
-            f"observed seed spread)"
+            f" (seeds needed: per variant, for {opts.power:.0%} power at the level each pair is tested at (its "
+            f"family's alpha over its size), from the observed seed spread)"
         )
     averaged = (
         f" Each run's score: the mean of its last {opts.average_last} evaluations." if opts.average_last > 1 else ""

@@ -11,7 +11,7 @@ import html
 import json
 import math
 
-from ablate.report import plots, tokenizers
+from ablate.report import across, plots, tokenizers
 from ablate.report.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
 from ablate.report.grid.sections import grid_sections
 
@@ -103,7 +103,7 @@ def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]
                 fmt_p(p["p_bh"]),
                 "n/a" if p["significant"] is None else fmt(p["significant"]),
                 p["better"] or "tie",
-                "" if p["significant"] else fmt(p["seeds_needed"]),
+                "" if p["significant"] else _needed(p),
                 fmt_p(p["p_items"]),
                 p["note"],
             ]
@@ -116,6 +116,15 @@ def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]
         [f"{leader} vs", "diff", *_PAIR_COLUMNS],
         out,
     )
+
+
+def _needed(p: dict) -> str:
+    """Seeds needed, with the range an sd from few seeds leaves: '13 (6-210)'."""
+    need, span = p["seeds_needed"], p.get("seeds_needed_range")
+    if need is None:
+        return "n/a"
+    text = fmt(need)
+    return text + (f" ({fmt(span[0])}-{fmt(span[1])})" if span and None not in span and span[0] != span[1] else "")
 
 
 _PAIR_COLUMNS = [
@@ -140,18 +149,17 @@ def _final_scores(group: dict, suffix: str, report: dict) -> Section:
         [
             "A run's score is its mean over the items every compared run scored, at the compared evaluation (equal "
             "tokens: see each table). Mean and seed sd over seeds; 95% CI: two-level bootstrap (seeds, then items). "
-            "Pairwise, diff = a - b, tested at the level of replication, the training seed: paired t-test over "
-            "per-seed "
-            "differences when both variants ran the same seeds, Welch's t-test otherwise; not tested with fewer than "
-            f"{o['min_seeds']} seeds per variant. p_BH: Benjamini-Hochberg adjusted over the family "
-            f"({inference['family']}); significant: p_BH < {o['alpha']:g}, decided for the family's metrics at the "
-            f"largest scale only (n/a elsewhere); decisions are read on the decision metrics alone. Seeds needed: per "
-            f"variant, for {o['power']:.0%} power at alpha {o['alpha']:g} "
-            "(one test, before the adjustment), taking the observed difference and seed spread as true: the normal "
-            "approximation n = ((z_(1-alpha/2) + z_power) x sd_diff / |diff|)^2, raised until the t-test's power "
-            "(noncentral t) reaches the target; sd_diff: sd of the per-seed differences, or the pooled seed sd x "
-            "sqrt(2) "
-            "unpaired; at least the minimum seeds. p (items): paired "
+            "Pairwise, diff = a - b, tested at the level of replication, the training seed: a paired t-test over the "
+            "per-seed differences of the seeds both variants ran (Welch's t-test when they share fewer than 2), its "
+            "variance floored by the items' own sampling noise of one difference, so a difference every seed repeats "
+            f"is never p = 0; not tested with fewer than {o['min_seeds']} seeds, or where the compared points are more "
+            f"than {o.get('max_token_gap', 0.05):.0%} apart in tokens (the note says which). Error control "
+            f"({inference['family']}): p_BH is Benjamini-Hochberg adjusted within the pair's family; significant: "
+            "p_BH below its family's alpha, for tested pairs at the largest scale only (n/a elsewhere); decisions are "
+            f"read on the decision metrics alone. Seeds needed: per variant, for {o['power']:.0%} power at the level "
+            "the pair is tested at (its family's alpha / the family's size: Benjamini-Hochberg's first step), taking "
+            "the observed difference as the one to detect and the test's sd (seed spread, floored by item noise); "
+            "in brackets the range over an 80% interval of the sd, which a few seeds leave wide. p (items): paired "
             "t-test over items with the seeds held fixed: evaluation noise only, never the decision."
         ],
     )
@@ -361,43 +369,6 @@ def _quality(group: dict, suffix: str, report: dict) -> Section:
     return sec
 
 
-def _trust(report: dict) -> Section | None:
-    """Which signal to trust at which scale: SNR at each scale and decision accuracy to the largest, with CIs."""
-    across = report["across_scales"]
-    if not across:
-        return None
-    largest = report["groups"][-1]["scale"]
-    smaller = [g["scale"] for g in report["groups"][:-1]]
-    header = (
-        ["task", "metric"]
-        + [h for sc in smaller for h in (f"SNR @{sc}", f"DA {sc}->{largest} [95% CI]")]
-        + [f"SNR @{largest}", "mean DA"]
-    )
-    rows = []
-    for a in across:
-        by = {json.dumps(r["scale"]): r for r in a["by_scale"]}
-        cells = []
-        for sc in smaller:
-            r = by.get(json.dumps(sc))
-            cells += (
-                ["", ""] if r is None else [fmt(r["snr"], 3), f"{fmt(r['decision_accuracy'], 3)} {fmt_ci(r['ci'])}"]
-            )
-        note = " (primary)" if a["primary"] else " (baseline)" if a["metric"] == "acc_choices_only" else ""
-        rows.append([a["task"], a["metric"] + note] + cells + [fmt(a["snr"], 3), fmt(a["mean_decision_accuracy"], 3)])
-    return Section(
-        "Which signal to trust at which scale",
-        [
-            f"For every task x metric: SNR at each scale, and the decision accuracy (DA) of each smaller scale's final "
-            f"ranking of the variants against the largest's ({largest}): the share of variant pairs it orders as the "
-            f"largest does (a pair tied at the smaller scale counts one half). 95% CI: bootstrap over seeds, each "
-            f"variant's runs resampled at each scale apart ({report['options']['bootstrap']} replicates). Validation "
-            f"loss is the first row, to read each task metric's DA against. With few variants DA moves in coarse steps "
-            f"(2 variants: 0, 1/2 or 1). Kendall tau per scale is in report.json (across_scales)."
-        ],
-        tables=[("SNR and decision accuracy by scale", header, rows)],
-    )
-
-
 def _subject_floor(report: dict) -> Section | None:
     entries = report.get("subject_floor") or []
     if not entries:
@@ -441,10 +412,14 @@ def _recommendation(report: dict) -> Section:
             f"a chance level (accuracies, zero-chance margins) a final score >= {t['min_z']:g} standard errors past "
             "chance (and past the choices-only baseline for accuracies other than acc_pmi): an accuracy at chance "
             "never "
-            f"counts. Of the metrics that pass, a task enters the decision set through the best measured: the highest "
-            "decision accuracy from the smaller scales (with a scale axis), then SNR, then monotonicity, then tau. "
-            "The "
-            f"choice never looks at which variant a metric favours.",
+            "counts. A continuous metric (no chance level) must also track its task: with a scale axis its decision "
+            "accuracy against the task's target > 0.5, else a rank correlation >= 0.5 with the task's accuracy over "
+            "the runs' checkpoints (with validation loss where the accuracy is at chance: weaker evidence). Of the "
+            "metrics that pass, a task enters the decision set through the best measured: with a scale axis the "
+            "highest decision accuracy from the smaller scales against the task's target at the largest (evidence "
+            "target_da), or against validation loss where that target is at chance (val_da); then SNR, then "
+            "monotonicity, then tau (alone without a scale axis: consistency). The choice never looks at which "
+            "variant a metric favours.",
             "Metric chosen per task, and why the others lost:",
         ],
     )
@@ -464,8 +439,11 @@ def _recommendation(report: dict) -> Section:
                 rows,
             )
         )
-    rows = [[c["task"], c["metric"] or "none", ", ".join(c["passing_metrics"])] for c in rec["choices"]]
-    sec.tables.append(("Decision set", ["task", "metric", "passing metrics"], rows))
+    rows = [
+        [c["task"], c["metric"] or "none", c.get("evidence", ""), ", ".join(c["passing_metrics"])]
+        for c in rec["choices"]
+    ]
+    sec.tables.append(("Decision set", ["task", "metric", "ranked by", "passing metrics"], rows))
     return sec
 
 
@@ -501,7 +479,7 @@ def sections(report: dict, with_images: bool) -> list[Section]:
             _curves(group, suffix, with_images),
             _quality(group, suffix, report),
         ]
-    trust = _trust(report)
+    trust = across.section(report)
     if trust:
         out.append(trust)
     out.append(_recommendation(report))

@@ -24,6 +24,9 @@ VAL_TASK = "val_loss"
 # metric (accuracies, probabilities, log-probabilities, margins) is higher-is-better.
 LOWER_IS_BETTER_PARTS = {"loss", "bpb", "nll", "perplexity", "ppl", "bits_per_byte"}
 BASELINE_METRICS = {"acc_choices_only"}  # answer-prior baselines: shown, never recommended as a signal
+# Figures that are the same whichever choice is gold (eval.metrics.ANSWER_BLIND): diagnostics of the model's
+# probability mass, never evidence on the task, so never a decision metric nor in the error-control family
+ANSWER_BLIND = {"total_prob"}
 # A model that knows nothing about the task scores 0 in expectation: a PMI margin, and a continuation task's greedy
 # accuracy (whatever chance its line logs: one continuation is no 1-in-k choice)
 ZERO_CHANCE_METRICS = {"margin_pmi", "acc_greedy"}
@@ -31,6 +34,15 @@ GROUP_FIELDS = ("groups", "subjects")  # an evals.jsonl line's per-group means (
 # Accuracies whose normalization already divides out answer priors: past chance is enough, the choices-only
 # baseline is shown but not required.
 PRIOR_CONTROLLED = {"acc_pmi"}
+
+
+def current_metric_names(logged: dict) -> dict:
+    """A logged dict of metric values (an evals.jsonl line's "metrics", "stderr" or one group's means; an eval_items
+    row) under today's names. Runs from before DataDecide's margin logged the log-likelihood gap as "margin", now
+    margin_loglik; ablate logs margin_loglik beside every margin since, so "margin" alone is the old one."""
+    if "margin" not in logged or "margin_loglik" in logged:
+        return logged
+    return {("margin_loglik" if name == "margin" else name): value for name, value in logged.items()}
 
 
 class ReportError(ValueError):
@@ -105,7 +117,8 @@ class Run:
         key = (task.items_stem, step)
         if key not in self._items:
             path = rundir.items_path(self.path, step, task.items_stem)  # rundir imports no torch
-            self._items[key] = {str(row["id"]): row for row in _read_jsonl(path)} if path.is_file() else None
+            rows = _read_jsonl(path) if path.is_file() else None
+            self._items[key] = None if rows is None else {str(r["id"]): current_metric_names(r) for r in rows}
         return self._items[key]
 
 
@@ -172,8 +185,8 @@ def load_run(path: Path, variant: str) -> Run:
     for row in _read_jsonl(path / rundir.EVALS):
         evals[(row["step"], row["task"], row.get("format", "cf"))] = row
     for (step, task, fmt), row in sorted(evals.items()):
-        stderr = row.get("stderr") or {}
-        for metric, value in (row.get("metrics") or {}).items():
+        stderr = current_metric_names(row.get("stderr") or {})
+        for metric, value in current_metric_names(row.get("metrics") or {}).items():
             if _finite(value):
                 se = stderr.get(metric)
                 run.scores.setdefault((f"{task}:{fmt}", metric), []).append(
@@ -187,7 +200,7 @@ def load_run(path: Path, variant: str) -> Run:
                 )
         groups = next((row[f] for f in GROUP_FIELDS if isinstance(row.get(f), dict)), {})
         for group, means in groups.items():
-            means = means.get("metrics", means) if isinstance(means, dict) else {}
+            means = current_metric_names(means.get("metrics", means)) if isinstance(means, dict) else {}
             for metric, value in means.items():
                 if _finite(value):
                     run.group_scores.setdefault((f"{task}:{fmt}", metric), {}).setdefault(str(group), []).append(
@@ -217,7 +230,7 @@ def task_infos(runs: list[Run]) -> dict[str, TaskInfo]:
                     row.get("n"),
                 ),
             )
-            for metric in row.get("metrics") or {}:
+            for metric in current_metric_names(row.get("metrics") or {}):
                 if metric not in info.metrics:
                     info.metrics.append(metric)
             groups = next((row[f] for f in GROUP_FIELDS if isinstance(row.get(f), dict)), {})

@@ -38,11 +38,6 @@ def bootstrap_mean(matrix: np.ndarray, n_boot: int, seed: int, level: float = 0.
     return [float(lo), float(hi)]
 
 
-def _constant(x: np.ndarray) -> bool:
-    """Equal up to float rounding (a t-test on such values reports rounding noise, not evidence)."""
-    return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.max(np.abs(x)))))
-
-
 def _ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks from 1 (ties share the mean of their ranks), as scipy's rankdata, without its call overhead."""
     order = np.argsort(x, kind="mergesort")
@@ -101,48 +96,23 @@ def _pair_signs(means: np.ndarray) -> np.ndarray:
     return np.where(np.abs(diff) <= tol, 0.0, np.sign(diff))
 
 
-def bootstrap_decision_accuracy(
-    early: list, final: list, n_boot: int, seed: int, level: float = 0.95
-) -> list[float] | None:
-    """Percentile CI of decision_accuracy(variant means at `early`, variant means at `final`) over seeds: each
-    variant's run-level scores (oriented) are resampled with replacement, at each scale apart, the means recomputed
-    and the decision accuracy with them. early[k], final[k]: variant k's scores at the two scales."""
-    if n_boot < 1 or len(final) < 2:
-        return None
-    rng = np.random.default_rng(seed)
-
-    def means(groups):
-        return np.stack(
-            [np.asarray(g, float)[rng.integers(0, len(g), size=(n_boot, len(g)))].mean(axis=1) for g in groups], axis=1
-        )
-
-    guess, truth = _pair_signs(means(early)), _pair_signs(means(final))
-    counted = truth != 0
-    score = np.where(guess == 0, 0.5, (guess == truth).astype(float)) * counted
-    decided = counted.sum(axis=1) > 0
-    if not decided.any():
-        return None
-    da = score[decided].sum(axis=1) / counted[decided].sum(axis=1)
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(da, [tail, 100 - tail])
-    return [float(lo), float(hi)]
-
-
 def signal_noise(final_means, tails) -> dict:
     """Signal-to-noise ratio as Signal and Noise (Heineman et al., AI2 2025, arXiv 2508.13144) defines it, for one
     metric over one set of variants:
-        signal = max_{j,k} |m_j - m_k| / m     (m_j: variant j's final score, m: their mean)
-        noise  = std(one run's last checkpoints) / m     (np.std, ddof 0)
+        signal = max_{j,k} |m_j - m_k| / m     (m_j: variant j's score at the comparison point, m: their mean)
+        noise  = sd(one run's last n checkpoints up to the comparison point, ddof 1) / m
         SNR    = signal / noise
     The paper measures noise on one training run; here every run is one, and the noise is the mean of theirs
-    (tails: each run's last checkpoint scores). Where the paper divides a run's std by that run's own mean, both are
-    divided by the same m here, so SNR = (range of the variants' finals) / (mean within-run std): the same number
-    when runs score alike (as variants of one ablation do), and still defined for metrics near or across zero
-    (margins), where a run's own mean would make it explode. Signal and noise are None when m is 0; SNR needs only
-    a spread: None when the runs' last checkpoints do not move."""
+    (tails: each run's last checkpoint scores up to the compared one). Where the paper divides a run's sd by that
+    run's own mean, both are divided by the same m here, so SNR = (range of the variants' scores) / (mean within-run
+    sd): the same number when runs score alike (as variants of one ablation do), and still defined for metrics near
+    or across zero (margins), where a run's own mean would make it explode. Signal and noise are None when m is 0;
+    SNR needs only a spread: None when the runs' last checkpoints do not move. noise_checkpoints: the n used (the
+    fewest any run had)."""
     m = np.asarray(final_means, float)
-    sds = [float(np.std(t)) for t in tails if len(t) >= 2]
-    out = {"signal": None, "noise": None, "snr": None}
+    kept = [t for t in tails if len(t) >= 2]
+    sds = [float(np.std(t, ddof=1)) for t in kept]
+    out = {"signal": None, "noise": None, "snr": None, "noise_checkpoints": min((len(t) for t in kept), default=None)}
     if m.size < 2 or not sds:
         return out
     spread, sd, ref = float(m.max() - m.min()), float(np.mean(sds)), abs(float(m.mean()))
@@ -175,59 +145,97 @@ def mean_or_none(values) -> float | None:
 # Seed-level inference: the training seed is the unit of replication. A variant's run-level score (its mean over
 # the compared items) varies from seed to seed; "A beats B" is a claim about that distribution, so it is tested over
 # seeds, not over items (an item-level test holds the seeds fixed and calls seed noise significant).
+#
+# Few seeds and quantized scores: accuracies move in steps of 1/items, so with 3 seeds the per-seed differences are
+# sometimes all equal by chance; a t-test would then see no spread and report p = 0. A run-level difference can
+# never vary less than its own items' sampling noise says it does, so the variance a test uses is floored by that
+# noise (for a paired accuracy difference: the discordant items). The floor only ever makes a test more cautious.
 
 
-def _t_pvalue(diffs: np.ndarray) -> float | None:
-    """Two-sided one-sample t-test of mean 0; a spread-free sample is decided outright (1: all zero, 0: a constant
-    shift), since a t statistic on rounding noise is not evidence."""
-    if diffs.size < 2:
+def item_noise(rows: np.ndarray) -> float | None:
+    """Sampling variance of one run-level mean from its items, averaged over runs: mean of var(row, ddof 1) / items.
+    rows: (runs, items) per-item values (of one side, or of a paired difference)."""
+    if rows.ndim != 2 or rows.shape[1] < 2 or rows.shape[0] < 1:
         return None
-    if _constant(np.append(diffs, 0.0)):
+    return float(np.mean(rows.var(axis=1, ddof=1)) / rows.shape[1])
+
+
+def _floored_t(mean: float, var: float, n: int, df: float) -> float | None:
+    """Two-sided p of mean / sqrt(var / n) on df degrees of freedom. A variance of 0 (no seed spread and no item
+    noise known) leaves a nonzero difference untestable (None), never p = 0."""
+    if abs(mean) <= 1e-15:
         return 1.0
-    if _constant(diffs):
-        return 0.0
-    t = diffs.mean() / (diffs.std(ddof=1) / math.sqrt(diffs.size))  # scipy's ttest_1samp, without its overhead
-    return _clean(2 * stats.t.sf(abs(t), diffs.size - 1))
+    if not (var > 1e-30) or df < 1:
+        return None
+    return _clean(2 * stats.t.sf(abs(mean) / math.sqrt(var / n), df))
 
 
-def seed_test(a: dict[int, float], b: dict[int, float]) -> dict:
+def seed_test(
+    a: dict[int, float],
+    b: dict[int, float],
+    items_a: np.ndarray | None = None,
+    items_b: np.ndarray | None = None,
+    stderr_a: dict[int, float] | None = None,
+    stderr_b: dict[int, float] | None = None,
+) -> dict:
     """Seed-level test of mean(a) - mean(b); a and b map seed -> run-level score.
 
-    Same seeds on both sides: paired t-test over the per-seed differences (shared data order and init cancel).
-    Otherwise Welch's t-test over the two samples of run scores. sd_diff is the spread of one seed-level difference:
-    the sd of the per-seed differences (paired) or the pooled seed sd x sqrt(2) (unpaired)."""
-    paired = sorted(a) == sorted(b)
-    va, vb = np.array([a[s] for s in sorted(a)], float), np.array([b[s] for s in sorted(b)], float)
-    diff = float(va.mean() - vb.mean())
+    Seeds both variants ran (at least 2): a paired t-test over the per-seed differences of those seeds (shared data
+    order and init cancel), k - 1 degrees of freedom, its variance floored by the items' sampling variance of one
+    paired difference (items_a/items_b: (seeds, items), rows in each side's sorted seed order); without per-item
+    values, by stderr_a^2 + stderr_b^2 (each run's logged standard error: conservative, as it ignores that the two
+    sides share items). Fewer than 2 shared seeds: Welch's t-test over the two samples, each variance floored by its
+    runs' item noise. sd_diff is the spread of one seed-level difference the test used (floored)."""
+    shared = sorted(set(a) & set(b))
+    paired = len(shared) >= 2
     out = {
-        "diff": diff,
+        "diff": float(np.mean(list(a.values())) - np.mean(list(b.values()))),
         "paired": paired,
         "test": None,
         "p": None,
         "sd_diff": None,
+        "sd_seeds": None,
+        "noise_floor_sd": None,
         "df": None,
-        "n_a": int(va.size),
-        "n_b": int(vb.size),
+        "n_a": len(a),
+        "n_b": len(b),
+        "n_shared": len(shared),
     }
     if paired:
-        d = va - vb
+        d = np.array([a[s] - b[s] for s in shared])
+        floor = None
+        if items_a is not None and items_b is not None:
+            rows_a = items_a[[sorted(a).index(s) for s in shared]]
+            rows_b = items_b[[sorted(b).index(s) for s in shared]]
+            floor = item_noise(rows_a - rows_b)
+        elif stderr_a and stderr_b and all(stderr_a.get(s) is not None and stderr_b.get(s) is not None for s in shared):
+            floor = float(np.mean([stderr_a[s] ** 2 + stderr_b[s] ** 2 for s in shared]))
+        var = max(float(d.var(ddof=1)), floor or 0.0)
         out.update(
-            test="paired t over seeds",
-            p=_t_pvalue(d),
-            df=int(d.size - 1) if d.size >= 2 else None,
-            sd_diff=float(d.std(ddof=1)) if d.size >= 2 else None,
+            diff=float(d.mean()),
+            test="paired t over seeds" + (", variance floored by item noise" if floor is not None else ""),
+            p=_floored_t(float(d.mean()), var, d.size, d.size - 1),
+            df=int(d.size - 1),
+            sd_diff=math.sqrt(var),
+            sd_seeds=float(d.std(ddof=1)),
+            noise_floor_sd=None if floor is None else math.sqrt(floor),
         )
         return out
+    va, vb = np.array([a[s] for s in sorted(a)], float), np.array([b[s] for s in sorted(b)], float)
     if va.size < 2 or vb.size < 2:
         return out
-    pooled = math.sqrt(((va.size - 1) * va.var(ddof=1) + (vb.size - 1) * vb.var(ddof=1)) / (va.size + vb.size - 2))
-    out.update(test="Welch t over seeds", sd_diff=pooled * math.sqrt(2))
-    if _constant(va) and _constant(vb):
-        out["p"] = 1.0 if _constant(np.array([va[0], vb[0]])) else 0.0
-    else:
-        res = stats.ttest_ind(va, vb, equal_var=False)
-        out["p"] = _clean(res.pvalue)
-        out["df"] = _clean(getattr(res, "df", None))
+    floors = [item_noise(m) if m is not None else None for m in (items_a, items_b)]
+    var_a, var_b = (max(float(v.var(ddof=1)), f or 0.0) for v, f in zip((va, vb), floors))
+    se2 = var_a / va.size + var_b / vb.size
+    df = se2**2 / ((var_a / va.size) ** 2 / (va.size - 1) + (var_b / vb.size) ** 2 / (vb.size - 1)) if se2 > 0 else 0
+    pooled = math.sqrt(((va.size - 1) * var_a + (vb.size - 1) * var_b) / (va.size + vb.size - 2))
+    out.update(
+        test="Welch t over seeds" + (", variances floored by item noise" if None not in floors else ""),
+        p=_floored_t(out["diff"], se2, 1, df),
+        df=_clean(df),
+        sd_diff=pooled * math.sqrt(2),
+        sd_seeds=math.sqrt((va.var(ddof=1) + vb.var(ddof=1)) / 2) * math.sqrt(2),
+    )
     return out
 
 
@@ -243,21 +251,47 @@ def t_power(n: int, effect: float, alpha: float, paired: bool) -> float:
     return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
 
 
+MAX_SEEDS = 1000  # seeds-needed estimates stop here ("more than 1000")
+
+
 def seeds_needed(diff: float, sd_diff: float | None, alpha: float, power: float, paired: bool = True) -> int | None:
-    """Seeds per variant for the seed-level t-test to detect `diff` with the given power at level alpha, taking
-    sd_diff (the sd of one seed-level difference) as known. Starts from the normal approximation
-    n = ((z_{1-alpha/2} + z_power) * sd_diff / |diff|)^2, rounded up, which is optimistic for few seeds, and raises n
-    until the t-test's power (noncentral t) reaches `power`. None without a spread estimate or a difference; an
-    observed spread of 0 gives 2."""
+    """Seeds per variant for the seed-level t-test at level `alpha` to detect `diff` with the given power, taking
+    sd_diff (the sd of one seed-level difference) as known. alpha is the level the test must pass: inside a
+    Benjamini-Hochberg family of m tests where this is the only real effect, the family's alpha / m (its first
+    step). Starts from the normal approximation n = ((z_{1-alpha/2} + z_power) * sd_diff / |diff|)^2, rounded up,
+    which is optimistic for few seeds, and raises n until the t-test's power (noncentral t) reaches `power`. None
+    without a spread estimate or a difference; an observed spread of 0 gives 2; MAX_SEEDS + 1 for more than
+    MAX_SEEDS."""
     if sd_diff is None or not math.isfinite(sd_diff) or not math.isfinite(diff) or abs(diff) < 1e-15:
         return None
     if sd_diff <= 0:
         return 2
     effect = abs(diff) / sd_diff
     n = max(2, math.ceil(((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / effect) ** 2))
-    while n < 100_000 and t_power(n, effect, alpha, paired) < power:
-        n += 1
-    return n
+    while n <= MAX_SEEDS:  # the t-test's power at n, n + 1, ... in blocks (one vectorized call each)
+        ns = np.arange(n, min(n + 32, MAX_SEEDS + 1))
+        reached = np.nonzero(_t_powers(ns, effect, alpha, paired) >= power)[0]
+        if reached.size:
+            return int(ns[reached[0]])
+        n = int(ns[-1]) + 1
+    return MAX_SEEDS + 1
+
+
+def _t_powers(ns: np.ndarray, effect: float, alpha: float, paired: bool) -> np.ndarray:
+    """t_power over an array of seed counts (>= 2)."""
+    df = ns - 1 if paired else 2 * ns - 2
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    ncp = effect * np.sqrt(ns)
+    return stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp)
+
+
+def sd_interval(sd: float, df: int, level: float = 0.8) -> tuple[float, float] | None:
+    """Central `level` interval of the true sd given a sample sd on df degrees of freedom (chi-square): from 3
+    seeds (df 2) an 80% interval is [0.66, 3.1] x the observed sd, which is why seeds needed is a range."""
+    if df is None or df < 1 or not math.isfinite(sd):
+        return None
+    tail = (1 - level) / 2
+    return (sd * math.sqrt(df / stats.chi2.ppf(1 - tail, df)), sd * math.sqrt(df / stats.chi2.ppf(tail, df)))
 
 
 def item_pvalue(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -266,7 +300,7 @@ def item_pvalue(a: np.ndarray, b: np.ndarray) -> float | None:
     per_item = a.mean(axis=0) - b.mean(axis=0)
     if per_item.size < 2:
         return None
-    return _t_pvalue(per_item)
+    return _floored_t(float(per_item.mean()), float(per_item.var(ddof=1)), per_item.size, per_item.size - 1)
 
 
 def bootstrap_diff(

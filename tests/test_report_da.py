@@ -1,0 +1,223 @@
+"""Decision accuracy against the task's target (DataDecide), the evidence a continuous metric needs to decide its
+task, and the seed-bootstrap interval of DA: paired resampling and its measured coverage. Studies are built in
+memory (Run objects) with known answers and go through analyze_runs, the report's own path."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ablate.report import Options, da
+from ablate.report.analyze import analyze_runs
+from ablate.report.choose import CANNOT_VALIDATE
+from ablate.report.render import to_markdown
+from ablate.report.runs import Point, Run, TaskInfo
+from ablate.report.tracking import from_runs
+
+STEPS = [10, 20, 30, 40]
+SEEDS = (0, 1, 2)
+SEED_SHIFT = {0: -0.002, 1: 0.0, 2: 0.002}  # each seed's shared offset: zero mean over seeds
+LR = {"A": 1e-3, "B": 2e-3, "C": 3e-3, "D": 4e-3}  # what sets the methods apart in their configs
+RANK = {"A": 3, "B": 2, "C": 1, "D": 0}  # A best on the task's accuracy and on validation loss
+OPTS = Options(bootstrap=200)
+
+
+def _run(variant: str, seed: int, d_model: int | None, curves: dict) -> Run:
+    """A finished run in memory. curves: {(task, metric): value at each of STEPS}; accuracies log stderr 0.01."""
+    config = {"model": {"vocab_size": 512, "d_model": d_model or 32}, "optim": {"lr": LR[variant]}}
+    name = variant if d_model is None else f"{variant}@d{d_model}"
+    run = Run(name, seed, Path("in-memory"), config, {}, "finished", "", STEPS[-1])
+    for key, values in curves.items():
+        run.scores[key] = [Point(s, s * 100, v + SEED_SHIFT[seed], 0.01, 100) for s, v in zip(STEPS, values)]
+    return run
+
+
+def _tasks(metrics: list[str]) -> dict[str, TaskInfo]:
+    return {
+        "val_loss": TaskInfo("val_loss", "loss", ["loss"], math.log(512), "val_loss", 100),
+        "t:cf": TaskInfo("t:cf", "acc_per_char", metrics, 0.25, "t_cf", 100),
+    }
+
+
+def _study(curves_of, scales=(16, 64), variants=("A", "B", "C", "D")) -> list[Run]:
+    """curves_of(variant, scale) -> {(task, metric): values}; scale None: one scale."""
+    return [_run(v, s, sc, curves_of(v, sc)) for sc in scales for v in variants for s in SEEDS]
+
+
+def _val(v: str) -> list[float]:
+    return [4.0 - 0.2 * k - 0.02 * RANK[v] for k in range(4)]
+
+
+def _choice(report: dict, task: str = "t:cf") -> dict:
+    return next(c for c in report["recommendation"]["choices"] if c["task"] == task)
+
+
+def _entry(report: dict, metric: str) -> dict:
+    return next(a for a in report["across_scales"] if (a["task"], a["metric"]) == ("t:cf", metric))
+
+
+# ---- A: DA against the target, not against itself -----------------------------------------------------------------
+
+
+def _self_consistent_but_wrong(v: str, scale) -> dict:
+    """acc_per_char: A > B > C > D at every scale. gold_bpb: falls over training and orders the variants at every
+    scale, the other way round (D best): it agrees with itself perfectly and with the task's accuracy never. Its
+    variant spread is wider than the accuracy's, so it has the higher SNR."""
+    return {
+        ("val_loss", "loss"): _val(v),
+        ("t:cf", "acc_per_char"): [0.4 + 0.1 * k + 0.03 * RANK[v] for k in range(4)],
+        ("t:cf", "gold_bpb"): [2.0 - 0.1 * k + 0.08 * RANK[v] for k in range(4)],
+    }
+
+
+def test_target_da_differs_from_self_agreement_and_the_choice_follows_the_target():
+    runs = _study(_self_consistent_but_wrong)
+    report = analyze_runs(
+        runs, _tasks(["acc_per_char", "gold_bpb"]), Options(bootstrap=200, scale=["model.d_model"]), "x"
+    )
+    bpb, acc = _entry(report, "gold_bpb"), _entry(report, "acc_per_char")
+    assert bpb["target"] == {"task": "t:cf", "metric": "acc_per_char"} and bpb["target_valid"]
+    (row,) = bpb["by_scale"]
+    assert row["self_agreement"] == 1 and row["decision_accuracy"] == 0 and row["decision_accuracy_val"] == 0
+    assert row["tau"] == -1 and bpb["mean_self_agreement"] == 1 and bpb["mean_decision_accuracy"] == 0
+    assert acc["mean_decision_accuracy"] == 1 and acc["mean_decision_accuracy_val"] == 1
+    # the old rule (self-agreement, then SNR) would have taken gold_bpb: both agree with themselves, bpb's SNR higher
+    series = {s["metric"]: s for s in report["groups"][-1]["series"] if s["task"] == "t:cf"}
+    assert (
+        series["gold_bpb"]["quality"]["passes"]
+        and series["gold_bpb"]["quality"]["snr"] > series["acc_per_char"]["quality"]["snr"]
+    )
+    choice = _choice(report)
+    assert choice["metric"] == "acc_per_char" and choice["evidence"] == "target_da"
+    assert choice["figures"]["decision_accuracy"] == 1 and choice["figures"]["tracks_task"] is None
+    why = {o["metric"]: o["why"] for o in choice["others"]}
+    assert why["gold_bpb"] == "does not track t's acc_per_char across scales (DA 0 <= 0.5)"
+    assert choice["passing_metrics"] == ["acc_per_char"]
+    assert "DA 1 from smaller scales" in choice["text"]
+    # 3 seeds: the interval is not shown, and the note gives the coverage measured at 3 seeds
+    cover = da.COVERAGE[3]
+    assert cover < da.MIN_COVERAGE and row["ci"] is None and row["paired"] is True
+    assert row["ci_note"] == (
+        f"interval not shown: a 95% seed bootstrap covered the true DA in {cover:.0%} of constructed ladders at "
+        "3 seeds (< 90%)"
+    )
+    md = to_markdown(report).replace("\\", "")
+    assert "| DA 16->64 | DA vs val loss 16->64 | self 16->64 |" in md
+    assert "| t:cf | gold_bpb | " in md and "Interval not shown: a 95% seed bootstrap covered" in md
+    assert "| t:cf | acc_per_char | target_da | acc_per_char |" in md
+
+
+# ---- A: the target at chance: DA against validation loss, said so ---------------------------------------------------
+
+
+def _accuracy_at_chance(v: str, scale) -> dict:
+    """acc_per_char at chance at every scale (flat at 0.25); gold_bpb orders the variants as validation loss does."""
+    return {
+        ("val_loss", "loss"): _val(v),
+        ("t:cf", "acc_per_char"): [0.25] * 4,
+        ("t:cf", "gold_bpb"): [2.0 - 0.1 * k - 0.05 * RANK[v] for k in range(4)],
+    }
+
+
+def test_target_at_chance_ranks_by_da_against_validation_loss_and_says_so():
+    runs = _study(_accuracy_at_chance)
+    report = analyze_runs(
+        runs, _tasks(["acc_per_char", "gold_bpb"]), Options(bootstrap=200, scale=["model.d_model"]), "x"
+    )
+    bpb = _entry(report, "gold_bpb")
+    assert not bpb["target_valid"] and bpb["mean_decision_accuracy_val"] == 1
+    choice = _choice(report)
+    assert choice["metric"] == "gold_bpb" and choice["evidence"] == "val_da"
+    assert choice["figures"]["decision_accuracy"] == 1
+    assert choice["figures"]["tracks_task"] == {"against": "val_da", "value": 1, "passes": True, "weaker": None}
+    assert f"t {CANNOT_VALIDATE}" in choice["text"]
+    assert "DA vs val loss 1 from smaller scales" in choice["text"]
+    md = to_markdown(report).replace("\\", "")
+    assert "Targets at chance at the largest scale" in md and "t:cf (acc_per_char)" in md
+
+
+# ---- B: without a scale axis, a continuous metric must track its task's accuracy -----------------------------------
+
+
+def _tracks_not(v: str, scale) -> dict:
+    """acc_per_char rises fast (A best by a little); gold_bpb falls slowly over training with a wide, reversed
+    variant spread (C best): monotone and ranking-consistent, but over the runs' checkpoints it does not move with
+    the accuracy."""
+    rank = {"A": 2, "B": 1, "C": 0}[v]
+    return {
+        ("val_loss", "loss"): _val(v),
+        ("t:cf", "acc_per_char"): [0.4 + 0.1 * k + 0.02 * rank for k in range(4)],
+        ("t:cf", "gold_bpb"): [2.0 - 0.05 * k + 1.0 * rank for k in range(4)],
+    }
+
+
+def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
+    runs = _study(_tracks_not, scales=(None,), variants=("A", "B", "C"))
+    report = analyze_runs(runs, _tasks(["acc_per_char", "gold_bpb"]), OPTS, "x")
+    series = {s["metric"]: s for s in report["groups"][-1]["series"] if s["task"] == "t:cf"}
+    assert series["gold_bpb"]["quality"]["passes"]  # its own gates pass
+    choice = _choice(report)
+    assert choice["evidence"] == "consistency" and choice["metric"] == "acc_per_char"
+    why = {o["metric"]: o["why"] for o in choice["others"]}
+    rho = float(why["gold_bpb"].split("rho ")[1].split(" ")[0])
+    assert why["gold_bpb"].startswith("does not track t's accuracy (rho ") and rho < 0.5
+    # a metric that does move with the accuracy passes, and says against what
+    aligned = dict(series["gold_bpb"], runs=series["acc_per_char"]["runs"], direction="higher")
+    tracks = from_runs("t", aligned, list(series.values()), None)
+    assert tracks["passes"] and tracks["against"] == "acc_per_char" and tracks["value"] == 1
+
+
+def test_accuracy_at_chance_checks_against_validation_loss_as_weaker_evidence():
+    runs = _study(_accuracy_at_chance, scales=(None,), variants=("A", "B", "C"))
+    report = analyze_runs(runs, _tasks(["acc_per_char", "gold_bpb"]), OPTS, "x")
+    choice = _choice(report)
+    tracks = choice["figures"]["tracks_task"]
+    assert choice["metric"] == "gold_bpb" and tracks["against"] == "val_loss" and tracks["passes"]
+    assert tracks["weaker"] == "t's accuracy is at chance" and tracks["value"] > 0.9
+    assert "tau 1, tracks val_loss: rho 0.994 (weaker evidence: t's accuracy is at chance))" in choice["text"]
+
+
+# ---- C: paired resampling and coverage ----------------------------------------------------------------------------
+
+
+def _huge_seed_effect(rng, means, n_seeds: int = 5) -> list[dict]:
+    """Each variant's {seed: score}: a clear order (gaps 0.3) under a seed effect of sd 10 shared by the variants."""
+    shared = rng.normal(0, 10, n_seeds)
+    return [{k: m + shared[k] + rng.normal(0, 0.01) for k in range(n_seeds)} for m in means]
+
+
+def test_paired_resampling_keeps_the_variants_sharing_a_seed_together():
+    rng = np.random.default_rng(3)
+    means = [0.0, 0.3, 0.6, 0.9]
+    small, large = _huge_seed_effect(rng, means), _huge_seed_effect(rng, means)
+    paired = da.interval(small, large, 1000, 0)
+    assert paired["paired"] and paired["ci"] == [1, 1]
+    # the same scores as if each variant's seeds were its own runs: resampled apart, the seed effect swamps the order
+    apart = [{100 * i + k: x for k, x in s.items()} for i, s in enumerate(small)]
+    unpaired = da.interval(apart, large, 1000, 0)
+    assert not unpaired["paired"] and unpaired["ci"][1] - unpaired["ci"][0] >= 0.5
+
+
+def test_coverage_lookup_and_note():
+    assert da.coverage_for(1) == (None, None) and da.coverage_for(7) == (da.COVERAGE[6], 6)
+    assert da.coverage_for(50) == (da.COVERAGE[10], 10)
+    scores = [{0: 0.0, 1: 0.1}, {0: 1.0, 1: 1.1}]
+    shown = da.shown_interval(scores, scores, 2, 100, 0)
+    assert shown["ci"] is None and "at 2 seeds (< 90%)" in shown["ci_note"]
+    wide = [{k: float(i) + 0.01 * k for k in range(10)} for i in range(3)]
+    shown = da.shown_interval(wide, wide, 10, 100, 0)
+    assert shown["ci"] == [1, 1] and shown["ci_note"] is None and shown["coverage"] == da.COVERAGE[10]
+
+
+@pytest.mark.parametrize("n_seeds", [3, 5])
+def test_coverage_table_within_monte_carlo_error(n_seeds):
+    """Recompute the table's coverage at 3 and 5 seeds on 600 ladders per noise level (400 replicates, other RNG
+    seeds) and check each figure against the table: 3.5 binomial standard errors, plus 0.02 for the fewer
+    replicates."""
+    n = 600
+    for sd, table in zip(da.COVERAGE_DESIGN["small_seed_sds"], da.COVERAGE_BY_NOISE[n_seeds]):
+        measured = da.da_coverage(n_seeds, sd, n, 400, seed=7)
+        margin = 3.5 * math.sqrt(max(table * (1 - table), 0.01) / n) + 0.02
+        assert abs(measured - table) <= margin, (n_seeds, sd, measured, table)
+    assert da.COVERAGE[3] < da.MIN_COVERAGE  # so 3-seed ladders show no interval
