@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ablate.report.stats import pair_signs
+
 MIN_COVERAGE = 0.90  # the least measured coverage of a nominal 95% interval for it to be shown
 # The constructed ladder: 4 variants; at the largest scale true oriented means 0, 1, 2, 3 (seed sd 0.5 of the gap:
 # a target the largest scale resolves); at the smaller scale the first two swapped (true DA 5/6), seed sd from
@@ -43,14 +45,6 @@ COVERAGE_BY_NOISE = {
 }  # 206 s on one core
 # The figure the report uses: the lowest over the noise levels tried (the interval must hold at each).
 COVERAGE = {n: min(c) for n, c in COVERAGE_BY_NOISE.items()}
-
-
-def pair_signs(means: np.ndarray) -> np.ndarray:
-    """sign(m_i - m_j) for every pair i < j along the last axis; differences within float rounding are ties."""
-    i, j = np.triu_indices(means.shape[-1], 1)
-    diff = means[..., i] - means[..., j]
-    tol = 1e-12 * max(1.0, float(np.max(np.abs(means))))
-    return np.where(np.abs(diff) <= tol, 0.0, np.sign(diff))
 
 
 def decision_accuracy(guess: np.ndarray, truth: np.ndarray) -> np.ndarray:

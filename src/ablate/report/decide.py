@@ -92,6 +92,7 @@ def compare(
         "seeds_agree": None,
         "testable": testable,
         "token_gap": gap,
+        "untested": None,  # why a pair was not tested: "tokens", "seeds" or "no_spread"
         "seeds_needed": None,
         "seeds_needed_range": None,
         "ci": None,
@@ -114,15 +115,18 @@ def compare(
         if opts.bootstrap > 0:
             row["ci"] = stats.bootstrap_diff(pa, pb, t["paired"], opts.bootstrap, opts.seed)
     if refused:
+        row["untested"] = "tokens"
         lo, hi = min(tokens[0] + tokens[1]), max(tokens[0] + tokens[1])
         row["note"] = (
             f"not tested: compared at {lo:,} to {hi:,} tokens, {gap:.0%} apart (> {opts.max_token_gap:.0%}: "
             f"--max-token-gap)"
         )
     elif n_tested < opts.min_seeds:
-        what = f"{n_tested} seeds both ran" if t["paired"] or set(a) & set(b) else "fewer seeds"
+        row["untested"] = "seeds"
+        what = f"{n_tested} seeds both ran" if t["paired"] else f"{n_tested} seeds on the smaller side"
         row["note"] = f"not tested: {what}, fewer than {opts.min_seeds}"
     elif t["p"] is None:
+        row["untested"] = "no_spread"
         row["note"] = "not tested: no seed spread and no item noise known to bound it"
     if t["paired"] and (len(shared) < len(a) or len(shared) < len(b)):
         row["note"] = (row["note"] + "; " if row["note"] else "") + (
@@ -179,6 +183,8 @@ def _bh(rows: list[dict], alpha: float, name: str, power: float) -> dict:
     step = alpha / max(1, len(rows))  # where a lone real effect must pass once every pair is tested
     for p in rows:
         p["family"] = name
+        if p["significant"]:
+            continue  # established: no seeds needed
         need = stats.seeds_needed(p["diff"], p["sd_diff"], step, power, p["paired"])
         p["seeds_needed"] = need
         interval = stats.sd_interval(p["sd_seeds"], p["df"]) if p["sd_seeds"] is not None and p["df"] else None
@@ -321,10 +327,8 @@ def decide_series(s: dict, opts) -> dict | None:
     if s["best"] is None:
         out["status"], out["text"] = "tie", f"{name}: tie at the top ({leader}, {runner})"
     elif not close["testable"]:
-        out["status"] = "too_few_seeds" if "seeds" in close["note"] else "not_tested"
-        why = close["note"].removeprefix("not tested: ") or "not tested"
-        if out["status"] == "too_few_seeds":
-            why = needed_text(close)
+        out["status"] = "too_few_seeds" if close["untested"] == "seeds" else "not_tested"
+        why = needed_text(close) if close["untested"] == "seeds" else close["note"].removeprefix("not tested: ")
         out["text"] = f"{name}: {leader} ahead, not established with {seeds} seed{plural} ({why})"
     elif not level:
         worst = max(vs[o]["p_bh"] for o in order[1:])
@@ -401,11 +405,12 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     if overview.get("diverged"):
         tail += f" ({len(overview['diverged'])} diverged, listed apart: {', '.join(overview['diverged'])})"
     short = {t["task"]: label({"task": t["task"], "metric": "", "primary": True}) for t in recommendation["rejected"]}
+    primary = {(opts.primary or VAL_TASK).partition("/")[0], VAL_TASK}  # decided whatever its criteria
     no_signal = [
-        short[r["task"]] for r in recommendation["rejected"] if r["status"] == "no_signal" and r["task"] != VAL_TASK
+        short[r["task"]] for r in recommendation["rejected"] if r["status"] == "no_signal" and r["task"] not in primary
     ]
     unknown = [
-        short[r["task"]] for r in recommendation["rejected"] if r["status"] != "no_signal" and r["task"] != VAL_TASK
+        short[r["task"]] for r in recommendation["rejected"] if r["status"] != "no_signal" and r["task"] not in primary
     ]
     left_out = sorted({m["task"] for m in group.get("item_mismatch", []) if not m["kept"]})
     out = {"winner": None, "decisions": [], "no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}
