@@ -11,7 +11,7 @@ import html
 import json
 import math
 
-from ablate.report import across, plots, tokenizers
+from ablate.report import across, plots, stats, tokenizers
 from ablate.report.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
 from ablate.report.grid.sections import grid_sections
 
@@ -123,8 +123,11 @@ def _needed(p: dict) -> str:
     need, span = p["seeds_needed"], p.get("seeds_needed_range")
     if need is None:
         return "n/a"
-    text = fmt(need)
-    return text + (f" ({fmt(span[0])}-{fmt(span[1])})" if span and None not in span and span[0] != span[1] else "")
+
+    def n(x):
+        return f">{stats.MAX_SEEDS}" if x > stats.MAX_SEEDS else fmt(x)
+
+    return n(need) + (f" ({n(span[0])}-{n(span[1])})" if span and None not in span and span[0] != span[1] else "")
 
 
 _PAIR_COLUMNS = [
@@ -461,10 +464,11 @@ def sections(report: dict, with_images: bool) -> list[Section]:
             "Headline",
             [
                 report["headline"]["text"],
-                "Decisions rest on validation loss and each task's best "
-                "measured metric that passes the signal criteria (see Recommendation), tested over "
-                "training seeds; family: " + report["inference"]["family"] + f" (Benjamini-Hochberg, "
-                f"alpha {report['inference']['alpha']:g})." + averaged,
+                "Decisions rest on the primary metric and each task's best measured metric that passes the "
+                "signal criteria (see Recommendation), tested over training seeds; error control "
+                + report["inference"]["family"]
+                + "."
+                + averaged,
             ],
         ),
         _overview(report),
