@@ -110,6 +110,7 @@ def test_a_clear_primary_effect_is_established_against_every_variant(tmp_path):
             assert (p["significant"] is None) == (not p["testable"])
 
 
+@pytest.mark.slow  # 800 simulated studies, ~20 s
 def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
     """A planted effect of 1.5 seed-level sds, the only real one in a task family of 10 comparisons (the primary
     metric null): the report promises seeds for the level the pair is tested at (alpha 0.01 / 10, BH's first step).

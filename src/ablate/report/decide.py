@@ -221,13 +221,13 @@ def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | N
     pairs = max((len(s["pairwise"]) for s in series), default=0)
     names = ", ".join(label(s) for s in decisions)
     prim = ", ".join(label(s) for s in primary) or "none"
-    carried = " (the primary family rejected every pair it tested: its alpha carried forward)"
+    carried_text = " (the primary family rejected every pair it tested: its alpha carried forward)"
     text = f"{where}: primary metric {prim}, {first['comparisons']} pair(s), Benjamini-Hochberg at {alpha1:g}"
     if others:
         text += (
             f"; task metrics (every candidate but the baselines and answer-blind diagnostics; decisions on {names}), "
             f"{pairs} pair(s) x {len(others)} metric(s) = {second['comparisons']} comparisons, Benjamini-Hochberg "
-            f"at {alpha2:g}" + (carried if second["carried_forward"] else "")
+            f"at {alpha2:g}" + (carried_text if second["carried_forward"] else "")
         )
     text += (
         f"; {first['tests'] + second['tests']} of {first['comparisons'] + second['comparisons']} comparisons tested "
