@@ -258,7 +258,7 @@ def test_ctrl_c_says_where_to_resume(tmp_path):
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -269,7 +269,12 @@ def test_ctrl_c_says_where_to_resume(tmp_path):
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # a hang after Ctrl-C: say where each thread stood
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"no exit 60 s after Ctrl-C; stacks:\n{err[-8000:]}") from None
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     status = rundir.read_status(run_dir)
