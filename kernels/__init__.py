@@ -1,9 +1,10 @@
 """Fused kernels for the model, and the one place that picks an implementation (installed as `ablate.kernels`).
 
-rms_norm, swiglu, apply_rope and linear_cross_entropy take `kernels="torch" | "triton"` (the model.kernels switch).
-"triton" runs the Triton kernel when the tensor is on CUDA, or on any device when TRITON_INTERPRET=1 (Triton's CPU
-interpreter, which the tests use); otherwise the plain-torch reference of the same signature runs (reference.py).
-Triton is imported only when a Triton kernel is about to run, so CPU users need not have it.
+rms_norm, swiglu, apply_rope and linear_cross_entropy take `kernels="auto" | "torch" | "triton"` (the model.kernels
+switch; use_triton decides, the one place that does). "triton" runs the Triton kernel when the tensor is on CUDA, or
+on any device when TRITON_INTERPRET=1 (Triton's CPU interpreter, which the tests use); "auto" runs it on CUDA where
+Triton is installed; otherwise the plain-torch reference of the same signature runs (reference.py). Triton is
+imported only when a Triton kernel is about to run, so CPU users need not have it.
 
     reference.py              the references: the semantics, and what runs off CUDA
     rmsnorm_triton.py         RMSNorm forward/backward (weight gradient included)
@@ -15,19 +16,38 @@ Triton is imported only when a Triton kernel is about to run, so CPU users need 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 
 import torch
 
 from ablate.kernels import reference
 
-KERNELS = ("torch", "triton")
+KERNELS = ("auto", "torch", "triton")
+
+
+@functools.cache
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def resolved(kernels: str, device_type: str) -> str:
+    """What model.kernels runs on a device type, "triton" or "torch": the one place that decides (the kernels
+    below, plans and run logs ask here)."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels: got {kernels!r}; allowed: {', '.join(map(repr, KERNELS))}")
+    if kernels == "triton":
+        return "triton" if device_type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1" else "torch"
+    return "triton" if kernels == "auto" and device_type == "cuda" and triton_installed() else "torch"
 
 
 def use_triton(kernels: str, x: torch.Tensor) -> bool:
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels: got {kernels!r}; allowed: {', '.join(map(repr, KERNELS))}")
-    return kernels == "triton" and (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+    # "auto" inside torch.compile (compiled blocks) leaves the elementwise ops to Inductor, which fuses them with
+    # their neighbours; the loss, outside the blocks, keeps its Triton kernel
+    if kernels == "auto" and torch.compiler.is_compiling():
+        return False
+    return resolved(kernels, x.device.type) == "triton"
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, kernels: str = "torch") -> torch.Tensor:
@@ -72,6 +92,6 @@ def linear_cross_entropy(
     return reference.linear_cross_entropy(hidden, weight, targets, ignore_index, z_loss, chunk_rows)
 
 
-# Validation's per-position losses: no backward, so the torch chunk loop (a matmul and a logsumexp per chunk) serves
-# every device.
+# Validation's per-position losses: no backward, so the torch chunk loop (a matmul, a logsumexp and a few row ops per
+# chunk, the chunk whole off CPU) serves every device.
 per_token_cross_entropy = reference.per_token_cross_entropy

@@ -53,8 +53,9 @@ def cross_entropy_chunk(
     """One chunk's loss step: per-row (cross-entropy, logsumexp^2) in fp32, both 0 on ignored rows. With write_grad,
     `logits` (rows, vocab) is overwritten by d(sum of row losses)/d(logits):
     softmax * (1 + 2 * z_loss * lse) - onehot(target), zero on ignored rows (the caller divides by the count).
-    A block of rows at a time (CACHE_BLOCK_ELEMENTS)."""
-    block = max(1, CACHE_BLOCK_ELEMENTS // logits.shape[-1])
+    On CPU a block of rows at a time (CACHE_BLOCK_ELEMENTS), elsewhere the whole chunk at once."""
+    # CPU caches only: on a GPU each block would be ~10 kernel launches for a few rows (5 rows at vocab 50k)
+    block = max(1, CACHE_BLOCK_ELEMENTS // logits.shape[-1]) if logits.device.type == "cpu" else logits.shape[0]
     if logits.shape[0] <= block:
         return _cross_entropy_rows(logits, targets, ignore_index, z_loss, write_grad)
     parts = [
@@ -112,7 +113,9 @@ def chunked_linear_cross_entropy(
     # fp32 accumulator over chunks, whatever the weight's dtype (a bf16 sum of many chunks would lose bits)
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grads else None
     device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):  # cast once here, not once per chunk and matmul (a third of the time)
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(
+        device_type
+    ):  # cast once here, not once per chunk and matmul (a third of the time)
         dtype = torch.get_autocast_dtype(device_type)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     for start in range(0, n, chunk_rows):

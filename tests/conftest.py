@@ -23,6 +23,37 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
+def _pin_to_cpu(patch: pytest.MonkeyPatch) -> None:
+    """No GPU for this process (torch.cuda says none) nor for the processes it starts (CUDA_VISIBLE_DEVICES="", which
+    run_cli and torchrun pass on): on a GPU host, train.device=auto and torchrun's ranks would otherwise take GPUs."""
+    patch.setenv("CUDA_VISIBLE_DEVICES", "")
+    patch.setattr(torch.cuda, "is_available", lambda: False)
+    patch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+def _module_has_gpu_tests(request) -> bool:
+    in_module = [item for item in request.session.items if getattr(item, "module", None) is request.module]
+    return any(item.get_closest_marker("gpu") for item in in_module)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_module(request):
+    """A module without tests marked gpu runs on CPU whole, its module fixtures (runs trained once) included."""
+    if _module_has_gpu_tests(request):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        _pin_to_cpu(patch)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def cpu_test(request, monkeypatch):
+    """In a module that has gpu tests, its other tests run on CPU (those marked gpu keep the GPU)."""
+    if not request.node.get_closest_marker("gpu"):
+        _pin_to_cpu(monkeypatch)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def data_cache(tmp_path_factory):
     """One tokenizer/token cache for the whole session, never the user's ~/.cache."""

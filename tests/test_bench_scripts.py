@@ -56,3 +56,56 @@ def test_smoke_run_prints_its_ratio_line(script, request):
     shown = f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
     assert result.returncode == 0, shown
     assert re.search(rf"^{re.escape(label)}: \d+\.\d+x", result.stdout, re.MULTILINE), shown
+
+
+def acceptance(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_acceptance.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def test_gpu_acceptance_names_its_checks_and_needs_a_gpu():
+    listed = acceptance("--list")
+    assert listed.returncode == 0, listed.stderr
+    assert [f"part {n}:" in listed.stdout for n in range(1, 6)] == [True] * 5
+    assert "MFU >= 40%" in listed.stdout and "time <= 1.2x" in listed.stdout and ">= 1.5x" in listed.stdout
+    plain = acceptance()  # tests not marked gpu see none (conftest), on a GPU host too
+    assert plain.returncode == 2 and "needs a CUDA GPU" in plain.stderr, plain.stderr
+
+
+def test_gpu_acceptance_cpu_smoke_runs_every_measurement():
+    result = acceptance("--cpu-smoke", timeout=600)
+    shown = f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, shown
+    for line in ("bf16 peak:", "train ~10M bf16 torch:", "train ~350M bf16 triton:", "head + loss memory", "packing 2"):
+        assert re.search(rf"^INFO  {re.escape(line)}", result.stdout, re.MULTILINE), shown
+    assert "best packing of ~10M runs" in result.stdout and "0 fail" in result.stdout, shown
+
+
+def test_the_gpu_tier_has_25_tests_in_12_functions():
+    """Issue 26's floor, counted where it collects (here; they skip without a GPU)."""
+    files = ["tests/test_on_gpu.py", *(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_gpu_*.py"))]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    items = [line for line in result.stdout.splitlines() if "::" in line]
+    functions = {item.split("[")[0] for item in items}
+    print(f"GPU tier: {len(items)} tests in {len(functions)} functions")
+    assert len(items) >= 25 and len(functions) >= 12, result.stdout[-3000:]
+
+
+def test_tests_not_marked_gpu_see_no_gpu():
+    """conftest pins every module without gpu tests to CPU, module fixtures included (issue 26, 13)."""
+    import torch
+
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == ""
+    assert not torch.cuda.is_available() and torch.cuda.device_count() == 0

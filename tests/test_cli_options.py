@@ -65,6 +65,7 @@ REFUSED = [
         (f"{RUN} --{o} {v}", f"--{o}")
         for o in ("jobs", "runs-per-gpu", "gpus-per-run")
         for v in ("0", "-1", "''", "a", "2.5")
+        if (o, v) != ("gpus-per-run", "0")  # --gpus-per-run 0: CPU runs, allowed
     ],
     *(
         []

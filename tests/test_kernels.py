@@ -204,7 +204,7 @@ def test_dispatch_picks_triton_only_when_it_can_run(monkeypatch):
     assert not kernels.use_triton("torch", x) and not kernels.use_triton("triton", x)  # CPU: the references
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert kernels.use_triton("triton", x) and not kernels.use_triton("torch", x)
-    with pytest.raises(ValueError, match="allowed: 'torch', 'triton'"):
+    with pytest.raises(ValueError, match="allowed: 'auto', 'torch', 'triton'"):
         kernels.use_triton("cuda", x)
 
 

@@ -24,8 +24,10 @@ LAYERS = [
     {"sources", "status", "batching", "mixture"},  # mixture: below data, which imports it
     {"tokenizer", "overrides"},  # tokenizer: data.tokenizer checked, loaded, trained; overrides: dotted --set/variant
     {"token_files"},  # the prepared token files as training reads them: below data, which writes them
+    {"moe"},  # the mixture of experts' router and experts: below model, which makes them a layer's FFN
     {"model", "data", "optim", "eval", "report", "variants", "tokenizer_stats"},  # variants: variant, grid, branch
     # (no torch); tokenizer_stats: fertility, bytes per token, ... for `ablate tokenizer` and summary.json
+    {"auto"},  # every "auto" (device, dtype, kernels, compile, eval device) decided in one place
     {"checks"},  # what a run asks (names, machine), checked before compute
     {"experiment"},  # loading an experiment file: nothing of training above here (test below)
     {"parallel", "memory"},  # memory: the per-rank peak of a step, which plan and run check
@@ -48,7 +50,8 @@ ALLOWED = {
     "rundir": set(),
     "kernels": set(),
     "status": {"rundir"},
-    "model": {"config", "kernels"},
+    "moe": {"config", "kernels"},
+    "model": {"config", "kernels", "moe"},
     "eval": {"config", "rundir"},  # the engine, suite, tasks and metrics never import callbacks, train or checkpoint
     "report": {"rundir", "status"},  # no torch: reads run folders through rundir alone
 }
@@ -186,7 +189,7 @@ def test_modules_stay_small(module):
 
 def test_the_rules_see_real_imports():
     """The parser finds what is there (a rule that sees nothing passes vacuously)."""
-    assert ablate_imports("ablate.model") == {"ablate.config", "ablate.kernels"}
+    assert ablate_imports("ablate.model") == {"ablate.config", "ablate.kernels", "ablate.moe"}
     assert "ablate.rundir" in ablate_imports("ablate.report.runs")
     assert "ablate.eval.engine" in ablate_imports("ablate.eval.suite")
     assert len(MODULES) > 40

@@ -15,7 +15,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ablate.config import ConfigError
 from ablate.experiment import load_experiment
 from ablate.overrides import apply_overrides, parse_set_args
-from ablate.parallel import AUTO_COMPILE_SECONDS_AT_PEAK, compile_blocks
 from ablate.sweep import attempt
 from ablate.train import run_dir_for, train
 from conftest import REPO, TINY, run_cli
@@ -211,23 +210,6 @@ def test_compile_and_bf16_switches_train_like_eager(tmp_path):
     assert max(abs(eager_losses[s] - compiled[s]) for s in eager_losses) < 1e-4
     assert max(abs(eager_losses[s] - bf16[s]) for s in eager_losses) < 0.05  # bf16 rounding, same training
     assert bf16 != eager_losses
-
-
-def test_compile_auto_is_on_for_long_bf16_runs_on_cpu_only_and_hashes_as_before():
-    cpu, long, short = torch.device("cpu"), AUTO_COMPILE_SECONDS_AT_PEAK, AUTO_COMPILE_SECONDS_AT_PEAK / 2
-    assert compile_blocks("auto", cpu, bf16=True, seconds_at_peak=long)
-    assert not compile_blocks("auto", cpu, bf16=True, seconds_at_peak=short)  # the compile would cost more
-    assert not compile_blocks("auto", cpu, bf16=False, seconds_at_peak=long)  # fp32 stays eager: bit-identical
-    assert not compile_blocks("auto", torch.device("cuda"), bf16=True, seconds_at_peak=long)  # not measured on GPUs
-    assert compile_blocks(True, cpu, bf16=False, seconds_at_peak=0) and not compile_blocks(False, cpu, True, long)
-    run = load_experiment(TINY, only=["mha"])[0]
-    assert run.train.compile == "auto"
-    # run folders from before "auto" (compile=False then the default) keep their identity
-    assert run.identity() == apply_overrides(run, {"train.compile": False}).identity()
-    assert run.identity() != apply_overrides(run, {"train.compile": True}).identity()
-    assert apply_overrides(run, {"train.compile": "auto"}, from_text=True).train.compile == "auto"
-    with pytest.raises(ConfigError, match="train.compile"):
-        apply_overrides(run, {"train.compile": "sometimes"}, from_text=True)
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ all_reduce) must run them on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import resource
@@ -146,9 +147,30 @@ def due(step: int, every: int, last: int) -> bool:
     return step == last or (every > 0 and step % every == 0)
 
 
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")  # writing "5" resets the process's peak resident set (Linux)
+PROC_STATUS = Path("/proc/self/status")  # its VmHWM line: that peak since the last reset
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start the memory peak afresh at a run's start, so runs one after another in one process (a sweep's
+    worker) each report their own: CUDA's peak counters, or on CPU the process's peak resident set."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):  # not Linux, or /proc not writable: the peak stays the process's
+        PROC_CLEAR_REFS.write_text("5")
+
+
 def peak_memory_bytes(device: torch.device) -> int:
+    """The peak since reset_peak_memory: on CUDA the bytes of live tensors (max_memory_allocated); on CPU the
+    process's resident memory (VmHWM), everything it holds, not only tensors. Where the CPU peak cannot be reset
+    or read, the process's peak since it started (ru_maxrss)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in PROC_STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # in kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 

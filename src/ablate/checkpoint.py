@@ -12,14 +12,12 @@ check; resume sets it aside as `damaged_step_N/` (with REASON.txt) and continues
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import io
 import json
 import pickle
 import shutil
-import signal
 import sys
-import threading
 import warnings
 from pathlib import Path
 from collections.abc import Callable
@@ -261,10 +259,45 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
 
 
 def _rng_state() -> dict:
+    """This process's generators: the CPU one, and CUDA's where CUDA is (so a checkpoint has a cuda entry only
+    when it was written where CUDA was)."""
     state = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
+
+
+def _saved_rng_entries(metadata: Metadata, rank: int) -> set[str]:
+    """The RNG entries (torch, cuda) a checkpoint holds for `rank`, from its own DCP metadata (DCP flattens
+    `rng_rank0: {torch: ...}` to `rng_rank0.torch`), so a checkpoint written on another machine loads."""
+    prefix = f"rng_rank{rank}."
+    return {key.removeprefix(prefix) for key in metadata.state_dict_metadata if key.startswith(prefix)}
+
+
+_told_unseeded: set[Path] = set()  # the checkpoints whose missing CUDA RNG state was told of (once each)
+
+
+def _set_rng_state(rng: dict, ckpt: Path, d: Dist) -> None:
+    """Restore the generators a checkpoint holds for this rank. A cuda entry where there is no CUDA is ignored;
+    where CUDA is but the checkpoint was written without it, CUDA's generator is seeded from this rank's restored
+    CPU state instead: the same stream each time this checkpoint is resumed, and different on every rank."""
+    if "torch" in rng:
+        torch.set_rng_state(rng["torch"])
+    if not torch.cuda.is_available():
+        return
+    if "cuda" in rng:
+        torch.cuda.set_rng_state(rng["cuda"])
+        return
+    digest = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).digest()
+    torch.cuda.manual_seed(int.from_bytes(digest[:8], "little"))
+    if d.is_main and Path(ckpt) not in _told_unseeded:
+        _told_unseeded.add(Path(ckpt))
+        print(
+            f"ablate: note: checkpoint {ckpt} was written without CUDA and holds no CUDA RNG state; the CUDA "
+            f"generator of each rank is seeded from its restored CPU RNG state instead",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def save_checkpoint(
@@ -281,43 +314,24 @@ def save_checkpoint(
     The `keep` newest are kept, and those at `keep_steps` (branch points) always."""
     final = ckpt_root / rundir.step_dir_name(step)
     tmp = ckpt_root / rundir.tmp_dir_name(step)
-    with _ctrl_c_deferred():
-        if d.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        d.barrier()
-        model_sd, optim_sd = get_state_dict(model, optimizer)
-        state = {"model": model_sd, "optim": optim_sd, f"rng_rank{d.rank}": _rng_state()}
-        dcp.save(state, checkpoint_id=str(tmp))
-        d.barrier()
-        if d.is_main:
-            (tmp / META).write_text(json.dumps({"step": step, "world": d.world, **extra}, indent=1))
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.rename(final)
-            rotating = [c for c in list_checkpoints(ckpt_root) if rundir.step_of(c.name) not in keep_steps]
-            for old in rotating[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
-        d.barrier()
+    if d.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    d.barrier()
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd, f"rng_rank{d.rank}": _rng_state()}
+    dcp.save(state, checkpoint_id=str(tmp))
+    d.barrier()
+    if d.is_main:
+        (tmp / META).write_text(json.dumps({"step": step, "world": d.world, **extra}, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        rotating = [c for c in list_checkpoints(ckpt_root) if rundir.step_of(c.name) not in keep_steps]
+        for old in rotating[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    d.barrier()
     return final
-
-
-@contextlib.contextmanager
-def _ctrl_c_deferred():
-    """Ctrl-C during a save is taken when the save ends. A KeyboardInterrupt raised inside DCP's collectives left the
-    process hung in garbage collection (seen here: no exit 60 s after SIGINT, main thread in scatter_object_list);
-    the save is short, and the run then stops as it does anywhere else."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def load_checkpoint(path: Path, model, optimizer, d: Dist) -> dict:
@@ -337,9 +351,13 @@ def load_checkpoint(path: Path, model, optimizer, d: Dist) -> dict:
     # settings are this run's config (a branch may change the lr multipliers or weight decay), and checkpoints
     # written before the groups were per role (two groups: decay, no decay) load the same way.
     state = {"model": model_sd, "optim": {"state": optim_sd["state"]}}
-    same_world = meta["world"] == d.world
-    if same_world:
-        state[f"rng_rank{d.rank}"] = _rng_state()
+    same_world = meta["world"] == d.world  # another world size: no rank's RNG is restored (ranks draw anew)
+    rng_key = f"rng_rank{d.rank}"
+    if same_world:  # only the entries both here and in the checkpoint: DCP fails on a key the checkpoint lacks
+        saved = _saved_rng_entries(metadata, d.rank)
+        wanted = {name: value for name, value in _rng_state().items() if name in saved}
+        if wanted:
+            state[rng_key] = wanted
     dcp_load(state, path, metadata)
     set_state_dict(
         model,
@@ -348,10 +366,7 @@ def load_checkpoint(path: Path, model, optimizer, d: Dist) -> dict:
         optim_state_dict={"state": state["optim"]["state"], "param_groups": optim_sd["param_groups"]},
     )
     if same_world:
-        rng = state[f"rng_rank{d.rank}"]
-        torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state(rng["cuda"])
+        _set_rng_state(state.get(rng_key, {}), path, d)
     return meta
 
 

@@ -12,6 +12,7 @@ import os
 
 import torch
 
+from ablate.auto import device as resolve_device
 from ablate.batching import check_plan, run_plan
 from ablate.config import ConfigError, RunConfig
 from ablate.optim.registry import check_optimizer_name
@@ -42,16 +43,6 @@ def check_this_machine(run: RunConfig, world: int | None = None) -> RunConfig:
         check_float8(device)
     check_plan(run_plan(run), world or int(os.environ.get("WORLD_SIZE", 1)), run.train)
     return run
-
-
-def resolve_device(choice: str) -> torch.device:
-    """train.device as a torch device; ConfigError for 'cuda' where no GPU is visible (checked before any compute,
-    where experiments load, by check_this_machine)."""
-    if choice == "auto":
-        choice = "cuda" if torch.cuda.is_available() else "cpu"
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: 'cuda' but no CUDA device is visible here; allowed here: 'auto', 'cpu'")
-    return torch.device(choice)
 
 
 FLOAT8_MIN_CAPABILITY = (8, 9)  # float8 tensor cores: Ada (8.9), Hopper (9.0) and newer

@@ -238,8 +238,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="runs at once on this machine, at most the number of runs (CPU: cores/N threads each; "
         "GPUs: default one per GPU)",
     )
-    run.add_argument("--runs-per-gpu", type=WHOLE_1, default=1, metavar="K", help="several small runs share each GPU")
-    run.add_argument("--gpus-per-run", type=WHOLE_1, default=1, metavar="G", help="each run a torchrun group of G GPUs")
+    run.add_argument(
+        "--runs-per-gpu",
+        type=WHOLE_1,
+        default=1,
+        metavar="K",
+        help="K small runs share each GPU, each checked against and capped at 1/K of its memory",
+    )
+    run.add_argument(
+        "--gpus-per-run",
+        type=number(int, 0),
+        metavar="G",
+        help="each run a torchrun group of G GPUs; 0: CPU (default: 1 where a CUDA GPU is visible, else CPU; "
+        "with --launcher slurm/local as --slurm gpus_per_run, see docs/sweeps.md)",
+    )
     run.add_argument(
         "--device-memory",
         metavar="SIZE",
@@ -315,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--format", default="cf", type=EVAL_FORMAT, help="cf (cloze) or mcf (multiple-choice letters)")
     ev.add_argument("--batch-size", type=WHOLE_1, default=32, help="rows per forward pass")
-    ev.add_argument("--device", default="cpu", type=DEVICE, help="cpu or cuda")
+    ev.add_argument(
+        "--device", default="auto", type=DEVICE, help="auto (the GPU where one is visible, else cpu), cpu, cuda[:N]"
+    )
     ev.add_argument(
         "--dtype",
         type=one_of("fp32", "bf16"),

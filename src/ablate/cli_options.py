@@ -141,6 +141,10 @@ def _samples_file(text: str) -> str:
 
 
 def _device(text: str) -> str:
+    if text == "auto":  # the GPU where one is visible (ablate.auto decides, as for training)
+        from ablate.auto import eval_device
+
+        return str(eval_device(text))
     if text == "cpu":
         return text
     if not re.fullmatch(r"cuda(:[0-9]+)?", text):
@@ -185,7 +189,7 @@ RUNS_ROOT = text("a folder (created if missing)", _runs_root)
 PATH = text("a path")  # positionals: '' would silently mean the current folder
 
 # the rules of one option each, with a check of their own
-DEVICE = rule(_device, "cpu, cuda, cuda:N")
+DEVICE = rule(_device, "auto, cpu, cuda, cuda:N")
 TASKS = text("task or suite names, comma-separated", _tasks, names=True)
 EVAL_FORMAT = text("cf, mcf", _format)
 SAMPLES_FILE = text("a file in an existing folder", _samples_file)

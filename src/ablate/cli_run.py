@@ -22,74 +22,97 @@ def cmd_run(args) -> int:
     from ablate.sweep import file_callbacks
 
     callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
-    _check_memory(runs, args)
+    _check_cpu_runs(runs, args.gpus_per_run)
     if args.launcher != "here":
         return _run_submitit(runs, out, args, callbacks)
     if args.slurm:
         raise ConfigError("--slurm: only with --launcher slurm (or local)")
     from ablate import sweep
 
+    gpu_ids = sweep.visible_gpus()  # counted without initialising CUDA here
     if "RANK" in os.environ:  # under torchrun every rank trains each run together, one after another
-        if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or args.gpus_per_run > 1:
+        if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or args.gpus_per_run not in (None, 1):
             raise ConfigError(
                 "--jobs/--runs-per-gpu/--gpus-per-run: not under torchrun (ablate starts the "
                 "torchrun groups itself with --gpus-per-run G)"
             )
         slots = None
+        _check_memory(runs, args, int(os.environ.get("WORLD_SIZE", 1)), sharing=1, on_gpu=bool(gpu_ids))
     else:
         at_most = len(runs)  # more runs at once than there are runs would only split the threads finer
+        gpus_per_run = 1 if args.gpus_per_run is None else args.gpus_per_run  # auto: a GPU each where visible
         slots = sweep.machine_slots(
-            args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most), args.gpus_per_run
+            args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most), gpus_per_run, gpu_ids
         )
-    return _run_here(runs, out, slots, args.file, callbacks)
+        on_gpu = bool(slots[0].gpus)
+        sharing = max(s.sharing for s in slots)
+        _check_memory(runs, args, max(len(slots[0].gpus), 1), sharing, on_gpu)
+    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids)
 
 
-def _check_memory(runs, args) -> None:
-    """Refuse, before any compute, runs whose per-rank memory (ablate plan's estimate) exceeds --device-memory or
-    the visible GPU's memory; on CPU without --device-memory nothing is checked."""
+def _check_cpu_runs(runs, gpus_per_run: int | None) -> None:
+    """--gpus-per-run 0 trains on CPU: a run that insists on CUDA contradicts it."""
+    if gpus_per_run == 0:
+        for run in runs:
+            if run.train.device == "cuda":
+                raise ConfigError(
+                    f"--gpus-per-run 0: trains on CPU, but {run.name} sets train.device='cuda'; allowed with "
+                    f"--gpus-per-run 0: train.device 'auto' or 'cpu'"
+                )
+
+
+def _check_memory(runs, args, world: int, sharing: int, on_gpu: bool) -> None:
+    """Refuse, before any compute, runs whose per-rank memory (ablate plan's estimate) exceeds their share of the
+    device memory: --device-memory or the visible GPU's memory, divided by the `sharing` runs that use each GPU at
+    once (--runs-per-gpu K). On CPU without --device-memory nothing is checked."""
     from ablate.memory import check_fits, device_memory_default, parse_size
 
-    memory = parse_size(args.device_memory) if args.device_memory else device_memory_default()
+    if args.device_memory:
+        memory = parse_size(args.device_memory)
+    elif on_gpu:
+        memory = device_memory_default()  # read in a child process: this one never initialises CUDA
+    else:
+        return
     if memory is None:
         return
-    world = int(os.environ.get("WORLD_SIZE", 1)) * max(args.gpus_per_run, 1)
     for run in runs:
-        check_fits(run, world, memory)
+        check_fits(run, world, memory // sharing, None if on_gpu else "cpu")
 
 
-def _run_here(runs, out: str, slots, file: str, callbacks: list) -> int:
+def _run_here(runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str]) -> int:
     """All runs on this machine: in this process one after another, or side by side in worker processes (which
-    load the experiment file's callbacks themselves)."""
+    load the experiment file's callbacks themselves). The parent of workers makes no process group and touches no
+    GPU: each worker's CUDA context, and all of its memory, stay the worker's."""
     from ablate import rundir, sweep
     from ablate.parallel import init_distributed, shutdown_distributed
 
-    d = init_distributed(runs[0].train.device)
+    serial = sweep.in_this_process(slots, gpu_ids)
+    d = init_distributed(runs[0].train.device) if serial else None
+    is_main = d is None or d.is_main
     states: list[str] = []
-    progress = _Progress(len(runs), d.is_main)
+    progress = _Progress(len(runs), is_main)
     try:
         sweep.prepare_all(runs, d)  # bad data stops everything here, before any run starts
-        if d.is_main:
+        if is_main:
             _mark_pending(runs, out)
-        if slots is None or (len(slots) == 1 and len(slots[0].gpus) <= 1):
+        if serial:
             for k, run in enumerate(runs, 1):
                 progress(k, run, "started", str(rundir.run_dir_for(out, run)))
                 state, message = sweep.attempt(run, out, callbacks)
                 progress(k, run, state, message)
                 states.append(state)
         else:
-            shutdown_distributed()  # the workers make their own process groups
-            if d.is_main:
-                print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
+            print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
             states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks))
     except KeyboardInterrupt:
         for run in runs:
             status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
-            if status.get("state") == "interrupted" and d.is_main:
+            if status.get("state") == "interrupted" and is_main:
                 print(f"{sweep.label(run)}: {status['message']}", file=sys.stderr, flush=True)
         return 130
     finally:
         shutdown_distributed()
-    return _closing(states, runs, out) if d.is_main else int("failed" in states)
+    return _closing(states, runs, out) if is_main else int("failed" in states)
 
 
 class _Progress:
@@ -108,7 +131,9 @@ class _Progress:
 def _describe(slots) -> str:
     if not slots[0].gpus:
         return f"{slots[0].threads} torch thread{'s' if slots[0].threads > 1 else ''} each"
-    return "; ".join(f"GPU {','.join(s.gpus)}" for s in slots[:8]) + (" ..." if len(slots) > 8 else "")
+    share = f"; {slots[0].sharing} runs per GPU, each capped at 1/{slots[0].sharing} of its memory"
+    listed = "; ".join(f"GPU {','.join(s.gpus)}" for s in slots[:8]) + (" ..." if len(slots) > 8 else "")
+    return listed + (share if slots[0].sharing > 1 else "")
 
 
 def _mark_pending(runs, out: str) -> None:
@@ -144,8 +169,18 @@ def _run_submitit(runs, out: str, args, callbacks: list) -> int:
             "--jobs/--runs-per-gpu: not with --launcher slurm/local; use --slurm array_parallelism=N,gpus_per_run=G"
         )
     options = slurm.parse_slurm_options(args.slurm or "")
-    if args.gpus_per_run > 1:  # --gpus-per-run G means the same as --slurm gpus_per_run=G
+    if args.gpus_per_run is not None:  # --gpus-per-run G (0 included: CPU) means the same as --slurm gpus_per_run=G
+        given = options.get("gpus_per_run", args.gpus_per_run)
+        if given != args.gpus_per_run:
+            raise ConfigError(
+                f"--gpus-per-run {args.gpus_per_run} and --slurm gpus_per_run={given}: they disagree; give one"
+            )
         options["gpus_per_run"] = args.gpus_per_run
+    options["gpus_per_run"], why = slurm.resolve_gpus_per_run(options, runs, local=args.launcher == "local")
+    if why:
+        print(f"{args.launcher}: gpus_per_run={options['gpus_per_run']} ({why})", flush=True)
+    sharing = slurm.local_sharing(len(runs), options["gpus_per_run"]) if args.launcher == "local" else 1
+    _check_memory(runs, args, max(options["gpus_per_run"], 1), sharing, on_gpu=options["gpus_per_run"] > 0)
     from ablate.sweep import prepare_all
 
     if args.launcher == "local":

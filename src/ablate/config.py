@@ -44,9 +44,10 @@ class ModelConfig:
     init_std: float = 0.02
     z_loss: float = 0.0  # weight of mean(logsumexp(logits)^2) added to the loss
     dropout: float = 0.0
-    # RMSNorm, SwiGLU, RoPE and the chunked output projection + loss: Triton kernels on CUDA, else the torch
-    # references (ablate.kernels); the same math either way
-    kernels: Literal["torch", "triton"] = "torch"
+    # RMSNorm, SwiGLU, RoPE and the chunked output projection + loss (ablate.kernels): "auto" runs the Triton
+    # kernels on CUDA and the torch references elsewhere, "triton" the same (or the references off CUDA), "torch"
+    # the references everywhere; the same math either way
+    kernels: Literal["auto", "torch", "triton"] = "auto"
     # Mixture of experts (ffn="moe"; read only then) and latent attention (attention="mla"): docs/experiments.md.
     moe_experts: int = 8  # layers k, 2k, ... (k = moe_every) send each token to moe_top_k of moe_experts
     moe_top_k: int = 2
@@ -138,9 +139,9 @@ class TrainConfig:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
-    # torch.compile of each block. "auto": on where it was measured faster and only changes rounding, i.e. for bf16
-    # on CPU runs long enough to repay the first step's compile (parallel.compile_blocks; the ~10M model of
-    # bench_train.py: 1.2-1.3x the eager step); off for fp32 (eager fp32 runs stay bit-identical) and on GPU.
+    # torch.compile of each block. "auto" (ablate.auto.compile_blocks): on CPU for bf16 runs long enough to repay
+    # the first step's compile (the ~10M model of bench_train.py: 1.2-1.3x the eager step), off for fp32 (eager fp32
+    # runs stay bit-identical); on GPU where a first compile is under a tenth of the run, and always with float8.
     compile: bool | Literal["auto"] = "auto"
     log_every: int = 10
     val_every: int = 100  # 0: only at the end
@@ -237,6 +238,9 @@ class RunConfig:
         # the run, and folders from before keep their identity
         if d["train"]["compile"] == "auto":
             d["train"]["compile"] = False
+        # "auto" kernels hash as "torch", the default before it: the same math, and earlier folders resume
+        if d["model"]["kernels"] == "auto":
+            d["model"]["kernels"] = "torch"
         for section, name in _ADDED_LATER:  # at their defaults they leave the identities of earlier runs as they were
             if d[section][name] == _default(SECTIONS[section], name):
                 d[section].pop(name)

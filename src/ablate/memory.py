@@ -18,11 +18,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import torch
 
 from ablate.batching import largest_pass, rank_passes, run_plan
+from ablate import auto
 from ablate.config import ConfigError, ModelConfig, RunConfig
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
 from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
@@ -54,11 +57,24 @@ def format_bytes(n: float) -> str:
     return f"{int(n)}B"
 
 
+# Reads the first visible GPU's total memory in a child process (see device_memory_default)
+_PROBE = "import torch; print(torch.cuda.get_device_properties(0).total_memory)"
+
+
 def device_memory_default() -> int | None:
-    """The total memory of the visible CUDA device (the first), else None: no limit to check against."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).total_memory
-    return None
+    """The total memory of the visible CUDA device (the first), else None: no limit to check against. Read in a
+    short child process (a few seconds, on GPU machines only): asking torch here would initialise CUDA in this
+    process, and a sweep's parent must leave the GPUs, and all of their memory, to its workers. NVML would avoid
+    the child but numbers GPUs its own way (PCI order, not CUDA's), so CUDA_VISIBLE_DEVICES could name another."""
+    if torch.cuda.device_count() == 0:  # counted without initialising CUDA
+        return None
+    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0 or not probe.stdout.strip().isdigit():
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(
+            f"--device-memory: could not read the GPU's memory ({last}); give it, e.g. --device-memory 80GiB"
+        )
+    return int(probe.stdout)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -181,15 +197,15 @@ class Precision:
 
 
 def precision_of(run: RunConfig, device_type: str) -> Precision:
-    """As the trainer decides: bf16 when asked, or by default on GPU."""
-    bf16 = run.train.dtype == "bf16" or (run.train.dtype == "auto" and device_type == "cuda")
+    """As the trainer decides (ablate.auto): bf16 when asked, or by default on GPU."""
+    bf16 = auto.uses_bf16(run.train.dtype, torch.device(device_type))
     return Precision(device_type, "bf16" if bf16 else "fp32")
 
 
 def device_type_of(run: RunConfig) -> str:
-    """train.device resolved as the trainer resolves it (auto: cuda when visible)."""
+    """train.device resolved as the trainer resolves it (ablate.auto: cuda when visible)."""
     if run.train.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return auto.device("auto").type
     return run.train.device
 
 
@@ -333,7 +349,9 @@ def estimate_memory(
     # the chunked loss in forward: the final norm's output, the hidden-state gradient, the fp32 head-gradient
     # accumulator, one chunk of logits, and the loss step's fp32 temporaries of one block of rows (an fp32 copy of
     # bf16 logits, logsumexp's and softmax's)
-    chunk = rows * m.vocab_size * p.matmul + 3 * FP32 * min(rows * m.vocab_size, CACHE_BLOCK_ELEMENTS)
+    # (on CPU a cache block; on a GPU the torch reference's block is the whole chunk, the Triton kernel's none)
+    block = min(rows * m.vocab_size, CACHE_BLOCK_ELEMENTS) if p.device_type == "cpu" else rows * m.vocab_size
+    chunk = rows * m.vocab_size * p.matmul + 3 * FP32 * block
     loss_forward = 2 * stream_grad + FP32 * head + chunk
     # in backward the loss's saved gradients (the head's in the gathered dtype) and their scaled copies
     loss_backward = 2 * stream_grad + head * p.gathered

@@ -4,7 +4,8 @@ Read top to bottom: norms, rotary positions, attention (MHA/GQA/MQA, optional QK
 feed-forward (SwiGLU/GeLU/ReLU), block, model. Each module initialises its own weights (`init_weights`). The model's
 entry points are `forward` (logits), `loss` (training), `per_token_loss` (validation) and `stability_stats`
 (diagnostics); it knows nothing of parallelism (see parallel.py, which registers the last three with FSDP2).
-Beside attention, latent attention (attention="mla"); beside the feed-forward, a mixture of experts (ffn="moe").
+Beside attention, latent attention (attention="mla"); beside the feed-forward, a mixture of experts (ffn="moe": its
+router and experts in moe.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ablate.config import ModelConfig
 # The fused ops go through one dispatch (Triton on CUDA when cfg.kernels="triton", torch references otherwise);
 # apply_rope is re-exported here with kernels="torch" as its default.
 from ablate.kernels import apply_rope, linear_cross_entropy, per_token_cross_entropy, rms_norm, swiglu
+from ablate.moe import Experts, Router
 
 
 class RMSNorm(nn.RMSNorm):
@@ -48,7 +50,12 @@ def rope_tables(head_dim: int, rotary_dim: int, seq_len: int, base: float) -> tu
 
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
-STATS_CHUNK_ELEMENTS = 2**24  # stability_stats' score and logit chunks: 64 MB of fp32 at most
+STATS_CHUNK_ELEMENTS = 2**24  # stability_stats' score and logit chunks on CPU: 64 MB of fp32 at most
+GPU_STATS_CHUNK_ELEMENTS = 2**27  # on a GPU, 512 MB: a few launches per layer, not hundreds
+
+
+def stats_chunk_elements(device: torch.device) -> int:
+    return STATS_CHUNK_ELEMENTS if device.type == "cpu" else GPU_STATS_CHUNK_ELEMENTS
 
 
 def residual_init_std(cfg: ModelConfig) -> float:
@@ -64,7 +71,7 @@ def attention_logit_max(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tenso
     A chunk of queries at a time, so the (B, H, S, S) scores are never whole."""
     batch, heads, seq, head_dim = q.shape
     keys = k.repeat_interleave(heads // k.shape[1], dim=1).float().transpose(-1, -2)  # each query head's kv head
-    rows = max(1, STATS_CHUNK_ELEMENTS // (batch * heads * seq))
+    rows = max(1, stats_chunk_elements(q.device) // (batch * heads * seq))
     key_pos = torch.arange(seq, device=q.device)
     best = torch.tensor(float("-inf"), device=q.device)
     for start in range(0, seq, rows):
@@ -246,114 +253,6 @@ class FeedForward(nn.Module):
         return self.down_proj(h)
 
 
-def within_capacity(expert: torch.Tensor, experts: int, capacity: int) -> torch.Tensor:
-    """(T, k) bool: True where a token's choice is among the first `capacity` its expert takes, counted over every
-    token's first choice, then every second choice... (GShard's order)."""
-    one_hot = F.one_hot(expert.T.flatten(), experts)
-    position = (one_hot.cumsum(dim=0) * one_hot).sum(dim=-1) - 1  # how many took the expert before
-    return (position < capacity).view(expert.shape[1], expert.shape[0]).T
-
-
-class Router(nn.Module):
-    """Which moe_top_k experts each token goes to, with what gates. moe_balance="aux_loss" (Switch, GShard): softmax
-    probabilities, the top k, their gates renormalised to sum 1 when k > 1 (Switch's top-1 keeps the probability);
-    the balancing loss experts * sum_i f_i P_i (f_i: the share of the pass's choices that went to expert i, P_i:
-    its mean probability; 1 when balanced). "bias" (DeepSeek-V3, auxiliary-loss-free): sigmoid affinities; the top
-    k of affinity + bias are chosen, but gates come from the affinities alone (normalised when k > 1: one gate would
-    be 1 and leave the router untrained); after each optimizer step the bias moves by moe_bias_rate * sign(mean
-    load - load), the step's load summed over every micro-batch and rank (update_bias, from a callback). The same
-    balancing loss is computed on the normalised affinities (moe_aux_loss, DeepSeek-V3's small extra loss, but per
-    pass rather than per sequence). The router computes in fp32."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.experts, self.top_k, self.balance = cfg.moe_experts, cfg.moe_top_k, cfg.moe_balance
-        self.capacity, self.bias_rate = cfg.moe_capacity, cfg.moe_bias_rate
-        self.gate = nn.Linear(cfg.d_model, cfg.moe_experts, bias=False)
-        self.register_buffer("bias", torch.zeros(cfg.moe_experts))  # persistent: checkpointed with the weights
-        self.step_stats: torch.Tensor | None = None  # summed over this step's training passes: see take_step_stats
-
-    def forward(self, x: torch.Tensor):
-        """x (T, d_model) -> expert (T, k), gate (T, k), keep (T, k) (None: no capacity limit), aux loss, z-loss."""
-        with torch.autocast(x.device.type, enabled=False):  # bf16 logits would tie and flip choices
-            logits = F.linear(x.float(), self.gate.weight.float())
-        if self.balance == "aux_loss":
-            probs = logits.softmax(dim=-1)
-            gate, expert = probs.topk(self.top_k, dim=-1)
-        else:
-            affinity = logits.sigmoid()
-            expert = (affinity + self.bias).topk(self.top_k, dim=-1).indices
-            gate, probs = affinity.gather(-1, expert), affinity / affinity.sum(dim=-1, keepdim=True)
-        if self.top_k > 1:
-            gate = gate / gate.sum(dim=-1, keepdim=True)
-        load = torch.bincount(expert.flatten(), minlength=self.experts)
-        aux = self.experts * (load / expert.numel() * probs.mean(dim=0)).sum()
-        z = logits.logsumexp(dim=-1).square().mean()
-        keep = None
-        if self.capacity > 0:
-            keep = within_capacity(expert, self.experts, math.ceil(self.capacity * expert.numel() / self.experts))
-        if self.training and torch.is_grad_enabled():  # training passes only: not validation, evals or stats
-            dropped = (~keep).sum() if keep is not None else torch.zeros((), device=x.device)
-            stats = torch.cat(
-                [load.double(), torch.stack([aux.detach(), z.detach(), dropped, torch.ones_like(z)]).double()]
-            )
-            self.step_stats = stats if self.step_stats is None else self.step_stats + stats
-        return expert, gate, keep, aux, z
-
-    def take_step_stats(self) -> torch.Tensor:
-        """This step's [tokens per expert..., aux loss sum, z-loss sum, dropped choices, passes] (float64), reset."""
-        stats, self.step_stats = self.step_stats, None
-        return (
-            stats if stats is not None else torch.zeros(self.experts + 4, dtype=torch.float64, device=self.bias.device)
-        )
-
-    @torch.no_grad()
-    def update_bias(self, load: torch.Tensor) -> None:
-        """DeepSeek-V3's step: experts above the mean load get a smaller bias, those below a larger one."""
-        self.bias += self.bias_rate * torch.sign(load.mean() - load).to(self.bias.dtype)
-
-
-class Experts(nn.Module):
-    """n SwiGLU experts as (n, out, in) weights: FSDP2 shards them along the experts like any parameter, and the
-    optimizer sees one matrix per expert (the "expert" role: Muon orthogonalises each)."""
-
-    stacks_experts = True  # what ablate.optim.roles looks for
-
-    def __init__(self, n: int, d_model: int, hidden: int, kernels: str):
-        super().__init__()
-        self.up_proj = nn.Parameter(torch.empty(n, hidden, d_model))
-        self.gate_proj = nn.Parameter(torch.empty(n, hidden, d_model))
-        self.down_proj = nn.Parameter(torch.empty(n, d_model, hidden))
-        self.kernels = kernels
-
-    def init_weights(self, std: float, out_std: float, generator: torch.Generator | None) -> None:
-        for weight, scale in ((self.up_proj, std), (self.gate_proj, std), (self.down_proj, out_std)):
-            nn.init.normal_(weight, mean=0.0, std=scale, generator=generator)
-
-    def each(self):
-        """(gate, up, down) of each expert; unbind's backward stacks the experts' gradients in one op."""
-        return list(zip(self.gate_proj.unbind(0), self.up_proj.unbind(0), self.down_proj.unbind(0)))
-
-    def expert(self, weights, x: torch.Tensor) -> torch.Tensor:
-        gate, up, down = weights
-        return F.linear(swiglu(F.linear(x, gate), F.linear(x, up), kernels=self.kernels), down)
-
-    def forward(self, x: torch.Tensor, token: torch.Tensor, expert: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """For each choice (token, expert, gate): out[token] += gate * expert(x[token]). Choices sorted by expert, one
-        matmul per expert (a plain loop: no grouped-matmul kernel at this scale)."""
-        order = expert.argsort(stable=True)
-        token, gate = token[order], gate[order]
-        counts = torch.bincount(expert, minlength=self.up_proj.shape[0]).tolist()
-        chunks = x[token].split(counts)
-        out = torch.cat([self.expert(w, rows) for w, rows, n in zip(self.each(), chunks, counts) if n])
-        out = (out * gate[:, None]).to(x.dtype)
-        return torch.zeros_like(x).index_add_(0, token, out)
-
-    def every(self, x: torch.Tensor) -> torch.Tensor:
-        """Every token through every expert, gate 1 (the shared experts)."""
-        return sum(self.expert(w, x) for w in self.each())
-
-
 class MoE(nn.Module):
     """The mixture-of-experts FFN (ffn="moe"): routed experts, shared experts, and the router's losses for
     Transformer.loss (`extra_loss`, set by each forward)."""
@@ -361,7 +260,7 @@ class MoE(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         hidden, shared = cfg.moe_hidden or cfg.ffn_dim, cfg.moe_shared_experts
-        self.top_k, self.z_weight = cfg.moe_top_k, cfg.moe_z_loss
+        self.z_weight = cfg.moe_z_loss
         default_aux = 0.01 if cfg.moe_balance == "aux_loss" else 0.0
         self.aux_weight = default_aux if cfg.moe_aux_loss is None else cfg.moe_aux_loss
         self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
@@ -381,12 +280,9 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         expert, gate, keep, aux, z = self.router(flat)
-        token = torch.arange(flat.shape[0], device=x.device).repeat_interleave(self.top_k)
-        expert, gate = expert.flatten(), gate.flatten()
-        if keep is not None:  # over capacity: the choice is dropped (the token keeps its residual)
-            kept = keep.flatten()
-            token, expert, gate = token[kept], expert[kept], gate[kept]
-        out = self.experts(flat, token, expert, gate)
+        if keep is not None:  # over capacity: the choice is dropped (the token keeps its residual) by a zero gate,
+            gate = gate.masked_fill(~keep, 0.0)  # computed and not cut out, so no shape depends on the routing
+        out = self.experts(flat, expert, gate)
         if self.shared is not None:
             out = out + self.shared.every(flat)
         self.extra_loss = self.aux_weight * aux + self.z_weight * z
@@ -553,15 +449,15 @@ class Transformer(nn.Module):
                 x, logit_max = layer.forward_with_logit_max(x, cos, sin, attn_mask)
                 layer_maxima.append(logit_max)
             hidden = self.norm(x).flatten(0, -2)
-            rows = max(1, STATS_CHUNK_ELEMENTS // self.cfg.vocab_size)  # a chunk of logits at a time
+            rows = max(1, stats_chunk_elements(hidden.device) // self.cfg.vocab_size)  # a chunk of logits at a time
             norm_sum = sum(
                 self.lm_head(hidden[start : start + rows]).float().norm(dim=-1).sum()
                 for start in range(0, hidden.shape[0], rows)
             )
         finally:
             self.train(was_training)
-        maxima = torch.stack(layer_maxima).tolist()  # one device sync for all layers
-        stats = {"max_attention_logit": max(maxima), "output_logit_norm": norm_sum.item() / hidden.shape[0]}
+        *maxima, norm_sum = torch.stack([*layer_maxima, norm_sum]).tolist()  # one device read for all of them
+        stats = {"max_attention_logit": max(maxima), "output_logit_norm": norm_sum / hidden.shape[0]}
         stats.update({f"attention_logit_max/layer{i}": value for i, value in enumerate(maxima)})
         return stats
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import gc
 import json
 import math
 import os
@@ -23,6 +24,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
 from ablate.checks import check_float8, resolve_device  # noqa: F401  (also imported from here)
+from ablate.config import ConfigError
+from ablate import rundir
 from ablate.rundir import write_json_atomic
 
 
@@ -43,9 +46,13 @@ class Dist:
 
     def mean(self, value: float) -> float:
         """Average a Python float over ranks."""
-        t = torch.tensor([value], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return t.item() / self.world
+        return self.sum_tensor(torch.tensor(value, dtype=torch.float64, device=self.device)).item() / self.world
+
+    def sum_tensor(self, value: torch.Tensor) -> torch.Tensor:
+        """A tensor summed over ranks, on the device (no host read)."""
+        value = value.clone()
+        dist.all_reduce(value)
+        return value
 
     def broadcast_object(self, obj):
         box = [obj]
@@ -61,22 +68,58 @@ class Dist:
 
 
 def init_distributed(device_choice: str = "auto") -> Dist:
-    """Join the torchrun group if launched by torchrun, else make a 1-process group. Idempotent."""
+    """Join the torchrun group if launched by torchrun, else make a 1-process group. Idempotent. On CUDA the
+    process's GPU is set before the group exists (NCCL binds to it: `device_id`)."""
     device = resolve_device(device_choice)
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device.type == "cuda":
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+        device = torch.device("cuda", local_gpu_index(local_rank, local_world, torch.cuda.device_count(), torchrun))
+        torch.cuda.set_device(device)
+        apply_gpu_memory_share(device)
     if not dist.is_initialized():
         timeout = datetime.timedelta(minutes=30)
         backend = "nccl" if device.type == "cuda" else "gloo"
+        bound = {"device_id": device} if device.type == "cuda" else {}
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, timeout=timeout)
+            dist.init_process_group(backend, timeout=timeout, **bound)
         else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **bound)
     rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if device.type == "cuda":
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
     return Dist(rank=rank, world=world, local_rank=local_rank, device=device, mesh=mesh)
+
+
+def apply_gpu_memory_share(device: torch.device) -> None:
+    """Cap this process's CUDA allocator on its GPU at its share (rundir.GPU_SHARE_ENV), so K runs that each fit their
+    1/K cannot together run the GPU out of memory."""
+    fraction = os.environ.get(rundir.GPU_SHARE_ENV)
+    if fraction:
+        torch.cuda.set_per_process_memory_fraction(float(fraction), device)
+
+
+def local_gpu_index(local_rank: int, local_world: int, visible: int, torchrun: bool) -> int:
+    """The GPU a process takes among the `visible` ones: its local rank where the node's GPUs are all visible, the
+    only one where the launcher shows each process its own (SLURM's per-task GPU binding; torchrun never does).
+    ConfigError where processes would share a GPU (torchrun with more processes per node than GPUs)."""
+    if local_world <= visible:
+        return local_rank
+    if visible == 1 and not torchrun:  # one GPU per process, bound by the launcher
+        return 0
+    raise ConfigError(
+        f"train.device: {local_world} processes on this node but {visible} GPU(s) visible to each; start at "
+        f"most {visible} processes per node (torchrun --nproc_per_node), or use train.device=cpu"
+    )
+
+
+def free_memory(device: torch.device) -> None:
+    """After a run, before the next in the same process (slot workers, one run after another): FSDP2's registered
+    methods and states hold their modules in reference cycles, so the finished run's model and optimizer go only
+    with a full garbage collection; then the GPU's cached blocks go back to the device."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def shutdown_distributed() -> None:
@@ -104,21 +147,6 @@ def apply_float8(model: nn.Module) -> None:
     convert_to_float8_training(model.layers, module_filter_fn=float8_filter)
 
 
-# "auto" compiles a bf16 CPU run only when its model FLOPs need at least this long at the measured bf16 peak (at the
-# ~15% MFU of an eager bf16 step here, ~3 minutes of training): compiled steps were 1.2-1.3x faster on the ~10M model
-# of bench_train.py, but a first compile in a fresh cache took ~40 s, which a shorter run never earns back.
-AUTO_COMPILE_SECONDS_AT_PEAK = 30.0
-
-
-def compile_blocks(setting: bool | str, device: torch.device, bf16: bool, seconds_at_peak: float) -> bool:
-    """train.compile resolved. "auto" is on for bf16 on CPU when the run is long enough to pay for the compile
-    (`seconds_at_peak`: the run's model FLOPs over the peak), and off for fp32 (compile changes fp32 losses in their
-    last digits: eager fp32 runs stay bit-identical) and on GPU (not measured here)."""
-    if setting == "auto":
-        return bf16 and device.type == "cpu" and seconds_at_peak >= AUTO_COMPILE_SECONDS_AT_PEAK
-    return bool(setting)
-
-
 def parallelize(
     model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool, float8: bool = False
 ) -> nn.Module:
@@ -138,12 +166,15 @@ def parallelize(
         if param_dtype
         else MixedPrecisionPolicy()
     )
+    # A block's inputs stay as they come: its hidden states are already bf16 (the embedding's output), and the RoPE
+    # tables must stay fp32 (cast_forward_inputs would round them to bf16 on the way in)
+    block_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False)
     for i, block in enumerate(model.layers):
         if compile_model:
             block = torch.compile(block)
             model.layers[i] = block
         # The last block's parameters are needed again at once by backward: keep them gathered.
-        fully_shard(block, mesh=d.mesh, mp_policy=policy, reshard_after_forward=i < len(model.layers) - 1)
+        fully_shard(block, mesh=d.mesh, mp_policy=block_policy, reshard_after_forward=i < len(model.layers) - 1)
         register_fsdp_forward_method(block, "forward_with_logit_max")  # a compiled block passes it to the original
     fully_shard(model, mesh=d.mesh, mp_policy=policy)
     for method in ("loss", "per_token_loss", "stability_stats"):
@@ -199,27 +230,54 @@ def measure_peak_flops(
     return best
 
 
-# Dense bf16 tensor-core peaks of common GPUs (FLOP/s), used when train.peak_flops is not set.
-KNOWN_GPU_PEAKS = {
-    "A100": 312e12,
-    "H100": 989e12,
-    "H200": 989e12,
-    "A10": 125e12,
-    "L4": 121e12,
-    "4090": 165e12,
-    "V100": 125e12,
-    "L40": 181e12,
+# Dense tensor-core peaks (FLOP/s) per device name exactly as torch.cuda.get_device_name gives it: bf16, and TF32
+# (what fp32 matmuls run at: fp32 runs on a GPU allow TF32, see `enable_tf32`). From the vendors' datasheets, without
+# sparsity. A name not listed is measured (a large matmul), as on CPU; train.peak_flops overrides either.
+GPU_PEAKS = {
+    # name: (bf16, tf32)
+    "NVIDIA H100 80GB HBM3": (989e12, 495e12),  # SXM
+    "NVIDIA H100 PCIe": (756e12, 378e12),
+    "NVIDIA H100 NVL": (835e12, 418e12),
+    "NVIDIA H200": (989e12, 495e12),
+    "NVIDIA H200 NVL": (835e12, 418e12),
+    "NVIDIA GH200 480GB": (989e12, 495e12),
+    "NVIDIA B200": (2250e12, 1100e12),
+    "NVIDIA A100-SXM4-80GB": (312e12, 156e12),
+    "NVIDIA A100-SXM4-40GB": (312e12, 156e12),
+    "NVIDIA A100 80GB PCIe": (312e12, 156e12),
+    "NVIDIA A100-PCIE-40GB": (312e12, 156e12),
+    "NVIDIA L40S": (362e12, 183e12),
+    "NVIDIA L40": (181e12, 90.5e12),
+    "NVIDIA L4": (121e12, 60e12),
+    "NVIDIA A10": (125e12, 62.5e12),
+    "NVIDIA GeForce RTX 4090": (165e12, 82.6e12),
 }
 PEAK_CACHE = "peak_flops.json"
+
+
+def gpu_peak_flops(name: str, dtype: torch.dtype) -> float | None:
+    """The datasheet's dense peak of the GPU named exactly `name` for a run computing in `dtype` (bf16; fp32 runs
+    at TF32), or None for a name not in GPU_PEAKS."""
+    peaks = GPU_PEAKS.get(name)
+    if peaks is None:
+        return None
+    return peaks[0] if dtype == torch.bfloat16 else peaks[1]
+
+
+def enable_tf32(device: torch.device) -> None:
+    """fp32 runs on a GPU multiply in TF32 (10-bit mantissa inputs, fp32 sums): 2x and more over fp32 cores, as
+    torchtitan and nanoGPT do. Never on CPU, where fp32 runs stay bit-exact."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def peak_flops_for(device: torch.device, dtype: torch.dtype) -> float:
     """A known GPU's peak, else the best measurement this machine has ever made (measured now, and remembered)."""
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key in sorted(KNOWN_GPU_PEAKS, key=len, reverse=True):  # "L40" before "L4"
-            if key in name:
-                return KNOWN_GPU_PEAKS[key]
+        known = gpu_peak_flops(torch.cuda.get_device_name(device), dtype)
+        if known is not None:
+            return known
     key = machine_key(device, dtype)
     kept = _kept_peaks().get(key)
     if isinstance(kept, (int, float)) and math.isfinite(kept) and kept > 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ablate import rundir
+from ablate import auto, rundir
 from ablate.batching import check_plan, largest_pass, run_plan
 from ablate.config import ConfigError, RunConfig
 from ablate.memory import (
@@ -105,6 +105,17 @@ def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> 
         peak_flops=peak,
         peak_source=source,
     )
+
+
+def _how_runs_compute(plans: list[RunPlan], world: int) -> str:
+    """Device, dtype, kernels and compile as each run will resolve its "auto"s, runs alike grouped."""
+    hows: dict[str, list[str]] = {}
+    for p in plans:
+        choices = auto.for_run(p.run, torch.device(device_type_of(p.run)), p.seconds(world))
+        hows.setdefault(choices.describe(), []).append(p.run.name)
+    if len(hows) == 1:
+        return f"{next(iter(hows))} (every run)"
+    return "; ".join(f"{how} ({', '.join(dict.fromkeys(names))})" for how, names in hows.items())
 
 
 def earlier_mfu(out_root: str | Path, experiment: str) -> tuple[float | None, str]:
@@ -204,6 +215,7 @@ def format_report(
         aligned(rows),
         "",
         f"peak per device: {', '.join(peaks)}",
+        f"computes as (ablate.auto): {_how_runs_compute(plans, world)}",
         "KV/token: a bf16 KV cache per token over every layer (2 x kv heads x head dim, or MLA's kv_lora_rank + "
         "qk_rope_dim, per layer)"
         + ("; active: the parameters one token uses, FLOPs counted from them" if sparse else ""),

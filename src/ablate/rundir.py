@@ -298,6 +298,9 @@ def write_status(run_dir: str | Path, state: str, **fields) -> dict:
 
 
 LOG_ENV = "ABLATE_LOG"
+# K runs sharing a GPU (--runs-per-gpu K, a local launcher's tasks): each process's share of its GPU's memory, 1/K,
+# set by the sweep or launcher that starts it, applied by parallel.init_distributed
+GPU_SHARE_ENV = "ABLATE_GPU_MEMORY_FRACTION"
 
 
 def log_path() -> str | None:

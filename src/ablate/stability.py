@@ -150,6 +150,30 @@ def local_shard(param: torch.Tensor) -> torch.Tensor:
     return (param.to_local() if hasattr(param, "to_local") else param).detach()
 
 
+def snapshot(params: list[torch.Tensor], fp32: bool) -> list[torch.Tensor]:
+    """Copies of this rank's shards before an update: as they are, or in fp32 (what squared_norms' fp32 path
+    takes)."""
+    return [local_shard(p).to(torch.float32, copy=True) if fp32 else local_shard(p).clone() for p in params]
+
+
+def squared_norms(params: list[torch.Tensor], before: list[torch.Tensor], fp32: bool) -> torch.Tensor:
+    """[||W_after - W_before||^2, ||W_before||^2] of one block's shards (float64), with no host sync.
+
+    fp32=False: in float64, a few kernels per parameter (CPU, where these are the figures CPU runs have always
+    logged). fp32=True: by foreach kernels over the whole block at once, a few launches whatever its number of
+    parameters and no float64 copy of the weights (CUDA); `before` (an fp32 snapshot) is overwritten by the
+    difference, as nothing needs it after."""
+    if not fp32:
+        zero = torch.zeros((), dtype=torch.float64, device=before[0].device)
+        change = sum((((local_shard(p).double() - b.double()) ** 2).sum() for p, b in zip(params, before)), zero)
+        size = sum(((b.double() ** 2).sum() for b in before), zero)
+        return torch.stack([change, size])
+    size = torch.stack(torch._foreach_norm(before)).double().square().sum()
+    torch._foreach_sub_(before, [local_shard(p).float() for p in params])
+    change = torch.stack(torch._foreach_norm(before)).double().square().sum()
+    return torch.stack([change, size])
+
+
 class StabilityMonitors(Callback):
     """Every `every` steps (train.monitor_every, 0: every log_every) and at the end, to metrics.jsonl and TensorBoard:
     `stability/max_attention_logit`, `stability/attention_logit_max/layer{i}` and `stability/output_logit_norm`
@@ -179,11 +203,15 @@ class StabilityMonitors(Callback):
     def before_update(self, trainer: TrainerView) -> Verdict:
         step = trainer.step + 1
         if due(step, self.every, trainer.max_steps):
-            self.before = (
-                step,
-                {name: [local_shard(p).clone() for p in params] for name, params in self.groups.items()},
-            )
+            fp32 = self.fp32(trainer)
+            self.before = (step, {name: snapshot(params, fp32) for name, params in self.groups.items()})
         return TAKE
+
+    @staticmethod
+    def fp32(trainer: TrainerView) -> bool:
+        """The update ratios in fp32 by foreach kernels on CUDA (cheap there); in float64 per parameter on CPU,
+        where the figures stay those CPU runs have always logged."""
+        return trainer.dist.device.type == "cuda"
 
     def post_step(self, trainer: TrainerView) -> None:
         if not due(trainer.step, self.every, trainer.max_steps):
@@ -196,16 +224,13 @@ class StabilityMonitors(Callback):
         trainer.log(fields)
 
     def update_ratios(self, trainer: TrainerView) -> dict[str, float]:
-        device = trainer.dist.device
-        squares = []  # per block: [||W_after - W_before||^2, ||W_before||^2] of this rank's shards
-        for name, params in self.groups.items():
-            before, zero = self.before[1][name], torch.zeros((), dtype=torch.float64, device=device)
-            change = sum((((local_shard(p).double() - b.double()) ** 2).sum() for p, b in zip(params, before)), zero)
-            size = sum(((b.double() ** 2).sum() for b in before), zero)
-            squares.append(torch.stack([change, size]))
-        totals = torch.stack(squares)
+        fp32 = self.fp32(trainer)
+        # per block: [||W_after - W_before||^2, ||W_before||^2] of this rank's shards
+        totals = torch.stack(
+            [squared_norms(params, self.before[1][name], fp32) for name, params in self.groups.items()]
+        )
         torch.distributed.all_reduce(totals)  # float64 sums: the same figure at any world size, up to rounding
-        ratios = (totals[:, 0].sqrt() / totals[:, 1].sqrt()).tolist()
+        ratios = (totals[:, 0].sqrt() / totals[:, 1].sqrt()).tolist()  # the one host read of the ratios
         return {f"stability/update_ratio/{name}": ratio for name, ratio in zip(self.groups, ratios)}
 
     def logit_stats(self, trainer: TrainerView) -> dict[str, float]:

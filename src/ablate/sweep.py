@@ -31,6 +31,7 @@ from ablate.config import ConfigError, ExperimentError, RunConfig
 from ablate.rundir import run_dir_for
 
 RESULT_ENV = "ABLATE_RESULT"  # a worker writes its final state there, so the parent needs no exit-code mapping
+# K runs sharing a GPU: each worker caps its CUDA allocator at 1/K of the GPU (set by the parent, applied at start)
 
 
 def label(run: RunConfig) -> str:
@@ -138,50 +139,69 @@ def prepare_all(runs: list[RunConfig], d=None) -> None:
 @dataclass
 class Slot:
     """A share of this machine for one run at a time: GPUs (empty on CPU), torch threads, and the worker process
-    that trains the slot's runs one after another (a torchrun group per run when the slot spans several GPUs)."""
+    that trains the slot's runs one after another (a torchrun group per run when the slot spans several GPUs).
+    `sharing` slots use the same GPUs at once (--runs-per-gpu K): each run gets 1/K of their memory."""
 
     gpus: list[str]
     threads: int
     job: Job | None = None
     process: subprocess.Popen | None = None
+    sharing: int = 1
 
 
 def machine_slots(
     jobs: int | None, runs_per_gpu: int, gpus_per_run: int, gpu_ids: list[str] | None = None, cores: int | None = None
 ) -> list[Slot]:
     """On GPUs one run per GPU by default, K runs per GPU, or G GPUs per run (torchrun); `jobs` caps the count.
-    On CPU, `jobs` runs with cores // jobs threads each."""
+    On CPU (no GPU visible, or gpus_per_run=0), `jobs` runs with cores // jobs threads each."""
     if gpu_ids is None:
         gpu_ids = visible_gpus()
     cores = cores or os.cpu_count() or 1
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs: {jobs}; allowed: a whole number >= 1")
-    if runs_per_gpu < 1 or gpus_per_run < 1:
-        raise ConfigError("--runs-per-gpu / --gpus-per-run: allowed: whole numbers >= 1")
-    if runs_per_gpu > 1 and gpus_per_run > 1:
+    if runs_per_gpu < 1 or gpus_per_run < 0:
         raise ConfigError(
-            "--runs-per-gpu and --gpus-per-run: choose one (several runs share a GPU, or one run spans several)"
+            f"--runs-per-gpu {runs_per_gpu} / --gpus-per-run {gpus_per_run}: allowed: --runs-per-gpu >= 1, "
+            f"--gpus-per-run >= 0 (0: CPU)"
         )
-    if not gpu_ids:
+    if runs_per_gpu > 1 and gpus_per_run != 1:
+        raise ConfigError(
+            f"--runs-per-gpu {runs_per_gpu} and --gpus-per-run {gpus_per_run}: choose one (several runs share a "
+            f"GPU, or one run spans several, or 0: CPU)"
+        )
+    if not gpu_ids or gpus_per_run == 0:
         if runs_per_gpu > 1 or gpus_per_run > 1:
             raise ConfigError("--runs-per-gpu / --gpus-per-run: no CUDA GPU is visible here; on CPU use --jobs N")
         count = jobs or 1
         return [Slot([], max(1, cores // count)) for _ in range(count)]
+    groups = [g for g in gpu_groups(gpu_ids, gpus_per_run) for _ in range(runs_per_gpu)]
+    groups = groups[:jobs] if jobs else groups
+    return [Slot(g, max(1, cores // len(groups)), sharing=groups.count(g)) for g in groups]
+
+
+def gpu_groups(gpu_ids: list[str], gpus_per_run: int) -> list[list[str]]:
+    """The visible GPUs cut into disjoint groups of `gpus_per_run` (left-over GPUs unused); ConfigError when one
+    run asks for more GPUs than there are."""
     if gpus_per_run > len(gpu_ids):
         raise ConfigError(
             f"--gpus-per-run: {gpus_per_run}, but {len(gpu_ids)} GPUs are visible; allowed: 1 to {len(gpu_ids)}"
         )
-    groups = [gpu_ids[i : i + gpus_per_run] for i in range(0, len(gpu_ids) - gpus_per_run + 1, gpus_per_run)]
-    groups = [g for g in groups for _ in range(runs_per_gpu)]
-    groups = groups[:jobs] if jobs else groups
-    return [Slot(g, max(1, cores // len(groups))) for g in groups]
+    return [gpu_ids[i : i + gpus_per_run] for i in range(0, len(gpu_ids) - gpus_per_run + 1, gpus_per_run)]
+
+
+def in_this_process(slots: list[Slot] | None, gpu_ids: list[str]) -> bool:
+    """Whether the runs train in the calling process, one after another: under torchrun (no slots), or one slot
+    that is this process's own view (a GPU, or CPU on a machine without one). Otherwise worker processes train
+    them, and the parent touches no GPU."""
+    return slots is None or (len(slots) == 1 and (len(slots[0].gpus) == 1 or not gpu_ids))
 
 
 def visible_gpus() -> list[str]:
-    """The GPU ids this process may hand out (CUDA_VISIBLE_DEVICES respected)."""
+    """The GPU ids this process may hand out (CUDA_VISIBLE_DEVICES respected), counted without initialising CUDA
+    (torch.cuda.device_count creates no context): the parent of a sweep leaves the GPUs to its workers."""
     import torch
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = torch.cuda.device_count()
     listed = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
     return listed[:count] if listed else [str(i) for i in range(count)]
 
@@ -201,10 +221,13 @@ def _env(slot: Slot, job: Job) -> dict:
         rundir.LOG_ENV: str(job.log_path),
         RESULT_ENV: str(job.result_path),
     }
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # a worker is its own process group
-    if slot.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.gpus)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.gpus)  # a CPU slot's '' hides the GPUs (--gpus-per-run 0)
+    if slot.sharing > 1:
+        env[rundir.GPU_SHARE_ENV] = str(1 / slot.sharing)
+    else:
+        env.pop(rundir.GPU_SHARE_ENV, None)
     return env
 
 
@@ -286,9 +309,7 @@ def run_side_by_side(
     scratch = Path(tempfile.mkdtemp(prefix="ablate-sweep-"))
     try:
         while pending or any(slot.job for slot in slots):
-            for slot in [s for s in slots if s.job is None]:
-                if not pending:  # two slots free at once with one run left: the second stays idle
-                    break
+            while pending and (slot := _next_free_slot(slots)):  # one run left, two slots free: one stays idle
                 index, run = pending.pop(0)
                 stamp = time.strftime("%Y%m%d-%H%M%S")
                 _dispatch(
@@ -316,6 +337,13 @@ def run_side_by_side(
         _stop_workers(slots, timeout=60)
         shutil.rmtree(scratch, ignore_errors=True)
     return [s or "failed" for s in states]
+
+
+def _next_free_slot(slots: list[Slot]) -> Slot | None:
+    """A free slot on the GPUs that the fewest running runs use (K slots per GPU: runs spread over the GPUs
+    before they double up), the first such; None when every slot is busy."""
+    free = [s for s in slots if s.job is None]
+    return min(free, key=lambda s: sum(1 for o in slots if o.job and o.gpus == s.gpus), default=None)
 
 
 def _measure_cpu_peaks(runs: list[RunConfig], threads: int) -> None:

@@ -20,11 +20,11 @@ import torch
 
 from ablate import rundir
 from ablate.batching import largest_pass, run_plan
-from ablate.callbacks import Callback
+from ablate.callbacks import Callback, reset_peak_memory
 from ablate.checks import check_registered_names, check_this_machine
 from ablate.config import ConfigError, RunConfig
 from ablate.data import check_data_config
-from ablate.parallel import init_distributed
+from ablate.parallel import free_memory, init_distributed
 from ablate.rundir import run_dir_for
 from ablate.trainer import Trainer, run_callbacks
 
@@ -193,6 +193,7 @@ def train(run: RunConfig, out_root: str | Path = "runs", callbacks: Sequence[Cal
         if decision != "train":
             raise {"locked": rundir.RunLocked, "diverged": rundir.RunDiverged, "refused": ConfigError}[decision](detail)
         try:
+            reset_peak_memory(d.device)  # summary.json's peak_memory_bytes is this run's, not an earlier one's
             trainer = Trainer(run, run_dir, d, every_callback)
             if d.is_main:  # the run folder carries its tokenizer, so eval and export need nothing from the data cache
                 shutil.copyfile(trainer.data.tokenizer_path, run_dir / rundir.TOKENIZER)
@@ -212,3 +213,5 @@ def train(run: RunConfig, out_root: str | Path = "runs", callbacks: Sequence[Cal
         return summary
     finally:
         lock.release()
+        trainer = None
+        free_memory(d.device)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import math
+import signal
+import threading
 import time
 from functools import cache
 from pathlib import Path
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from ablate import checkpoint, rundir
+from ablate import auto, checkpoint, rundir
 from ablate.batching import check_plan, largest_pass, lr_batch_scale, rank_micro_batches, run_plan
 from ablate.callbacks import (
     TAKE,
@@ -37,7 +39,7 @@ from ablate.data import prepare_data
 from ablate.memory import kv_cache_bytes_per_token
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
-from ablate.parallel import Dist, compile_blocks, parallelize, peak_flops_for, seed_everything
+from ablate.parallel import Dist, enable_tf32, parallelize, peak_flops_for, seed_everything
 from ablate.stability import LossSpikes, StabilityMonitors
 from ablate.token_files import PreparedData
 
@@ -115,12 +117,12 @@ class Trainer:
                 f"{t.global_batch} sequences, in passes of at most {largest} (train.micro_batch={t.micro_batch} "
                 f"is the most a pass may take; config.json: rank_micro_batch)"
             )
-        on_gpu = d.device.type == "cuda"
-        use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and on_gpu)
+        use_bf16 = auto.uses_bf16(t.dtype, d.device)
         # bf16 on every device: FSDP2 keeps the fp32 parameters (the optimizer's master weights) and gathers a bf16
         # copy of them for each forward and backward; gradients are reduced into the fp32 shards. The model then
         # computes in bf16 throughout (no per-op autocast casts), its norms, RoPE and loss in fp32 inside.
         compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
+        enable_tf32(d.device)
         self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
 
         self.data: PreparedData = prepare_data(
@@ -140,6 +142,7 @@ class Trainer:
         self.rollbacks: list[dict] = []  # checkpoints restored mid-run (ablate.stability), for summary.json
         self.last_loss = self.last_lr = self.last_grad_norm = math.nan
         self.last_batch, self.last_step_tokens, self.last_step_seconds = 0, 0, 0.0
+        self.ctrl_c = CtrlC()
 
     def _build_model(self, param_dtype) -> Transformer:
         """Meta-device model -> FSDP2 -> real storage -> weights initialised once on rank 0 and broadcast, so every
@@ -148,8 +151,10 @@ class Trainer:
         with torch.device("meta"):
             model = Transformer(run.model, max_seq_len=self.seq_len)
         run_flops = model.flops_per_token(self.seq_len) * sum(self.batch_plan) * self.seq_len
-        use_bf16 = param_dtype == torch.bfloat16
-        self.compiled = compile_blocks(run.train.compile, d.device, use_bf16, run_flops / self.peak_flops)
+        self.choices = auto.for_run(run, d.device, run_flops / (self.peak_flops * d.world))  # seconds per device
+        self.compiled = self.choices.compile.on
+        if self.choices.compile.why:
+            self.say(f"train.compile=auto: {self.choices.compile.why}")
         parallelize(model, d, param_dtype=param_dtype, compile_model=self.compiled, float8=run.train.float8)
         model.to_empty(device=d.device)
         full_state = {}
@@ -182,6 +187,7 @@ class Trainer:
     def train_step(self) -> None:
         t, d = self.run.train, self.dist
         start = time.perf_counter()
+        on_gpu = d.device.type == "cuda"
         batch = self.batch_plan[self.step]
         lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule) * lr_batch_scale(batch, t)
         set_lr(self.optimizer, lr)
@@ -194,15 +200,27 @@ class Trainer:
             lambda part: self.data.train.batch(part, self.seq_len),
         )
         for (inputs, targets, doc_ids), share in passes:
-            inputs, targets, doc_ids = [x.to(d.device, non_blocking=True) for x in (inputs, targets, doc_ids)]
+            # pinned, the copies to a GPU run while the host goes on (a pageable non_blocking copy still waits)
+            inputs, targets, doc_ids = [
+                (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) for x in (inputs, targets, doc_ids)
+            ]
             loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
             (loss / share).backward()  # share: see rank_micro_batches
             loss_sum += ce / share
         max_norm = self.run.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        self.last_loss = d.mean(loss_sum.item())
-        self.last_grad_norm, self.last_lr, self.last_batch = grad_norm.item(), lr, batch
+        # The step's one host read: the mean loss over ranks (all-reduced on the device, in float64 as before) and
+        # the grad norm together; the callbacks' verdicts need both before the update.
+        # The all-reduce also carries a Ctrl-C, so every rank stops at the same step (see CtrlC).
+        stop = torch.tensor(float(self.ctrl_c.requested), dtype=torch.float64, device=d.device)
+        summed = d.sum_tensor(torch.stack([loss_sum.double(), stop]))
+        self.last_loss, stops, self.last_grad_norm = torch.stack(
+            [summed[0] / d.world, summed[1], grad_norm.double()]
+        ).tolist()
+        if stops:
+            raise KeyboardInterrupt  # before the update: this step never happened
+        self.last_lr, self.last_batch = lr, batch
         verdict = self.callbacks_verdict()
         if verdict.action == "stop":  # the run ends as diverged (ablate.train records it)
             raise FloatingPointError(f"{self.run.name}: {verdict.reason}")
@@ -308,13 +326,14 @@ class Trainer:
             self.say(f"{'resumed' if latest.parent == ckpt_root else 'branched'} from {latest} (step {self.step})")
         self.channel.open(self.step)
         try:
-            for callback in self.callbacks:
-                callback.pre_train(self)
-            self.model.train()
-            while self.step < self.max_steps:
-                self.train_step()
-            for callback in self.callbacks:
-                callback.post_train(self)
+            with self.ctrl_c:
+                for callback in self.callbacks:
+                    callback.pre_train(self)
+                self.model.train()
+                while self.step < self.max_steps:
+                    self.train_step()
+                for callback in self.callbacks:
+                    callback.post_train(self)
         finally:
             for callback in self.callbacks:
                 callback.close()
@@ -373,6 +392,35 @@ class Trainer:
         """A mixture's tokens drawn per source: {"drawn": {name: {weight, tokens, share, epochs}}} ({}: one source)."""
         drawn = self.sampler.source_stats()
         return {"drawn": drawn} if drawn else {}
+
+
+class CtrlC:
+    """Ctrl-C while a run trains, taken where every rank can stop together: SIGINT only sets `requested`, the step's
+    one all-reduce carries it, and every rank raises KeyboardInterrupt before the same step's update, none left
+    inside a collective (a KeyboardInterrupt raised inside gloo's or DCP's collectives hung the process here). A
+    second Ctrl-C raises at once; one that comes after the last step stops the run as it leaves."""
+
+    def __init__(self):
+        self.requested, self._previous = False, None
+
+    def __enter__(self) -> CtrlC:
+        self.requested = False
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is not signal.SIG_IGN:  # a process started ignoring Ctrl-C (nohup, `&`) keeps ignoring it
+                self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum, frame) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)  # a second Ctrl-C: at once
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        if self.requested and exc_type is None:
+            raise KeyboardInterrupt
 
 
 def _callback_states_before_callbacks(meta: dict) -> dict:

@@ -95,6 +95,13 @@ def for_loaded(loaded, device, dtype: str | None) -> tuple[LogitsModel, str]:
     return for_transformer(loaded.model, max_len=loaded.run.data.seq_len, device=device, autocast=autocast), chosen
 
 
+def _to(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """x on `device`; to a GPU from pinned memory without blocking (the copy overlaps the host's next work)."""
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
+
+
 def for_logits_fn(fn: Callable[[torch.Tensor], torch.Tensor], max_len: int, device="cpu") -> LogitsModel:
     """Any function from token ids (B, S) to logits (B, S, V), e.g. a transformers model's `.logits`."""
     return LogitsModel(lambda tokens, positions=None, attn_mask=None: fn(tokens), max_len, torch.device(device))
@@ -234,11 +241,11 @@ def _score_batch(lm: LogitsModel, batch: list[_Row], sums: torch.Tensor, misses:
     # a row of one continuation after its context is causal: the tree mask (a slower attention path) only for two+
     packed = lm.shares_prefix and any(row.segments[-1] > 1 for row in batch)
     targets = [(b, *t) for b, row in enumerate(batch) for t in row.targets]
-    b_idx, p_idx, wanted, request = torch.tensor(targets, dtype=torch.long).reshape(-1, 4).to(lm.device).unbind(1)
-    tokens = torch.from_numpy(tokens).to(lm.device)
+    b_idx, p_idx, wanted, request = _to(torch.tensor(targets, dtype=torch.long).reshape(-1, 4), lm.device).unbind(1)
+    tokens = _to(torch.from_numpy(tokens), lm.device)
     if packed:
-        mask = _tree_mask(torch.from_numpy(segments).to(lm.device))
-        args = (tokens, torch.from_numpy(positions).to(lm.device), mask)
+        mask = _tree_mask(_to(torch.from_numpy(segments), lm.device))
+        args = (tokens, _to(torch.from_numpy(positions), lm.device), mask)
     else:
         args = (tokens, None, None)
     # a batch without targets still runs its forward: FSDP's gathers need every rank

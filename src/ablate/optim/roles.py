@@ -34,7 +34,7 @@ def _is_hidden(module_name: str, module: nn.Module, param: nn.Parameter) -> bool
 
 
 def _is_expert(module_name: str, module: nn.Module, param: nn.Parameter) -> bool:
-    # (experts, out, in) in a module that says it stacks experts (model.Experts): one matrix per expert
+    # (experts, out, in) in a module that says it stacks experts (moe.Experts): one matrix per expert
     return param.ndim == 3 and getattr(module, "stacks_experts", False)
 
 
@@ -63,7 +63,7 @@ ROLES = (
     Role("hidden", "a 2-D weight of an nn.Linear other than the output head", True, "hidden_lr_scale", _is_hidden),
     # the experts' matrices are hidden matrices, a stack of them: the same decay and lr multiplier, and Muon
     # orthogonalises each expert's matrix on its own (a router is an nn.Linear: hidden)
-    Role("expert", "a 3-D (experts, out, in) weight of model.Experts", True, "hidden_lr_scale", _is_expert),
+    Role("expert", "a 3-D (experts, out, in) weight of moe.Experts", True, "hidden_lr_scale", _is_expert),
     Role("vector", "a 1-D parameter: norm weights and biases", False, "vector_lr_scale", _is_vector),
     Role("head", f"the weight of the untied output projection ({OUTPUT_HEAD})", True, "head_lr_scale", _is_head),
 )
