@@ -36,7 +36,7 @@ LAYERS = [
     {"eval_callback", "export", "lm_eval_model", "stability", "score"},
     {"trainer"},  # the Trainer and its step, above every callback it runs
     {"train"},
-    {"sweep", "plan"},
+    {"sweep", "plan", "study"},  # study: the rounds of `ablate run --until-decided`
     {"slurm"},
     {"cli_options", "cli_run"},  # the option rules and `ablate run`, below the parser and main
     {"cli", "lm_eval_cli", "__init__"},

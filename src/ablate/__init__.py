@@ -30,6 +30,7 @@ __all__ = [
     "train",
     "Callback",
     "Verdict",
+    "DecisionRule",
 ]
 __version__ = "0.1.0"
 
@@ -43,9 +44,14 @@ def train(run: RunConfig, out_root: str = "runs", callbacks: list = ()) -> dict:
 
 
 def __getattr__(name: str):
-    """Callback and Verdict (ablate.callbacks) on first use: importing ablate stays free of torch."""
+    """Callback and Verdict (ablate.callbacks), DecisionRule (ablate.report.sequential) on first use: importing
+    ablate stays free of torch and quick."""
     if name in ("Callback", "Verdict"):
         from ablate import callbacks
 
         return getattr(callbacks, name)
+    if name == "DecisionRule":
+        from ablate.report.sequential import DecisionRule
+
+        return DecisionRule
     raise AttributeError(f"module 'ablate' has no attribute {name!r}")

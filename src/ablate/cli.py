@@ -18,6 +18,8 @@ from ablate.cli_options import (
     ONLY,
     PATH,
     RUNS_ROOT,
+    BUDGET,
+    MARGIN,
     SAMPLES_FILE,
     SEEDS,
     SET,
@@ -272,6 +274,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE,...",
         type=SLURM_OPTIONS,
         help="SLURM options, e.g. partition=gpu,time=120,gpus_per_run=1 (see README)",
+    )
+    study = run.add_argument_group("a study in rounds (docs/sweeps.md#studies-until-decided)")
+    study.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="train in rounds: after the file's seeds, one more seed per round to every variant of a contrast "
+        "still open, until every contrast is decided, --max-seeds or --budget (the rule: the file's `decision`)",
+    )
+    study.add_argument("--max-seeds", type=number(int, 3), metavar="N", help="at most N seeds per variant (rule: 8)")
+    study.add_argument(
+        "--budget",
+        type=BUDGET,
+        metavar="B",
+        help="stop before a round that would exceed B: tokens (2e8, 500M) or hours (3h)",
+    )
+    study.add_argument(
+        "--margin",
+        action="append",
+        type=MARGIN,
+        metavar="METRIC=VALUE",
+        help="equivalence margin of a metric, e.g. val_loss=0.01 (repeatable; without one no contrast ends equivalent)",
+    )
+    study.add_argument("--alpha", type=SHARE, metavar="A", help="error rate of the study's decisions (rule: 0.05)")
+    study.add_argument(
+        "--new-study",
+        action="store_true",
+        help="start a new study when the rule differs from the recorded one (the old study.json is kept)",
     )
     run.set_defaults(func=cmd_run)
     pl = sub.add_parser(

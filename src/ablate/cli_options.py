@@ -158,6 +158,22 @@ def _device(text: str) -> str:
     return text
 
 
+def _budget(text: str) -> str:
+    from ablate.report.sequential import parse_budget
+
+    if parse_budget(text) is None:
+        raise ValueError(text)
+    return text
+
+
+def _margin(text: str) -> tuple[str, float]:
+    metric, sep, value = text.partition("=")
+    margin = float(value) if sep and metric.strip() else math.nan
+    if not (math.isfinite(margin) and margin > 0):
+        raise ValueError(text)
+    return metric.strip(), margin
+
+
 def _tasks(text: str) -> None:
     from ablate.eval.suite import parse_tasks
 
@@ -185,6 +201,10 @@ ONLY = text("variant names or globs, comma-separated, e.g. 'lr=0.01*'", names=Tr
 SEEDS = rule(_seed_list, "comma-separated whole numbers >= 0, e.g. 0,1,2")
 SET = rule(_set_pair, "SECTION.FIELD=VALUE, e.g. train.max_steps=20")
 DEVICE_MEMORY = rule(_size, "a size > 0 such as 24GiB, 80GB or 512MiB")
+BUDGET = rule(
+    _budget, "training tokens such as 2e8, 500M or 1.5B, or hours of compute (wall time x devices) such as 3h"
+)
+MARGIN = rule(_margin, "METRIC=VALUE with VALUE a number > 0, e.g. val_loss=0.01")
 RUNS_ROOT = text("a folder (created if missing)", _runs_root)
 PATH = text("a path")  # positionals: '' would silently mean the current folder
 

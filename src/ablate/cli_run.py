@@ -17,14 +17,34 @@ from ablate.overrides import parse_set_args
 def cmd_run(args) -> int:
     from ablate.experiment import load_experiment
 
-    out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
+    if args.until_decided:  # rounds of runs, each trained as below
+        from ablate.study import run_study
+
+        return run_study(args, lambda runs: train_runs(runs, args, in_study=True))
+    _refuse_study_flags(args)
     runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
+    return train_runs(runs, args)
+
+
+def _refuse_study_flags(args) -> None:
+    from ablate.study import STUDY_FLAGS
+
+    given = [f"--{name.replace('_', '-')}" for name in STUDY_FLAGS if getattr(args, name) not in (None, False, [])]
+    if given:
+        raise ConfigError(f"{'/'.join(given)}: only with --until-decided (a study in rounds)")
+
+
+def train_runs(runs, args, in_study: bool = False) -> int:
+    """Train `runs` as `ablate run` does: here (one after another or side by side) or through submitit. In a
+    study (a round of it) submitted jobs are waited for, and the closing lines leave out what to run next."""
     from ablate.sweep import file_callbacks
+
+    out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
 
     callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
     _check_cpu_runs(runs, args.gpus_per_run)
     if args.launcher != "here":
-        return _run_submitit(runs, out, args, callbacks)
+        return _run_submitit(runs, out, args, callbacks, in_study)
     if args.slurm:
         raise ConfigError("--slurm: only with --launcher slurm (or local)")
     from ablate import sweep
@@ -47,7 +67,7 @@ def cmd_run(args) -> int:
         on_gpu = bool(slots[0].gpus)
         sharing = max(s.sharing for s in slots)
         _check_memory(runs, args, max(len(slots[0].gpus), 1), sharing, on_gpu)
-    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids)
+    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids, in_study)
 
 
 def _check_cpu_runs(runs, gpus_per_run: int | None) -> None:
@@ -79,7 +99,7 @@ def _check_memory(runs, args, world: int, sharing: int, on_gpu: bool) -> None:
         check_fits(run, world, memory // sharing, None if on_gpu else "cpu")
 
 
-def _run_here(runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str]) -> int:
+def _run_here(runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str], in_study: bool) -> int:
     """All runs on this machine: in this process one after another, or side by side in worker processes (which
     load the experiment file's callbacks themselves). The parent of workers makes no process group and touches no
     GPU: each worker's CUDA context, and all of its memory, stay the worker's."""
@@ -112,7 +132,7 @@ def _run_here(runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[s
         return 130
     finally:
         shutdown_distributed()
-    return _closing(states, runs, out) if is_main else int("failed" in states)
+    return _closing(states, runs, out, not in_study) if is_main else int("failed" in states)
 
 
 class _Progress:
@@ -146,12 +166,12 @@ def _mark_pending(runs, out: str) -> None:
             rundir.write_status(run_dir, "pending", step=0, max_steps=run.train.max_steps, message="")
 
 
-def _closing(states: list[str], runs, out: str) -> int:
+def _closing(states: list[str], runs, out: str, say_next: bool = True) -> int:
     """How many finished, failed, diverged; what to run next. Exit 1 when any run failed."""
     counts = {s: states.count(s) for s in ("finished", "failed", "diverged", "locked", "interrupted") if s in states}
     text = ", ".join(f"{n} {'skipped (locked by another process)' if s == 'locked' else s}" for s, n in counts.items())
     print(f"{len(states)} run{'s' if len(states) != 1 else ''}: {text}", flush=True)
-    for experiment in sorted({r.experiment for r in runs}):
+    for experiment in sorted({r.experiment for r in runs} if say_next else ()):
         print(f"next: ablate status {out}/{experiment}   ablate report {out}/{experiment}", flush=True)
     return 1 if counts.get("failed") else 0
 
@@ -161,7 +181,7 @@ def _file_for_workers(file: str, callbacks: list) -> str | None:
     return str(Path(file).resolve()) if callbacks else None
 
 
-def _run_submitit(runs, out: str, args, callbacks: list) -> int:
+def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool) -> int:
     from ablate import slurm
 
     if args.jobs not in (None, 1) or args.runs_per_gpu > 1:
@@ -186,7 +206,7 @@ def _run_submitit(runs, out: str, args, callbacks: list) -> int:
     if args.launcher == "local":
         prepare_all(runs)  # on a cluster each task builds (or finds) the shared cache itself
     _mark_pending(runs, out)
-    if args.launcher == "slurm":  # a sweep outlives a login shell: submit, then follow it with ablate status
+    if args.launcher == "slurm" and not in_study:  # a sweep outlives a login shell: submit, then follow it
         slurm.submit(runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks))
         for experiment in sorted({r.experiment for r in runs}):
             print(
@@ -195,5 +215,7 @@ def _run_submitit(runs, out: str, args, callbacks: list) -> int:
                 flush=True,
             )
         return 0
-    states = slurm.submit(runs, out, options, local=True, experiment_file=_file_for_workers(args.file, callbacks))
-    return _closing(states, runs, out)
+    # local jobs, and a study's rounds on SLURM (the next round depends on this one): wait for them
+    local = args.launcher == "local"
+    states = slurm.submit(runs, out, options, local=local, experiment_file=_file_for_workers(args.file, callbacks))
+    return _closing(states, runs, out, not in_study)

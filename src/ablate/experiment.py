@@ -1,4 +1,5 @@
-"""Experiment files: plain Python that defines `runs` (a list of RunConfig, one per variant) and optionally `seeds`.
+"""Experiment files: plain Python that defines `runs` (a list of RunConfig, one per variant) and optionally `seeds`,
+`callbacks` and `decision` (the DecisionRule of `ablate run --until-decided`).
 
 Loading a file runs its top level (which only builds configs) and checks every run; it never starts compute. Any
 problem becomes one ExperimentError naming the file, the line where it can be known, the field and what is allowed.
@@ -11,6 +12,7 @@ import dataclasses
 import fnmatch
 import re
 import runpy
+import sys
 import traceback
 import unicodedata
 from pathlib import Path
@@ -187,6 +189,33 @@ def _check_name_override(overrides: dict, runs: list[RunConfig]) -> None:
         )
 
 
+def _decision_of(path: Path, namespace: dict):
+    """The file's `decision`, checked: a DecisionRule (ablate.report.sequential) or None when it defines none."""
+    if "decision" not in namespace:
+        return None
+    found, where = namespace["decision"], f"{_defined_at(path, 'decision')}: decision"
+    # looked up, not imported (as callbacks are): a file that made a DecisionRule imported it, and loading stays fast
+    rule_class = getattr(sys.modules.get("ablate.report.sequential"), "DecisionRule", None)
+    if rule_class is None or not isinstance(found, rule_class):
+        raise ExperimentError(
+            f"{where} is a {type(found).__name__}; allowed: ablate.DecisionRule(metrics=..., margins=..., alpha=..., "
+            f"max_seeds=..., budget=...)"
+        )
+    try:
+        found.check(where)
+    except ValueError as exc:
+        raise ExperimentError(str(exc)) from None
+    return found
+
+
+def experiment_study(path: str | Path) -> tuple[object | None, list[int] | None]:
+    """What a study (`ablate run --until-decided`) takes from the file: its `decision` (a DecisionRule, or None)
+    and its own `seeds` (None when it defines none). Raises ExperimentError naming the file and the field."""
+    path = Path(path)
+    namespace = _run_file(path)
+    return _decision_of(path, namespace), _seeds_of(path, namespace, None)
+
+
 def check_out_dir(path: str | Path) -> Path:
     """--out must be a folder or not exist yet (it is created), and not under a file."""
     out = Path(path).expanduser()
@@ -212,6 +241,7 @@ def load_experiment(
     every_run = _runs_of(path, namespace)
     chosen = {r.name for r in select_runs(every_run, only, path)}
     chosen_seeds = _seeds_of(path, namespace, seeds)
+    _decision_of(path, namespace)  # checked by every command, not only by a study
     overrides = overrides or {}
     _check_name_override(overrides, [r for r in every_run if r.name in chosen])
     resolved, picked = [], set()  # picked: the chosen runs, by id (--set name=... renames one)
@@ -246,7 +276,6 @@ def load_experiment(
 def experiment_callbacks(path: str | Path) -> list:
     """The file's module-level `callbacks`: Callback instances (ablate.callbacks) that every run of the file adds to
     its standard ones; [] when the file defines none. Raises ExperimentError naming the file and the field."""
-    import sys
     from types import ModuleType
 
     path = Path(path)

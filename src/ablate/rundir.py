@@ -29,6 +29,7 @@ CONFIG, SUMMARY, STATUS, METRICS, EVALS = "config.json", "summary.json", "status
 LOCK, ERROR, LOGS, CHECKPOINTS = ".lock", "error.txt", "logs", "checkpoints"
 TOKENIZER, TENSORBOARD, EVAL_ITEMS = "tokenizer.json", "tb", "eval_items"
 SEED_PREFIX = "seed"  # runs/<experiment>/<variant>/seed<k>/
+STUDY = "study.json"  # runs/<experiment>/study.json: an adaptive study's rule and rounds (a file, never a variant)
 # inside checkpoints/: step_N/ (complete once it holds meta.json), .tmp_step_N/ while written, damaged_step_N[_k]/
 CKPT_META, CKPT_REASON = "meta.json", "REASON.txt"
 STEP_PREFIX, TMP_PREFIX, DAMAGED_PREFIX = "step_", ".tmp_", "damaged_"

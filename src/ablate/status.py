@@ -145,6 +145,49 @@ def table(root: Path) -> tuple[str, dict]:
     return "\n".join(line.rstrip() for line in lines), counts
 
 
+def _end(value, unbounded: str) -> str:
+    return unbounded if value is None else f"{value:+.4g}"
+
+
+def contrast_line(c: dict) -> str:
+    """One contrast of a study (a Contrast's to_dict()): open or decided, seeds, the interval of a - b."""
+    verdict = {
+        "a": f"decided: {c['a']} better",
+        "b": f"decided: {c['b']} better",
+        "equivalent": f"decided: equivalent within +-{_fmt(c.get('margin'), 'g')}",
+    }.get(c["decision"], "open")
+    interval = c.get("interval")  # an end not bounded yet is null
+    shown = f"[{_end(interval[0], '-inf')}, {_end(interval[1], '+inf')}]" if interval else "none yet"
+    note = f"; {c['note']}" if c.get("note") else ""
+    return f"{c['metric']}  {c['a']} vs {c['b']}: {verdict}  ({c['seeds']} seeds, interval of a-b {shown}{note})"
+
+
+def study_block(folder: Path) -> str | None:
+    """An adaptive study's state from its study.json: each contrast of the latest round, and why it stopped."""
+    path = folder / rundir.STUDY
+    if not path.is_file():
+        return None
+    study = rundir.read_json(path)
+    rounds = study.get("rounds") or []
+    done = [r for r in rounds if r.get("contrasts") is not None]
+    head = f"study {folder.name} ({path}): {len(done)} round{'s' if len(done) != 1 else ''} done"
+    if rounds and rounds[-1].get("contrasts") is None:
+        head += f"; round {rounds[-1]['round']} not finished (running, or rerun the command to continue)"
+    lines = [head]
+    if done:
+        lines.append(f"after round {done[-1]['round']}:")
+        lines += [f"  {contrast_line(c)}" for c in done[-1]["contrasts"]]
+    stopped = study.get("stopped")
+    lines.append(f"stopped: {stopped}" if stopped else "stopped: not yet")
+    return "\n".join(lines)
+
+
+def _study_blocks(root: Path) -> list[str]:
+    """The study of an experiment folder, or of each experiment under a runs folder."""
+    folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
+    return [block for block in map(study_block, folders) if block]
+
+
 def show(root: str | Path, watch: float | None = None) -> int:
     root = Path(root)
     if watch is not None and not watch > 0:
@@ -155,6 +198,7 @@ def show(root: str | Path, watch: float | None = None) -> int:
         )
     while True:
         text, counts = table(root)
+        text = "\n\n".join([text, *_study_blocks(root)])
         if watch is None:
             print(text)
             return 0

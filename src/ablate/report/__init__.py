@@ -16,23 +16,43 @@ calibrate.py constructed A/A and planted-effect studies through the whole report
 grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
 fmt.py      what the text shares: the Section, numbers as shown, markdown escaping
 render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
+sequential.py  adaptive studies (ablate run --until-decided): the decision rule, anytime-valid confidence sequences
+            per contrast, the report's `sequential` section (render_sequential.py its table)
+
+The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads
+sequential.py alone, not the analysis (numpy, scipy, matplotlib).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ablate.report.analyze import Options, build_report
-from ablate.report.render import to_html, to_json, to_markdown
-from ablate.report.runs import ReportError
+if TYPE_CHECKING:
+    from ablate.report.analyze import Options
 
 __all__ = ["Options", "ReportError", "build_report", "write_report"]
+
+
+def __getattr__(name: str):
+    if name in ("Options", "build_report"):
+        from ablate.report import analyze
+
+        return getattr(analyze, name)
+    if name == "ReportError":
+        from ablate.report.runs import ReportError
+
+        return ReportError
+    raise AttributeError(f"module 'ablate.report' has no attribute {name!r}")
 
 
 def write_report(runs_dir: str | Path, out_dir: str | Path | None = None, opts: Options | None = None) -> dict:
     """Write report.json, report.md and report.html into out_dir (default: runs_dir); return the report as read
     back from report.json, which is what the markdown and HTML are rendered from."""
+    from ablate.report.analyze import build_report
+    from ablate.report.render import to_html, to_json, to_markdown
+
     text = to_json(build_report(runs_dir, opts))
     out = Path(out_dir or runs_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report import choose, decide, match, stats, subjects, tokenizers
+from ablate.report import choose, decide, match, sequential, stats, subjects, tokenizers
 from ablate.report.across import across_scales
 from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.runs import (
@@ -478,7 +478,11 @@ def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
     start = time.perf_counter()
     runs, skipped = load_runs(runs_dir)
     experiment = runs[0].config.get("experiment") or Path(runs_dir).name
-    report = analyze_runs(runs, task_infos(runs), opts, experiment, str(runs_dir), skipped)
+    try:
+        study = sequential.read_study(runs_dir)  # an adaptive study (ablate run --until-decided): its rule, rounds
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+    report = analyze_runs(runs, task_infos(runs), opts, experiment, str(runs_dir), skipped, study)
     report["seconds"] = time.perf_counter() - start
     return report
 
@@ -490,9 +494,11 @@ def analyze_runs(
     experiment: str,
     runs_dir: str = "",
     skipped: list[str] | None = None,
+    study: dict | None = None,
 ) -> dict:
     """Every figure of the report from loaded runs (build_report reads them from disk; the calibration tests build
-    them in memory and run this same path)."""
+    them in memory and run this same path). study: the adaptive study's record (study.json), whose contrasts are
+    recomputed from the runs into report["sequential"]."""
     overview = _overview(runs, skipped or [])
     tokenizer_note = tokenizers.apply(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     scales = group_by_scale(runs, opts.scale)
@@ -512,6 +518,11 @@ def analyze_runs(
     headline = decide.headline(experiment + (f" {where}" if where else ""), target, recommendation, overview, opts)
     if tokenizer_note["text"]:
         headline["text"] += " " + tokenizer_note["text"]
+    adaptive = sequential.study_section(runs, runs_dir, study) if study is not None else None
+    if adaptive is not None:  # the sequential decisions lead; the fixed-n tests stay, labelled
+        inference["valid_under_optional_stopping"] = False
+        inference["optional_stopping_note"] = decide.OPTIONAL_STOPPING_NOTE
+        decide.sequential_headline(headline, adaptive, experiment)
     return {
         "schema": 3,
         "experiment": experiment,
@@ -535,6 +546,7 @@ def analyze_runs(
         "recommendation": recommendation,
         "inference": inference,
         "sweep": analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
+        "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
         "headline": headline,
         "tokenizers": tokenizer_note,
         "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),

@@ -452,3 +452,72 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     )
     out["text"] = f"{experiment}: " + "; ".join(parts) + f"{scope}. {verdict}.{tail}{averaged}"
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# an adaptive study (ablate run --until-decided): its decisions lead the headline
+
+OPTIONAL_STOPPING_NOTE = (
+    "fixed-n p-values, not valid under optional stopping: the seeds were added where a decision was open, so these "
+    "tests looked at the data after every round; the adaptive study's anytime-valid decisions are the ones to read"
+)
+_STOPPED = {
+    "decided": "stopped: every contrast decided",
+    "max_seeds": "stopped at max seeds",
+    "budget": "stopped by the budget",
+}
+
+
+def _contrast_text(c: dict, with_metric: bool) -> str:
+    """'slow worse than baseline, decided at 3 seeds', 'baseline vs twin equivalent within 0.01 at 5 seeds', or
+    'baseline vs twin open at 6 seeds (interval [-0.02, 0.03])'."""
+    name = f"{c['metric']}: " if with_metric else ""
+    if c["decision"] in ("a", "b"):
+        better, worse = (c["a"], c["b"]) if c["decision"] == "a" else (c["b"], c["a"])
+        return f"{name}{worse} worse than {better}, decided at {c['decided_at']} seeds"
+    if c["decision"] == "equivalent":
+        return f"{name}{c['a']} vs {c['b']} equivalent within {c['margin']:g} at {c['decided_at']} seeds"
+    lo, hi = c["interval"] or (None, None)
+    bounds = f" (interval [{lo:.3g}, {hi:.3g}])" if lo is not None and hi is not None else ""
+    return f"{name}{c['a']} vs {c['b']} open at {c['seeds']} seeds{bounds}"
+
+
+def sequential_text(section: dict) -> str:
+    """The adaptive study in words: each contrast, the compute against a fixed design, how it stopped, and a flag
+    where the rule changed after results were seen."""
+    contrasts = section["contrasts"]
+    several = len({c["metric"] for c in contrasts}) > 1
+    still_open = [c for c in contrasts if c["decision"] == "open"]
+    named = contrasts if len(still_open) <= 3 else [c for c in contrasts if c["decision"] != "open"]
+    parts = [_contrast_text(c, several) for c in named]
+    if len(still_open) > 3:  # one clause for many open contrasts (the table lists each)
+        seeds = sorted({c["seeds"] for c in still_open})
+        at = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+        parts.append(f"{len(still_open)} of {len(contrasts)} contrasts open at {at} seeds (see the table)")
+    compute = section["compute"]
+    if compute["fixed_design_share"] is not None:
+        parts.append(
+            f"{compute['fixed_design_share']:.0%} of a fixed {compute['fixed_design_seeds']}-seed design's compute"
+        )
+    stopped = _STOPPED.get(section["stopped"], "not stopped yet (rounds still to come)")
+    if still_open and section["stopped"] != "decided" and len(still_open) <= 3:
+        stopped += f", {len(still_open)} contrast(s) open"
+    text = "; ".join(parts) + f" ({stopped}; anytime-valid, alpha {section['alpha']:g} over the whole study)"
+    if section["rule_changed_after_results"]:
+        text += (
+            ". FLAGGED: the decision rule changed after results were seen ("
+            + "; ".join(section["rule_changes"])
+            + "), so the study's error guarantee does not hold"
+        )
+    return text
+
+
+def sequential_headline(headline: dict, section: dict, experiment: str) -> None:
+    """Puts the adaptive study first in the headline (in place): its decisions, then the fixed-n view, labelled."""
+    fixed = headline["text"].removeprefix(f"{experiment}: ")
+    headline["sequential"] = sequential_text(section)
+    headline["rule_changed_after_results"] = section["rule_changed_after_results"]
+    headline["text"] = (
+        f"{experiment} (adaptive study): {headline['sequential']}. Fixed-n tests (p-values not valid under "
+        f"optional stopping): {fixed}"
+    )

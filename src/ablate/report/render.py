@@ -11,7 +11,7 @@ import html
 import json
 import math
 
-from ablate.report import across, plots, stats, tokenizers
+from ablate.report import across, plots, render_sequential, stats, tokenizers
 from ablate.report.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
 from ablate.report.grid.sections import grid_sections
 
@@ -166,6 +166,10 @@ def _final_scores(group: dict, suffix: str, report: dict) -> Section:
             "t-test over items with the seeds held fixed: evaluation noise only, never the decision."
         ],
     )
+    if report.get("sequential"):  # seeds were added where decisions were open: the fixed-n p's looked every round
+        sec.paragraphs.append(
+            f"Adaptive study: p (seeds) and p_BH here are {report['inference']['optional_stopping_note']}."
+        )
     if o.get("average_last", 1) > 1:
         sec.paragraphs.append(
             f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
@@ -459,6 +463,7 @@ def sections(report: dict, with_images: bool) -> list[Section]:
         if k > 1
         else ""
     )
+    adaptive = render_sequential.section(report)  # an adaptive study's decisions, beside the headline
     out = [
         Section(
             "Headline",
@@ -468,9 +473,15 @@ def sections(report: dict, with_images: bool) -> list[Section]:
                 "signal criteria (see Recommendation), tested over training seeds; error control "
                 + report["inference"]["family"]
                 + "."
-                + averaged,
+                + averaged
+                + (
+                    f" Under the adaptive study these are {report['inference']['optional_stopping_note']}."
+                    if adaptive
+                    else ""
+                ),
             ],
         ),
+        *([adaptive] if adaptive else []),
         _overview(report),
     ]
     floor = _subject_floor(report)

@@ -1,0 +1,128 @@
+"""`ablate report` on an adaptive study (a folder with study.json): the `sequential` section recomputed from the run
+folders, the headline in words, the fixed-n p-values labelled, a rule changed after results flagged."""
+
+import json
+
+import pytest
+
+from ablate import rundir
+from ablate.report import Options, ReportError, write_report
+from ablate.report.sequential import STUDY_FILE, DecisionRule
+from test_sequential import three_variant_study
+
+FAST = Options(bootstrap=0)
+FIELDS = {"a", "b", "metric", "decision", "seeds", "interval", "estimate", "margin"}
+
+
+def _write_study(root, rule: DecisionRule, seeds: dict[str, int], changed_after: bool = False, extra=None) -> None:
+    """study.json as the driver writes it: round 1 with 3 seeds of each variant, then one seed per round for the
+    variants that have more."""
+    rounds = [{"round": 1, "seeds": {v: [0, 1, 2] for v in seeds}, "tokens": 0, "wall_seconds": 1.0}]
+    for k in range(3, max(seeds.values())):
+        rounds.append({"round": k - 1, "seeds": {v: [k] for v, n in seeds.items() if n > k}, "tokens": 0})
+    history = [{"rule": DecisionRule().to_dict(), "set_after_results": False, "round": 0}]
+    if changed_after:
+        history.append({"rule": rule.to_dict(), "set_after_results": True, "round": 2})
+    study = {"rule": rule.to_dict(), "rule_history": history, "rounds": rounds, "stopped": "max_seeds"}
+    (root / STUDY_FILE).write_text(json.dumps(study | (extra or {})))
+
+
+@pytest.fixture
+def study(tmp_path):
+    seeds = {"baseline": 6, "slow": 3, "twin": 6}
+    root = three_variant_study(tmp_path / "exp", seeds)
+    _write_study(root, DecisionRule(margins={"val_loss": 0.01}, max_seeds=6), seeds)
+    return root
+
+
+def test_the_sequential_section_holds_every_contrast_and_the_compute(study):
+    assert STUDY_FILE == rundir.STUDY
+    report = write_report(study, opts=FAST)
+    seq = report["sequential"]
+    assert [(c["a"], c["b"]) for c in seq["contrasts"]] == [
+        ("baseline", "slow"),
+        ("baseline", "twin"),
+        ("slow", "twin"),
+    ]
+    assert all(FIELDS <= set(c) for c in seq["contrasts"])
+    slow = seq["contrasts"][0]
+    assert slow["decision"] == "a" and slow["seeds"] == 3 and slow["decided_at"] == 3
+    assert seq["contrasts"][1]["decision"] in ("equivalent", "open")  # the twins: never a winner
+    compute = seq["compute"]
+    # 15 runs of 4,000 tokens each, against 6 seeds x 3 variants
+    assert compute["tokens"] == 15 * 4000 and compute["fixed_design_share"] == pytest.approx(15 / 18)
+    assert compute["device_seconds"] == pytest.approx(15 * 12.5)
+    assert report["inference"]["valid_under_optional_stopping"] is False
+    assert not seq["rule_changed_after_results"]
+
+
+def test_the_headline_says_the_study_in_words_and_labels_the_fixed_tests(study):
+    report = write_report(study, opts=FAST)
+    text = report["headline"]["text"]
+    assert text.startswith("exp (adaptive study): slow worse than baseline, decided at 3 seeds; ")
+    assert "83% of a fixed 6-seed design's compute" in text and "stopped at max seeds" in text
+    assert "Fixed-n tests (p-values not valid under optional stopping): val_loss:" in text
+    assert "FLAGGED" not in text
+    md, html = (study / "report.md").read_text(), (study / "report.html").read_text()
+    for page in (md, html):
+        assert "Adaptive study" in page and "anytime interval" in page and "baseline better" in page
+        assert "not valid under optional stopping" in page
+
+
+def test_a_rule_changed_after_results_is_flagged(tmp_path):
+    seeds = {"baseline": 4, "slow": 3, "twin": 4}
+    root = three_variant_study(tmp_path / "exp", seeds)
+    _write_study(root, DecisionRule(alpha=0.1, max_seeds=4), seeds, changed_after=True)
+    report = write_report(root, opts=FAST)
+    assert report["sequential"]["rule_changed_after_results"]
+    assert report["sequential"]["rule_changes"] == ["after round 2: alpha: 0.05 -> 0.1; max_seeds: 8 -> 4"]
+    assert "FLAGGED: the decision rule changed after results were seen" in report["headline"]["text"]
+    assert "FLAGGED" in (root / "report.md").read_text()
+
+
+def test_the_report_recomputes_rather_than_trusting_study_json(tmp_path):
+    seeds = {"baseline": 3, "slow": 3, "twin": 3}
+    root = three_variant_study(tmp_path / "exp", seeds)
+    wrong = [{"a": "baseline", "b": "slow", "metric": "val_loss", "decision": "b"}]
+    _write_study(root, DecisionRule(), seeds, extra={"contrasts": wrong})
+    report = write_report(root, opts=FAST)
+    assert report["sequential"]["contrasts"][0]["decision"] == "a"
+
+
+def test_no_study_no_section_and_a_damaged_record_is_named(tmp_path):
+    root = three_variant_study(tmp_path / "exp", {"baseline": 3, "slow": 3, "twin": 3})
+    report = write_report(root, opts=FAST)
+    assert report["sequential"] is None and "valid_under_optional_stopping" not in report["inference"]
+    assert "adaptive" not in report["headline"]["text"] and "Adaptive study" not in (root / "report.md").read_text()
+    (root / STUDY_FILE).write_text("{not json")
+    with pytest.raises(ReportError, match="study.json: not a study record"):
+        write_report(root, opts=FAST)
+
+
+def test_many_open_contrasts_are_one_clause_of_the_headline():
+    from ablate.report.decide import sequential_text
+
+    def contrast(a, b, decision, seeds=8):
+        return {
+            "a": a,
+            "b": b,
+            "metric": "val_loss",
+            "decision": decision,
+            "seeds": seeds,
+            "decided_at": 3,
+            "interval": [-0.1, 0.1],
+            "margin": 0.01,
+            "estimate": 0.0,
+        }
+
+    opened = [contrast(f"v{i}", f"w{i}", "open") for i in range(5)]
+    section = {
+        "contrasts": [contrast("slow", "base", "b"), *opened],
+        "stopped": "max_seeds",
+        "alpha": 0.05,
+        "rule_changed_after_results": False,
+        "compute": {"fixed_design_share": 0.9, "fixed_design_seeds": 8},
+    }
+    text = sequential_text(section)
+    assert "slow worse than base, decided at 3 seeds" in text
+    assert "5 of 6 contrasts open at 8 seeds (see the table)" in text and "v0 vs w0" not in text
