@@ -45,8 +45,8 @@ def main() -> None:
     import torch
 
     from ablate.eval import agreement, engine, suite
-    from ablate.export import export_hf
-    from ablate.load import load_model
+    from ablate.eval.export import export_hf
+    from ablate.eval.load import load_model
 
     tasks = suite.parse_tasks(args.tasks)
     metrics = suite.parse_metrics(args.metrics)
@@ -196,7 +196,7 @@ def matmul_peaks(smoke: bool) -> dict[str, float]:
     rough one briefly and keeps nothing."""
     import torch
 
-    from ablate.parallel import measure_peak_flops, peak_flops_for
+    from ablate.training.parallel import measure_peak_flops, peak_flops_for
 
     cpu = torch.device("cpu")
     if smoke:

@@ -33,7 +33,7 @@ def main() -> None:
     import torch
 
     from ablate.eval import engine, suite
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
 
     loaded = load_model(args.path)
     run, tokenizer = loaded.run, loaded.tokenizer()

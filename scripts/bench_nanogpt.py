@@ -31,8 +31,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from ablate.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
-from ablate.parallel import init_distributed  # noqa: E402
-from ablate.trainer import Trainer  # noqa: E402
+from ablate.training.parallel import init_distributed  # noqa: E402
+from ablate.training.trainer import Trainer  # noqa: E402
 
 SHAPES = {  # (vocab, d_model, layers, heads, seq, batch)
     "nanogpt": (16384, 256, 6, 8, 512, 8),

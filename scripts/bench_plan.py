@@ -5,7 +5,7 @@
     python scripts/bench_plan.py --measure RUN.json --steps 2 --out OUT.json   # one measurement (the test's call)
     python scripts/bench_plan.py --smoke              # a tiny case, 1 process, 2 steps: checks the script runs
 
-What is measured: the trainer itself (ablate.train.Trainer, no callbacks) builds the model and optimizer and runs
+What is measured: the trainer itself (ablate.training.run.Trainer, no callbacks) builds the model and optimizer and runs
 `--steps` steps on real data (the second step is the first with optimizer state). On GPU the peak is
 torch.cuda.max_memory_allocated. On CPU there is no such counter, so c10's CPU allocator is told to count every
 allocation and free, on every thread, and torch's profiler (profile_memory=True) records that count at each
@@ -155,9 +155,9 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from ablate.config import RunConfig
-    from ablate.data import prepare_data
-    from ablate.parallel import init_distributed
-    from ablate.train import Trainer
+    from ablate.data.prepare import prepare_data
+    from ablate.training.parallel import init_distributed
+    from ablate.training.run import Trainer
 
     run = RunConfig.from_dict(run_dict)
     d = init_distributed(run.train.device)
@@ -238,7 +238,7 @@ def _child(args) -> int:
     result = measure(json.loads(Path(args.measure).read_text()), args.steps, str(Path(args.out).parent), args.rss)
     if int(os.environ.get("RANK", 0)) == 0:
         Path(args.out).write_text(json.dumps(result))
-    from ablate.parallel import shutdown_distributed
+    from ablate.training.parallel import shutdown_distributed
 
     shutdown_distributed()
     return 0
@@ -250,7 +250,7 @@ def _child(args) -> int:
 
 def compare(name: str, world: int, steps: int, rss: bool) -> dict:
     from ablate.config import RunConfig
-    from ablate.memory import estimate_memory
+    from ablate.cost.memory import estimate_memory
 
     run_dict = case_config(name, world)
     return {
@@ -274,7 +274,7 @@ def main() -> int:
         return _child(args)
     if args.smoke:
         args.cases, args.world, args.steps = "smoke", "1", 2
-    from ablate.memory import format_bytes
+    from ablate.cost.memory import format_bytes
 
     print(
         f"{'case':16s} {'world':>5s} {'estimate':>10s} {'measured':>10s} {'est/meas':>8s}"

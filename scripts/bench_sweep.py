@@ -57,7 +57,7 @@ def launch_overhead(exp: Path, out: Path, env: dict) -> float:
     """Seconds from starting a worker process to its first step (imports, process group, data cache, model build,
     peak-FLOP/s lookup, first step): the time to its first metrics.jsonl line of training figures, less the steps
     between the first and that line, at the run's own speed."""
-    from ablate.experiment import load_experiment
+    from ablate.setup.experiment import load_experiment
     from ablate.rundir import run_dir_for
 
     run = load_experiment(exp, seeds=[99])[0]
@@ -65,7 +65,7 @@ def launch_overhead(exp: Path, out: Path, env: dict) -> float:
     threads = max(1, (os.cpu_count() or 1))
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ablate.sweep", json.dumps(run.to_dict()), str(out), str(threads)],
+        [sys.executable, "-m", "ablate.launch.sweep", json.dumps(run.to_dict()), str(out), str(threads)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -101,12 +101,12 @@ def measure(work: Path, steps: int, runs: int, overrides: dict) -> dict:
     env = {**os.environ, "ABLATE_CACHE": str(work / "cache")}
     env.pop("OMP_NUM_THREADS", None)
     # build the data cache and measure the peak FLOP/s at both thread counts, so both sides start equal
-    from ablate.experiment import load_experiment
+    from ablate.setup.experiment import load_experiment
 
     warm = load_experiment(exp, seeds=[98], overrides={"train.max_steps": "1"})[0].to_dict()
     cores = os.cpu_count() or 1
     for threads in sorted({cores, max(1, cores // 2)}):
-        command = [sys.executable, "-m", "ablate.sweep", json.dumps(warm), str(work / "warm"), str(threads)]
+        command = [sys.executable, "-m", "ablate.launch.sweep", json.dumps(warm), str(work / "warm"), str(threads)]
         subprocess.run(command, env=env, check=True, capture_output=True)
         shutil.rmtree(work / "warm")
     figures = {1: [0.0, 0.0], 2: [0.0, 0.0]}

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from ablate.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
 from ablate.kernels.reference import default_chunk_rows  # noqa: E402
-from ablate.parallel import init_distributed, machine_key, measure_peak_flops, remember_peak  # noqa: E402
-from ablate.trainer import Trainer  # noqa: E402
+from ablate.training.parallel import init_distributed, machine_key, measure_peak_flops, remember_peak  # noqa: E402
+from ablate.training.trainer import Trainer  # noqa: E402
 
 
 def bench_config(size: str, mode: str) -> RunConfig:

@@ -1,6 +1,6 @@
 """The measurements of scripts/gpu_acceptance.py: training steps, the head and loss alone, the matmul peak, packing.
 
-Needs torch, numpy and ablate's model code only (ablate.model, ablate.parallel, ablate.optim), read from this
+Needs torch, numpy and ablate's model code only (ablate.model, ablate.training.parallel, ablate.optim), read from this
 checkout when ablate is not installed: no datasets, tokenizers or tensorboard, so it runs on a bare GPU machine. Its
 data is a token file written beforehand on any machine (write_token_file).
 """
@@ -48,7 +48,7 @@ def write_token_file(path: Path, vocab_size: int, max_documents: int | None) -> 
     import numpy as np
 
     from ablate.config import DataConfig
-    from ablate.data import prepare_data
+    from ablate.data.prepare import prepare_data
 
     prepared = prepare_data(DataConfig(source="default", max_documents=max_documents), vocab_size)
     dtype = np.uint16 if prepared.vocab_size <= 2**16 else np.uint32
@@ -109,7 +109,7 @@ MODES = {"torch": ("torch", False), "triton": ("triton", False), "compiled": ("t
 
 
 def device_setup(device_choice: str):
-    from ablate.parallel import init_distributed
+    from ablate.training.parallel import init_distributed
 
     return init_distributed(device_choice)  # a 1-rank group (FSDP2 needs one), joined once per process
 
@@ -122,7 +122,7 @@ class Stepper:
         from ablate.config import ModelConfig, OptimConfig
         from ablate.model import Transformer
         from ablate.optim import build_optimizer
-        from ablate.parallel import parallelize
+        from ablate.training.parallel import parallelize
 
         kernels, compiled = MODES[mode]
         if spec.vocab < data.vocab_size:
@@ -217,7 +217,7 @@ def matmul_peak(device: torch.device, size: int, seconds: float) -> float:
 
 
 # Dense bf16 tensor-core peaks (FLOP/s) by torch.cuda.get_device_name, exactly: an H100 PCIe is not an H100 SXM.
-# Used when ablate.parallel has no gpu_peak_flops(name, dtype) to ask.
+# Used when ablate.training.parallel has no gpu_peak_flops(name, dtype) to ask.
 DENSE_BF16_PEAKS = {
     "NVIDIA H100 80GB HBM3": 989e12,  # SXM
     "NVIDIA H100 PCIe": 756e12,
@@ -242,7 +242,7 @@ def named_peak(device: torch.device) -> tuple[str, float | None]:
         return "CPU", None
     name = torch.cuda.get_device_name(device)
     try:
-        from ablate.parallel import gpu_peak_flops
+        from ablate.training.parallel import gpu_peak_flops
     except ImportError:
         return name, DENSE_BF16_PEAKS.get(name)
     return name, gpu_peak_flops(name, torch.bfloat16)

@@ -1,4 +1,4 @@
-"""The GPU path's decisions, checked on CPU: every "auto" (ablate.auto, kernels.resolved), the process's GPU, the
+"""The GPU path's decisions, checked on CPU: every "auto" (ablate.setup.auto, kernels.resolved), the process's GPU, the
 peak table by exact name, the loss's op count with the GPU branch's blocking, and one host read per step."""
 
 import sys
@@ -8,12 +8,14 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ablate import auto, kernels
+from ablate import kernels
+
+from ablate.setup import auto
 from ablate.config import ConfigError, ModelConfig
-from ablate.experiment import load_experiment
+from ablate.setup.experiment import load_experiment
 from ablate.kernels import reference
-from ablate.overrides import apply_overrides
-from ablate.parallel import GPU_PEAKS, gpu_peak_flops, local_gpu_index
+from ablate.setup.overrides import apply_overrides
+from ablate.training.parallel import GPU_PEAKS, gpu_peak_flops, local_gpu_index
 from conftest import TINY
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -140,8 +142,8 @@ def test_the_cpu_keeps_its_cache_blocks_bit_for_bit():
 
 def tiny_trainer(tmp_path, **fields):
     """The tiny experiment's Trainer on CPU, not logging, validating or checkpointing in its first steps."""
-    from ablate.parallel import init_distributed
-    from ablate.trainer import Trainer
+    from ablate.training.parallel import init_distributed
+    from ablate.training.trainer import Trainer
 
     quiet = {"train.max_steps": 3, "train.log_every": 100, "train.val_every": 0, "train.ckpt_every": 0}
     run = load_experiment(TINY, only=["mha"])[0]
@@ -153,11 +155,11 @@ def tiny_trainer(tmp_path, **fields):
 
 def test_a_training_step_reads_the_host_once(tmp_path, monkeypatch):
     """The trainer's own code reads a tensor's value once per step (loss and grad norm together): on a GPU each
-    read waits for the device. Reads are counted where ablate.trainer or ablate.parallel make them; a step that
+    read waits for the device. Reads are counted where ablate.training.trainer or ablate.training.parallel make them; a step that
     does not log (log_every large) runs no callback that reads more."""
     trainer = tiny_trainer(tmp_path)
     reads = []
-    ours = {str(Path(m.__file__)) for m in (sys.modules["ablate.trainer"], sys.modules["ablate.parallel"])}
+    ours = {str(Path(m.__file__)) for m in (sys.modules["ablate.training.trainer"], sys.modules["ablate.training.parallel"])}
     for name in ("item", "tolist"):
         original = getattr(torch.Tensor, name)
 
@@ -191,8 +193,8 @@ def test_a_finished_runs_model_is_freed_before_the_next_run(tmp_path):
     import gc
     import weakref
 
-    from ablate.callbacks import Callback
-    from ablate.train import train
+    from ablate.training.callbacks.base import Callback
+    from ablate.training.run import train
 
     class SeeModel(Callback):
         name = "see_model"

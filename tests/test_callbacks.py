@@ -1,4 +1,4 @@
-"""Your own callbacks (ablate.callbacks.Callback): passed to train(), or defined in an experiment file for
+"""Your own callbacks (ablate.training.callbacks.base.Callback): passed to train(), or defined in an experiment file for
 `ablate run` (serially and side by side); their state in checkpoints; the verdicts before each update. Tiny runs of
 a few steps."""
 
@@ -10,10 +10,10 @@ import textwrap
 import pytest
 
 from ablate import rundir
-from ablate.callbacks import Callback, TrainerView, Verdict
+from ablate.training.callbacks.base import Callback, TrainerView, Verdict
 from ablate.config import ConfigError
-from ablate.experiment import load_experiment
-from ablate.train import run_dir_for, train
+from ablate.setup.experiment import load_experiment
+from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli
 
 SHORT = {"train.max_steps": "8", "train.val_every": "0"}  # checkpoints at 4 and 8 (tiny's ckpt_every=4)
@@ -193,7 +193,7 @@ def test_a_stop_verdict_ends_the_run_as_diverged(tmp_path):
 EXPERIMENT = """
 import torch
 from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant
-from ablate.callbacks import Callback
+from ablate.training.callbacks.base import Callback
 
 base = RunConfig(experiment="own", model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4),
                  data=DataConfig(max_documents=400, seq_len=32, val_sequences=8),

@@ -9,11 +9,13 @@ import shutil
 import pytest
 import torch
 
-from ablate import checkpoint, parallel
-from ablate.checkpoint import CheckpointError, DamagedCheckpointError
-from ablate.experiment import load_experiment
-from ablate.load import load_model
-from ablate.train import run_dir_for, train
+from ablate.training import checkpoint
+
+from ablate.training import parallel
+from ablate.training.checkpoint import CheckpointError, DamagedCheckpointError
+from ablate.setup.experiment import load_experiment
+from ablate.eval.load import load_model
+from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli
 
 OVERRIDES = {"train.max_steps": "12", "train.ckpt_every": "2", "train.keep_checkpoints": "3"}

@@ -240,7 +240,7 @@ def test_eval_and_export_print_only_their_own_lines(trained, paths, tmp_path):
     assert (tmp_path / "full" / "a.txt").read_text() == "mine"
     from transformers import AutoModelForCausalLM
 
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
 
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "full", dtype=torch.float32).eval()
     assert type(hf).__name__ == "LlamaForCausalLM"
@@ -254,7 +254,7 @@ def test_an_untied_qk_norm_model_is_written_as_qwen3(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from ablate.config import ModelConfig
-    from ablate.export import write_model
+    from ablate.eval.export import write_model
     from ablate.model import Transformer
 
     model = Transformer(

@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 
 from ablate.config import ConfigError, ModelConfig, RunConfig, TrainConfig, validate
-from ablate.overrides import apply_overrides, parse_set_args
-from ablate.variants import grid, variant
+from ablate.setup.overrides import apply_overrides, parse_set_args
+from ablate.setup.variants import grid, variant
 
 
 def test_defaults_validate():

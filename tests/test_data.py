@@ -1,4 +1,4 @@
-"""ablate.data: sources, tokenizer, token files, cache, batches, the plain sampler. CPU, seconds.
+"""ablate.data.prepare: sources, tokenizer, token files, cache, batches, the plain sampler. CPU, seconds.
 Weighted mixtures are in test_mixture.py."""
 
 import gzip
@@ -12,11 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from ablate import data, sources
+from ablate.data import prepare as data
+
+from ablate.data import sources
 from ablate.config import ConfigError, DataConfig
-from ablate.data import check_data_config, load_documents, prepare_data
-from ablate.mixture import SequenceSampler
-from ablate.token_files import TokenData
+from ablate.data.prepare import check_data_config, load_documents, prepare_data
+from ablate.data.mixture import SequenceSampler
+from ablate.data.token_files import TokenData
 
 VOCAB = 300
 SUBJECTS = [

@@ -9,16 +9,18 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ablate import callbacks, checkpoint
-from ablate.callbacks import Callback, peak_memory_bytes, reset_peak_memory
+from ablate.training.callbacks import base as callbacks
+
+from ablate.training import checkpoint
+from ablate.training.callbacks.base import Callback, peak_memory_bytes, reset_peak_memory
 from ablate.config import ModelConfig
-from ablate.experiment import load_experiment
+from ablate.setup.experiment import load_experiment
 from ablate.model import Transformer
-from ablate.parallel import init_distributed
-from ablate.stability import StabilityMonitors, parameter_groups, snapshot, squared_norms
+from ablate.training.parallel import init_distributed
+from ablate.training.callbacks.stability import StabilityMonitors, parameter_groups, snapshot, squared_norms
 from conftest import TINY
 
-train_module = importlib.import_module("ablate.train")  # `from ablate import train` is the function
+train_module = importlib.import_module("ablate.training.run")  # `from ablate import train` is the function
 FAKE_CUDA_RNG = torch.arange(16, dtype=torch.uint8)  # the shape of a CUDA generator's state: seed and offset
 
 

@@ -14,10 +14,10 @@ from ablate.config import ConfigError, ModelConfig
 from ablate.eval import engine, suite
 from ablate.eval.metrics import METRICS, METRICS_BY_KIND, ItemScores, item_metrics, predictions
 from ablate.eval.tasks import LETTERS, render, requests_for
-from ablate.experiment import ExperimentError, load_experiment
+from ablate.setup.experiment import ExperimentError, load_experiment
 from ablate.model import Transformer
-from ablate.overrides import apply_overrides
-from ablate.train import run_dir_for, train
+from ablate.setup.overrides import apply_overrides
+from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli
 
 EVAL_TASKS = "arc_easy,copa,winogrande"
@@ -255,7 +255,7 @@ def test_cli_refuses_bad_input(tmp_path):
 def test_export_logits_equal(tmp_path, qk_norm):
     from transformers import AutoModelForCausalLM
 
-    from ablate.export import hf_config, hf_state_dict
+    from ablate.eval.export import hf_config, hf_state_dict
 
     model = random_model(64, n_kv_heads=2, qk_norm=qk_norm, tie_embeddings=not qk_norm, rope_base=500.0)
     hf = AutoModelForCausalLM.from_config(hf_config(model.cfg, 64, 0), dtype=torch.float32)
@@ -269,7 +269,7 @@ def test_export_logits_equal(tmp_path, qk_norm):
 
 
 def test_export_refuses_unrepresentable_knobs():
-    from ablate.export import check_exportable
+    from ablate.eval.export import check_exportable
 
     for knobs, field in [
         ({"ffn": "gelu"}, "model.ffn"),
@@ -287,7 +287,7 @@ def test_agreement_with_lm_eval_hf(eval_run, tmp_path):
     """ablate's engine on the ablate model vs lm-eval's HF backend on the exported model: same items, same
     chosen answers, same accuracies."""
     from ablate.eval import agreement
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
 
     run_dir, _ = eval_run
     result = run_cli("export", str(run_dir), "--hf", str(tmp_path / "hf"))
@@ -313,7 +313,7 @@ def test_lm_eval_command_runs_the_ablate_model(eval_run, tmp_path):
     import sys
     from pathlib import Path
 
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
     from ablate_evals.lm_eval_tasks import PATH
 
     run_dir, _ = eval_run

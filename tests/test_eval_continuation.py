@@ -199,7 +199,7 @@ def test_both_kinds_through_the_suite_files_and_table(bigram, tokenizer, tmp_pat
 def save_hf(model: Transformer, tokenizer, out) -> str:
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from ablate.export import hf_config, hf_state_dict
+    from ablate.eval.export import hf_config, hf_state_dict
 
     hf = AutoModelForCausalLM.from_config(
         hf_config(model.cfg, MAX_LEN, tokenizer.token_to_id(EOS)), dtype=torch.float32

@@ -185,9 +185,9 @@ def test_cli_eval_list_and_path_required():
 def tiny_run(tmp_path_factory):
     """The tiny experiment trained 8 steps, seq_len 256 (copycolors' 3-shot contexts are ~300 tokens: cut by both
     tools alike), and its transformers export."""
-    from ablate.experiment import load_experiment
-    from ablate.export import export_hf
-    from ablate.train import run_dir_for, train
+    from ablate.setup.experiment import load_experiment
+    from ablate.eval.export import export_hf
+    from ablate.training.run import run_dir_for, train
 
     out = tmp_path_factory.mktemp("taskruns")
     run = load_experiment(TINY, only=["mha"], overrides={"data.seq_len": "256"})[0]
@@ -201,7 +201,7 @@ def test_evaluate_mmlu_records_subjects(tiny_run):
     """A grouped task end to end: evals.jsonl's metrics are the means over subjects of "groups", the items carry
     their subject."""
     from ablate.eval import engine
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
 
     run_dir, _ = tiny_run
     loaded = load_model(run_dir)
@@ -227,7 +227,7 @@ def test_agreement_with_lm_eval_hf_on_new_tasks(tiny_run):
     items of each new task: the same chosen answers and accuracies. (MMLU's first 20 items are 20 subjects' first,
     so its macro-average equals lm-eval's mean over items here.)"""
     from ablate.eval import agreement, engine
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
 
     run_dir, hf_dir = tiny_run
     loaded = load_model(run_dir)

@@ -2,7 +2,7 @@ import textwrap
 
 import pytest
 
-from ablate.experiment import ExperimentError, load_experiment
+from ablate.setup.experiment import ExperimentError, load_experiment
 from conftest import TINY, cli_in_process
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ablate.config import ModelConfig
-from ablate.export import check_exportable, write_model
+from ablate.eval.export import check_exportable, write_model
 from ablate.model import MoE, Transformer
 from conftest import TINY, run_cli
 
@@ -100,7 +100,7 @@ def test_what_no_class_represents_is_refused_by_name(knobs, says):
 def test_cli_exports_a_trained_latent_attention_moe_run(tmp_path):
     """`ablate export` on a run folder, as a user runs it: MLA with compressed queries, DeepSeek-V3 balancing (the
     biases moved by training) and a shared expert, read back as DeepseekV3ForCausalLM with the run's logits."""
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
 
     knobs = ["model.attention=mla", "model.q_lora_rank=16", "model.ffn=moe", "model.moe_experts=4"]
     knobs += ["model.moe_balance=bias", "model.moe_bias_rate=0.01", "model.moe_shared_experts=1"]

@@ -7,9 +7,17 @@ import subprocess
 import pytest
 import torch
 
-from ablate import memory, parallel, rundir, slurm, sweep
+from ablate import rundir
+
+from ablate.cost import memory
+
+from ablate.training import parallel
+
+from ablate.launch import slurm
+
+from ablate.launch import sweep
 from ablate.config import ConfigError
-from ablate.experiment import load_experiment
+from ablate.setup.experiment import load_experiment
 from conftest import TINY, cli_in_process
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from ablate.config import ConfigError
-from ablate.experiment import load_experiment
-from ablate.overrides import apply_overrides
+from ablate.setup.experiment import load_experiment
+from ablate.setup.overrides import apply_overrides
 from conftest import REPO, TINY
 
 
@@ -54,7 +54,7 @@ def test_every_kernel_builds_for_sm80_and_sm90():
 
 def test_float8_is_refused_off_capable_gpus(tmp_path):
     run = apply_overrides(load_experiment(TINY, only=["mha"])[0], {"train.float8": True, "train.device": "cpu"})
-    from ablate.train import train
+    from ablate.training.run import train
 
     with pytest.raises(ConfigError, match=r"train\.float8: .*compute capability >= 8\.9.*on cpu"):
         train(run, tmp_path)
@@ -66,7 +66,7 @@ def test_float8_conversion_takes_the_block_linears():
     pytest.importorskip("torchao.float8")
     from ablate.config import ModelConfig
     from ablate.model import Transformer
-    from ablate.parallel import apply_float8
+    from ablate.training.parallel import apply_float8
 
     model = Transformer(ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, ffn_hidden=40), 16)
     model.init_weights(torch.Generator().manual_seed(0))

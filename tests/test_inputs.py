@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from ablate.config import ConfigError, DataConfig
-from ablate.data import prepare_data
-from ablate.experiment import ExperimentError, check_out_dir, load_experiment
+from ablate.data.prepare import prepare_data
+from ablate.setup.experiment import ExperimentError, check_out_dir, load_experiment
 from conftest import TINY, cli_in_process, run_cli
 from test_data import VOCAB, make_docs, write_file, write_jsonl
 

@@ -253,8 +253,8 @@ def test_model_trains_the_same_with_triton_kernels(knobs):
 @pytest.mark.slow
 def test_trainer_runs_with_triton_kernels(tmp_path):
     """The whole training loop (FSDP2 on a 1-rank group, validation, checkpoints) with kernels="triton"."""
-    from ablate.experiment import load_experiment
-    from ablate.train import train
+    from ablate.setup.experiment import load_experiment
+    from ablate.training.run import train
     from conftest import TINY
 
     overrides = {"train.max_steps": "3", "train.val_every": "3", "train.ckpt_every": "3"}

@@ -1,4 +1,4 @@
-"""Weighted data mixtures (ablate.mixture, ablate.sources, ablate.data): the source syntax, preparation per source,
+"""Weighted data mixtures (ablate.data.mixture, ablate.data.sources, ablate.data.prepare): the source syntax, preparation per source,
 the share rule, resume, changed weights, validation per source, and token shares on real text. CPU, seconds."""
 
 import json
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from ablate import sources
+from ablate.data import sources
 from ablate.config import ConfigError, DataConfig
-from ablate.data import check_data_config, prepare_data
-from ablate.mixture import MixtureSampler, balanced, held_out_indices
+from ablate.data.prepare import check_data_config, prepare_data
+from ablate.data.mixture import MixtureSampler, balanced, held_out_indices
 from test_data import VOCAB, decode_docs, make_docs, write_file
 
 

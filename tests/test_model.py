@@ -293,7 +293,7 @@ def check_fsdp_entry_points(d) -> None:
     gathers the root's parameters by itself: the others work because parallelize registers them. The no-grad ones
     run between backward and the optimizer step (as a before_update callback would): the step after them must
     still reach the weights the next forward uses."""
-    from ablate.parallel import parallelize
+    from ablate.training.parallel import parallelize
 
     plain = build(n_kv_heads=2, qk_norm=True, tie_embeddings=False)
     sharded = parallelize(copy.deepcopy(plain), d, param_dtype=None, compile_model=False)
@@ -324,7 +324,7 @@ def check_fsdp_entry_points(d) -> None:
 
 
 def test_fsdp_entry_points_on_one_rank():
-    from ablate.parallel import init_distributed, shutdown_distributed
+    from ablate.training.parallel import init_distributed, shutdown_distributed
 
     started_here = not dist.is_initialized()
     try:
@@ -349,7 +349,7 @@ def test_fsdp_entry_points_on_two_gloo_ranks():
 
 
 if __name__ == "__main__":  # one rank of test_fsdp_entry_points_on_two_gloo_ranks, under torchrun
-    from ablate.parallel import init_distributed, shutdown_distributed
+    from ablate.training.parallel import init_distributed, shutdown_distributed
 
     check_fsdp_entry_points(init_distributed("cpu"))
     shutdown_distributed()

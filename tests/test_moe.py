@@ -14,14 +14,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablate import plan
-from ablate.callbacks import ExpertBalance
+from ablate.cost import plan
+from ablate.training.callbacks.base import ExpertBalance
 from ablate.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig, validate
-from ablate.export import check_exportable
+from ablate.eval.export import check_exportable
 from ablate.model import MoE, Transformer
 from ablate.optim import assign_roles, build_optimizer
 from ablate.optim.muon import newton_schulz, update_scale
-from ablate.trainer import standard_callbacks
+from ablate.training.trainer import standard_callbacks
 from conftest import TINY, run_cli
 
 D_MODEL, EXPERTS = 16, 4

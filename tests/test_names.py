@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from ablate.config import FOLDER_NAME_RULE
-from ablate.experiment import ExperimentError, load_experiment
+from ablate.setup.experiment import ExperimentError, load_experiment
 from ablate.report import plots
 from ablate.report.fmt import md_escape, md_line
 from conftest import run_cli

@@ -48,7 +48,7 @@ def _check_wheel(wheel: str) -> None:
     modules = {f"ablate/{p.relative_to(REPO / 'src' / 'ablate')}" for p in (REPO / "src" / "ablate").rglob("*.py")}
     assert not modules - set(names), sorted(modules - set(names))
     entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert "ablate = ablate.cli:main" in entry_points and "ablate-lm-eval = ablate.lm_eval_cli:main" in entry_points
+    assert "ablate = ablate.cli:main" in entry_points and "ablate-lm-eval = ablate.cli.lm_eval:main" in entry_points
 
 
 def test_wheel_and_sdist_carry_the_package_and_no_startup_hook(source, tmp_path):

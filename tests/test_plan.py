@@ -10,7 +10,11 @@ import json
 import pytest
 import torch
 
-from ablate import branch, memory, plan, rundir, variant
+from ablate import branch, rundir, variant
+
+from ablate.cost import memory
+
+from ablate.cost import plan
 from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from ablate.model import Transformer
 from conftest import REPO, TINY, cli_in_process, run_cli
@@ -72,7 +76,7 @@ def test_a_batch_schedule_takes_the_steps_its_plan_lists():
             "train.max_tokens": 16384,
         },
     )
-    from ablate.batching import batch_plan
+    from ablate.data.batch_schedule import batch_plan
 
     steps = batch_plan(run.train, 32)
     p = plan.plan_run(run)

@@ -1,4 +1,4 @@
-"""Batch-size schedules (ablate.batching) and branches (ablate.experiment.branch): pure plans, training under a
+"""Batch-size schedules (ablate.data.batch_schedule) and branches (ablate.setup.experiment.branch): pure plans, training under a
 changing batch, bit-exact resume in the middle of a ramp, a branch's first loss equal to its parent's."""
 
 import dataclasses
@@ -8,13 +8,13 @@ import math
 import pytest
 
 from ablate import branch, variant
-from ablate.batching import batch_plan, check_plan, lr_batch_scale, total_tokens
-from ablate.callbacks import Callback
+from ablate.data.batch_schedule import batch_plan, check_plan, lr_batch_scale, total_tokens
+from ablate.training.callbacks.base import Callback
 from ablate.config import ConfigError, TrainConfig
-from ablate.experiment import ExperimentError, load_experiment, resolve_branches
+from ablate.setup.experiment import ExperimentError, load_experiment, resolve_branches
 from ablate.optim import lr_factor
-from ablate.overrides import apply_overrides
-from ablate.train import run_dir_for, train
+from ablate.setup.overrides import apply_overrides
+from ablate.training.run import run_dir_for, train
 from conftest import TINY
 
 SEQ = 32

@@ -43,7 +43,7 @@ def test_scores_each_checkpoint_once_then_only_what_is_missing(experiment):
 def test_the_scores_equal_a_single_checkpoint_eval(experiment):
     """The tokenization shared across runs changes no number: step 4 of mqa scored alone gives the same metrics."""
     from ablate.eval import engine, suite
-    from ablate.load import load_model
+    from ablate.eval.load import load_model
 
     mqa = experiment / "mqa" / "seed0"
     run_cli("eval", str(experiment), "--every-checkpoint", "--tasks", "copa", "--limit", "6")

@@ -1,4 +1,4 @@
-"""ablate.slurm: option parsing, the sbatch script it asks for, and the code a cluster runs, run for real through
+"""ablate.launch.slurm: option parsing, the sbatch script it asks for, and the code a cluster runs, run for real through
 submitit's LocalExecutor (real processes, the same pickles, signals and requeue path, no cluster)."""
 
 import dataclasses
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ablate.config import ConfigError
-from ablate.experiment import load_experiment
-from ablate.slurm import REQUEUES_FILE, RunTask, executor_parameters, launch, collect, parse_slurm_options, submit
+from ablate.setup.experiment import load_experiment
+from ablate.launch.slurm import REQUEUES_FILE, RunTask, executor_parameters, launch, collect, parse_slurm_options, submit
 from conftest import TINY
 
 submitit = pytest.importorskip("submitit")

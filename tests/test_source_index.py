@@ -1,4 +1,4 @@
-"""ablate.data's source index: files unchanged since they were hashed are not read and hashed again (each run of a
+"""ablate.data.prepare's source index: files unchanged since they were hashed are not read and hashed again (each run of a
 sweep paid ~1 s for it on the embedded corpus), and any write to them, or a write too close to the hashing to
 trust the file's stat, makes the next run hash them again. CPU, seconds."""
 
@@ -10,9 +10,9 @@ import time
 import pytest
 from test_data import VOCAB, make_docs, write_jsonl
 
-from ablate import data
+from ablate.data import prepare as data
 from ablate.config import DataConfig
-from ablate.data import prepare_data
+from ablate.data.prepare import prepare_data
 
 
 @pytest.fixture(autouse=True)

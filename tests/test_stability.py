@@ -1,4 +1,4 @@
-"""Loss spikes and stability monitors (ablate.stability): the robust z-score on constructed curves, then real tiny
+"""Loss spikes and stability monitors (ablate.training.callbacks.stability): the robust z-score on constructed curves, then real tiny
 runs in which one batch of the data is garbage, so the loss really spikes and the real detector must find it under
 each train.spike_policy."""
 
@@ -12,11 +12,11 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ablate import rundir
-from ablate.callbacks import Callback
+from ablate.training.callbacks.base import Callback
 from ablate.config import TrainConfig
-from ablate.experiment import load_experiment
-from ablate.stability import LossSpikes, local_shard, robust_z
-from ablate.train import run_dir_for, train
+from ablate.setup.experiment import load_experiment
+from ablate.training.callbacks.stability import LossSpikes, local_shard, robust_z
+from ablate.training.run import run_dir_for, train
 from conftest import TINY, run_cli
 
 SPIKE_AT = 24  # the step whose batch is garbage (the 24th batch read)
@@ -330,7 +330,7 @@ def test_the_trend_line_finds_a_spike_while_the_loss_still_falls_fast():
 
 def test_rollbacks_are_capped():
     """A run that keeps spiking after MAX_ROLLBACKS rollbacks ends as diverged instead of looping."""
-    from ablate.stability import MAX_ROLLBACKS
+    from ablate.training.callbacks.stability import MAX_ROLLBACKS
 
     losses = noisy_falling_curve(100)
     losses[80] *= 10

@@ -75,7 +75,7 @@ MODULES = _modules()
 
 
 def group_of(module: str) -> str:
-    """ablate.eval.suite -> eval, ablate.train -> train, ablate (the package's __init__) -> __init__."""
+    """ablate.eval.suite -> eval, ablate.training.run -> train, ablate (the package's __init__) -> __init__."""
     parts = module.split(".")
     if len(parts) == 1:
         return "__init__"
@@ -139,8 +139,8 @@ def test_run_folder_readers_never_import_torch(module):
 
 def test_eval_training_callback_is_outside_the_eval_package():
     """The one module that joins the eval engine and the training callbacks."""
-    assert "ablate.eval_callback" in MODULES
-    assert {"ablate.callbacks", "ablate.eval.suite"} <= ablate_imports("ablate.eval_callback")
+    assert "ablate.training.callbacks.evals" in MODULES
+    assert {"ablate.training.callbacks.base", "ablate.eval.suite"} <= ablate_imports("ablate.training.callbacks.evals")
 
 
 # The names inside a run folder (rundir spells each once). The data cache keeps a tokenizer.json of its own.
@@ -162,7 +162,7 @@ RUN_FOLDER_NAMES = {
 }
 PREFIXES = (rundir.STEP_PREFIX, rundir.TMP_PREFIX, rundir.DAMAGED_PREFIX)  # of checkpoint and eval_items folders
 ELSEWHERE = {
-    ("ablate.data", rundir.TOKENIZER),
+    ("ablate.data.prepare", rundir.TOKENIZER),
     ("ablate.eval.tasks", rundir.CONFIG),
 }  # an oe-eval request folder's config.json, not a run's
 
@@ -255,20 +255,20 @@ def test_no_import_cycle():
 
 # The modules that train (and those that start training): loading or checking an experiment reaches none of them
 TRAINING = {
-    "ablate.train",
-    "ablate.trainer",
-    "ablate.callbacks",
-    "ablate.stability",
-    "ablate.eval_callback",
-    "ablate.checkpoint",
-    "ablate.parallel",
+    "ablate.training.run",
+    "ablate.training.trainer",
+    "ablate.training.callbacks.base",
+    "ablate.training.callbacks.stability",
+    "ablate.training.callbacks.evals",
+    "ablate.training.checkpoint",
+    "ablate.training.parallel",
     "ablate.model",
-    "ablate.sweep",
-    "ablate.slurm",
+    "ablate.launch.sweep",
+    "ablate.launch.slurm",
 }
 
 
-@pytest.mark.parametrize("module", ["ablate.experiment", "ablate.variants", "ablate.checks"])
+@pytest.mark.parametrize("module", ["ablate.setup.experiment", "ablate.setup.variants", "ablate.setup.checks"])
 def test_loading_an_experiment_imports_no_training_module(module):
     reached = reached_from(module)
     bad = sorted(reached[m] for m in TRAINING & set(reached))
@@ -278,26 +278,26 @@ def test_loading_an_experiment_imports_no_training_module(module):
 def test_the_training_modules_are_named_right():
     """A renamed training module must be renamed in TRAINING too, or the rule above checks nothing for it."""
     assert TRAINING <= set(MODULES)
-    assert {"ablate.config", "ablate.checks", "ablate.variants", "ablate.eval.suite"} <= set(
-        reached_from("ablate.experiment")
+    assert {"ablate.config", "ablate.setup.checks", "ablate.setup.variants", "ablate.eval.suite"} <= set(
+        reached_from("ablate.setup.experiment")
     )  # the walk follows imports (checks imports the suite inside a function)
 
 
-# The modules that start runs, the only ones that import the run module (ablate.train): everything below it in
+# The modules that start runs, the only ones that import the run module (ablate.training.run): everything below it in
 # LAYERS (experiment loading included) and planning beside it never do
-RUN_STARTERS = {"ablate", "ablate.sweep", "ablate.slurm", "ablate.cli"}
+RUN_STARTERS = {"ablate", "ablate.launch.sweep", "ablate.launch.slurm", "ablate.cli.parser"}
 
 
 def test_only_the_modules_that_start_runs_import_the_run_module():
-    importers = {m for m, targets in import_graph().items() if "ablate.train" in targets}
-    assert "ablate.sweep" in importers  # the rule sees real imports
+    importers = {m for m, targets in import_graph().items() if "ablate.training.run" in targets}
+    assert "ablate.launch.sweep" in importers  # the rule sees real imports
     assert importers <= RUN_STARTERS, (
-        f"{sorted(importers - RUN_STARTERS)} import ablate.train; only {sorted(RUN_STARTERS)} may (they start runs)"
+        f"{sorted(importers - RUN_STARTERS)} import ablate.training.run; only {sorted(RUN_STARTERS)} may (they start runs)"
     )
     assert all(LAYER[group_of(m)] > LAYER["train"] for m in RUN_STARTERS)
 
 
-CALLBACK_MODULES = ("ablate.callbacks", "ablate.stability", "ablate.eval_callback")
+CALLBACK_MODULES = ("ablate.training.callbacks.base", "ablate.training.callbacks.stability", "ablate.training.callbacks.evals")
 
 
 def test_callbacks_read_only_what_trainer_view_declares():
@@ -305,7 +305,7 @@ def test_callbacks_read_only_what_trainer_view_declares():
     protocol says what callbacks really read."""
     view = next(
         node
-        for node in ast.walk(ast.parse(MODULES["ablate.callbacks"].read_bytes()))
+        for node in ast.walk(ast.parse(MODULES["ablate.training.callbacks.base"].read_bytes()))
         if isinstance(node, ast.ClassDef) and node.name == "TrainerView"
     )
     declared = {n.target.id for n in view.body if isinstance(n, ast.AnnAssign)}

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import ablate.cli_run
+import ablate.cli.run
 from ablate import rundir
-from ablate.study import next_seeds
+from ablate.launch.study import next_seeds
 from conftest import REPO, cli_in_process
 
 STUDY_FILE = REPO / "tests" / "experiments" / "tiny_study.py"
@@ -36,7 +36,7 @@ def interrupted(tmp_path_factory):
     """A study whose round 1 trained and whose round 2 was cut off before it trained (exit 130, as after Ctrl-C),
     with what the study folder held when round 1 started."""
     out = tmp_path_factory.mktemp("study")
-    seen, train_runs = {}, ablate.cli_run.train_runs
+    seen, train_runs = {}, ablate.cli.run.train_runs
 
     def first_round_only(runs, args, in_study=False):
         folder = out / "tiny_study"
@@ -48,7 +48,7 @@ def interrupted(tmp_path_factory):
         return 130
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ablate.cli_run, "train_runs", first_round_only)
+        patch.setattr(ablate.cli.run, "train_runs", first_round_only)
         result = cli_in_process(*COMMAND, "--out", out, check=False)
     return out, seen, result
 

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from ablate import sweep
+from ablate.launch import sweep
 from test_sweep import tiny
 
 

@@ -1,4 +1,4 @@
-"""Tokenizer figures (ablate.tokenizer_stats), `ablate tokenizer`, and runs of different tokenizers in the report:
+"""Tokenizer figures (ablate.data.tokenizer_stats), `ablate tokenizer`, and runs of different tokenizers in the report:
 fertility and continued words on a hand-counted text, refusals before compute, a run's figures and bits per byte,
 the report comparing such runs by bits per byte."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from ablate import tokenizer_stats
+from ablate.data import tokenizer_stats
 from conftest import cli_in_process, run_cli
 from report_fixtures import build_toy_experiment
 
@@ -50,7 +50,7 @@ def test_fertility_and_continued_words_on_a_hand_counted_text():
 
 
 def test_a_byte_level_token_holding_part_of_a_character_counts_for_its_word(tmp_path):
-    from ablate.tokenizer import train_bpe
+    from ablate.data.tokenizer import train_bpe
 
     tok, _ = train_bpe(iter(["plain ascii words only"] * 20), 300)
     text = "café"  # é is two bytes, never merged here: c a f + two byte tokens, all four overlap the one word

@@ -13,10 +13,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ablate.config import ConfigError
-from ablate.experiment import load_experiment
-from ablate.overrides import apply_overrides, parse_set_args
-from ablate.sweep import attempt
-from ablate.train import run_dir_for, train
+from ablate.setup.experiment import load_experiment
+from ablate.setup.overrides import apply_overrides, parse_set_args
+from ablate.launch.sweep import attempt
+from ablate.training.run import run_dir_for, train
 from conftest import REPO, TINY, run_cli
 
 
@@ -177,8 +177,8 @@ def test_validation_set_does_not_depend_on_micro_batch(tmp_path):
 
 
 def test_load_model_reproduces_logged_val_losses(tiny_run):
-    from ablate.data import prepare_data
-    from ablate.load import load_model
+    from ablate.data.prepare import prepare_data
+    from ablate.eval.load import load_model
 
     run, out, summary = tiny_run
     run_dir = run_dir_for(out, run)
@@ -250,7 +250,7 @@ def test_finished_note_expands_suites(tmp_path):
     import ablate_evals
     from ablate import rundir
     from ablate.config import EvalConfig, RunConfig
-    from ablate.train import finished_note
+    from ablate.training.run import finished_note
 
     run = RunConfig(eval=EvalConfig(tasks="small"))
     small = ablate_evals.SUITES["small"]

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from ablate.batching import check_plan, largest_pass, rank_passes
+from ablate.data.batch_schedule import check_plan, largest_pass, rank_passes
 from ablate.config import ConfigError, TrainConfig
 from conftest import TINY, cli_in_process, run_cli
 

@@ -13,7 +13,7 @@ from ablate.config import (
     ScheduleConfig,
     TrainConfig,
 )
-from ablate.variants import branch, grid, variant
+from ablate.setup.variants import branch, grid, variant
 
 __all__ = [
     "RunConfig",
@@ -36,18 +36,18 @@ __version__ = "0.1.0"
 
 
 def train(run: RunConfig, out_root: str = "runs", callbacks: list = ()) -> dict:
-    """Train one run into out_root/<experiment>/<variant>/seed<k>/ and return its summary (see ablate.train);
-    `callbacks`: your own ablate.callbacks.Callback instances, added to the standard ones (all run by `order`)."""
-    from ablate.train import train as _train
+    """Train one run into out_root/<experiment>/<variant>/seed<k>/ and return its summary (see ablate.training.run);
+    `callbacks`: your own ablate.training.callbacks.base.Callback instances, added to the standard ones (all run by `order`)."""
+    from ablate.training.run import train as _train
 
     return _train(run, out_root, callbacks)
 
 
 def __getattr__(name: str):
-    """Callback and Verdict (ablate.callbacks), DecisionRule (ablate.report.sequential) on first use: importing
+    """Callback and Verdict (ablate.training.callbacks.base), DecisionRule (ablate.report.sequential) on first use: importing
     ablate stays free of torch and quick."""
     if name in ("Callback", "Verdict"):
-        from ablate import callbacks
+        from ablate.training.callbacks import base as callbacks
 
         return getattr(callbacks, name)
     if name == "DecisionRule":

@@ -2,7 +2,7 @@
 
 Every field is checked against its annotation (and a Literal's allowed values) before any compute starts, and a
 failure names the field and what it accepts. Fields are replaced with dotted overrides ({"model.n_kv_heads": 1}) by
-ablate.overrides, the syntax of the CLI's `--set` and of ablate.variants (variant, grid, branch).
+ablate.setup.overrides, the syntax of the CLI's `--set` and of ablate.setup.variants (variant, grid, branch).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class TrainConfig:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
-    # torch.compile of each block. "auto" (ablate.auto.compile_blocks): on CPU for bf16 runs long enough to repay
+    # torch.compile of each block. "auto" (ablate.setup.auto.compile_blocks): on CPU for bf16 runs long enough to repay
     # the first step's compile (the ~10M model of bench_train.py: 1.2-1.3x the eager step), off for fp32 (eager fp32
     # runs stay bit-identical); on GPU where a first compile is under a tenth of the run, and always with float8.
     compile: bool | Literal["auto"] = "auto"
@@ -149,7 +149,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     peak_flops: float | None = None  # per device, for MFU; None: measured once on CPU, looked up on known GPUs
     float8: bool = False  # torchao float8 matmuls in the blocks' linears; GPUs of compute capability >= 8.9 only
-    # The global batch as a function of tokens seen (ablate.batching). "constant": global_batch throughout;
+    # The global batch as a function of tokens seen (ablate.data.batch_schedule). "constant": global_batch throughout;
     # "ramp": linear in tokens from batch_start to global_batch over batch_ramp_tokens; "stages": the table in
     # batch_stages; "dynamic": batch_start doubling each time the tokens seen double past batch_ramp_tokens, up
     # to global_batch. Under any but "constant" the run ends at max_tokens.
@@ -159,7 +159,7 @@ class TrainConfig:
     batch_stages: str = ""  # stages: "tokens:batch,..." from 0, e.g. "0:8,200000:16,400000:32"
     batch_lr_scaling: Literal["none", "sqrt", "linear"] = "none"  # lr x (batch / global_batch)^(1/2 or 1)
     max_tokens: int = 0  # 0: max_steps x global_batch x seq_len (a scheduled batch takes the steps it needs)
-    # Loss spikes (ablate.stability): a loss whose robust z-score (median and MAD of the last spike_window
+    # Loss spikes (ablate.training.callbacks.stability): a loss whose robust z-score (median and MAD of the last spike_window
     # losses) exceeds spike_threshold is a spike; "log" records it, "skip" drops that step's update, "rollback"
     # restores the last checkpoint and skips the offending batch, "stop" ends the run as diverged.
     spike_policy: Literal["log", "skip", "rollback", "stop"] = "log"

@@ -88,7 +88,7 @@ def autocast_for(dtype: str, device) -> contextlib.AbstractContextManager | None
 
 
 def for_loaded(loaded, device, dtype: str | None) -> tuple[LogitsModel, str]:
-    """A loaded run or checkpoint's model (ablate.load.load_model) to score in `dtype` (None: as the run trained,
+    """A loaded run or checkpoint's model (ablate.eval.load.load_model) to score in `dtype` (None: as the run trained,
     eval_dtype), and that dtype."""
     chosen = eval_dtype(dtype, loaded.run.train.dtype, device)
     autocast = autocast_for(chosen, device)

@@ -15,7 +15,7 @@ import os
 
 from ablate.report.fmt import fmt
 from ablate.report.runs import VAL_TASK, Run, TaskInfo
-from ablate.status import natural_key
+from ablate.cli.status import natural_key
 
 BPB = "bpb"
 TRAINING_TEXT_FIELDS = ("source", "val_source", "val_fraction", "max_documents", "text_field")  # what a BPE learns on

@@ -1,0 +1,222 @@
+"""`ablate run FILE`: every run of an experiment file on this machine (one after another, or side by side in
+worker processes) or through submitit (a SLURM job array, or its local executor).
+
+Under torchrun every rank runs the same command; rank 0 prints.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ablate.config import ConfigError
+from ablate.setup.overrides import parse_set_args
+
+
+def cmd_run(args) -> int:
+    from ablate.setup.experiment import load_experiment
+
+    if args.until_decided:  # rounds of runs, each trained as below
+        from ablate.launch.study import run_study
+
+        return run_study(args, lambda runs: train_runs(runs, args, in_study=True))
+    _refuse_study_flags(args)
+    runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
+    return train_runs(runs, args)
+
+
+def _refuse_study_flags(args) -> None:
+    from ablate.launch.study import STUDY_FLAGS
+
+    given = [f"--{name.replace('_', '-')}" for name in STUDY_FLAGS if getattr(args, name) not in (None, False, [])]
+    if given:
+        raise ConfigError(f"{'/'.join(given)}: only with --until-decided (a study in rounds)")
+
+
+def train_runs(runs, args, in_study: bool = False) -> int:
+    """Train `runs` as `ablate run` does: here (one after another or side by side) or through submitit. In a
+    study (a round of it) submitted jobs are waited for, and the closing lines leave out what to run next."""
+    from ablate.launch.sweep import file_callbacks
+
+    out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
+
+    callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
+    _check_cpu_runs(runs, args.gpus_per_run)
+    if args.launcher != "here":
+        return _run_submitit(runs, out, args, callbacks, in_study)
+    if args.slurm:
+        raise ConfigError("--slurm: only with --launcher slurm (or local)")
+    from ablate.launch import sweep
+
+    gpu_ids = sweep.visible_gpus()  # counted without initialising CUDA here
+    if "RANK" in os.environ:  # under torchrun every rank trains each run together, one after another
+        if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or args.gpus_per_run not in (None, 1):
+            raise ConfigError(
+                "--jobs/--runs-per-gpu/--gpus-per-run: not under torchrun (ablate starts the "
+                "torchrun groups itself with --gpus-per-run G)"
+            )
+        slots = None
+        _check_memory(runs, args, int(os.environ.get("WORLD_SIZE", 1)), sharing=1, on_gpu=bool(gpu_ids))
+    else:
+        at_most = len(runs)  # more runs at once than there are runs would only split the threads finer
+        gpus_per_run = 1 if args.gpus_per_run is None else args.gpus_per_run  # auto: a GPU each where visible
+        slots = sweep.machine_slots(
+            args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most), gpus_per_run, gpu_ids
+        )
+        on_gpu = bool(slots[0].gpus)
+        sharing = max(s.sharing for s in slots)
+        _check_memory(runs, args, max(len(slots[0].gpus), 1), sharing, on_gpu)
+    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids, in_study)
+
+
+def _check_cpu_runs(runs, gpus_per_run: int | None) -> None:
+    """--gpus-per-run 0 trains on CPU: a run that insists on CUDA contradicts it."""
+    if gpus_per_run == 0:
+        for run in runs:
+            if run.train.device == "cuda":
+                raise ConfigError(
+                    f"--gpus-per-run 0: trains on CPU, but {run.name} sets train.device='cuda'; allowed with "
+                    f"--gpus-per-run 0: train.device 'auto' or 'cpu'"
+                )
+
+
+def _check_memory(runs, args, world: int, sharing: int, on_gpu: bool) -> None:
+    """Refuse, before any compute, runs whose per-rank memory (ablate plan's estimate) exceeds their share of the
+    device memory: --device-memory or the visible GPU's memory, divided by the `sharing` runs that use each GPU at
+    once (--runs-per-gpu K). On CPU without --device-memory nothing is checked."""
+    from ablate.cost.memory import check_fits, device_memory_default, parse_size
+
+    if args.device_memory:
+        memory = parse_size(args.device_memory)
+    elif on_gpu:
+        memory = device_memory_default()  # read in a child process: this one never initialises CUDA
+    else:
+        return
+    if memory is None:
+        return
+    for run in runs:
+        check_fits(run, world, memory // sharing, None if on_gpu else "cpu")
+
+
+def _run_here(runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str], in_study: bool) -> int:
+    """All runs on this machine: in this process one after another, or side by side in worker processes (which
+    load the experiment file's callbacks themselves). The parent of workers makes no process group and touches no
+    GPU: each worker's CUDA context, and all of its memory, stay the worker's."""
+    from ablate import rundir
+    from ablate.launch import sweep
+    from ablate.training.parallel import init_distributed, shutdown_distributed
+
+    serial = sweep.in_this_process(slots, gpu_ids)
+    d = init_distributed(runs[0].train.device) if serial else None
+    is_main = d is None or d.is_main
+    states: list[str] = []
+    progress = _Progress(len(runs), is_main)
+    try:
+        sweep.prepare_all(runs, d)  # bad data stops everything here, before any run starts
+        if is_main:
+            _mark_pending(runs, out)
+        if serial:
+            for k, run in enumerate(runs, 1):
+                progress(k, run, "started", str(rundir.run_dir_for(out, run)))
+                state, message = sweep.attempt(run, out, callbacks)
+                progress(k, run, state, message)
+                states.append(state)
+        else:
+            print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
+            states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks))
+    except KeyboardInterrupt:
+        for run in runs:
+            status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
+            if status.get("state") == "interrupted" and is_main:
+                print(f"{sweep.label(run)}: {status['message']}", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        shutdown_distributed()
+    return _closing(states, runs, out, not in_study) if is_main else int("failed" in states)
+
+
+class _Progress:
+    """The sweep's console: run k/N as each starts and ends."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+
+    def __call__(self, index, run, state, message) -> None:
+        from ablate.launch.sweep import label
+
+        if self.enabled:
+            print(f"run {index}/{self.total} {state} {label(run)}: {message}", flush=True)
+
+
+def _describe(slots) -> str:
+    if not slots[0].gpus:
+        return f"{slots[0].threads} torch thread{'s' if slots[0].threads > 1 else ''} each"
+    share = f"; {slots[0].sharing} runs per GPU, each capped at 1/{slots[0].sharing} of its memory"
+    listed = "; ".join(f"GPU {','.join(s.gpus)}" for s in slots[:8]) + (" ..." if len(slots) > 8 else "")
+    return listed + (share if slots[0].sharing > 1 else "")
+
+
+def _mark_pending(runs, out: str) -> None:
+    """`ablate status` lists queued runs too; a folder that already has a status keeps it."""
+    from ablate import rundir
+
+    for run in runs:
+        run_dir = rundir.run_dir_for(out, run)
+        if not (run_dir / rundir.STATUS).exists() and not (run_dir / rundir.SUMMARY).exists():
+            rundir.write_status(run_dir, "pending", step=0, max_steps=run.train.max_steps, message="")
+
+
+def _closing(states: list[str], runs, out: str, say_next: bool = True) -> int:
+    """How many finished, failed, diverged; what to run next. Exit 1 when any run failed."""
+    counts = {s: states.count(s) for s in ("finished", "failed", "diverged", "locked", "interrupted") if s in states}
+    text = ", ".join(f"{n} {'skipped (locked by another process)' if s == 'locked' else s}" for s, n in counts.items())
+    print(f"{len(states)} run{'s' if len(states) != 1 else ''}: {text}", flush=True)
+    for experiment in sorted({r.experiment for r in runs} if say_next else ()):
+        print(f"next: ablate status {out}/{experiment}   ablate report {out}/{experiment}", flush=True)
+    return 1 if counts.get("failed") else 0
+
+
+def _file_for_workers(file: str, callbacks: list) -> str | None:
+    """The experiment file, for worker processes to load its callbacks from (None: it defines none)."""
+    return str(Path(file).resolve()) if callbacks else None
+
+
+def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool) -> int:
+    from ablate.launch import slurm
+
+    if args.jobs not in (None, 1) or args.runs_per_gpu > 1:
+        raise ConfigError(
+            "--jobs/--runs-per-gpu: not with --launcher slurm/local; use --slurm array_parallelism=N,gpus_per_run=G"
+        )
+    options = slurm.parse_slurm_options(args.slurm or "")
+    if args.gpus_per_run is not None:  # --gpus-per-run G (0 included: CPU) means the same as --slurm gpus_per_run=G
+        given = options.get("gpus_per_run", args.gpus_per_run)
+        if given != args.gpus_per_run:
+            raise ConfigError(
+                f"--gpus-per-run {args.gpus_per_run} and --slurm gpus_per_run={given}: they disagree; give one"
+            )
+        options["gpus_per_run"] = args.gpus_per_run
+    options["gpus_per_run"], why = slurm.resolve_gpus_per_run(options, runs, local=args.launcher == "local")
+    if why:
+        print(f"{args.launcher}: gpus_per_run={options['gpus_per_run']} ({why})", flush=True)
+    sharing = slurm.local_sharing(len(runs), options["gpus_per_run"]) if args.launcher == "local" else 1
+    _check_memory(runs, args, max(options["gpus_per_run"], 1), sharing, on_gpu=options["gpus_per_run"] > 0)
+    from ablate.launch.sweep import prepare_all
+
+    if args.launcher == "local":
+        prepare_all(runs)  # on a cluster each task builds (or finds) the shared cache itself
+    _mark_pending(runs, out)
+    if args.launcher == "slurm" and not in_study:  # a sweep outlives a login shell: submit, then follow it
+        slurm.submit(runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks))
+        for experiment in sorted({r.experiment for r in runs}):
+            print(
+                f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
+                f"report {out}/{experiment}",
+                flush=True,
+            )
+        return 0
+    # local jobs, and a study's rounds on SLURM (the next round depends on this one): wait for them
+    local = args.launcher == "local"
+    states = slurm.submit(runs, out, options, local=local, experiment_file=_file_for_workers(args.file, callbacks))
+    return _closing(states, runs, out, not in_study)

@@ -1,0 +1,451 @@
+"""The per-rank memory peak of a training step under FSDP2, from a run's config alone (for `ablate plan` and the
+check that refuses, before any compute, runs that cannot fit); and the parameter shapes it starts from.
+
+The peak is a timeline of one training step, walked moment by moment (end of the forward pass inside the chunked
+loss, the loss's backward, each block's backward, the root's gradient reduction, the optimizer step), each moment
+summing the buffers alive then: fp32 parameter, gradient and optimizer-state shards; the tensors autograd saved for
+backward (counted op by op for this model's code, per micro-batch); the all-gathered unsharded parameters of the
+blocks in use and of the root; the chunked loss's buffers (never the full logits). It models eager mode
+(train.compile and train.float8 save less, so it over-estimates them: by 1.3x for the compiled bf16 blocks that
+train.compile="auto" gives on CPU, scripts/bench_plan.py's long-bf16 case). On CPU it was checked against the peak of
+live tensor bytes measured over real training steps (scripts/bench_plan.py: within 4% at 1 and 2 gloo processes;
+tests/test_plan.py); the GPU formulas follow the same code paths (bf16 gathered parameters, NCCL without gloo's
+all-gather copy) but were not measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from ablate.data.batch_schedule import largest_pass, rank_passes, run_plan
+from ablate.setup import auto
+from ablate.config import ConfigError, ModelConfig, RunConfig
+from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
+from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
+
+FP32 = 4
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sizes
+
+
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'24GiB' -> 24 * 2**30, '80GB' -> 80e9, '512MiB', '1.5TB', or plain bytes; ConfigError otherwise."""
+    match = _SIZE.fullmatch(text)
+    if not match:
+        raise ConfigError(f"--device-memory {text!r}: expected a size such as 24GiB, 80GB or 512MiB")
+    unit = (match.group(2) or "").lower().removesuffix("b")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{int(n)}B"
+
+
+# Reads the first visible GPU's total memory in a child process (see device_memory_default)
+_PROBE = "import torch; print(torch.cuda.get_device_properties(0).total_memory)"
+
+
+def device_memory_default() -> int | None:
+    """The total memory of the visible CUDA device (the first), else None: no limit to check against. Read in a
+    short child process (a few seconds, on GPU machines only): asking torch here would initialise CUDA in this
+    process, and a sweep's parent must leave the GPUs, and all of their memory, to its workers. NVML would avoid
+    the child but numbers GPUs its own way (PCI order, not CUDA's), so CUDA_VISIBLE_DEVICES could name another."""
+    if torch.cuda.device_count() == 0:  # counted without initialising CUDA
+        return None
+    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0 or not probe.stdout.strip().isdigit():
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(
+            f"--device-memory: could not read the GPU's memory ({last}); give it, e.g. --device-memory 80GiB"
+        )
+    return int(probe.stdout)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parameters
+
+
+@dataclass
+class Shapes:
+    """The model's parameter shapes, from a meta-device model: the root's (embedding, final norm, an untied head),
+    the largest block's (every block has the same unless MoE layers alternate with dense ones) and every block's."""
+
+    root: list[tuple[int, ...]]
+    block: list[tuple[int, ...]]
+    all_blocks: list[tuple[int, ...]]
+    n_layers: int
+    total: int  # parameters (a tied head counted once)
+    active: int  # parameters one token uses (with experts: top_k of the routed ones)
+    flops_per_token: float
+    buffer_bytes: int  # the RoPE tables every rank keeps whole
+
+
+def model_shapes(run: RunConfig) -> Shapes:
+    with torch.device("meta"):  # shapes only: no storage is allocated
+        model = Transformer(run.model, max_seq_len=run.data.seq_len)
+    largest = max(model.layers, key=lambda layer: sum(p.numel() for p in layer.parameters()))
+    block = [tuple(p.shape) for p in largest.parameters()]
+    in_blocks = {id(p) for p in model.layers.parameters()}
+    root = [tuple(p.shape) for p in model.parameters() if id(p) not in in_blocks]
+    return Shapes(
+        root=root,
+        block=block,
+        all_blocks=[tuple(p.shape) for p in model.layers.parameters()],
+        n_layers=run.model.n_layers,
+        total=model.num_params(),
+        active=model.num_params(active=True),
+        flops_per_token=model.flops_per_token(run.data.seq_len),
+        buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
+    )
+
+
+def _numel(shapes) -> int:
+    return sum(math.prod(s) for s in shapes)
+
+
+def _shard(shapes, world: int) -> int:
+    """Elements of this rank's shards: FSDP2 splits dim 0 into `world` equal parts, padding the last."""
+    return sum(-(-s[0] // world) * math.prod(s[1:]) for s in shapes)
+
+
+def _padded(shapes, world: int) -> int:
+    """Elements of an all-gather or reduce-scatter buffer: every shard padded to the same size."""
+    return _shard(shapes, world) * world
+
+
+# Optimizer states per parameter (fp32). Muon keeps one (momentum) for the blocks' 2-D matrices and AdamW's two for
+# the embedding, the head and vectors.
+OPTIMIZERS = ("adamw", "muon")
+
+
+def _optimizer_elements(name: str, shapes: Shapes, world: int) -> int:
+    if name not in OPTIMIZERS:
+        raise ConfigError(f"optim.name: {name!r}; allowed for ablate plan: {', '.join(OPTIMIZERS)}")
+    everything = _shard(shapes.root, world) + _shard(shapes.all_blocks, world)
+    if name == "adamw":
+        return 2 * everything
+    matrices = _shard([s for s in shapes.all_blocks if len(s) >= 2], world)  # experts' stacks too
+    return 2 * everything - matrices
+
+
+def _optimizer_step_transient(name: str, shapes: Shapes, world: int) -> int:
+    """Bytes the optimizer step needs beyond the states. AdamW's fused step works in place. Muon, one parameter at a
+    time: for a hidden matrix, the momentum-updated gradient (a shard), the whole matrix gathered and Newton-Schulz's
+    iterates (about three more of the matrix and three of its Gram matrix); for the others (AdamW), one shard-sized
+    temporary."""
+    if name != "muon":
+        return 0
+    hidden = [s for s in shapes.block if len(s) >= 2]  # an experts' stack: a Gram matrix per expert
+    orthogonalise = max(
+        _shard([s], world) + 4 * math.prod(s) + 3 * math.prod(s[:-2]) * min(s[-2:]) ** 2 for s in hidden
+    )
+    others = max(_shard([s], world) for s in shapes.root + [s for s in shapes.block if len(s) < 2])
+    return FP32 * max(orthogonalise, others)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# precision
+
+
+@dataclass
+class Precision:
+    """How a run computes on its device: `mode` "fp32", or "bf16" (fp32 parameter shards, FSDP2 gathers bf16
+    copies: the activations, the residual stream and the gathered parameters and gradients are bf16)."""
+
+    device_type: str
+    mode: str
+
+    @property
+    def matmul(self) -> int:  # bytes of a matmul's output and of what follows it
+        return FP32 if self.mode == "fp32" else 2
+
+    @property
+    def stream(self) -> int:  # the residual stream and the norms' outputs
+        return 2 if self.mode == "bf16" else FP32
+
+    @property
+    def gathered(self) -> int:  # unsharded parameters and their gradients
+        return 2 if self.mode == "bf16" else FP32
+
+    @property
+    def norm(self) -> int:  # what an RMSNorm keeps (input, normed output): torch's CPU RMSNorm computes them in fp32
+        return self.stream if self.device_type == "cuda" else FP32
+
+    @property
+    def norm_stats(self) -> int:  # a LayerNorm's mean and 1/std: the input's dtype on CPU, fp32 on GPU
+        return self.matmul if self.device_type == "cpu" else FP32
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return torch.float32 if self.mode == "fp32" else torch.bfloat16
+
+
+def precision_of(run: RunConfig, device_type: str) -> Precision:
+    """As the trainer decides (ablate.setup.auto): bf16 when asked, or by default on GPU."""
+    bf16 = auto.uses_bf16(run.train.dtype, torch.device(device_type))
+    return Precision(device_type, "bf16" if bf16 else "fp32")
+
+
+def device_type_of(run: RunConfig) -> str:
+    """train.device resolved as the trainer resolves it (ablate.setup.auto: cuda when visible)."""
+    if run.train.device == "auto":
+        return auto.device("auto").type
+    return run.train.device
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# activations: what autograd saves for backward, counted op by op for model.py's code
+
+
+def _norm_saved(m: ModelConfig, tokens: int, p: Precision) -> int:
+    """RMSNorm keeps its input, its normed output and 1/rms; LayerNorm its input, mean and 1/std."""
+    if m.norm == "rmsnorm":
+        return 2 * tokens * m.d_model * p.norm + tokens * FP32
+    return tokens * m.d_model * p.stream + 2 * tokens * p.norm_stats
+
+
+def block_saved_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, use_rope: bool, doc_mask: bool) -> int:
+    """Bytes one block saves for backward on a micro-batch of `batch` x `seq` tokens."""
+    tokens, d, kv, f = batch * seq, m.d_model, m.kv_heads * m.head_dim, m.ffn_dim
+    mm = p.matmul
+    total = 2 * _norm_saved(m, tokens, p)
+    total += tokens * d * mm * 2  # inputs of the linears
+    if m.qk_norm:  # the queries and keys before and after their norm
+        total += 2 * tokens * (d + kv) * p.norm + tokens * (m.n_heads + m.kv_heads) * FP32
+    # attention: queries, keys and values (each kv head repeated per group where SDPA cannot group them), the
+    # output and its log-sum-exp; with RoPE the output is laid out (B, H, S, D) and o_proj's input is a copy
+    grouped = m.kv_heads != m.n_heads
+    native_gqa = grouped and (p.device_type == "cpu" or (not doc_mask and p.mode == "bf16"))
+    kv_saved = kv if native_gqa or not grouped else d
+    total += tokens * (d + 2 * kv_saved) * mm + tokens * d * mm * (2 if use_rope else 1) + tokens * m.n_heads * FP32
+    if doc_mask:  # SDPA turns the boolean mask into an additive one of the compute dtype, in every layer
+        total += batch * seq * seq * mm
+    if m.dropout > 0:  # attention goes to the math backend: probabilities and their dropped copy, and the masks
+        total += 2 * batch * m.n_heads * seq * seq * FP32 + 3 * tokens * d * FP32
+    total += tokens * f * mm * {"swiglu": 4, "gelu": 2, "relu": 1}[m.ffn]
+    return total
+
+
+def layer_saved_bytes(
+    m: ModelConfig, batch: int, seq: int, p: Precision, use_rope: bool, doc_mask: bool, moe: bool
+) -> int:
+    """block_saved_bytes, with MLA's attention and an MoE layer's experts counted in place of the dense ones
+    (approximately: within 10% of what autograd saves, tests/test_moe.py and test_mla.py)."""
+    tokens, d, mm = batch * seq, m.d_model, p.matmul
+    dense = dataclasses.replace(m, attention="gqa", ffn="swiglu" if m.ffn == "moe" else m.ffn)
+    total = block_saved_bytes(dense, batch, seq, p, use_rope, doc_mask)
+    heads, hd = m.n_heads, m.head_dim
+    if m.attention == "mla":
+        kv_rank, rope = mla_dims(m)
+        total -= tokens * (d + 2 * m.kv_heads * hd) * mm + tokens * d * mm * (2 if use_rope else 1)
+        # queries, keys and zero-padded values as SDPA keeps them, its output and o_proj's copy of it; the latent
+        # (and the query latent) before and after its norm (fp32)
+        total += 4 * tokens * heads * (hd + rope) * mm + tokens * heads * hd * mm
+        for width, extra in ((kv_rank, rope), (m.q_lora_rank, 0)):
+            if width:
+                total += tokens * (2 * width + extra) * FP32 + tokens * FP32
+    if moe:
+        rows, hidden = tokens * m.moe_top_k, m.moe_hidden or m.ffn_dim
+        total -= tokens * d * mm + tokens * m.ffn_dim * mm * 4
+        # the router's logits and probabilities (fp32), each choice's index, row, SwiGLU tensors, output, gated
+        # output and gate
+        total += 2 * tokens * m.moe_experts * FP32 + tokens * 2 * FP32 + rows * (16 + FP32)
+        total += rows * (2 * d * p.stream + 4 * hidden * mm + d * mm)
+        total += m.moe_shared_experts * tokens * 4 * hidden * mm
+    return total
+
+
+def saved_per_block(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool) -> list[int]:
+    """Bytes each block saves for backward."""
+    if m.ffn != "moe" and m.attention != "mla":
+        return [block_saved_bytes(m, batch, seq, p, layer_uses_rope(m, i), doc_mask) for i in range(m.n_layers)]
+    return [
+        layer_saved_bytes(m, batch, seq, p, layer_uses_rope(m, i), doc_mask, layer_has_experts(m, i))
+        for i in range(m.n_layers)
+    ]
+
+
+def final_saved_bytes(m: ModelConfig, tokens: int, p: Precision) -> int:
+    """Saved outside the blocks: the final norm's input (and normed output), and the token ids (int64)."""
+    return _norm_saved(m, tokens, p) + tokens * 8
+
+
+def activation_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool) -> int:
+    """Bytes saved for backward by the forward of one micro-batch, the loss's own buffers apart."""
+    return sum(saved_per_block(m, batch, seq, p, doc_mask)) + final_saved_bytes(m, batch * seq, p)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the step's timeline
+
+
+@dataclass
+class Memory:
+    """Per-rank bytes at the step's peak, by kind."""
+
+    params: int  # this rank's fp32 parameter shards (and the RoPE tables)
+    grads: int  # gradients alive at the peak: shards, and unsharded ones being accumulated or reduced
+    optimizer: int  # optimizer-state shards
+    activations: int  # saved for backward by one micro-batch at the peak, the loss's buffers, activation grads
+    gathered: int  # all-gathered (unsharded) parameters of the root and the blocks in use
+    moment: str  # when the peak happens
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations + self.gathered
+
+
+def estimate_memory(
+    run: RunConfig, world: int = 1, device_type: str | None = None, shapes: Shapes | None = None
+) -> Memory:
+    """The per-rank memory peak of a training step of `run` under FSDP2 over `world` ranks: the largest of the
+    step's moments, each the sum of the buffers alive then."""
+    m, t = run.model, run.train
+    shapes = shapes or model_shapes(run)
+    p = precision_of(run, device_type or device_type_of(run))
+    plan = run_plan(run)
+    batch, seq = largest_pass(plan, world, t.micro_batch), run.data.seq_len  # a rank's largest forward pass
+    tokens, d, layers = batch * seq, m.d_model, m.n_layers
+    head = m.vocab_size * d  # the output projection (the embedding when tied)
+
+    params = FP32 * (_shard(shapes.root, world) + _shard(shapes.all_blocks, world)) + shapes.buffer_bytes
+    optimizer = FP32 * _optimizer_elements(run.optim.name, shapes, world)
+    block_shard, root_shard = FP32 * _shard(shapes.block, world), FP32 * _shard(shapes.root, world)
+    blocks_shard = FP32 * _shard(shapes.all_blocks, world)  # every block's (layers x block_shard without experts)
+    gathered_root, gathered_block = p.gathered * _numel(shapes.root), p.gathered * _numel(shapes.block)
+    # a reduce-scatter: the unsharded gradients, their copy into the (padded) input buffer, this rank's output
+    block_reduce = gathered_block + FP32 * (_padded(shapes.block, world) + _shard(shapes.block, world))
+    root_reduce = gathered_root + FP32 * (_padded(shapes.root, world) + _shard(shapes.root, world))
+    # over several ranks an all-gather's output buffer outlives the gather: the last block's until the root's
+    # forward ends (the loss included), a backward prefetch's until its block's backward begins (one rank copies
+    # shard to parameter directly)
+    gather_buffer = p.gathered * _padded(shapes.block, world) if world > 1 else 0
+    # gloo (CPU) all-gathers through a temporary as large as the output, for as long as the collective lasts
+    gloo_copy = gather_buffer if p.device_type == "cpu" else 0
+
+    per_block = saved_per_block(m, batch, seq, p, run.data.doc_mask)
+    saved = sum(per_block) + final_saved_bytes(m, tokens, p)
+    ffn_width = m.ffn_dim  # an MoE layer's: its choices' and shared experts' hidden units per token
+    if m.ffn == "moe":
+        ffn_width = max(ffn_width, (m.moe_top_k + m.moe_shared_experts) * (m.moe_hidden or m.ffn_dim))
+    stream_grad = tokens * d * p.stream  # a gradient of the residual stream (also the loss's grad_hidden)
+    rows = default_chunk_rows(tokens, d, m.vocab_size)
+    # the chunked loss in forward: the final norm's output, the hidden-state gradient, the fp32 head-gradient
+    # accumulator, one chunk of logits, and the loss step's fp32 temporaries of one block of rows (an fp32 copy of
+    # bf16 logits, logsumexp's and softmax's)
+    # (on CPU a cache block; on a GPU the torch reference's block is the whole chunk, the Triton kernel's none)
+    block = min(rows * m.vocab_size, CACHE_BLOCK_ELEMENTS) if p.device_type == "cpu" else rows * m.vocab_size
+    chunk = rows * m.vocab_size * p.matmul + 3 * FP32 * block
+    loss_forward = 2 * stream_grad + FP32 * head + chunk
+    # in backward the loss's saved gradients (the head's in the gathered dtype) and their scaled copies
+    loss_backward = 2 * stream_grad + head * p.gathered
+
+    def moment(name, grads, activations, gathered):
+        return Memory(
+            params=params, grads=grads, optimizer=optimizer, activations=activations, gathered=gathered, moment=name
+        )
+
+    moments = []
+    accumulations = max(len(rank_passes(b, world, t.micro_batch)) for b in plan)
+    for micro in range(1, min(accumulations, 2) + 1):  # the first micro-batch, and one that finds gradients waiting
+        waiting = 0 if micro == 1 else root_shard + blocks_shard
+        after = f"micro-batch {micro}"
+        in_use = gathered_root + gathered_block  # the last block stays gathered for backward
+        moments.append(moment(f"loss forward, {after}", waiting, saved + loss_forward, in_use + gather_buffer))
+        moments.append(moment(f"loss backward, {after}", waiting + head * p.gathered, saved + loss_backward, in_use))
+        for i in reversed(range(layers)):
+            reduced = 0 if micro > 1 else (layers - 1 - i) * block_shard  # shards of the blocks after i
+            grads = waiting + reduced + head * p.gathered  # the head's gradient waits for the root's reduction
+            alive = sum(per_block[: i + 1]) + tokens * 8  # blocks 0..i still hold theirs; the token ids
+            in_use = gathered_root + gathered_block + (gather_buffer if i > 0 else 0)  # block i-1's prefetched
+            # the reduce-scatter input of block i+1 is kept until block i's gradients are reduced
+            kept_reduce = FP32 * _padded(shapes.block, world) if i < layers - 1 else 0
+            if i > 0:  # block i gathered, and block i-1's all-gather under way
+                moments.append(
+                    moment(
+                        f"block {i} pre-backward, {after}", grads + kept_reduce, alive + stream_grad, in_use + gloo_copy
+                    )
+                )
+            # its FFN's backward: the down projection's weight gradient and three FFN-wide activation gradients
+            moments.append(
+                moment(
+                    f"block {i} backward, {after}",
+                    grads + kept_reduce + d * ffn_width * p.gathered,
+                    alive + stream_grad + 3 * tokens * ffn_width * p.matmul,
+                    in_use,
+                )
+            )
+            # its gradients reduced, its activations and its gathered parameters freed
+            moments.append(
+                moment(
+                    f"block {i} gradient reduction, {after}",
+                    grads + block_reduce,
+                    alive - per_block[i] + stream_grad,
+                    in_use - gathered_block,
+                )
+            )
+        moments.append(
+            moment(
+                f"root gradient reduction, {after}",
+                waiting + (blocks_shard if micro == 1 else 0) + root_reduce,
+                tokens * 8,
+                gathered_root,
+            )
+        )
+    moments.append(
+        moment(
+            "optimizer step",
+            root_shard + blocks_shard,
+            _optimizer_step_transient(run.optim.name, shapes, world),
+            0,
+        )
+    )
+    return max(moments, key=lambda mem: mem.total)
+
+
+def check_fits(run: RunConfig, world: int, device_memory_bytes: int | None, device_type: str | None = None) -> Memory:
+    """The run's per-rank memory estimate at `world` ranks; ConfigError when it exceeds `device_memory_bytes`
+    (None: nothing to check against). `device_type` defaults to where the run would train."""
+    memory = estimate_memory(run, world, device_type)
+    if device_memory_bytes is not None and memory.total > device_memory_bytes:
+        raise ConfigError(refusal([(run, memory)], world, device_memory_bytes))
+    return memory
+
+
+def refusal(unfit: list[tuple[RunConfig, Memory]], world: int, device_memory: int) -> str:
+    """The message naming each run that cannot fit, what it needs and what would help."""
+    lines = [
+        f"{run.name} (seed {run.train.seed}) needs ~{format_bytes(mem.total)} per rank (parameters "
+        f"{format_bytes(mem.params)}, gradients {format_bytes(mem.grads)}, optimizer {format_bytes(mem.optimizer)}"
+        f", activations {format_bytes(mem.activations + mem.gathered)}; peak at {mem.moment})"
+        for run, mem in unfit
+    ]
+    return (
+        f"{len(unfit)} run{'s' if len(unfit) != 1 else ''} cannot fit in {format_bytes(device_memory)} of device "
+        f"memory at world size {world}:\n  " + "\n  ".join(lines) + "\nallowed: a smaller train.micro_batch "
+        "(activations scale with it; accumulation keeps global_batch), more ranks (parameters, gradients and "
+        "optimizer state are sharded over them), or a smaller model"
+    )
+
+
+def kv_cache_bytes_per_token(m: ModelConfig, bytes_per_value: int = 2) -> int:
+    """What a KV cache keeps per token over every layer (bf16 by default): keys and values of each kv head
+    (MHA/GQA/MQA: 2 x n_kv_heads x head_dim), or MLA's latent and RoPE key (kv_lora_rank + qk_rope_dim)."""
+    per_layer = sum(mla_dims(m)) if m.attention == "mla" else 2 * m.kv_heads * m.head_dim
+    return per_layer * m.n_layers * bytes_per_value

@@ -1,0 +1,276 @@
+"""`ablate plan FILE`: what each run costs before any compute, as two tables.
+
+For every run: parameters (counted on a meta-device model, nothing allocated), FLOPs per token and in all (a branch
+counts only its steps after the branch point), tokens, steps, tokens per parameter, the per-rank memory peak under
+FSDP2 at a given world size (ablate.cost.memory walks a step's timeline), and the wall time at this machine's peak
+FLOP/s.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ablate import rundir
+
+from ablate.setup import auto
+from ablate.data.batch_schedule import check_plan, largest_pass, run_plan
+from ablate.config import ConfigError, RunConfig
+from ablate.cost.memory import (
+    Memory,
+    device_type_of,
+    estimate_memory,
+    format_bytes,
+    kv_cache_bytes_per_token,
+    model_shapes,
+    precision_of,
+)
+from ablate.training.parallel import peak_flops_for
+from ablate.cli.status import aligned
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a run's cost
+
+
+@dataclass
+class RunPlan:
+    run: RunConfig
+    params: int
+    non_embedding: int  # parameters outside the embedding table (an untied head counts)
+    active: int  # parameters one token uses: with experts, top_k of the routed ones (else params)
+    kv_bytes_per_token: int  # what a bf16 KV cache keeps per token over every layer
+    flops_per_token: float  # 6N + attention, as model.flops_per_token
+    steps: int  # optimizer steps this run trains: for a branch, those after its branch step
+    tokens: int  # tokens this run trains
+    model_tokens: int  # tokens the final model has seen (a branch's parent's share included)
+    memory: Memory
+    peak_flops: float  # per device
+    peak_source: str  # where the peak comes from
+
+    @property
+    def flops(self) -> float:
+        return self.flops_per_token * self.tokens
+
+    @property
+    def tokens_per_param(self) -> float:
+        return self.model_tokens / self.params
+
+    def seconds(self, world: int, mfu: float = 1.0) -> float:
+        return self.flops / (world * self.peak_flops * mfu)
+
+
+_PEAKS: dict[tuple[str, torch.dtype], float] = {}
+
+
+def _machine_peak(device_type: str, dtype: torch.dtype) -> float:
+    """This machine's peak FLOP/s per device: a known GPU's, else measured once and kept in $ABLATE_CACHE (the
+    trainer's MFU uses the same)."""
+    if (device_type, dtype) not in _PEAKS:
+        device = torch.device(device_type, 0) if device_type == "cuda" else torch.device(device_type)
+        _PEAKS[device_type, dtype] = peak_flops_for(device, dtype)
+    return _PEAKS[device_type, dtype]
+
+
+def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> RunPlan:
+    """Parameters, FLOPs, tokens, steps and per-rank memory of `run` at `world` ranks, from its config alone."""
+    device_type = device_type or device_type_of(run)
+    seq = run.data.seq_len
+    batches = run_plan(run)  # a branch's: 0 for the steps its parent trained
+    try:
+        check_plan(batches, world, run.train)
+    except ConfigError as exc:
+        raise ConfigError(f"{run.name}: {exc}") from None
+    start, parent_tokens = (run.branch["step"], run.branch["tokens"]) if run.branch else (0, 0)
+    shapes = model_shapes(run)
+    compute_dtype = precision_of(run, device_type).compute_dtype
+    if run.train.peak_flops:
+        peak, source = run.train.peak_flops, "set by train.peak_flops"
+    else:
+        dtype_name = str(compute_dtype).replace("torch.", "")
+        peak = _machine_peak(device_type, compute_dtype)
+        source = f"this GPU's, {dtype_name}" if device_type == "cuda" else f"measured on this CPU, {dtype_name}"
+    return RunPlan(
+        run=run,
+        params=shapes.total,
+        non_embedding=shapes.total - run.model.vocab_size * run.model.d_model,
+        active=shapes.active,
+        kv_bytes_per_token=kv_cache_bytes_per_token(run.model),
+        flops_per_token=shapes.flops_per_token,
+        steps=len(batches) - start,
+        tokens=sum(batches) * seq,
+        model_tokens=parent_tokens + sum(batches) * seq,
+        memory=estimate_memory(run, world, device_type, shapes),
+        peak_flops=peak,
+        peak_source=source,
+    )
+
+
+def _how_runs_compute(plans: list[RunPlan], world: int) -> str:
+    """Device, dtype, kernels and compile as each run will resolve its "auto"s, runs alike grouped."""
+    hows: dict[str, list[str]] = {}
+    for p in plans:
+        choices = auto.for_run(p.run, torch.device(device_type_of(p.run)), p.seconds(world))
+        hows.setdefault(choices.describe(), []).append(p.run.name)
+    if len(hows) == 1:
+        return f"{next(iter(hows))} (every run)"
+    return "; ".join(f"{how} ({', '.join(dict.fromkeys(names))})" for how, names in hows.items())
+
+
+def earlier_mfu(out_root: str | Path, experiment: str) -> tuple[float | None, str]:
+    """The median MFU in the summaries of finished runs, this experiment's under `out_root`, else any there; and
+    where it came from. (None, why) when none reports one."""
+    root = Path(out_root)
+    for folder in (root / experiment, root):
+        values = []
+        for path in sorted(folder.glob(f"**/{rundir.SUMMARY}")) if folder.is_dir() else []:
+            try:
+                value = rundir.read_json(path).get("mfu")
+            except rundir.RunFolderError:
+                continue
+            if isinstance(value, (int, float)) and 0 < value <= 1:
+                values.append(float(value))
+        if values:
+            return statistics.median(values), f"the median of {len(values)} finished runs under {folder}"
+    return None, f"no finished run under {root} reports one"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the report
+
+
+def _count(n: float, billion: str = "B") -> str:
+    """3 significant digits with K, M, B (G for rates), T."""
+    for unit, size in (("T", 1e12), (billion, 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _flops(n: float) -> str:
+    return f"{n:.3g}".replace("e+", "e")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m{int(seconds % 60):02d}s"
+    if minutes < 48 * 60:
+        return f"{minutes // 60}h{minutes % 60:02d}m"
+    return f"{minutes // 1440}d{minutes // 60 % 24:02d}h"
+
+
+def format_report(
+    plans: list[RunPlan], world: int, device_memory: int | None, mfu: float | None, mfu_source: str
+) -> str:
+    """Two tables (compute, then per-rank memory), a row per variant (its seeds cost the same) and the whole
+    experiment's; the peak FLOP/s and the MFU the times assume."""
+    variants: dict[str, list[RunPlan]] = {}
+    for p in plans:
+        variants.setdefault(p.run.name, []).append(p)
+    mfu_label = f"time@{100 * mfu:.0f}%" if mfu else None
+    sparse = any(p.active != p.params for p in plans)  # experts: the parameters a token uses apart
+    rows = [
+        ["run", "seeds", "params"]
+        + (["active"] if sparse else [])
+        + ["non-emb", "FLOP/token", "KV/token", "steps", "tokens", "tokens/param", "FLOPs", "time@100%"]
+        + ([mfu_label] if mfu else [])
+    ]
+    for name, same in variants.items():
+        p = same[0]
+        rows.append(
+            [name, str(len(same)), _count(p.params)]
+            + ([_count(p.active)] if sparse else [])
+            + [
+                _count(p.non_embedding),
+                _count(p.flops_per_token),
+                format_bytes(p.kv_bytes_per_token),
+                str(p.steps),
+                _count(p.tokens),
+                f"{p.tokens_per_param:.3g}",
+                _flops(p.flops),
+                _duration(p.seconds(world)),
+            ]
+            + ([_duration(p.seconds(world, mfu))] if mfu else [])
+        )
+    rows.append(
+        ["all runs", str(len(plans))]
+        + [""] * (5 if sparse else 4)
+        + [
+            str(sum(p.steps for p in plans)),
+            _count(sum(p.tokens for p in plans)),
+            "",
+            _flops(sum(p.flops for p in plans)),
+            _duration(sum(p.seconds(world) for p in plans)),
+        ]
+        + ([_duration(sum(p.seconds(world, mfu) for p in plans))] if mfu else [])
+    )
+    peaks = sorted({f"{_count(p.peak_flops, 'G')}FLOP/s ({p.peak_source})" for p in plans})
+    lines = [
+        f"compute over {world} device{'s' if world > 1 else ''}: a branch counts only its steps after the branch "
+        f"point; tokens/param counts every token its final model saw",
+        aligned(rows),
+        "",
+        f"peak per device: {', '.join(peaks)}",
+        f"computes as (ablate.setup.auto): {_how_runs_compute(plans, world)}",
+        "KV/token: a bf16 KV cache per token over every layer (2 x kv heads x head dim, or MLA's kv_lora_rank + "
+        "qk_rope_dim, per layer)"
+        + ("; active: the parameters one token uses, FLOPs counted from them" if sparse else ""),
+        "time@100%: FLOPs / (devices x peak), a lower bound"
+        + (f"; time@{100 * mfu:.0f}%: at the MFU of {mfu_source}" if mfu else f" (MFU: {mfu_source})"),
+        "",
+    ]
+    fits_label = f"fits {format_bytes(device_memory)}" if device_memory else None
+    rows = [
+        ["run", "precision", "micro-batch", "params", "grads", "optimizer", "activations", "per rank", "peak at"]
+        + ([fits_label] if device_memory else [])
+    ]
+    for name, same in variants.items():
+        p, mem = same[0], same[0].memory
+        rows.append(
+            [
+                name,
+                precision_of(p.run, device_type_of(p.run)).mode,
+                f"{largest_pass(run_plan(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
+                format_bytes(mem.params),
+                format_bytes(mem.grads),
+                format_bytes(mem.optimizer),
+                format_bytes(mem.activations + mem.gathered),
+                format_bytes(mem.total),
+                mem.moment,
+            ]
+            + ([_fits(mem.total, device_memory)] if device_memory else [])
+        )
+    lines += [
+        f"memory per rank at the step's peak, FSDP2 over {world} rank{'s' if world > 1 else ''} "
+        f"(activations: saved for backward by one micro-batch, with the gathered parameters and loss buffers "
+        f"alive then)",
+        aligned(rows, text_columns=(0, 1, 8)),
+    ]
+    if any(device_type_of(p.run) == "cpu" for p in plans):
+        lines.append(
+            "on CPU these are live tensor bytes; the process's RSS adds its libraries and the pages malloc "
+            "keeps (scripts/bench_plan.py --rss: 1.4-3.4x these figures)"
+        )
+    return "\n".join(lines)
+
+
+TIGHT = 0.8  # above this share of the device: within the estimate's error of not fitting
+
+
+def _fits(need: int, have: int) -> str:
+    if need > have:
+        return "NO"
+    return "tight" if need > TIGHT * have else "yes"
+
+
+def unfit(plans: list[RunPlan], device_memory: int | None) -> list[tuple[RunConfig, Memory]]:
+    """The runs whose per-rank peak exceeds the device memory."""
+    if device_memory is None:
+        return []
+    return [(p.run, p.memory) for p in plans if p.memory.total > device_memory]

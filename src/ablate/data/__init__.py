@@ -1,0 +1,1 @@
+"""Text to training batches: sources, tokenizers, the prepared token files, samplers and the batch schedule."""

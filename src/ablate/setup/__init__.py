@@ -1,0 +1,1 @@
+"""From an experiment file to checked runs: variants, overrides, the "auto" rules and the checks before compute."""

@@ -1,0 +1,217 @@
+"""The life of a run around its Trainer (ablate.training.trainer): its folder, lock and identity, a branch's wait for its
+parent, the record of a failure, and `train()`.
+
+runs/<experiment>/<variant>/seed<k>/ holds config.json, metrics.jsonl, tb/, checkpoints/step_N/ and, once
+finished, summary.json (names from rundir). Calling train() again on the same folder resumes from the newest
+complete checkpoint, or returns the summary of a finished run without redoing it.
+"""
+
+from __future__ import annotations
+
+import platform
+import shlex
+import shutil
+import time
+import traceback
+from pathlib import Path
+from collections.abc import Sequence
+
+import torch
+
+from ablate import rundir
+from ablate.data.batch_schedule import largest_pass, run_plan
+from ablate.training.callbacks.base import Callback, reset_peak_memory
+from ablate.setup.checks import check_registered_names, check_this_machine
+from ablate.config import ConfigError, RunConfig
+from ablate.data.prepare import check_data_config
+from ablate.training.parallel import free_memory, init_distributed
+from ablate.rundir import run_dir_for
+from ablate.training.trainer import Trainer, run_callbacks
+
+
+def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+    """On rank 0: take the run's lock and decide what to do with its folder. Returns ("train", None), or
+    ("finished", summary), ("locked" | "diverged" | "refused", message)."""
+    if not lock.acquire():
+        return "locked", f"{run_dir}: skipped, being trained by {lock.holder()}"
+    config_path = run_dir / rundir.CONFIG
+    if config_path.exists():
+        held = rundir.read_json(config_path)
+        # a folder with no progress (a run that failed before its first checkpoint) never blocks a corrected rerun
+        if held.get("identity") != run.identity() and _has_progress(run_dir):
+            return "refused", (
+                f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
+                f"{run.identity()}); pass another --out or remove the folder"
+            )
+    status = rundir.read_status(run_dir) or {}
+    if (run_dir / rundir.SUMMARY).exists():
+        try:
+            return "finished", rundir.read_json(run_dir / rundir.SUMMARY)
+        except rundir.RunFolderError as exc:  # resuming from the final checkpoint writes it again
+            aside = rundir.set_aside(run_dir / rundir.SUMMARY)
+            rundir.warn(f"{exc}; set aside as {aside.name}, resuming to write it again")
+    if status.get("state") == "diverged":
+        return "diverged", (
+            f"{run_dir}: diverged at step {status.get('step')} on an earlier attempt "
+            f"({status.get('message')}); not retried: remove the folder to train it again"
+        )
+    if run.branch and not _has_progress(run_dir):
+        refusal = _wait_for_parent(run, run_dir)
+        if refusal:
+            return "refused", refusal
+    plan = run_plan(run)
+    steps = len(plan)  # what max_steps was before batch schedules
+    rundir.write_json_atomic(
+        config_path,
+        {
+            "identity": run.identity(),
+            "world_size": world,
+            "steps": steps,
+            "rank_micro_batch": largest_pass(plan, world, run.train.micro_batch),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "config": run.to_dict(),
+        },
+    )
+    attempts = status.get("attempts", 0) + 1
+    rundir.write_status(
+        run_dir, "running", step=0, max_steps=steps, attempts=attempts, log=rundir.log_path(), message=""
+    )
+    return "train", None
+
+
+def _wait_for_parent(run: RunConfig, run_dir: Path, poll_seconds: float = 2.0, start_grace: float = 120.0) -> str:
+    """A branch starts from its parent's checkpoint at the branch step: wait while the parent is being trained
+    (or queued to start within `start_grace` seconds); '' when the checkpoint is there, else why not."""
+    parent, step = run.branch["parent"], run.branch["step"]
+    parent_dir = rundir.sibling_run_dir(run_dir, parent)
+    ckpt = rundir.checkpoint_root(parent_dir) / rundir.step_dir_name(step)
+    waited, told = 0.0, False
+    while not (ckpt / rundir.CKPT_META).is_file():
+        state = (rundir.read_status(parent_dir) or {}).get("state", "not started")
+        if not rundir.RunLock(parent_dir).held_by_live_process() and (state != "pending" or waited > start_grace):
+            return (
+                f"{run_dir}: a branch of {parent!r} at step {step}, but {parent_dir} has no checkpoint at step "
+                f"{step} (parent {state}); train the parent first with the same experiment file (it keeps "
+                f"that checkpoint), e.g. ablate run FILE --only {parent}"
+            )
+        if not told:
+            print(f"[{run.name} seed{run.train.seed}] waiting for {parent!r} to reach step {step}", flush=True)
+            told = True
+        time.sleep(poll_seconds)
+        waited += poll_seconds
+    held = rundir.read_json(parent_dir / rundir.CONFIG).get("identity")
+    if held != run.branch.get("parent_identity"):
+        return (
+            f"{run_dir}: a branch of {parent!r}, whose folder {parent_dir} holds another config (identity {held}, "
+            f"the experiment's parent is {run.branch.get('parent_identity')}); retrain the parent or pass --out"
+        )
+    return ""
+
+
+def _decide(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+    try:  # every rank must hear rank 0's verdict, even when a file cannot be read
+        return _open_run_folder(run, run_dir, world, lock)
+    except rundir.RunFolderError as exc:
+        return "refused", str(exc)
+
+
+def finished_note(run: RunConfig, run_dir: Path, summary: dict) -> str:
+    """What to tell of a run found finished: it is not trained again, nor are its in-training evals redone; the
+    command that scores the eval.tasks it was not scored on at its last step (ablate.launch.sweep says it)."""
+    note = f"already finished ({run_dir / rundir.SUMMARY}); not trained again"
+    from ablate.eval.suite import parse_tasks
+
+    wanted = parse_tasks(run.eval.tasks, "eval.tasks") if run.eval.tasks.strip() else []  # suites expanded
+    scored = {
+        r.get("task")
+        for r in rundir.read_jsonl(run_dir / rundir.EVALS)
+        if r.get("step") == summary.get("steps") and r.get("format") == run.eval.format
+    }
+    missing = [t for t in wanted if t not in scored]
+    if not missing:
+        return note
+    if not rundir.checkpoint_steps(run_dir):
+        return f"{note}; eval.tasks {','.join(missing)} were not scored, and it keeps no checkpoint to score"
+    command = (
+        f"ablate eval {shlex.quote(str(run_dir))} --tasks {','.join(missing)} --format {run.eval.format} "
+        f"--limit {run.eval.limit}"
+    )
+    return f"{note}; eval.tasks {','.join(missing)} were not scored at its last step: score them with {command}"
+
+
+def _has_progress(run_dir: Path) -> bool:
+    return (
+        (run_dir / rundir.SUMMARY).exists()
+        or bool(rundir.checkpoint_steps(run_dir))
+        or bool(rundir.read_jsonl(run_dir / rundir.METRICS))
+    )
+
+
+def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) -> None:
+    """status.json (and error.txt with the traceback) for a run that stopped; rank 0 only."""
+    step = trainer.step if trainer is not None else 0
+    skipped = {"skipped_steps": trainer.skipped_steps} if trainer is not None else {}
+    message = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C, or a launcher's requeue (submitit exits)
+        resume = (rundir.checkpoint_steps(run_dir) or [0])[-1]
+        rundir.write_status(
+            run_dir,
+            "interrupted",
+            step=step,
+            resume_step=resume,
+            message=f"interrupted at step {step}; rerun the same command to resume from step {resume}",
+        )
+        return
+    if isinstance(exc, FloatingPointError):  # NonFiniteGuard: a final state, reported instead of resumed
+        rundir.write_status(run_dir, "diverged", step=step, message=str(exc), **skipped)
+        return
+    (run_dir / rundir.ERROR).write_text(traceback.format_exc())
+    rundir.write_status(
+        run_dir, "failed", step=step, message=message, error_file=str(run_dir / rundir.ERROR), **skipped
+    )
+
+
+def train(run: RunConfig, out_root: str | Path = "runs", callbacks: Sequence[Callback] = ()) -> dict:
+    """Train one run (resuming if its folder has a checkpoint); return its summary. `callbacks`: your own
+    (ablate.training.callbacks.base.Callback), added to the standard ones (all run by `order`), a fresh copy for each run. Rank 0
+    holds the run's lock and writes the files. Raises RunLocked when another live process trains the run,
+    RunDiverged when it diverged (now or on an earlier attempt); any other failure is recorded in status.json and
+    error.txt, then raised."""
+    check_registered_names(run)  # before a run folder or any data exists
+    check_data_config(run.data, run.model.vocab_size)
+    every_callback = run_callbacks(run, callbacks)  # a name clash or a non-callback is refused here too
+    d = init_distributed(run.train.device)
+    check_this_machine(run, d.world)
+    run_dir = run_dir_for(out_root, run)
+    lock = rundir.RunLock(run_dir)
+    trainer = None
+    try:
+        decision, detail = d.broadcast_object(_decide(run, run_dir, d.world, lock) if d.is_main else None)
+        if decision == "finished":
+            return detail
+        if decision != "train":
+            raise {"locked": rundir.RunLocked, "diverged": rundir.RunDiverged, "refused": ConfigError}[decision](detail)
+        try:
+            reset_peak_memory(d.device)  # summary.json's peak_memory_bytes is this run's, not an earlier one's
+            trainer = Trainer(run, run_dir, d, every_callback)
+            if d.is_main:  # the run folder carries its tokenizer, so eval and export need nothing from the data cache
+                shutil.copyfile(trainer.data.tokenizer_path, run_dir / rundir.TOKENIZER)
+            summary = trainer.fit()
+        except BaseException as exc:
+            if d.is_main:
+                _record_failure(run_dir, trainer, exc)
+            if isinstance(exc, FloatingPointError):
+                raise rundir.RunDiverged(f"{run_dir}: {exc}") from None
+            raise
+        if d.is_main:
+            rundir.write_json_atomic(run_dir / rundir.SUMMARY, summary)
+            rundir.write_status(
+                run_dir, "finished", step=summary["steps"], message="", skipped_steps=summary["skipped_steps"]
+            )
+        d.barrier()
+        return summary
+    finally:
+        lock.release()
+        trainer = None
+        free_memory(d.device)

@@ -1,0 +1,436 @@
+"""The Trainer: one run's model, optimizer and data, its step, and the callbacks (ablate.training.callbacks.base) around it.
+
+Top to bottom: the run's callbacks; building the model, optimizer and data; what callbacks may call (log, say);
+the step, and acting on the callbacks' verdicts; checkpoint state (resume_state, restore, roll_back); the loop
+(fit) and a branch's start; summary.json's figures. The run's life around the Trainer (its folder, lock, identity,
+failures) is ablate.training.run's.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import signal
+import threading
+import time
+from functools import cache
+from pathlib import Path
+from collections.abc import Sequence
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+from ablate import rundir
+
+from ablate.setup import auto
+
+from ablate.training import checkpoint
+from ablate.data.batch_schedule import check_plan, largest_pass, lr_batch_scale, rank_micro_batches, run_plan
+from ablate.training.callbacks.base import (
+    TAKE,
+    Callback,
+    Checkpointer,
+    ExpertBalance,
+    MetricsChannel,
+    NonFiniteGuard,
+    TrainMetrics,
+    Validation,
+    Verdict,
+    peak_memory_bytes,
+)
+from ablate.config import ConfigError, RunConfig, validate
+from ablate.data.prepare import prepare_data
+from ablate.cost.memory import kv_cache_bytes_per_token
+from ablate.model import Transformer
+from ablate.optim import build_optimizer, lr_factor, set_lr
+from ablate.training.parallel import Dist, enable_tf32, parallelize, peak_flops_for, seed_everything
+from ablate.training.callbacks.stability import LossSpikes, StabilityMonitors
+from ablate.data.token_files import PreparedData
+
+
+def standard_callbacks(run: RunConfig) -> list[Callback]:
+    """Every run's callbacks, set from its config, in their order; the eval suite for runs that name tasks."""
+    t, e = run.train, run.eval
+    found: list[Callback] = [
+        NonFiniteGuard(),
+        LossSpikes(t.spike_threshold, t.spike_window, t.spike_policy),
+        StabilityMonitors(t.monitor_every or t.log_every, t.micro_batch, run.data.doc_mask),
+        Validation(t.val_every, run.data.val_sequences, t.micro_batch, run.data.doc_mask),
+        TrainMetrics(t.log_every),
+        Checkpointer(t.ckpt_every, t.keep_checkpoints, t.keep_steps),
+    ]
+    if run.model.ffn == "moe":
+        found.append(ExpertBalance(t.log_every, update_bias=run.model.moe_balance == "bias"))
+    if e.tasks.strip():  # lazily: runs without tasks never load the suite
+        from ablate.training.callbacks.evals import EvalSuite
+
+        found.append(EvalSuite(e.tasks, e.format, e.limit, e.batch_size, e.every, e.every_tokens, e.metrics))
+    return sorted(found, key=lambda c: c.order)
+
+
+def run_callbacks(run: RunConfig, extra: Sequence[Callback] = ()) -> list[Callback]:
+    """The standard callbacks, then a fresh copy of each of `extra` (the user's: state never passes from one run to
+    the next), each named apart (a name keys its state in checkpoints). Raises ConfigError naming the culprit."""
+    if not isinstance(extra, (list, tuple)):
+        raise ConfigError(f"callbacks: a {type(extra).__name__}; allowed: a list of ablate.training.callbacks.base.Callback")
+    found = standard_callbacks(run)
+    for i, callback in enumerate(extra):
+        if not isinstance(callback, Callback):
+            raise ConfigError(
+                f"callbacks[{i}]: a {type(callback).__name__}; allowed: an instance of a subclass of "
+                f"ablate.training.callbacks.base.Callback"
+            )
+        same = next((c for c in found if c.name == callback.name), None)
+        if same is not None:
+            raise ConfigError(
+                f"callbacks[{i}]: {type(callback).__name__} is named {callback.name!r}, as is "
+                f"{type(same).__name__}; allowed: a name no other callback of the run has (set `name` "
+                f"on the class; taken: {', '.join(sorted(c.name for c in found))})"
+            )
+        try:
+            found.append(copy.deepcopy(callback))
+        except Exception as exc:
+            raise ConfigError(
+                f"callbacks[{i}]: {type(callback).__name__} cannot be copied for a run ({exc}); make "
+                f"what does not copy (open files, locks) in pre_train instead of __init__"
+            ) from None
+    return found
+
+
+@cache
+def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> float:
+    return peak_flops_for(torch.device(device_type, index), dtype)
+
+
+class Trainer:
+    """What callbacks read of it is ablate.training.callbacks.base.TrainerView."""
+
+    def __init__(self, run: RunConfig, run_dir: Path, d: Dist, callbacks: list[Callback] | None = None):
+        self.run, self.run_dir, self.dist = validate(run), run_dir, d  # names: checked by train() before this
+        t = run.train
+        self.run_name, self.seq_len = run.name, run.data.seq_len
+        self.batch_plan = run_plan(run)  # the global batch of every step (0 before a branch's start), known ahead
+        check_plan(self.batch_plan, d.world, t)
+        self.max_steps = len(self.batch_plan)
+        self.callbacks = sorted(callbacks if callbacks is not None else standard_callbacks(run), key=lambda c: c.order)
+        self.channel = MetricsChannel(run_dir, f"[{run.name} seed{t.seed}]", d.is_main)
+        largest = largest_pass(self.batch_plan, d.world, t.micro_batch)
+        if largest != t.micro_batch:  # micro_batch is the most a pass may take, not what it must
+            self.say(
+                f"world size {d.world}: each rank takes {t.global_batch // d.world} of a step's "
+                f"{t.global_batch} sequences, in passes of at most {largest} (train.micro_batch={t.micro_batch} "
+                f"is the most a pass may take; config.json: rank_micro_batch)"
+            )
+        use_bf16 = auto.uses_bf16(t.dtype, d.device)
+        # bf16 on every device: FSDP2 keeps the fp32 parameters (the optimizer's master weights) and gathers a bf16
+        # copy of them for each forward and backward; gradients are reduced into the fp32 shards. The model then
+        # computes in bf16 throughout (no per-op autocast casts), its norms, RoPE and loss in fp32 inside.
+        compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
+        enable_tf32(d.device)
+        self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
+
+        self.data: PreparedData = prepare_data(
+            run.data, run.model.vocab_size, is_main=d.is_main, share=d.broadcast_object, global_batch=t.global_batch
+        )
+        self.model = self._build_model(compute_dtype if use_bf16 else None)
+        self.optimizer = build_optimizer(self.model, run.optim)
+        self.sampler = self.data.sampler(self.seq_len, t.seed)  # a mixture's sampler draws by the weights
+        if self.sampler.num_sequences < t.global_batch:
+            raise ConfigError(
+                f"data.source: only {self.sampler.num_sequences} sequences of data.seq_len="
+                f"{self.seq_len}, fewer than train.global_batch={t.global_batch}"
+            )
+        self.flops_per_token = self.model.flops_per_token(self.seq_len)
+        self.step, self.tokens, self.wall_seconds_before = 0, 0, 0.0
+        self.skipped_steps = 0  # updates a callback vetoed (non-finite or spiking loss)
+        self.rollbacks: list[dict] = []  # checkpoints restored mid-run (ablate.training.callbacks.stability), for summary.json
+        self.last_loss = self.last_lr = self.last_grad_norm = math.nan
+        self.last_batch, self.last_step_tokens, self.last_step_seconds = 0, 0, 0.0
+        self.ctrl_c = CtrlC()
+
+    def _build_model(self, param_dtype) -> Transformer:
+        """Meta-device model -> FSDP2 -> real storage -> weights initialised once on rank 0 and broadcast, so every
+        world size starts from the same numbers."""
+        run, d = self.run, self.dist
+        with torch.device("meta"):
+            model = Transformer(run.model, max_seq_len=self.seq_len)
+        run_flops = model.flops_per_token(self.seq_len) * sum(self.batch_plan) * self.seq_len
+        self.choices = auto.for_run(run, d.device, run_flops / (self.peak_flops * d.world))  # seconds per device
+        self.compiled = self.choices.compile.on
+        if self.choices.compile.why:
+            self.say(f"train.compile=auto: {self.choices.compile.why}")
+        parallelize(model, d, param_dtype=param_dtype, compile_model=self.compiled, float8=run.train.float8)
+        model.to_empty(device=d.device)
+        full_state = {}
+        if d.is_main:
+            reference = Transformer(run.model, max_seq_len=self.seq_len)
+            reference.init_weights(torch.Generator().manual_seed(run.train.seed))
+            full_state = reference.state_dict()
+        set_model_state_dict(
+            model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        )
+        model.reset_buffers()
+        return model
+
+    # -- what callbacks call -----------------------------------------------------------------------------------
+
+    def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
+        """Metrics of this step: a metrics.jsonl line and TensorBoard scalars (rank 0)."""
+        self.channel.log(self.step, self.tokens, fields, tensorboard_only=tensorboard_only)
+
+    def say(self, text: str) -> None:
+        """A console line, prefixed with the run's name (rank 0)."""
+        self.channel.print(text)
+
+    def data_counts(self) -> dict:
+        """Tokens seen per data source, for mixtures ({} for a single source)."""
+        return {f"data/tokens/{name}": n for name, n in self.sampler.tokens_per_source().items()}
+
+    # -- the step ----------------------------------------------------------------------------------------------
+
+    def train_step(self) -> None:
+        t, d = self.run.train, self.dist
+        start = time.perf_counter()
+        on_gpu = d.device.type == "cuda"
+        batch = self.batch_plan[self.step]
+        lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule) * lr_batch_scale(batch, t)
+        set_lr(self.optimizer, lr)
+        loss_sum = torch.zeros((), device=d.device)
+        passes = rank_micro_batches(
+            self.sampler.take(batch),
+            d.world,
+            d.rank,
+            t.micro_batch,
+            lambda part: self.data.train.batch(part, self.seq_len),
+        )
+        for (inputs, targets, doc_ids), share in passes:
+            # pinned, the copies to a GPU run while the host goes on (a pageable non_blocking copy still waits)
+            inputs, targets, doc_ids = [
+                (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) for x in (inputs, targets, doc_ids)
+            ]
+            loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
+            (loss / share).backward()  # share: see rank_micro_batches
+            loss_sum += ce / share
+        max_norm = self.run.optim.grad_clip or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        # The step's one host read: the mean loss over ranks (all-reduced on the device, in float64 as before) and
+        # the grad norm together; the callbacks' verdicts need both before the update.
+        # The all-reduce also carries a Ctrl-C, so every rank stops at the same step (see CtrlC).
+        stop = torch.tensor(float(self.ctrl_c.requested), dtype=torch.float64, device=d.device)
+        summed = d.sum_tensor(torch.stack([loss_sum.double(), stop]))
+        self.last_loss, stops, self.last_grad_norm = torch.stack(
+            [summed[0] / d.world, summed[1], grad_norm.double()]
+        ).tolist()
+        if stops:
+            raise KeyboardInterrupt  # before the update: this step never happened
+        self.last_lr, self.last_batch = lr, batch
+        verdict = self.callbacks_verdict()
+        if verdict.action == "stop":  # the run ends as diverged (ablate.training.run records it)
+            raise FloatingPointError(f"{self.run.name}: {verdict.reason}")
+        if verdict.action == "rollback":  # this step never happened
+            self.roll_back(verdict.reason)
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        if verdict.action == "take":
+            self.optimizer.step()
+        else:  # skip the batch rather than poison the weights
+            self.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.last_step_tokens = batch * self.seq_len
+        self.tokens += self.last_step_tokens
+        self.last_step_seconds = time.perf_counter() - start
+        for callback in self.callbacks:
+            callback.post_step(self)
+
+    def callbacks_verdict(self) -> Verdict:
+        """Every callback's verdict on this step's update (each is asked, none skipped because another objected:
+        each keeps its own count), combined: the strongest wins (stop, rollback, skip, take), the first of equals."""
+        verdicts = []
+        for callback in self.callbacks:
+            verdict = callback.before_update(self)
+            if verdict is None:
+                verdict = TAKE
+            if not isinstance(verdict, Verdict):
+                raise TypeError(
+                    f"{callback.name}: before_update returned {verdict!r}; allowed: a "
+                    f"ablate.training.callbacks.base.Verdict (or None: take the update)"
+                )
+            verdicts.append(verdict)
+        return max(verdicts, key=lambda v: v.strength, default=TAKE)
+
+    # -- checkpoints -------------------------------------------------------------------------------------------
+
+    def resume_state(self) -> dict:
+        """What a checkpoint stores beside model/optimizer/RNG: small, and the same on every rank."""
+        return {
+            "tokens": self.tokens,
+            "sampler": self.sampler.state_dict(),
+            "skipped_steps": self.skipped_steps,
+            "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
+            "last_loss": self.last_loss,
+            "rollbacks": self.rollbacks,
+            "callbacks": {c.name: c.state_dict() for c in self.callbacks},
+        }
+
+    def restore(self, ckpt: Path, keep_data_position: bool = False) -> dict:
+        """Continue from `ckpt` (model, optimizer, step, counters, callbacks' states; with keep_data_position,
+        the sampler stays where it is: a rollback skips the data it had read since). Raises
+        checkpoint.DamagedCheckpointError (resume then tries an older one)."""
+        meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
+        try:
+            self.step, self.tokens = meta["step"], meta["tokens"]
+            if not keep_data_position:
+                try:
+                    self.sampler.load_state_dict(meta["sampler"])
+                except ValueError as exc:  # a state of other sources: the config changed, the checkpoint is fine
+                    raise ConfigError(
+                        f"data.source: {exc}; {ckpt} was written for other data sources "
+                        f"(a branch may change the weights of its parent's sources, not the sources)"
+                    ) from None
+                self.skipped_steps, self.rollbacks = meta["skipped_steps"], list(meta.get("rollbacks", []))
+                self.wall_seconds_before, self.last_loss = meta["wall_seconds"], meta["last_loss"]
+                states = meta.get("callbacks") or _callback_states_before_callbacks(meta)
+                for callback in self.callbacks:
+                    callback.load_state_dict(states.get(callback.name, {}))
+        except ConfigError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:  # a meta.json that parses but is not whole
+            raise checkpoint.DamagedCheckpointError(ckpt, f"{checkpoint.META}: {type(exc).__name__}: {exc}") from None
+        return meta
+
+    def roll_back(self, reason: str) -> Path:
+        """Restore the newest checkpoint's weights, optimizer and step, keeping the data position: the batches
+        read since (the offending one among them) are skipped, as PaLM did for loss spikes. Logs from the
+        abandoned steps are dropped; callbacks start again from the restored step (pre_train)."""
+        ckpt = checkpoint.latest_checkpoint(rundir.checkpoint_root(self.run_dir))
+        if ckpt is None:
+            raise FloatingPointError(f"{self.run.name}: {reason}, and no checkpoint to roll back to yet")
+        from_step = self.step
+        self.restore(ckpt, keep_data_position=True)
+        self.rollbacks.append({"from_step": from_step, "to_step": self.step, "reason": reason})
+        self.say(f"rolled back from step {from_step} to step {self.step} ({reason}); the batches between are skipped")
+        self.channel.truncate(self.step)
+        for callback in self.callbacks:
+            callback.pre_train(self)
+        return ckpt
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+
+    def fit(self) -> dict:
+        self.start_time = time.perf_counter()
+        seed_everything(self.run.train.seed + self.dist.rank)  # a checkpoint of the same world size restores RNG
+        ckpt_root = rundir.checkpoint_root(self.run_dir)
+        checkpoint.clean_partial(ckpt_root, self.dist)
+        latest = checkpoint.restore_newest_intact(ckpt_root, self.restore, self.dist)  # damaged ones set aside
+        if latest is None and self.run.branch:
+            latest = self.start_branch()
+        if latest is not None:
+            self.say(f"{'resumed' if latest.parent == ckpt_root else 'branched'} from {latest} (step {self.step})")
+        self.channel.open(self.step)
+        try:
+            with self.ctrl_c:
+                for callback in self.callbacks:
+                    callback.pre_train(self)
+                self.model.train()
+                while self.step < self.max_steps:
+                    self.train_step()
+                for callback in self.callbacks:
+                    callback.post_train(self)
+        finally:
+            for callback in self.callbacks:
+                callback.close()
+            self.channel.close()
+        return self.summary()
+
+    def start_branch(self) -> Path:
+        """A branch's first start: the parent's checkpoint at the branch step (weights, optimizer, data position,
+        step), and the parent's logs up to there, so the branch's curves begin where the parent's were."""
+        parent_dir, step = rundir.sibling_run_dir(self.run_dir, self.run.branch["parent"]), self.run.branch["step"]
+        ckpt = rundir.checkpoint_root(parent_dir) / rundir.step_dir_name(step)
+        if self.dist.is_main:
+            for name in (rundir.METRICS, rundir.EVALS):
+                if (parent_dir / name).exists():
+                    rundir.rewrite_jsonl(
+                        self.run_dir / name,
+                        [row for row in rundir.read_jsonl(parent_dir / name) if row.get("step", 0) <= step],
+                    )
+        self.dist.barrier()
+        self.restore(ckpt)
+        return ckpt
+
+    # -- summary.json ------------------------------------------------------------------------------------------
+
+    def summary(self) -> dict:
+        """The run's figures. Callbacks fill the places kept for theirs (final_val_loss: Validation;
+        tokens_per_second and mfu: TrainMetrics) and add their own keys after (spikes, evals)."""
+        figures = {
+            "experiment": self.run.experiment,
+            "variant": self.run.name,
+            "seed": self.run.train.seed,
+            "identity": self.run.identity(),
+            "final_loss": self.last_loss,
+            "final_val_loss": math.nan,
+            "steps": self.step,
+            "tokens": self.tokens,
+            "params": self.model.num_params(),
+            "params_active": self.model.num_params(active=True),  # with experts: those one token uses
+            "kv_cache_bytes_per_token": kv_cache_bytes_per_token(self.run.model),  # bf16, every layer: beside the loss
+            "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
+            "tokens_per_second": math.nan,
+            "mfu": None,
+            "peak_flops": self.peak_flops,
+            "skipped_steps": self.skipped_steps,
+            "peak_memory_bytes": peak_memory_bytes(self.dist.device),
+            "world_size": self.dist.world,
+            "data": {**self.data.stats, **self._sources_seen()},
+            **({"branch": self.run.branch} if self.run.branch else {}),
+            **({"rollbacks": self.rollbacks} if self.rollbacks else {}),
+        }
+        for callback in self.callbacks:
+            figures.update(callback.summary(self))  # a key already there keeps its place
+        return figures
+
+    def _sources_seen(self) -> dict:
+        """A mixture's tokens drawn per source: {"drawn": {name: {weight, tokens, share, epochs}}} ({}: one source)."""
+        drawn = self.sampler.source_stats()
+        return {"drawn": drawn} if drawn else {}
+
+
+class CtrlC:
+    """Ctrl-C while a run trains, taken where every rank can stop together: SIGINT only sets `requested`, the step's
+    one all-reduce carries it, and every rank raises KeyboardInterrupt before the same step's update, none left
+    inside a collective (a KeyboardInterrupt raised inside gloo's or DCP's collectives hung the process here). A
+    second Ctrl-C raises at once; one that comes after the last step stops the run as it leaves."""
+
+    def __init__(self):
+        self.requested, self._previous = False, None
+
+    def __enter__(self) -> CtrlC:
+        self.requested = False
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is not signal.SIG_IGN:  # a process started ignoring Ctrl-C (nohup, `&`) keeps ignoring it
+                self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum, frame) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)  # a second Ctrl-C: at once
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        if self.requested and exc_type is None:
+            raise KeyboardInterrupt
+
+
+def _callback_states_before_callbacks(meta: dict) -> dict:
+    """The callbacks' states in a checkpoint written before callbacks kept their own (fields at the top)."""
+    return {
+        "train_metrics": {"throughput": meta.get("throughput", [])},
+        "validation": {"last_val_loss": meta.get("last_val_loss", math.nan)},
+        "non_finite_guard": {"in_a_row": meta.get("consecutive_skips", 0)},
+    }
