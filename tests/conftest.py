@@ -89,7 +89,7 @@ def cli_in_process(*args, check: bool = True) -> subprocess.CompletedProcess:
     as run_cli returns them, without a fresh interpreter's 1.5-2.5 s of imports. For refusals and quick commands;
     what only a real process shows (its exit status as the shell sees it, library warnings at import, environment
     variables read at start-up, signals, torchrun) takes run_cli."""
-    from ablate.cli.parser import main
+    from ablate.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with _process_state_restored(), contextlib.chdir(REPO):

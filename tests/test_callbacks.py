@@ -1,4 +1,4 @@
-"""Your own callbacks (ablate.training.callbacks.base.Callback): passed to train(), or defined in an experiment file for
+"""Your own callbacks (ablate.training.callbacks.Callback): passed to train(), or defined in an experiment file for
 `ablate run` (serially and side by side); their state in checkpoints; the verdicts before each update. Tiny runs of
 a few steps."""
 
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from ablate import rundir
-from ablate.training.callbacks.base import Callback, TrainerView, Verdict
+from ablate.training.callbacks import Callback, TrainerView, Verdict
 from ablate.config import ConfigError
 from ablate.setup.experiment import load_experiment
 from ablate.training.run import run_dir_for, train
@@ -193,7 +193,7 @@ def test_a_stop_verdict_ends_the_run_as_diverged(tmp_path):
 EXPERIMENT = """
 import torch
 from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant
-from ablate.training.callbacks.base import Callback
+from ablate.training.callbacks import Callback
 
 base = RunConfig(experiment="own", model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4),
                  data=DataConfig(max_documents=400, seq_len=32, val_sequences=8),

@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ablate.training.callbacks import base as callbacks
+from ablate.training.callbacks import metrics
 
 from ablate.training import checkpoint
-from ablate.training.callbacks.base import Callback, peak_memory_bytes, reset_peak_memory
+from ablate.training.callbacks import Callback
+from ablate.training.callbacks.metrics import peak_memory_bytes, reset_peak_memory
 from ablate.config import ModelConfig
 from ablate.setup.experiment import load_experiment
 from ablate.model import Transformer
@@ -157,7 +158,7 @@ def test_runs_one_after_another_in_one_process_report_their_own_peak(tmp_path, m
 
     def counted_reset(device):
         resets.append(device)
-        callbacks.reset_peak_memory(device)
+        metrics.reset_peak_memory(device)
 
     monkeypatch.setattr(train_module, "reset_peak_memory", counted_reset)
     mha, mqa = load_experiment(TINY, overrides={"train.max_steps": "2", "train.ckpt_every": "0"})
@@ -172,8 +173,8 @@ def test_runs_one_after_another_in_one_process_report_their_own_peak(tmp_path, m
 
 def _peak_resettable() -> bool:
     try:
-        callbacks.PROC_CLEAR_REFS.write_text("5")
-        return "VmHWM:" in callbacks.PROC_STATUS.read_text()
+        metrics.PROC_CLEAR_REFS.write_text("5")
+        return "VmHWM:" in metrics.PROC_STATUS.read_text()
     except OSError:
         return False
 

@@ -187,7 +187,7 @@ def test_both_kinds_through_the_suite_files_and_table(bigram, tokenizer, tmp_pat
         json.loads(x) for x in (tmp_path / "eval_items" / "step_0000010" / "lambada_cf.jsonl").read_text().splitlines()
     ]
     assert len(items) == 6 and set(items[0]) == {"id", "gold", *CONTINUATION_METRICS}
-    table = suite.format_table(results).splitlines()
+    table = suite.results_table(results).splitlines()
     assert "greedy" in table[0] and "ncprob" in table[0]
     lambada, pattern = table[2].split(), table[3].split()
     assert lambada[:5] == ["lambada", "cf", "6", "0.000", "gold_bpb"] and lambada.count("-") == 6

@@ -49,7 +49,7 @@ def test_unconditional_pass_runs_only_for_the_metrics_that_need_it(lm, tokenizer
             assert set(result.items[0]) == {"id", "gold", *result.metrics}  # eval_items rows: those metrics only
     item = next(s for s in some["arc_easy"].samples if s["type"] == "item")
     assert set(item["predictions"]) == {"raw", "per_token", "per_char"}  # no PMI or choices-only choice
-    table = suite.format_table(list(some.values())).splitlines()
+    table = suite.results_table(list(some.values())).splitlines()
     assert table[2].split()[4:6] == ["acc_per_char", f"{some['arc_easy'].metrics['acc_per_char']:.3f}"]
     assert "-" in table[2].split()  # a metric not computed prints "-"
 

@@ -13,7 +13,7 @@ import torch
 
 from ablate.config import ConfigError, DataConfig
 from ablate.data.prepare import prepare_data
-from ablate.setup.experiment import ExperimentError, check_out_dir, load_experiment
+from ablate.setup.experiment import ExperimentError, check_runs_root, load_experiment
 from conftest import TINY, cli_in_process, run_cli
 from test_data import VOCAB, make_docs, write_file, write_jsonl
 
@@ -227,11 +227,11 @@ def test_out_that_is_a_file_is_refused(tmp_path):
     a_file = tmp_path / "results.txt"
     a_file.write_text("not a folder")
     with pytest.raises(ExperimentError, match=rf"^--out {a_file}: is a file; allowed: a folder \(it is created"):
-        check_out_dir(a_file)
+        check_runs_root(a_file)
     with pytest.raises(ExperimentError, match=rf"^--out {a_file}/runs: {a_file} is a file; allowed: a folder"):
-        check_out_dir(a_file / "runs")
-    assert check_out_dir(tmp_path / "new" / "runs") == tmp_path / "new" / "runs"
-    assert check_out_dir(tmp_path) == tmp_path  # the command line's --out: tests/test_cli_options.py
+        check_runs_root(a_file / "runs")
+    assert check_runs_root(tmp_path / "new" / "runs") == tmp_path / "new" / "runs"
+    assert check_runs_root(tmp_path) == tmp_path  # the command line's --out: tests/test_cli_options.py
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Weighted data mixtures (ablate.data.mixture, ablate.data.sources, ablate.data.prepare): the source syntax, preparation per source,
+"""Weighted data mixtures (data.mixture, data.sources, data.prepare): the source syntax, preparation per source,
 the share rule, resume, changed weights, validation per source, and token shares on real text. CPU, seconds."""
 
 import json

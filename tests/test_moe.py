@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ablate.cost import plan
-from ablate.training.callbacks.base import ExpertBalance
+from ablate.training.callbacks.experts import ExpertBalance
 from ablate.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig, validate
 from ablate.eval.export import check_exportable
 from ablate.model import MoE, Transformer

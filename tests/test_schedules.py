@@ -1,4 +1,4 @@
-"""Batch-size schedules (ablate.data.batch_schedule) and branches (ablate.setup.experiment.branch): pure plans, training under a
+"""Batch-size schedules (data.batch_schedule) and branches (setup.variants.branch): pure plans, training under a
 changing batch, bit-exact resume in the middle of a ramp, a branch's first loss equal to its parent's."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import pytest
 
 from ablate import branch, variant
 from ablate.data.batch_schedule import batch_plan, check_plan, lr_batch_scale, total_tokens
-from ablate.training.callbacks.base import Callback
+from ablate.training.callbacks import Callback
 from ablate.config import ConfigError, TrainConfig
 from ablate.setup.experiment import ExperimentError, load_experiment, resolve_branches
 from ablate.optim import lr_factor

@@ -13,7 +13,15 @@ import pytest
 
 from ablate.config import ConfigError
 from ablate.setup.experiment import load_experiment
-from ablate.launch.slurm import REQUEUES_FILE, RunTask, executor_parameters, launch, collect, parse_slurm_options, submit
+from ablate.launch.slurm import (
+    REQUEUES_FILE,
+    RunTask,
+    executor_parameters,
+    launch,
+    collect,
+    parse_slurm_options,
+    submit,
+)
 from conftest import TINY
 
 submitit = pytest.importorskip("submitit")

@@ -1,4 +1,4 @@
-"""ablate.data.prepare's source index: files unchanged since they were hashed are not read and hashed again (each run of a
+"""data.prepare's source index: files unchanged since they were hashed are not read and hashed again (each run of a
 sweep paid ~1 s for it on the embedded corpus), and any write to them, or a write too close to the hashing to
 trust the file's stat, makes the next run hash them again. CPU, seconds."""
 

@@ -1,4 +1,4 @@
-"""Loss spikes and stability monitors (ablate.training.callbacks.stability): the robust z-score on constructed curves, then real tiny
+"""Loss spikes and stability monitors (callbacks/stability.py): the robust z-score on constructed curves, then tiny
 runs in which one batch of the data is garbage, so the loss really spikes and the real detector must find it under
 each train.spike_policy."""
 
@@ -12,7 +12,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ablate import rundir
-from ablate.training.callbacks.base import Callback
+from ablate.training.callbacks import Callback
 from ablate.config import TrainConfig
 from ablate.setup.experiment import load_experiment
 from ablate.training.callbacks.stability import LossSpikes, local_shard, robust_z

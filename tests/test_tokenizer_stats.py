@@ -1,6 +1,6 @@
-"""Tokenizer figures (ablate.data.tokenizer_stats), `ablate tokenizer`, and runs of different tokenizers in the report:
-fertility and continued words on a hand-counted text, refusals before compute, a run's figures and bits per byte,
-the report comparing such runs by bits per byte."""
+"""Tokenizer figures (ablate.data.tokenizer_stats), `ablate tokenizer` (ablate.cli.tokenizer), and runs of different
+tokenizers in the report: fertility and continued words on a hand-counted text, refusals before compute, a run's
+figures and bits per byte, the report comparing such runs by bits per byte."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+from ablate.cli import tokenizer as tokenizer_command
 from ablate.data import tokenizer_stats
 from conftest import cli_in_process, run_cli
 from report_fixtures import build_toy_experiment
@@ -94,8 +95,8 @@ def test_ablate_tokenizer_on_files_with_a_trained_bpe_and_a_tokenizer_json(tmp_p
 
 
 def test_the_embedded_corpus_has_three_languages():
-    assert sorted(tokenizer_stats.embedded_languages()) == ["en", "es", "fr"]
-    names = [c.name for c in tokenizer_stats.corpora(["default"], max_documents=2)]
+    assert sorted(tokenizer_command.embedded_languages()) == ["en", "es", "fr"]
+    names = [c.name for c in tokenizer_command.corpora(["default"], max_documents=2)]
     assert names == ["default/en", "default/es", "default/fr"]
 
 

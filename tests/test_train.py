@@ -13,7 +13,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ablate.config import ConfigError
-from ablate.setup.experiment import load_experiment
+from ablate.setup.experiment import load_checked, load_experiment
 from ablate.setup.overrides import apply_overrides, parse_set_args
 from ablate.launch.sweep import attempt
 from ablate.training.run import run_dir_for, train
@@ -261,3 +261,56 @@ def test_finished_note_expands_suites(tmp_path):
     with (tmp_path / rundir.EVALS).open("a") as f:
         f.write(json.dumps({"step": 8, "task": small[0], "format": "cf"}) + "\n")
     assert "not scored" not in finished_note(run, tmp_path, {"steps": 8})
+
+
+def test_ablate_train_stays_the_function_after_every_module_is_imported(tmp_path):
+    """`ablate.train` is the documented function: no module of the package is named `train` to shadow it once
+    imported (a second `ablate.train(run)` in a notebook failed with "'module' object is not callable")."""
+    import importlib
+    import pkgutil
+
+    import ablate
+
+    for module in pkgutil.walk_packages(ablate.__path__, "ablate."):
+        if module.name != "ablate.__main__":
+            importlib.import_module(module.name)
+    assert callable(ablate.train) and ablate.train.__module__ == "ablate"
+    run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "2", "train.ckpt_every": "2"})[0]
+    first = ablate.train(run, tmp_path)
+    assert first["steps"] == 2 and ablate.train(run, tmp_path) == first  # twice: the second finds it finished
+
+
+def test_a_finished_run_is_recognised_before_any_data_work(tmp_path, monkeypatch):
+    """Rerunning a finished run reads its summary and config alone: no data is prepared (its cache may be gone),
+    nothing is checked again, and no file in its folder is written or touched."""
+    import ablate.data.prepare
+    import ablate.setup.checks
+
+    run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "2", "train.ckpt_every": "2"})[0]
+    summary = train(run, tmp_path)
+    run_dir = run_dir_for(tmp_path, run)
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run_dir.rglob("*")}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("data work or checks for a finished run")
+
+    monkeypatch.setattr(ablate.data.prepare, "prepare_data", refuse)
+    monkeypatch.setattr(ablate.setup.checks, "check_data_config", refuse)
+    assert train(run, tmp_path) == summary  # given unchecked (a RunConfig), it still only reads
+    checked = load_checked(TINY, only=["mha"], overrides={"train.max_steps": "2", "train.ckpt_every": "2"})[0]
+    assert checked.config == run and attempt(checked, tmp_path)[0] == "finished"
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run_dir.rglob("*")} == before
+
+
+@pytest.mark.slow
+def test_rerunning_a_finished_sweep_with_a_cold_cache_prepares_no_data(tmp_path, monkeypatch):
+    """`ablate run` again on finished runs says so without reading, hashing or tokenizing a source (the data cache
+    stays empty: no BPE is trained) and without taking a lock in their folders."""
+    args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=2", "--out", str(tmp_path / "runs")]
+    run_cli(*args)
+    cold = tmp_path / "cold_cache"
+    monkeypatch.setenv("ABLATE_CACHE", str(cold))
+    again = run_cli(*args)
+    assert "run 1/1 finished mha seed0" in again.stdout and "already finished" in again.stdout, again.stdout
+    assert "1 run: 1 finished" in again.stdout
+    assert not cold.exists() or not any(cold.iterdir())

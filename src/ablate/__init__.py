@@ -37,17 +37,18 @@ __version__ = "0.1.0"
 
 def train(run: RunConfig, out_root: str = "runs", callbacks: list = ()) -> dict:
     """Train one run into out_root/<experiment>/<variant>/seed<k>/ and return its summary (see ablate.training.run);
-    `callbacks`: your own ablate.training.callbacks.base.Callback instances, added to the standard ones (all run by `order`)."""
+    `callbacks`: your own ablate.training.callbacks.Callback instances, added to the standard ones (all run by
+    `order`)."""
     from ablate.training.run import train as _train
 
     return _train(run, out_root, callbacks)
 
 
 def __getattr__(name: str):
-    """Callback and Verdict (ablate.training.callbacks.base), DecisionRule (ablate.report.sequential) on first use: importing
+    """Callback and Verdict (ablate.training.callbacks), DecisionRule (ablate.report.sequential) on first use: importing
     ablate stays free of torch and quick."""
     if name in ("Callback", "Verdict"):
-        from ablate.training.callbacks import base as callbacks
+        from ablate.training import callbacks
 
         return getattr(callbacks, name)
     if name == "DecisionRule":

@@ -1,6 +1,6 @@
 import sys
 
-from ablate.cli.parser import main
+from ablate.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

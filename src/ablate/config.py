@@ -159,7 +159,7 @@ class TrainConfig:
     batch_stages: str = ""  # stages: "tokens:batch,..." from 0, e.g. "0:8,200000:16,400000:32"
     batch_lr_scaling: Literal["none", "sqrt", "linear"] = "none"  # lr x (batch / global_batch)^(1/2 or 1)
     max_tokens: int = 0  # 0: max_steps x global_batch x seq_len (a scheduled batch takes the steps it needs)
-    # Loss spikes (ablate.training.callbacks.stability): a loss whose robust z-score (median and MAD of the last spike_window
+    # Loss spikes (callbacks/stability.py): a loss whose robust z-score (median and MAD of the last spike_window
     # losses) exceeds spike_threshold is a spike; "log" records it, "skip" drops that step's update, "rollback"
     # restores the last checkpoint and skips the offending batch, "stop" ends the run as diverged.
     spike_policy: Literal["log", "skip", "rollback", "stop"] = "log"

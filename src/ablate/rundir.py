@@ -23,7 +23,10 @@ import secrets
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from ablate.text import natural_key
 
 CONFIG, SUMMARY, STATUS, METRICS, EVALS = "config.json", "summary.json", "status.json", "metrics.jsonl", "evals.jsonl"
 LOCK, ERROR, LOGS, CHECKPOINTS = ".lock", "error.txt", "logs", "checkpoints"
@@ -65,6 +68,11 @@ def damaged_dir_name(name: str, n: int = 0) -> str:
     return f"{DAMAGED_PREFIX}{name}" + (f"_{n}" if n else "")
 
 
+def damaged_file_name(name: str, n: int = 0) -> str:
+    """Where a damaged file `name` is set aside: <name>.damaged, else <name>.damaged.<n>."""
+    return f"{name}.damaged" + (f".{n}" if n else "")
+
+
 def step_of(name: str) -> int | None:
     """step_N -> N; None for any other name."""
     match = STEP_NAME.fullmatch(name)
@@ -82,6 +90,16 @@ def checkpoint_steps(run_dir: str | Path) -> list[int]:
     root = checkpoint_root(run_dir)
     found = [STEP_NAME.fullmatch(p.name) for p in root.iterdir() if (p / CKPT_META).is_file()] if root.is_dir() else []
     return sorted(int(m.group(1)) for m in found if m)
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """Folders holding a config.json or status.json (a walk that tolerates files vanishing under it)."""
+    found = set()
+    for folder, subfolders, files in os.walk(root, onerror=lambda error: None):
+        subfolders[:] = [d for d in subfolders if d != CHECKPOINTS]
+        if CONFIG in files or STATUS in files:
+            found.add(Path(folder))
+    return sorted(found, key=lambda p: natural_key(str(p.relative_to(root))))
 
 
 def items_path(run_dir: str | Path, step: int, name: str) -> Path:
@@ -144,6 +162,19 @@ def write_json_atomic(path: str | Path, obj) -> None:
     _replace(path, json.dumps(obj, indent=1))
 
 
+def finished_summary(run_dir: Path, identity: str) -> dict | None:
+    """The summary of the finished run of config `identity` in `run_dir`, read without writing anything there;
+    None when it is not finished, holds another config, or a file is damaged (train() deals with those)."""
+    if not (run_dir / SUMMARY).is_file():
+        return None
+    try:
+        if read_json(run_dir / CONFIG).get("identity") != identity:
+            return None
+        return read_json(run_dir / SUMMARY)
+    except RunFolderError:
+        return None
+
+
 def read_json(path: str | Path) -> dict:
     path = Path(path)
     try:
@@ -156,11 +187,12 @@ def read_json(path: str | Path) -> dict:
         raise RunFolderError(f"{path}: cannot be read ({exc})") from None
 
 
-def set_aside(path: Path) -> Path:
-    """Rename a damaged file to <name>.damaged[.N], kept for a look rather than deleted."""
-    target, n = path.with_name(path.name + ".damaged"), 1
-    while target.exists():
-        target, n = path.with_name(f"{path.name}.damaged.{n}"), n + 1
+def set_aside(path: Path, aside_name: Callable[[str, int], str] = damaged_file_name) -> Path:
+    """Rename a damaged file or folder to the first free aside_name(name, n) for n = 0, 1, ... (by default
+    <name>.damaged[.N]), kept for a look rather than deleted; returns where it went."""
+    n = 0
+    while (target := path.with_name(aside_name(path.name, n))).exists():
+        n += 1
     path.rename(target)
     return target
 

@@ -10,6 +10,7 @@ import math
 import re
 from pathlib import Path
 
+from ablate.config import ConfigError
 from ablate.setup.overrides import parse_set_args
 
 
@@ -27,6 +28,19 @@ class Parser(argparse.ArgumentParser):
         else:
             message = f"{message} (see {self.prog} --help)"
         self.exit(2, f"ablate: error: {message}\n")
+
+
+def one_line_errors(handler):
+    """A command handler whose library refusals (unknown task, bad format, not a run, unexportable model) end the
+    command as a wrong value does: one line, `ablate: error: ...`, exit 2 (`ablate eval`, `ablate export`)."""
+
+    def wrapped(args) -> int:
+        try:
+            return handler(args)
+        except (ValueError, FileNotFoundError, ModuleNotFoundError, NotImplementedError) as exc:
+            raise ConfigError(str(exc)) from exc
+
+    return wrapped
 
 
 class _Why(ValueError):
@@ -85,10 +99,10 @@ def one_of(*names: str):
     return rule(convert, ", ".join(names))
 
 
-def text(allowed: str, check=None, names: bool = False):
-    """Non-blank text (names: at least one comma-separated name) as typed, or what `check` returns. `check` is a
-    library function whose ValueError names the option itself (an unknown task, a file for a folder): its line
-    is passed through."""
+def text(allowed: str, check=None, names: bool = False, parsed: bool = False):
+    """Non-blank text (names: at least one comma-separated name) as typed, or what `check` returns (parsed: even
+    None, which then means something, e.g. every metric). `check` is a library function whose ValueError names the
+    option itself (an unknown task, a file for a folder): its line is passed through."""
 
     def convert(text: str):
         if not any(part.strip() for part in (text.split(",") if names else [text])):
@@ -99,7 +113,7 @@ def text(allowed: str, check=None, names: bool = False):
             raise
         except (ValueError, NotImplementedError) as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-        return text if checked is None else checked
+        return checked if parsed or checked is not None else text
 
     return rule(convert, allowed)
 
@@ -125,10 +139,10 @@ def _set_pair(text: str) -> str:
 
 
 def _runs_root(text: str) -> str:
-    """--out: a folder, made if missing (experiment.check_out_dir says why not in its own line)."""
-    from ablate.setup.experiment import check_out_dir
+    """--out: a folder, made if missing (experiment.check_runs_root says why not in its own line)."""
+    from ablate.setup.experiment import check_runs_root
 
-    return str(check_out_dir(text))
+    return str(check_runs_root(text))
 
 
 def _samples_file(text: str) -> str:
@@ -174,10 +188,16 @@ def _margin(text: str) -> tuple[str, float]:
     return metric.strip(), margin
 
 
-def _tasks(text: str) -> None:
+def _tasks(text: str) -> list[str]:
     from ablate.eval.suite import parse_tasks
 
-    parse_tasks(text)
+    return parse_tasks(text)
+
+
+def _metrics(text: str) -> tuple[str, ...] | None:
+    from ablate.eval.suite import parse_metrics
+
+    return parse_metrics(text)
 
 
 def _format(text: str) -> None:
@@ -210,7 +230,8 @@ PATH = text("a path")  # positionals: '' would silently mean the current folder
 
 # the rules of one option each, with a check of their own
 DEVICE = rule(_device, "auto, cpu, cuda, cuda:N")
-TASKS = text("task or suite names, comma-separated", _tasks, names=True)
+TASKS = text("task or suite names, comma-separated", _tasks, names=True)  # the task names, suites expanded
+METRICS = text("metric names, comma-separated, or all", _metrics, names=True, parsed=True)  # the names; None: all
 EVAL_FORMAT = text("cf, mcf", _format)
 SAMPLES_FILE = text("a file in an existing folder", _samples_file)
 SLURM_OPTIONS = text("KEY=VALUE,... (see README)", _slurm)

@@ -10,19 +10,129 @@ import os
 import sys
 from pathlib import Path
 
+from ablate.cli.options import (
+    BUDGET,
+    DEVICE_MEMORY,
+    MARGIN,
+    ONLY,
+    PATH,
+    RUNS_ROOT,
+    SEEDS,
+    SET,
+    SHARE,
+    SLURM_OPTIONS,
+    WHOLE_1,
+    number,
+    one_of,
+)
 from ablate.config import ConfigError
 from ablate.setup.overrides import parse_set_args
 
 
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser("run", help="train every variant x seed of an experiment file")
+    parser.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
+    parser.add_argument(
+        "--only",
+        action="append",
+        type=ONLY,
+        help="variant names or globs (e.g. 'lr=0.01*'), comma-separated or repeated",
+    )
+    parser.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
+    parser.add_argument("--out", default="runs", type=RUNS_ROOT, help="runs root (default: runs/)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=SET,
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config field, e.g. --set train.max_steps=20 (repeatable)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=WHOLE_1,
+        metavar="N",
+        help="runs at once on this machine, at most the number of runs (CPU: cores/N threads each; "
+        "GPUs: default one per GPU)",
+    )
+    parser.add_argument(
+        "--runs-per-gpu",
+        type=WHOLE_1,
+        default=1,
+        metavar="K",
+        help="K small runs share each GPU, each checked against and capped at 1/K of its memory",
+    )
+    parser.add_argument(
+        "--gpus-per-run",
+        type=number(int, 0),
+        metavar="G",
+        help="each run a torchrun group of G GPUs; 0: CPU (default: 1 where a CUDA GPU is visible, else CPU; "
+        "with --launcher slurm/local as --slurm gpus_per_run, see docs/sweeps.md)",
+    )
+    parser.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        type=DEVICE_MEMORY,
+        help="refuse runs whose per-rank memory "
+        "estimate (ablate plan) exceeds SIZE, e.g. 80GiB (default: a visible GPU's memory; none on CPU)",
+    )
+    parser.add_argument(
+        "--launcher",
+        type=one_of("here", "local", "slurm"),
+        default="here",
+        metavar="LAUNCHER",
+        help="here (default): this machine; slurm: a submitit job array; local: the same submitit "
+        "path with its local executor",
+    )
+    parser.add_argument(
+        "--slurm",
+        metavar="KEY=VALUE,...",
+        type=SLURM_OPTIONS,
+        help="SLURM options, e.g. partition=gpu,time=120,gpus_per_run=1 (see README)",
+    )
+    _add_study_arguments(parser)
+    parser.set_defaults(func=cmd_run)
+
+
+def _add_study_arguments(parser) -> None:
+    study = parser.add_argument_group("a study in rounds (docs/sweeps.md#studies-until-decided)")
+    study.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="train in rounds: after the file's seeds, one more seed per round to every variant of a contrast "
+        "still open, until every contrast is decided, --max-seeds or --budget (the rule: the file's `decision`)",
+    )
+    study.add_argument("--max-seeds", type=number(int, 3), metavar="N", help="at most N seeds per variant (rule: 8)")
+    study.add_argument(
+        "--budget",
+        type=BUDGET,
+        metavar="B",
+        help="stop before a round that would exceed B: tokens (2e8, 500M) or hours (3h)",
+    )
+    study.add_argument(
+        "--margin",
+        action="append",
+        type=MARGIN,
+        metavar="METRIC=VALUE",
+        help="equivalence margin of a metric, e.g. val_loss=0.01 (repeatable; without one no contrast ends equivalent)",
+    )
+    study.add_argument("--alpha", type=SHARE, metavar="A", help="error rate of the study's decisions (rule: 0.05)")
+    study.add_argument(
+        "--new-study",
+        action="store_true",
+        help="start a new study when the rule differs from the recorded one (the old study.json is kept)",
+    )
+
+
 def cmd_run(args) -> int:
-    from ablate.setup.experiment import load_experiment
+    from ablate.setup.experiment import load_checked
 
     if args.until_decided:  # rounds of runs, each trained as below
         from ablate.launch.study import run_study
 
         return run_study(args, lambda runs: train_runs(runs, args, in_study=True))
     _refuse_study_flags(args)
-    runs = load_experiment(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
+    runs = load_checked(args.file, only=args.only, seeds=args.seeds, overrides=parse_set_args(args.set))
     return train_runs(runs, args)
 
 
@@ -40,11 +150,14 @@ def train_runs(runs, args, in_study: bool = False) -> int:
     from ablate.launch.sweep import file_callbacks
 
     out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
+    runs, finished = _split_finished(runs, out)  # before any data work, and without writing in their folders
+    if not runs:
+        return _closing(["finished"] * len(finished), finished, out, not in_study)
 
     callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
     _check_cpu_runs(runs, args.gpus_per_run)
     if args.launcher != "here":
-        return _run_submitit(runs, out, args, callbacks, in_study)
+        return _run_submitit(runs, out, args, callbacks, in_study, finished)
     if args.slurm:
         raise ConfigError("--slurm: only with --launcher slurm (or local)")
     from ablate.launch import sweep
@@ -67,7 +180,7 @@ def train_runs(runs, args, in_study: bool = False) -> int:
         on_gpu = bool(slots[0].gpus)
         sharing = max(s.sharing for s in slots)
         _check_memory(runs, args, max(len(slots[0].gpus), 1), sharing, on_gpu)
-    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids, in_study)
+    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids, in_study, finished)
 
 
 def _check_cpu_runs(runs, gpus_per_run: int | None) -> None:
@@ -99,7 +212,30 @@ def _check_memory(runs, args, world: int, sharing: int, on_gpu: bool) -> None:
         check_fits(run, world, memory // sharing, None if on_gpu else "cpu")
 
 
-def _run_here(runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str], in_study: bool) -> int:
+def _split_finished(runs, out: str) -> tuple[list, list]:
+    """(runs to train, runs found finished): a finished run of the same config is told as such, from its files
+    alone (no data is read, hashed or tokenized for it, and nothing in its folder is written)."""
+    from ablate import rundir
+    from ablate.launch.sweep import finished_message, run_label
+
+    to_train, finished = [], []
+    for k, run in enumerate(runs, 1):
+        run_dir = rundir.run_dir_for(out, run)
+        summary = rundir.finished_summary(run_dir, run.identity())
+        if summary is None:
+            to_train.append(run)
+            continue
+        finished.append(run)
+        if int(os.environ.get("RANK", 0)) == 0:  # as the sweep's console tells a run's end
+            print(
+                f"run {k}/{len(runs)} finished {run_label(run)}: {finished_message(run, run_dir, summary)}", flush=True
+            )
+    return to_train, finished
+
+
+def _run_here(
+    runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str], in_study: bool, finished: list
+) -> int:
     """All runs on this machine: in this process one after another, or side by side in worker processes (which
     load the experiment file's callbacks themselves). The parent of workers makes no process group and touches no
     GPU: each worker's CUDA context, and all of its memory, stay the worker's."""
@@ -129,11 +265,13 @@ def _run_here(runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[s
         for run in runs:
             status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
             if status.get("state") == "interrupted" and is_main:
-                print(f"{sweep.label(run)}: {status['message']}", file=sys.stderr, flush=True)
+                print(f"{sweep.run_label(run)}: {status['message']}", file=sys.stderr, flush=True)
         return 130
     finally:
         shutdown_distributed()
-    return _closing(states, runs, out, not in_study) if is_main else int("failed" in states)
+    if not is_main:
+        return int("failed" in states)
+    return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)
 
 
 class _Progress:
@@ -143,10 +281,10 @@ class _Progress:
         self.total, self.enabled = total, enabled
 
     def __call__(self, index, run, state, message) -> None:
-        from ablate.launch.sweep import label
+        from ablate.launch.sweep import run_label
 
         if self.enabled:
-            print(f"run {index}/{self.total} {state} {label(run)}: {message}", flush=True)
+            print(f"run {index}/{self.total} {state} {run_label(run)}: {message}", flush=True)
 
 
 def _describe(slots) -> str:
@@ -182,7 +320,7 @@ def _file_for_workers(file: str, callbacks: list) -> str | None:
     return str(Path(file).resolve()) if callbacks else None
 
 
-def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool) -> int:
+def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finished: list) -> int:
     from ablate.launch import slurm
 
     if args.jobs not in (None, 1) or args.runs_per_gpu > 1:
@@ -219,4 +357,4 @@ def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool) -> int:
     # local jobs, and a study's rounds on SLURM (the next round depends on this one): wait for them
     local = args.launcher == "local"
     states = slurm.submit(runs, out, options, local=local, experiment_file=_file_for_workers(args.file, callbacks))
-    return _closing(states, runs, out, not in_study)
+    return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)

@@ -2,49 +2,40 @@
 
 States: pending (queued by a sweep), running (a live process holds the run's lock), finished, failed, diverged,
 interrupted (Ctrl-C), stopped (status says running but no process holds the lock: killed; rerun to resume).
+With --watch it redraws until nothing runs. An adaptive study's folder also gets its contrasts (study.json).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import re
 import time
 from pathlib import Path
 
 from ablate import rundir
+from ablate.report.render_sequential import contrast_line
+from ablate.cli.options import PATH, number
 
 
-def natural_key(text: str) -> list:
-    """d32 < d64 < d128, lr=0.001 < lr=0.01: digits compare as numbers. isdecimal, not isdigit: '²' is a digit
-    that float() refuses (a variant named x1² would stop `ablate status` and `ablate report`)."""
-    return [
-        float(part) if part.replace(".", "", 1).isdecimal() else part
-        for part in re.split(r"(\d+(?:\.\d+)?)", str(text))
-    ]
-
-
-def aligned(rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
-    """Rows as columns two spaces apart: text to the left, numbers to the right (`ablate plan`, `ablate
-    tokenizer`)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(w) if i in text_columns else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
-        ).rstrip()
-        for row in rows
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser("status", help="one line per run: state, step, loss, tokens/s, ETA, failures")
+    parser.add_argument("runs_dir", type=PATH, help="runs/ or runs/<experiment>/")
+    parser.add_argument(
+        "--watch",
+        type=number(float, 0, 86400, open_low=True, noun="seconds"),
+        nargs="?",
+        const=5.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (5; at most a day) until nothing runs",
     )
+    parser.set_defaults(func=cmd_status)
 
 
-def find_run_dirs(root: Path) -> list[Path]:
-    """Folders holding a config.json or status.json (a walk that tolerates files vanishing under it)."""
-    found = set()
-    for folder, subfolders, files in os.walk(root, onerror=lambda error: None):
-        subfolders[:] = [d for d in subfolders if d != rundir.CHECKPOINTS]
-        if rundir.CONFIG in files or rundir.STATUS in files:
-            found.add(Path(folder))
-    return sorted(found, key=lambda p: natural_key(str(p.relative_to(root))))
+def cmd_status(args) -> int:
+    try:
+        return show(args.runs_dir, watch=args.watch)
+    except KeyboardInterrupt:  # Ctrl-C is how --watch is left
+        return 0
 
 
 def _last_train_record(path: Path) -> dict | None:
@@ -122,7 +113,7 @@ def _duration(seconds) -> str:
 def table(root: Path) -> tuple[str, dict]:
     """The status table as text, and the count of runs per state."""
     rows, counts = [], {}
-    for run_dir in find_run_dirs(root):
+    for run_dir in rundir.find_run_dirs(root):
         s = run_state(run_dir)
         counts[s["state"]] = counts.get(s["state"], 0) + 1
         note = s["message"] + (f"  log: {s['log']}" if s["log"] and s["state"] in ("failed", "diverged") else "")
@@ -143,23 +134,6 @@ def table(root: Path) -> tuple[str, dict]:
     total = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     lines.append(f"{len(rows)} runs: {total}" if rows else f"no run folders under {root}")
     return "\n".join(line.rstrip() for line in lines), counts
-
-
-def _end(value, unbounded: str) -> str:
-    return unbounded if value is None else f"{value:+.4g}"
-
-
-def contrast_line(c: dict) -> str:
-    """One contrast of a study (a Contrast's to_dict()): open or decided, seeds, the interval of a - b."""
-    verdict = {
-        "a": f"decided: {c['a']} better",
-        "b": f"decided: {c['b']} better",
-        "equivalent": f"decided: equivalent within +-{_fmt(c.get('margin'), 'g')}",
-    }.get(c["decision"], "open")
-    interval = c.get("interval")  # an end not bounded yet is null
-    shown = f"[{_end(interval[0], '-inf')}, {_end(interval[1], '+inf')}]" if interval else "none yet"
-    note = f"; {c['note']}" if c.get("note") else ""
-    return f"{c['metric']}  {c['a']} vs {c['b']}: {verdict}  ({c['seeds']} seeds, interval of a-b {shown}{note})"
 
 
 def study_block(folder: Path) -> str | None:

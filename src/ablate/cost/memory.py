@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.data.batch_schedule import largest_pass, rank_passes, run_plan
+from ablate.data.batch_schedule import largest_pass, rank_passes, batch_schedule
 from ablate.setup import auto
 from ablate.config import ConfigError, ModelConfig, RunConfig
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
@@ -202,13 +202,6 @@ def precision_of(run: RunConfig, device_type: str) -> Precision:
     return Precision(device_type, "bf16" if bf16 else "fp32")
 
 
-def device_type_of(run: RunConfig) -> str:
-    """train.device resolved as the trainer resolves it (ablate.setup.auto: cuda when visible)."""
-    if run.train.device == "auto":
-        return auto.device("auto").type
-    return run.train.device
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # activations: what autograd saves for backward, counted op by op for model.py's code
 
@@ -318,8 +311,8 @@ def estimate_memory(
     step's moments, each the sum of the buffers alive then."""
     m, t = run.model, run.train
     shapes = shapes or model_shapes(run)
-    p = precision_of(run, device_type or device_type_of(run))
-    plan = run_plan(run)
+    p = precision_of(run, device_type or auto.device_type(run.train.device))
+    plan = batch_schedule(run)
     batch, seq = largest_pass(plan, world, t.micro_batch), run.data.seq_len  # a rank's largest forward pass
     tokens, d, layers = batch * seq, m.d_model, m.n_layers
     head = m.vocab_size * d  # the output projection (the embedding when tied)

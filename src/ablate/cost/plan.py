@@ -17,11 +17,10 @@ import torch
 from ablate import rundir
 
 from ablate.setup import auto
-from ablate.data.batch_schedule import check_plan, largest_pass, run_plan
+from ablate.data.batch_schedule import check_plan, largest_pass, batch_schedule
 from ablate.config import ConfigError, RunConfig
 from ablate.cost.memory import (
     Memory,
-    device_type_of,
     estimate_memory,
     format_bytes,
     kv_cache_bytes_per_token,
@@ -29,7 +28,7 @@ from ablate.cost.memory import (
     precision_of,
 )
 from ablate.training.parallel import peak_flops_for
-from ablate.cli.status import aligned
+from ablate.text import aligned
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -77,9 +76,9 @@ def _machine_peak(device_type: str, dtype: torch.dtype) -> float:
 
 def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> RunPlan:
     """Parameters, FLOPs, tokens, steps and per-rank memory of `run` at `world` ranks, from its config alone."""
-    device_type = device_type or device_type_of(run)
+    device_type = device_type or auto.device_type(run.train.device)
     seq = run.data.seq_len
-    batches = run_plan(run)  # a branch's: 0 for the steps its parent trained
+    batches = batch_schedule(run)  # a branch's: 0 for the steps its parent trained
     try:
         check_plan(batches, world, run.train)
     except ConfigError as exc:
@@ -113,7 +112,7 @@ def _how_runs_compute(plans: list[RunPlan], world: int) -> str:
     """Device, dtype, kernels and compile as each run will resolve its "auto"s, runs alike grouped."""
     hows: dict[str, list[str]] = {}
     for p in plans:
-        choices = auto.for_run(p.run, torch.device(device_type_of(p.run)), p.seconds(world))
+        choices = auto.for_run(p.run, torch.device(auto.device_type(p.run.train.device)), p.seconds(world))
         hows.setdefault(choices.describe(), []).append(p.run.name)
     if len(hows) == 1:
         return f"{next(iter(hows))} (every run)"
@@ -235,8 +234,8 @@ def format_report(
         rows.append(
             [
                 name,
-                precision_of(p.run, device_type_of(p.run)).mode,
-                f"{largest_pass(run_plan(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
+                precision_of(p.run, auto.device_type(p.run.train.device)).mode,
+                f"{largest_pass(batch_schedule(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
                 format_bytes(mem.params),
                 format_bytes(mem.grads),
                 format_bytes(mem.optimizer),
@@ -252,7 +251,7 @@ def format_report(
         f"alive then)",
         aligned(rows, text_columns=(0, 1, 8)),
     ]
-    if any(device_type_of(p.run) == "cpu" for p in plans):
+    if any(auto.device_type(p.run.train.device) == "cpu" for p in plans):
         lines.append(
             "on CPU these are live tensor bytes; the process's RSS adds its libraries and the pages malloc "
             "keeps (scripts/bench_plan.py --rss: 1.4-3.4x these figures)"

@@ -65,8 +65,12 @@ def batch_plan(train: TrainConfig, seq_len: int, start_step: int = 0, start_toke
     return plan
 
 
-def run_plan(run) -> list[int]:
-    """The batch plan of a RunConfig: a branch's starts where its parent's checkpoint is (0 before)."""
+def batch_schedule(run) -> list[int]:
+    """The global batch of every step of a run: a branch's starts where its parent's checkpoint is (0 before). A
+    checked run (ablate.setup.checks.CheckedRun) carries it, resolved once."""
+    carried = getattr(run, "batch_schedule", None)
+    if carried is not None:
+        return list(carried)
     branch = run.branch or {"step": 0, "tokens": 0}
     return batch_plan(run.train, run.data.seq_len, branch["step"], branch["tokens"])
 

@@ -1,7 +1,7 @@
 """Data: text sources -> tokenizer -> one flat memory-mapped file of token ids per split -> shuffled sequences.
 
-Sources are resolved, checked and read in `ablate.data.sources`; the tokenizer is `ablate.data.tokenizer`'s; the token files
-are read back through `ablate.data.token_files`. `prepare_data` hashes the raw text on the main rank (unless its files
+Sources are resolved, checked and read in `data.sources`; the tokenizer is `data.tokenizer`'s; the token files
+are read back through `data.token_files`. `prepare_data` hashes the raw text on the main rank (unless its files
 are unchanged since they were last hashed: <cache>/data/source_index.json), and only when no cache folder holds
 that content trains or loads the tokenizer and tokenizes once into
 <cache>/data/<key>/: train.bin + train_docs.npy, val.bin + val_docs.npy, tokenizer.json, stats.json. Documents are

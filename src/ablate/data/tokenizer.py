@@ -1,7 +1,7 @@
 """The tokenizer of a run's data: data.tokenizer is 'bpe' (a byte-level BPE trained here on the training text) or a
 tokenizer.json saved by HF `tokenizers`, loaded with its end-of-text token and checked against model.vocab_size.
 
-No torch: `check_tokenizer` runs where experiments load, before any compute. ablate.data.prepare builds the cache with it.
+No torch: `check_tokenizer` runs where experiments load, before any compute. data.prepare builds the cache with it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from ablate import rundir
 from ablate.eval import engine, suite
 from ablate.eval.load import load_model
-from ablate.cli.status import find_run_dirs, natural_key
+from ablate.text import natural_key
 
 
 @dataclass
@@ -57,7 +57,7 @@ def score_checkpoints(
 
     root = Path(path)
     run_dirs = sorted(
-        (d for d in find_run_dirs(root) if (d / rundir.CONFIG).is_file()), key=lambda d: natural_key(str(d))
+        (d for d in rundir.find_run_dirs(root) if (d / rundir.CONFIG).is_file()), key=lambda d: natural_key(str(d))
     )
     if not run_dirs:
         raise FileNotFoundError(f"{root}: no run folder (with {rundir.CONFIG}) under it")

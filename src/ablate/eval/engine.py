@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ablate.eval.tasks import Request
+from ablate.setup.auto import uses_bf16
 
 
 SCORE_CHUNK = 128  # scored positions per vocabulary projection (measured: 64-256 alike, 32 and less slower)
@@ -73,13 +74,11 @@ def for_transformer(model, max_len: int | None = None, device=None, autocast=Non
 
 
 def eval_dtype(dtype: str | None, train_dtype: str, device) -> str:
-    """The dtype to score in: `dtype` if given, else the run's train.dtype, its auto resolved as the trainer does
-    on `device` (bf16 on a GPU, fp32 on CPU)."""
+    """The dtype to score in: `dtype` if given, else the run's train.dtype, its auto resolved by the trainer's
+    rule (ablate.setup.auto: bf16 on a GPU, fp32 on CPU)."""
     if dtype:
         return dtype
-    if train_dtype == "auto":
-        return "bf16" if torch.device(device).type == "cuda" else "fp32"
-    return train_dtype
+    return "bf16" if uses_bf16(train_dtype, torch.device(device)) else "fp32"
 
 
 def autocast_for(dtype: str, device) -> contextlib.AbstractContextManager | None:

@@ -299,7 +299,7 @@ def _eos_token(tokenizer) -> str | None:
     return next((t for t in EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
 
 
-def check_out_dir(out_dir: str | Path, force: bool = False) -> list[str]:
+def check_export_dir(out_dir: str | Path, force: bool = False) -> list[str]:
     """The entries already in `out_dir` (sorted). A file, a path under a file, or a non-empty folder without
     `force` is refused in one line naming what is there."""
     out = Path(out_dir).expanduser()
@@ -347,7 +347,7 @@ def export_hf(path: str | Path, out_dir: str | Path, force: bool = False) -> tup
     from ablate.eval.load import load_model, read_run_config
 
     check_exportable(read_run_config(path).model)  # refuse before loading weights or importing transformers
-    present = check_out_dir(out_dir, force)
+    present = check_export_dir(out_dir, force)
     loaded = load_model(path)
     out, run_dir = Path(out_dir).expanduser().resolve(), loaded.run_dir.resolve()
     if out == run_dir or out.is_relative_to(run_dir / rundir.CHECKPOINTS):  # --force would write over the run

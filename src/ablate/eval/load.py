@@ -58,9 +58,10 @@ def _locate(path: Path) -> tuple[Path, list[Path], bool]:
     )
 
 
-def _newest_intact(path: str | Path, use: Callable[..., T]) -> T:
+def _use_newest_loadable(path: str | Path, use: Callable[..., T]) -> T:
     """use(run folder, checkpoint, its meta.json, its DCP metadata) on the newest checkpoint of `path` that is
-    intact and loads. A named checkpoint must be; a run folder's damaged ones are skipped with a warning."""
+    intact and loads. A named checkpoint must be; a run folder's damaged ones are skipped with a warning, never set
+    aside (training's checkpoint.restore_newest_intact does that)."""
     run_dir, candidates, named = _locate(Path(path))
     damaged = []
     for ckpt in candidates:
@@ -81,7 +82,7 @@ def _newest_intact(path: str | Path, use: Callable[..., T]) -> T:
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
     """(run folder, checkpoint folder) from a run folder (its newest intact checkpoint) or a checkpoints/step_N."""
-    return _newest_intact(path, lambda run_dir, ckpt, *_: (run_dir, ckpt))
+    return _use_newest_loadable(path, lambda run_dir, ckpt, *_: (run_dir, ckpt))
 
 
 def read_run_config(path: str | Path) -> RunConfig:
@@ -96,7 +97,7 @@ def _config_of(run_dir: Path) -> RunConfig:
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """The model of a run folder's newest intact checkpoint, or of a named checkpoints/step_N."""
-    return _newest_intact(path, lambda *found: _load(*found, device=device))
+    return _use_newest_loadable(path, lambda *found: _load(*found, device=device))
 
 
 def _load(run_dir: Path, ckpt: Path, meta: dict, metadata, device: str | torch.device) -> LoadedModel:

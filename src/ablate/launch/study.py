@@ -20,10 +20,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ablate import rundir
-from ablate.data.batch_schedule import run_plan
+from ablate.data.batch_schedule import batch_schedule
 from ablate.config import ConfigError, RunConfig
 from ablate.setup.overrides import parse_set_args
-from ablate.cli.status import contrast_line
+from ablate.report.render_sequential import contrast_line
 
 FIRST_SEEDS = [0, 1, 2]  # round 1 when the file names no seeds: three paired seeds, so an interval exists
 STUDY_FLAGS = ("max_seeds", "budget", "margin", "alpha", "new_study")  # refused without --until-decided
@@ -48,7 +48,7 @@ def study_rule(args, file_rule):
 
 def run_tokens(run: RunConfig) -> int:
     """The tokens a run trains (a branch: only its own steps)."""
-    return sum(run_plan(run)) * run.data.seq_len
+    return sum(batch_schedule(run)) * run.data.seq_len
 
 
 def _has_results(folder: Path) -> bool:
@@ -166,10 +166,10 @@ def next_seeds(study: dict, rule, contrasts: list) -> tuple[dict[str, list[int]]
 
 def _round_runs(args, plan: dict[str, list[int]]) -> list[RunConfig]:
     """The runs of a round, from the experiment file loaded again (it has no side effects)."""
-    from ablate.setup.experiment import load_experiment
+    from ablate.setup.experiment import load_checked
 
     every_seed = sorted({s for seeds in plan.values() for s in seeds})
-    runs = load_experiment(args.file, only=args.only, seeds=every_seed, overrides=parse_set_args(args.set))
+    runs = load_checked(args.file, only=args.only, seeds=every_seed, overrides=parse_set_args(args.set))
     return [r for r in runs if r.train.seed in plan.get(r.name, [])]
 
 
@@ -231,9 +231,9 @@ def run_study(args, train_round: Callable[[list[RunConfig]], int]) -> int:
 
 
 def _variant_names(args, seeds: list[int]) -> list[str]:
-    from ablate.setup.experiment import load_experiment
+    from ablate.setup.experiment import load_checked
 
-    runs = load_experiment(args.file, only=args.only, seeds=seeds[:1], overrides=parse_set_args(args.set))
+    runs = load_checked(args.file, only=args.only, seeds=seeds[:1], overrides=parse_set_args(args.set))
     return list(dict.fromkeys(r.name for r in runs))
 
 

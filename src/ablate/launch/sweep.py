@@ -8,8 +8,8 @@ cores / N torch threads, so N runs on one CPU neither fight over cores nor chang
 An experiment file's own `callbacks` reach every run: a worker is given the file's path and loads them itself
 (ablate.setup.experiment.experiment_callbacks), as each SLURM task does.
 
-    python -m ablate.launch.sweep --serve THREADS                                 # a slot's worker: runs from stdin
-    python -m ablate.launch.sweep RUN_JSON OUT_ROOT [THREADS [EXPERIMENT_FILE]]   # one run (each process of a torchrun group)
+    python -m ablate.launch.sweep --serve THREADS                                # a slot's worker: runs from stdin
+    python -m ablate.launch.sweep RUN_JSON OUT_ROOT [THREADS [EXPERIMENT_FILE]]  # one run (a torchrun group's process)
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ RESULT_ENV = "ABLATE_RESULT"  # a worker writes its final state there, so the pa
 # K runs sharing a GPU: each worker caps its CUDA allocator at 1/K of the GPU (set by the parent, applied at start)
 
 
-def label(run: RunConfig) -> str:
+def run_label(run: RunConfig) -> str:
     return f"{run.name} seed{run.train.seed}"
 
 
 def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> tuple[str, str]:
     """Train one run (with the user's `callbacks` beside the standard ones); return (state, one-line message). A
     run's own failure never raises (Ctrl-C does)."""
-    from ablate.training.run import finished_note, train
+    from ablate.training.run import train
 
     run_dir = run_dir_for(out_root, run)
     before = _summary_text(run_dir)
@@ -55,10 +55,20 @@ def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> t
         return "failed", str(exc)
     except Exception as exc:  # the traceback is in the run folder's error.txt
         return "failed", f"{type(exc).__name__}: {exc} (traceback: {run_dir_for(out_root, run) / rundir.ERROR})"
-    losses = f"final_loss {summary['final_loss']:.4f}  final_val_loss {summary['final_val_loss']:.4f}"
     if before is not None and before == json.dumps(summary, sort_keys=True):  # finished before this command
-        return "finished", f"{losses}; {finished_note(run, run_dir, summary)}"
-    return "finished", f"{losses}  {summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s"
+        return "finished", finished_message(run, run_dir, summary)
+    return "finished", f"{_losses(summary)}  {summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s"
+
+
+def _losses(summary: dict) -> str:
+    return f"final_loss {summary['final_loss']:.4f}  final_val_loss {summary['final_val_loss']:.4f}"
+
+
+def finished_message(run: RunConfig, run_dir: Path, summary: dict) -> str:
+    """What a sweep says of a run found finished before it: its losses, and that it is not trained again."""
+    from ablate.training.run import finished_note
+
+    return f"{_losses(summary)}; {finished_note(run, run_dir, summary)}"
 
 
 def file_callbacks(path: str | Path, runs: list[RunConfig]) -> list:
@@ -110,7 +120,7 @@ def run_one(
     finally:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
-        print(f"{state} {label(run)}: {message}", flush=True)
+        print(f"{state} {run_label(run)}: {message}", flush=True)
         if os.environ.get(RESULT_ENV):  # atomic: the parent polls for it
             rundir.write_json_atomic(os.environ[RESULT_ENV], {"state": state, "message": message})
     return state
@@ -351,13 +361,16 @@ def _measure_cpu_peaks(runs: list[RunConfig], threads: int) -> None:
     before: N workers measuring at once would each see a share of the machine, and the low figure would be kept."""
     import torch
 
+    from ablate.setup.auto import uses_bf16
     from ablate.training.parallel import peak_flops_for
 
-    dtypes = {torch.bfloat16 if r.train.dtype == "bf16" else torch.float32 for r in runs if not r.train.peak_flops}
+    cpu = torch.device("cpu")
+    measured = [r for r in runs if not r.train.peak_flops]
+    dtypes = {torch.bfloat16 if uses_bf16(r.train.dtype, cpu) else torch.float32 for r in measured}
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # part of the peak's key
     try:
-        for dtype in dtypes:  # the trainer's compute dtype on CPU: bf16 only for train.dtype='bf16'
+        for dtype in dtypes:  # the trainer's compute dtype on CPU (ablate.setup.auto's rule)
             peak_flops_for(torch.device("cpu"), dtype)
     finally:
         torch.set_num_threads(before)

@@ -33,7 +33,7 @@ from ablate.report.runs import (
     load_runs,
     task_infos,
 )
-from ablate.cli.status import natural_key
+from ablate.text import natural_key
 
 
 @dataclass

@@ -219,8 +219,8 @@ def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | N
     second["metrics"] = [[s["task"], s["metric"]] for s in others]
     second["carried_forward"] = carried and alpha2 > opts.alpha - alpha1
     pairs = max((len(s["pairwise"]) for s in series), default=0)
-    names = ", ".join(label(s) for s in decisions)
-    prim = ", ".join(label(s) for s in primary) or "none"
+    names = ", ".join(metric_label(s) for s in decisions)
+    prim = ", ".join(metric_label(s) for s in primary) or "none"
     carried_text = " (the primary family rejected every pair it tested: its alpha carried forward)"
     text = f"{where}: primary metric {prim}, {first['comparisons']} pair(s), Benjamini-Hochberg at {alpha1:g}"
     if others:
@@ -250,7 +250,7 @@ def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | N
     }
 
 
-def label(s: dict) -> str:
+def metric_label(s: dict) -> str:
     """A decision metric's short name: the task without ":cf", plus the metric when it is not the primary."""
     name = s["task"][:-3] if s["task"].endswith(":cf") else s["task"]
     if s["task"] == VAL_TASK:
@@ -307,7 +307,7 @@ def decide_series(s: dict, opts) -> dict | None:
     beaten = [o for o in rest if vs[o]["significant"] and vs[o]["better"] == leader]
     level = [o for o in rest if o not in beaten]
     seeds = min(len(s["final"][v]["seeds"]) for v in variants)
-    name, close = label(s), vs[runner]
+    name, close = metric_label(s), vs[runner]
     out = {
         "task": s["task"],
         "metric": s["metric"],
@@ -404,7 +404,9 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     tail = f" ({len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)})" if excluded else ""
     if overview.get("diverged"):
         tail += f" ({len(overview['diverged'])} diverged, listed apart: {', '.join(overview['diverged'])})"
-    short = {t["task"]: label({"task": t["task"], "metric": "", "primary": True}) for t in recommendation["rejected"]}
+    short = {
+        t["task"]: metric_label({"task": t["task"], "metric": "", "primary": True}) for t in recommendation["rejected"]
+    }
     primary = {(opts.primary or VAL_TASK).partition("/")[0], VAL_TASK}  # decided whatever its criteria
     no_signal = [
         short[r["task"]] for r in recommendation["rejected"] if r["status"] == "no_signal" and r["task"] not in primary

@@ -20,7 +20,7 @@ def _group_title(group: dict, groups: list[dict]) -> str:
     return "" if len(groups) == 1 and group["scale"] is None else f" (scale {group['scale']})"
 
 
-def _overview(report: dict) -> Section:
+def _overview_section(report: dict) -> Section:
     o = report["overview"]
     finished = sum(r["status"] == "finished" for r in o["runs"])
     sec = Section(
@@ -144,7 +144,7 @@ _PAIR_COLUMNS = [
 ]
 
 
-def _final_scores(group: dict, suffix: str, report: dict) -> Section:
+def _final_scores_section(group: dict, suffix: str, report: dict) -> Section:
     o, inference = report["options"], report["inference"]
     decisions = {tuple(k) for k in inference["metrics"]} if group is report["groups"][-1] else set()
     sec = Section(
@@ -295,7 +295,7 @@ def _verdict(s: dict) -> str:
     return "; ".join(parts + [f"{k} not computable" for k, ok in q["criteria"].items() if ok is None])
 
 
-def _quality(group: dict, suffix: str, report: dict) -> Section:
+def _quality_section(group: dict, suffix: str, report: dict) -> Section:
     o = report["options"]
     sec = Section(
         f"Task quality{suffix}",
@@ -482,7 +482,7 @@ def sections(report: dict, with_images: bool) -> list[Section]:
             ],
         ),
         *([adaptive] if adaptive else []),
-        _overview(report),
+        _overview_section(report),
     ]
     floor = _subject_floor(report)
     if floor:
@@ -490,9 +490,9 @@ def sections(report: dict, with_images: bool) -> list[Section]:
     for group in reversed(groups):  # largest scale first
         suffix = _group_title(group, groups)
         out += [
-            _final_scores(group, suffix, report),
+            _final_scores_section(group, suffix, report),
             _curves(group, suffix, with_images),
-            _quality(group, suffix, report),
+            _quality_section(group, suffix, report),
         ]
     trust = across.section(report)
     if trust:

@@ -4,6 +4,8 @@ and a flag where its rule changed after results were seen."""
 
 from __future__ import annotations
 
+import math
+
 from ablate.report.fmt import Section, fmt, fmt_seconds
 
 _DECISION = {"equivalent": "equivalent", "open": "open"}
@@ -83,3 +85,24 @@ def section(report: dict) -> Section | None:
     header = ["metric", "contrast", "decision", "paired seeds", "decided at", "a - b", "anytime interval", "margin"]
     sec.tables.append(("Contrasts (a - b on the metric's scale)", [*header, "note"], rows))
     return sec
+
+
+def _margin(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, "g")
+
+
+def _end(value, unbounded: str) -> str:
+    return unbounded if value is None else f"{value:+.4g}"
+
+
+def contrast_line(c: dict) -> str:
+    """One contrast of a study (a Contrast's to_dict()): open or decided, seeds, the interval of a - b."""
+    verdict = {
+        "a": f"decided: {c['a']} better",
+        "b": f"decided: {c['b']} better",
+        "equivalent": f"decided: equivalent within +-{_margin(c.get('margin'))}",
+    }.get(c["decision"], "open")
+    interval = c.get("interval")  # an end not bounded yet is null
+    shown = f"[{_end(interval[0], '-inf')}, {_end(interval[1], '+inf')}]" if interval else "none yet"
+    note = f"; {c['note']}" if c.get("note") else ""
+    return f"{c['metric']}  {c['a']} vs {c['b']}: {verdict}  ({c['seeds']} seeds, interval of a-b {shown}{note})"

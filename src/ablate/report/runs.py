@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate import rundir
-from ablate.cli.status import natural_key
+from ablate.text import natural_key
 
 VAL_TASK = "val_loss"
 # A metric whose name holds one of these parts ("gold_bpb", "loss", "bits_per_byte") is lower-is-better; every other

@@ -317,7 +317,7 @@ def study_contrasts(runs_dir, rule: DecisionRule, variants: list[str] | None = N
     finished runs are paired; others are counted in each contrast's note. Bonferroni over the K contrasts: each
     sequence at rule.alpha / K. runs: runs already loaded from runs_dir (the report passes its own)."""
     from ablate.report.runs import direction, load_runs, task_infos
-    from ablate.cli.status import natural_key
+    from ablate.text import natural_key
 
     if runs is None:
         runs, _ = load_runs(runs_dir)

@@ -15,7 +15,7 @@ import os
 
 from ablate.report.fmt import fmt
 from ablate.report.runs import VAL_TASK, Run, TaskInfo
-from ablate.cli.status import natural_key
+from ablate.text import natural_key
 
 BPB = "bpb"
 TRAINING_TEXT_FIELDS = ("source", "val_source", "val_fraction", "max_documents", "text_field")  # what a BPE learns on
@@ -26,7 +26,7 @@ def _figures(run: Run) -> dict:
     return figures if isinstance(figures, dict) else {}
 
 
-def label(run: Run) -> str:
+def tokenizer_label(run: Run) -> str:
     """bpe:8192, or the tokenizer file's name."""
     data, model = run.config.get("data", {}), run.config.get("model", {})
     given = data.get("tokenizer", "bpe")
@@ -38,7 +38,7 @@ def _from_config(run: Run) -> str:
     if data.get("tokenizer", "bpe") != "bpe":
         return str(data.get("tokenizer"))
     trained_on = {k: data.get(k) for k in TRAINING_TEXT_FIELDS}
-    return json.dumps([label(run), trained_on], sort_keys=True, default=str)
+    return json.dumps([tokenizer_label(run), trained_on], sort_keys=True, default=str)
 
 
 def identities(runs: list[Run]) -> dict[str, str]:
@@ -52,7 +52,7 @@ def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> dict:
     """When the finished runs use several tokenizers, validation is compared in bits per byte: the val task's one
     metric becomes "bpb" (left out when some run logged none). Returns report.json's "tokenizers"."""
     ids = identities(runs)
-    kinds = sorted({label(r) for r in runs if r.label in ids}, key=natural_key)
+    kinds = sorted({tokenizer_label(r) for r in runs if r.label in ids}, key=natural_key)
     out = {"differ": len(set(ids.values())) > 1, "tokenizers": kinds, "compared_by": "loss", "text": ""}
     if not out["differ"] or VAL_TASK not in tasks:
         return out
@@ -82,7 +82,7 @@ def overview_fields(run: Run) -> dict:
     """What the runs table shows of a run's tokenizer, beside its losses."""
     summary, figures = run.summary or {}, _figures(run)
     return {
-        "tokenizer": label(run),
+        "tokenizer": tokenizer_label(run),
         "final_val_bpb": summary.get("final_val_bpb"),
         "fertility": figures.get("fertility"),
         "bytes_per_token": figures.get("bytes_per_token"),

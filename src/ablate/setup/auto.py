@@ -1,5 +1,5 @@
 """Every "auto" of a run decided in one place: the device, the compute dtype, the kernels, compile, and the eval
-device. Training (ablate.training.trainer), `ablate plan`, `ablate eval` and sweeps all ask here, so what a plan shows is
+device. Training (training.trainer), `ablate plan`, `ablate eval` and sweeps all ask here, so what a plan shows is
 what a run does.
 
     device    "auto": the GPU where CUDA is visible, else the CPU
@@ -22,11 +22,18 @@ from ablate.kernels import resolved as resolved_kernels
 def device(choice: str) -> torch.device:
     """train.device (or `ablate eval --device`) as a torch device; ConfigError for 'cuda' where no GPU is visible
     (checked before any compute, where experiments load, by checks.check_this_machine)."""
-    if choice == "auto":
-        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    choice = device_type(choice)
     if choice == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: 'cuda' but no CUDA device is visible here; allowed here: 'auto', 'cpu'")
     return torch.device(choice)
+
+
+def device_type(choice: str) -> str:
+    """train.device's type as device() resolves it, without requiring it here: 'cuda' stays 'cuda' where no GPU is
+    visible (`ablate plan` plans a GPU run on a CPU machine)."""
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice
 
 
 def uses_bf16(dtype: str, on: torch.device) -> bool:

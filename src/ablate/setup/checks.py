@@ -1,21 +1,68 @@
-"""What a run asks, checked before any compute: the names config.py cannot check (optim.name against the
-optimizer registry, eval.tasks and eval.metrics against the task suite) and what the machine must have (a GPU for
-train.device='cuda', float8 matmuls for train.float8, every step's batch a multiple of the world size).
+"""A run checked once, before any compute: `check_run` turns a RunConfig into a CheckedRun (the config validated,
+its names known, its data files readable, what it asks of this machine present, and its device, dtype and batch
+schedule resolved) that experiment loading makes, sweeps carry and train() takes as it is.
 
-Experiment loading calls these where a file loads; train() calls them again where a run starts (the real world
-size). Nothing here trains: experiment loading imports this module and no training module.
+The checks config.py cannot make alone: optim.name against the optimizer registry, eval.tasks and eval.metrics
+against the task suite, a GPU for train.device='cuda', float8 matmuls for train.float8, every step's batch a
+multiple of the world size. Nothing here trains: experiment loading imports this module and no training module.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 
 import torch
 
 from ablate.setup.auto import device as resolve_device
-from ablate.data.batch_schedule import check_plan, run_plan
-from ablate.config import ConfigError, RunConfig
+from ablate.setup.auto import uses_bf16
+from ablate.data.batch_schedule import check_plan, batch_schedule
+from ablate.config import ConfigError, RunConfig, validate
+from ablate.data.prepare import check_data_config
 from ablate.optim.registry import check_optimizer_name
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """A RunConfig checked for a world of `world` ranks, with what its "auto" fields and batch schedule resolve to.
+    Its config's fields read through (`checked.name`, `checked.train.seed`), so it goes wherever a run goes."""
+
+    config: RunConfig
+    world: int
+    device: torch.device  # train.device resolved (ablate.setup.auto)
+    bf16: bool  # train.dtype resolved: bf16 mixed precision, or fp32 throughout
+    batch_schedule: tuple[int, ...]  # the global batch of every step (0 before a branch's start)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "config":  # pickling looks these up before `config` is set
+            raise AttributeError(name)
+        return getattr(self.config, name)
+
+    def with_config(self, run: RunConfig) -> CheckedRun:
+        """The same checks standing for `run`, which differs from config only in fields checked alike (its seed)."""
+        return replace(self, config=run)
+
+
+def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked: bool = False) -> CheckedRun:
+    """`run` checked once for a world of `world` ranks (torchrun's WORLD_SIZE, 1 without it, when None); a
+    CheckedRun for that world is returned as it is. `prechecked`: validated and its data config checked already
+    (experiment loading does both once per variant, not once per seed). Raises ConfigError naming the field and
+    its allowed values."""
+    world = world or int(os.environ.get("WORLD_SIZE", 1))
+    if isinstance(run, CheckedRun):
+        if run.world == world:
+            return run
+        run = run.config
+    if not prechecked:
+        validate(run)
+        check_data_config(run.data, run.model.vocab_size)
+    check_registered_names(run)
+    device = resolve_device(run.train.device)
+    if run.train.float8:
+        check_float8(device)
+    schedule = batch_schedule(run)
+    check_plan(schedule, world, run.train)
+    return CheckedRun(run, world, device, uses_bf16(run.train.dtype, device), tuple(schedule))
 
 
 def check_registered_names(run: RunConfig) -> RunConfig:
@@ -30,18 +77,6 @@ def check_registered_names(run: RunConfig) -> RunConfig:
             parse_metrics(run.eval.metrics, "eval.metrics")
         except ValueError as error:
             raise ConfigError(str(error)) from None
-    return run
-
-
-def check_this_machine(run: RunConfig, world: int | None = None) -> RunConfig:
-    """What a run asks of the machine it starts on, checked before any compute: where experiments load (the world
-    size from torchrun's WORLD_SIZE, 1 without it) and again where training starts (the real world). A visible GPU
-    for train.device='cuda', float8 matmuls for train.float8, and every step's batch a multiple of the world size.
-    ConfigError otherwise."""
-    device = resolve_device(run.train.device)
-    if run.train.float8:
-        check_float8(device)
-    check_plan(run_plan(run), world or int(os.environ.get("WORLD_SIZE", 1)), run.train)
     return run
 
 

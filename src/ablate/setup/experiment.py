@@ -18,7 +18,7 @@ import unicodedata
 from pathlib import Path
 from collections.abc import Sequence
 
-from ablate.setup.checks import check_registered_names, check_this_machine
+from ablate.setup.checks import CheckedRun, check_run
 from ablate.config import SECTIONS, ConfigError, ExperimentError, RunConfig, validate
 from ablate.data.prepare import check_data_config
 from ablate.setup.overrides import apply_overrides
@@ -72,13 +72,21 @@ def _explain(path: Path, exc: Exception) -> ExperimentError:
     return ExperimentError(f"{_line_in(path, exc)}: {type(exc).__name__}: {exc}")  # ConfigError, NameError, ...
 
 
+# An experiment file executes once per process: its runs, seeds, decision rule and callbacks are all read from the
+# one namespace. Keyed by the file's bytes, so a file changed since (a study's next round) is executed again.
+_EXECUTED: dict[tuple[str, bytes], dict] = {}
+
+
 def _run_file(path: Path) -> dict:
     if not path.is_file():
         raise ExperimentError(f"{path}: no such experiment file")
-    try:
-        return runpy.run_path(str(path), run_name=f"ablate_experiment_{path.stem}")
-    except Exception as exc:
-        raise _explain(path, exc) from None
+    key = (str(path.resolve()), path.read_bytes())
+    if key not in _EXECUTED:
+        try:
+            _EXECUTED[key] = runpy.run_path(str(path), run_name=f"ablate_experiment_{path.stem}")
+        except Exception as exc:
+            raise _explain(path, exc) from None
+    return _EXECUTED[key]
 
 
 def _runs_of(path: Path, namespace: dict) -> list[RunConfig]:
@@ -216,7 +224,7 @@ def experiment_study(path: str | Path) -> tuple[object | None, list[int] | None]
     return _decision_of(path, namespace), _seeds_of(path, namespace, None)
 
 
-def check_out_dir(path: str | Path) -> Path:
+def check_runs_root(path: str | Path) -> Path:
     """--out must be a folder or not exist yet (it is created), and not under a file."""
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
@@ -233,8 +241,20 @@ def load_experiment(
     seeds: list[int] | None = None,
     overrides: dict[str, str] | None = None,
 ) -> list[RunConfig]:
-    """The runs of an experiment file, one per variant x seed, with CLI overrides applied and every run checked
-    (including that its data files exist and start readable). `only` is --only as typed (a string, or a list of
+    """The runs of an experiment file as RunConfigs, checked as load_checked checks them (for code that changes
+    them further: train() checks what it is given unchecked)."""
+    return [checked.config for checked in load_checked(path, only, seeds, overrides)]
+
+
+def load_checked(
+    path: str | Path,
+    only: str | Sequence[str] | None = None,
+    seeds: list[int] | None = None,
+    overrides: dict[str, str] | None = None,
+) -> list[CheckedRun]:
+    """The runs of an experiment file, one per variant x seed, with CLI overrides applied, each checked once
+    (ablate.setup.checks.check_run: its data files exist and start readable, its names are known, this machine
+    has what it asks). `only` is --only as typed (a string, or a list of
     them for a repeated flag): names or globs, comma-separated. Raises ExperimentError."""
     path = Path(path)
     namespace = _run_file(path)
@@ -263,19 +283,20 @@ def load_experiment(
                     picked.add((seeded.name, seed))
         except ConfigError as exc:
             raise ExperimentError(f"{path}: variant {run.name!r}: {exc}") from None
-    chosen_runs = [r for r in resolve_branches(resolved, str(path)) if (r.name, r.train.seed) in picked]
-    for run in chosen_runs:  # once per run that will train, before any compute
-        try:
-            check_registered_names(run)  # optim.name and eval.tasks, which config cannot check
-            check_this_machine(run)  # train.device, train.float8, the world size (torchrun's WORLD_SIZE)
+    checked = []
+    for run in resolve_branches(resolved, str(path)):  # once per run that will train, before any compute
+        if (run.name, run.train.seed) not in picked:
+            continue
+        try:  # optim.name and eval.tasks, which config cannot check; the device, float8 and the world size
+            checked.append(check_run(run, prechecked=True))
         except ConfigError as exc:
             raise ExperimentError(f"{path}: variant {run.name!r}: {exc}") from None
-    return chosen_runs
+    return checked
 
 
 def experiment_callbacks(path: str | Path) -> list:
-    """The file's module-level `callbacks`: Callback instances (ablate.training.callbacks.base) that every run of the file adds to
-    its standard ones; [] when the file defines none. Raises ExperimentError naming the file and the field."""
+    """The file's module-level `callbacks`: Callback instances (ablate.training.callbacks) that every run of the file
+    adds to its standard ones; [] when the file defines none. Raises ExperimentError naming the file and the field."""
     from types import ModuleType
 
     path = Path(path)
@@ -286,15 +307,15 @@ def experiment_callbacks(path: str | Path) -> list:
     where = f"{_defined_at(path, 'callbacks')}: callbacks"
     if not isinstance(found, (list, tuple)):
         raise ExperimentError(
-            f"{where} is a {type(found).__name__}; allowed: a list of ablate.training.callbacks.base.Callback instances"
+            f"{where} is a {type(found).__name__}; allowed: a list of ablate.training.callbacks.Callback instances"
         )
     # looked up, not imported: loading an experiment stays clear of torch, and a file that made a Callback has
-    # imported ablate.training.callbacks.base itself
-    base = getattr(sys.modules.get("ablate.training.callbacks.base"), "Callback", None)
+    # imported ablate.training.callbacks itself
+    base = getattr(sys.modules.get("ablate.training.callbacks"), "Callback", None)
     for i, entry in enumerate(found):
         if base is None or not isinstance(entry, base):
             raise ExperimentError(
                 f"{where}[{i}] is a {type(entry).__name__}; allowed: instances of a subclass of "
-                f"ablate.training.callbacks.base.Callback"
+                f"ablate.training.callbacks.Callback"
             )
     return list(found)

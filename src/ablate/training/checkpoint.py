@@ -370,12 +370,9 @@ def load_checkpoint(path: Path, model, optimizer, d: Dist) -> dict:
     return meta
 
 
-def set_aside(ckpt: Path, reason: str) -> Path:
+def set_aside_checkpoint(ckpt: Path, reason: str) -> Path:
     """Rename a damaged checkpoint to damaged_step_N (which step_* globs skip), with REASON.txt inside."""
-    target, n = ckpt.with_name(rundir.damaged_dir_name(ckpt.name)), 1
-    while target.exists():
-        target, n = ckpt.with_name(rundir.damaged_dir_name(ckpt.name, n)), n + 1
-    ckpt.rename(target)
+    target = rundir.set_aside(ckpt, rundir.damaged_dir_name)
     (target / rundir.CKPT_REASON).write_text(f"{ckpt}: {reason}\n")
     return target
 
@@ -386,7 +383,7 @@ def _newest_intact(ckpt_root: Path, aside: list) -> Path | None:
         reason = check_checkpoint(ckpt)
         if reason is None:
             return ckpt
-        aside.append((ckpt, reason, set_aside(ckpt, reason)))
+        aside.append((ckpt, reason, set_aside_checkpoint(ckpt, reason)))
     return None
 
 
@@ -400,7 +397,7 @@ def restore_newest_intact(ckpt_root: Path, restore: Callable[[Path], object], d:
         if d.is_main:
             try:
                 if failed:
-                    aside.append((*failed, set_aside(*failed)))
+                    aside.append((*failed, set_aside_checkpoint(*failed)))
                 decision = _newest_intact(ckpt_root, aside), aside
             except (CheckpointError, OSError) as exc:  # a crafted file: every rank stops, none waits for rank 0
                 decision = exc, aside

@@ -1,4 +1,4 @@
-"""The life of a run around its Trainer (ablate.training.trainer): its folder, lock and identity, a branch's wait for its
+"""The life of a run around its Trainer (training/trainer.py): its folder, lock and identity, a branch's wait for its
 parent, the record of a failure, and `train()`.
 
 runs/<experiment>/<variant>/seed<k>/ holds config.json, metrics.jsonl, tb/, checkpoints/step_N/ and, once
@@ -19,17 +19,17 @@ from collections.abc import Sequence
 import torch
 
 from ablate import rundir
-from ablate.data.batch_schedule import largest_pass, run_plan
-from ablate.training.callbacks.base import Callback, reset_peak_memory
-from ablate.setup.checks import check_registered_names, check_this_machine
+from ablate.data.batch_schedule import largest_pass
+from ablate.training.callbacks import Callback
+from ablate.training.callbacks.metrics import reset_peak_memory
+from ablate.setup.checks import CheckedRun, check_run
 from ablate.config import ConfigError, RunConfig
-from ablate.data.prepare import check_data_config
 from ablate.training.parallel import free_memory, init_distributed
 from ablate.rundir import run_dir_for
 from ablate.training.trainer import Trainer, run_callbacks
 
 
-def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+def _open_run_folder(run: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
     """On rank 0: take the run's lock and decide what to do with its folder. Returns ("train", None), or
     ("finished", summary), ("locked" | "diverged" | "refused", message)."""
     if not lock.acquire():
@@ -59,7 +59,7 @@ def _open_run_folder(run: RunConfig, run_dir: Path, world: int, lock: rundir.Run
         refusal = _wait_for_parent(run, run_dir)
         if refusal:
             return "refused", refusal
-    plan = run_plan(run)
+    plan = run.batch_schedule
     steps = len(plan)  # what max_steps was before batch schedules
     rundir.write_json_atomic(
         config_path,
@@ -109,7 +109,7 @@ def _wait_for_parent(run: RunConfig, run_dir: Path, poll_seconds: float = 2.0, s
     return ""
 
 
-def _decide(run: RunConfig, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+def _decide(run: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
     try:  # every rank must hear rank 0's verdict, even when a file cannot be read
         return _open_run_folder(run, run_dir, world, lock)
     except rundir.RunFolderError as exc:
@@ -172,18 +172,20 @@ def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) 
     )
 
 
-def train(run: RunConfig, out_root: str | Path = "runs", callbacks: Sequence[Callback] = ()) -> dict:
+def train(run: RunConfig | CheckedRun, out_root: str | Path = "runs", callbacks: Sequence[Callback] = ()) -> dict:
     """Train one run (resuming if its folder has a checkpoint); return its summary. `callbacks`: your own
-    (ablate.training.callbacks.base.Callback), added to the standard ones (all run by `order`), a fresh copy for each run. Rank 0
-    holds the run's lock and writes the files. Raises RunLocked when another live process trains the run,
+    (ablate.training.callbacks.Callback), added to the standard ones (all run by `order`), a fresh copy for each
+    run. Rank 0 holds the run's lock and writes the files. Raises RunLocked when another live process trains the run,
     RunDiverged when it diverged (now or on an earlier attempt); any other failure is recorded in status.json and
     error.txt, then raised."""
-    check_registered_names(run)  # before a run folder or any data exists
-    check_data_config(run.data, run.model.vocab_size)
-    every_callback = run_callbacks(run, callbacks)  # a name clash or a non-callback is refused here too
-    d = init_distributed(run.train.device)
-    check_this_machine(run, d.world)
     run_dir = run_dir_for(out_root, run)
+    summary = rundir.finished_summary(run_dir, run.identity())
+    if summary is not None:  # before any check, data or lock: a finished run's folder is only read
+        return summary
+    run = check_run(run)  # as it is when loading checked it (ablate.setup.checks); before any folder or data
+    every_callback = run_callbacks(run.config, callbacks)  # a name clash or a non-callback is refused here too
+    d = init_distributed(run.train.device)
+    run = check_run(run, d.world)  # the world torchrun started agrees with WORLD_SIZE: the same check
     lock = rundir.RunLock(run_dir)
     trainer = None
     try:

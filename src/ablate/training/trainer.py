@@ -1,4 +1,4 @@
-"""The Trainer: one run's model, optimizer and data, its step, and the callbacks (ablate.training.callbacks.base) around it.
+"""The Trainer: one run's model, optimizer and data, its step, and the callbacks (ablate.training.callbacks) around it.
 
 Top to bottom: the run's callbacks; building the model, optimizer and data; what callbacks may call (log, say);
 the step, and acting on the callbacks' verdicts; checkpoint state (resume_state, restore, roll_back); the loop
@@ -23,22 +23,17 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from ablate import rundir
 
 from ablate.setup import auto
+from ablate.setup.checks import CheckedRun, check_run
 
 from ablate.training import checkpoint
-from ablate.data.batch_schedule import check_plan, largest_pass, lr_batch_scale, rank_micro_batches, run_plan
-from ablate.training.callbacks.base import (
-    TAKE,
-    Callback,
-    Checkpointer,
-    ExpertBalance,
-    MetricsChannel,
-    NonFiniteGuard,
-    TrainMetrics,
-    Validation,
-    Verdict,
-    peak_memory_bytes,
-)
-from ablate.config import ConfigError, RunConfig, validate
+from ablate.data.batch_schedule import largest_pass, lr_batch_scale, rank_micro_batches
+from ablate.training.callbacks import TAKE, Callback, Verdict
+from ablate.training.callbacks.checkpointing import Checkpointer
+from ablate.training.callbacks.experts import ExpertBalance
+from ablate.training.callbacks.metrics import MetricsChannel, TrainMetrics, peak_memory_bytes
+from ablate.training.callbacks.nonfinite import NonFiniteGuard
+from ablate.training.callbacks.validation import Validation
+from ablate.config import ConfigError, RunConfig
 from ablate.data.prepare import prepare_data
 from ablate.cost.memory import kv_cache_bytes_per_token
 from ablate.model import Transformer
@@ -72,13 +67,13 @@ def run_callbacks(run: RunConfig, extra: Sequence[Callback] = ()) -> list[Callba
     """The standard callbacks, then a fresh copy of each of `extra` (the user's: state never passes from one run to
     the next), each named apart (a name keys its state in checkpoints). Raises ConfigError naming the culprit."""
     if not isinstance(extra, (list, tuple)):
-        raise ConfigError(f"callbacks: a {type(extra).__name__}; allowed: a list of ablate.training.callbacks.base.Callback")
+        raise ConfigError(f"callbacks: a {type(extra).__name__}; allowed: a list of ablate.training.callbacks.Callback")
     found = standard_callbacks(run)
     for i, callback in enumerate(extra):
         if not isinstance(callback, Callback):
             raise ConfigError(
                 f"callbacks[{i}]: a {type(callback).__name__}; allowed: an instance of a subclass of "
-                f"ablate.training.callbacks.base.Callback"
+                f"ablate.training.callbacks.Callback"
             )
         same = next((c for c in found if c.name == callback.name), None)
         if same is not None:
@@ -103,14 +98,15 @@ def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> floa
 
 
 class Trainer:
-    """What callbacks read of it is ablate.training.callbacks.base.TrainerView."""
+    """What callbacks read of it is ablate.training.callbacks.TrainerView."""
 
-    def __init__(self, run: RunConfig, run_dir: Path, d: Dist, callbacks: list[Callback] | None = None):
-        self.run, self.run_dir, self.dist = validate(run), run_dir, d  # names: checked by train() before this
+    def __init__(self, run: RunConfig | CheckedRun, run_dir: Path, d: Dist, callbacks: list[Callback] | None = None):
+        checked = check_run(run, d.world)  # as it is when train() (or loading) checked it for this world
+        run = self.run = checked.config
+        self.run_dir, self.dist = run_dir, d
         t = run.train
         self.run_name, self.seq_len = run.name, run.data.seq_len
-        self.batch_plan = run_plan(run)  # the global batch of every step (0 before a branch's start), known ahead
-        check_plan(self.batch_plan, d.world, t)
+        self.batch_plan = list(checked.batch_schedule)  # the global batch of every step (0 before a branch's start)
         self.max_steps = len(self.batch_plan)
         self.callbacks = sorted(callbacks if callbacks is not None else standard_callbacks(run), key=lambda c: c.order)
         self.channel = MetricsChannel(run_dir, f"[{run.name} seed{t.seed}]", d.is_main)
@@ -121,7 +117,7 @@ class Trainer:
                 f"{t.global_batch} sequences, in passes of at most {largest} (train.micro_batch={t.micro_batch} "
                 f"is the most a pass may take; config.json: rank_micro_batch)"
             )
-        use_bf16 = auto.uses_bf16(t.dtype, d.device)
+        use_bf16 = checked.bf16
         # bf16 on every device: FSDP2 keeps the fp32 parameters (the optimizer's master weights) and gathers a bf16
         # copy of them for each forward and backward; gradients are reduced into the fp32 shards. The model then
         # computes in bf16 throughout (no per-op autocast casts), its norms, RoPE and loss in fp32 inside.
@@ -143,7 +139,7 @@ class Trainer:
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
         self.step, self.tokens, self.wall_seconds_before = 0, 0, 0.0
         self.skipped_steps = 0  # updates a callback vetoed (non-finite or spiking loss)
-        self.rollbacks: list[dict] = []  # checkpoints restored mid-run (ablate.training.callbacks.stability), for summary.json
+        self.rollbacks: list[dict] = []  # checkpoints restored mid-run (spike rollbacks), for summary.json
         self.last_loss = self.last_lr = self.last_grad_norm = math.nan
         self.last_batch, self.last_step_tokens, self.last_step_seconds = 0, 0, 0.0
         self.ctrl_c = CtrlC()
@@ -255,7 +251,7 @@ class Trainer:
             if not isinstance(verdict, Verdict):
                 raise TypeError(
                     f"{callback.name}: before_update returned {verdict!r}; allowed: a "
-                    f"ablate.training.callbacks.base.Verdict (or None: take the update)"
+                    f"ablate.training.callbacks.Verdict (or None: take the update)"
                 )
             verdicts.append(verdict)
         return max(verdicts, key=lambda v: v.strength, default=TAKE)

@@ -1,5 +1,7 @@
-"""Everything around the training step, one concern per file; the protocol (`Callback`, `Verdict`, `TrainerView`)
-is in base.py and importable from here."""
+"""Everything around the training step, one concern per file: the protocol (`Callback`, `Verdict`, `TrainerView`)
+in base.py, importable from here; the standard callbacks in metrics.py, validation.py, checkpointing.py,
+nonfinite.py, experts.py, stability.py and evals.py, imported from their own modules (writing a callback needs
+none of them)."""
 
 from ablate.training.callbacks.base import TAKE, Callback, TrainerView, Verdict
 
