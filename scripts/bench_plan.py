@@ -5,7 +5,7 @@
     python scripts/bench_plan.py --measure RUN.json --steps 2 --out OUT.json   # one measurement (the test's call)
     python scripts/bench_plan.py --smoke              # a tiny case, 1 process, 2 steps: checks the script runs
 
-What is measured: the trainer itself (ablate.training.run.Trainer, no callbacks) builds the model and optimizer and runs
+What is measured: the trainer itself (training.trainer.Trainer, no callbacks) builds the model and optimizer and runs
 `--steps` steps on real data (the second step is the first with optimizer state). On GPU the peak is
 torch.cuda.max_memory_allocated. On CPU there is no such counter, so c10's CPU allocator is told to count every
 allocation and free, on every thread, and torch's profiler (profile_memory=True) records that count at each

@@ -92,3 +92,27 @@ def test_registered_names_are_checked_for_the_runs_that_train(tmp_path):
     assert [(r.name, r.branch["step"]) for r in load_experiment(path, only=["cool"])] == [("cool", 100)]
     with pytest.raises(ExperimentError, match=r"exp.py: variant 'lion': optim.name: 'lion' unknown; allowed: adamw"):
         load_experiment(path)
+
+
+def test_an_experiment_file_executes_once_per_process(tmp_path):
+    """Its runs, seeds, decision rule and callbacks come from one execution (a command asked for each in turn used
+    to execute it again each time); a changed file is executed anew."""
+    from ablate.setup.experiment import experiment_callbacks, experiment_study, load_checked
+
+    counter = tmp_path / "executions.txt"
+    body = f"""
+        from pathlib import Path
+        from ablate import RunConfig
+        _count = Path({str(counter)!r})
+        _count.write_text(_count.read_text() + "x" if _count.exists() else "x")
+        runs = [RunConfig(name="a")]
+        seeds = [0, 1]
+    """
+    path = write(tmp_path, body)
+    checked = load_checked(path)
+    assert [r.train.seed for r in checked] == [0, 1] and all(r.world == 1 for r in checked)
+    assert checked[0].batch_schedule and checked[0].config == load_experiment(path)[0]
+    assert experiment_study(path) == (None, [0, 1]) and experiment_callbacks(path) == []
+    assert counter.read_text() == "x"
+    path.write_text(path.read_text() + "\nseeds = [3]\n")
+    assert [r.train.seed for r in load_experiment(path)] == [3] and counter.read_text() == "xx"

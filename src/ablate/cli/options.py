@@ -235,3 +235,18 @@ METRICS = text("metric names, comma-separated, or all", _metrics, names=True, pa
 EVAL_FORMAT = text("cf, mcf", _format)
 SAMPLES_FILE = text("a file in an existing folder", _samples_file)
 SLURM_OPTIONS = text("KEY=VALUE,... (see README)", _slurm)
+
+
+def add_run_selection(parser, only_help: str, set_example: str) -> None:
+    """The arguments that pick an experiment file's runs, as `ablate run` and `ablate plan` both take them."""
+    parser.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
+    parser.add_argument("--only", action="append", type=ONLY, help=only_help)
+    parser.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=SET,
+        metavar="SECTION.FIELD=VALUE",
+        help=f"override a config field, e.g. --set {set_example} (repeatable)",
+    )

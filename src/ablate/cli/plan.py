@@ -3,7 +3,7 @@ that cannot fit the device memory are refused (exit 2)."""
 
 from __future__ import annotations
 
-from ablate.cli.options import DEVICE_MEMORY, ONLY, PATH, RUNS_ROOT, SEEDS, SET, WHOLE_1, one_of
+from ablate.cli.options import DEVICE_MEMORY, RUNS_ROOT, WHOLE_1, add_run_selection, one_of
 from ablate.config import ConfigError
 from ablate.setup.overrides import parse_set_args
 
@@ -14,19 +14,7 @@ def add_command(subparsers) -> None:
         help="what each run costs (parameters, FLOPs, tokens, per-rank memory, time) before "
         "any compute; refuses runs that cannot fit the device memory",
     )
-    parser.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
-    parser.add_argument(
-        "--only", action="append", type=ONLY, help="variant names or globs, comma-separated or repeated"
-    )
-    parser.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        type=SET,
-        metavar="SECTION.FIELD=VALUE",
-        help="override a config field, e.g. --set train.micro_batch=8 (repeatable)",
-    )
+    add_run_selection(parser, "variant names or globs, comma-separated or repeated", "train.micro_batch=8")
     parser.add_argument(
         "--world-size", type=WHOLE_1, default=1, metavar="N", help="ranks FSDP2 shards over (default 1)"
     )

@@ -11,14 +11,11 @@ import sys
 from pathlib import Path
 
 from ablate.cli.options import (
+    add_run_selection,
     BUDGET,
     DEVICE_MEMORY,
     MARGIN,
-    ONLY,
-    PATH,
     RUNS_ROOT,
-    SEEDS,
-    SET,
     SHARE,
     SLURM_OPTIONS,
     WHOLE_1,
@@ -31,23 +28,10 @@ from ablate.setup.overrides import parse_set_args
 
 def add_command(subparsers) -> None:
     parser = subparsers.add_parser("run", help="train every variant x seed of an experiment file")
-    parser.add_argument("file", type=PATH, help="experiment file (Python) defining `runs`")
-    parser.add_argument(
-        "--only",
-        action="append",
-        type=ONLY,
-        help="variant names or globs (e.g. 'lr=0.01*'), comma-separated or repeated",
+    add_run_selection(
+        parser, "variant names or globs (e.g. 'lr=0.01*'), comma-separated or repeated", "train.max_steps=20"
     )
-    parser.add_argument("--seeds", type=SEEDS, help="comma-separated seeds, overriding the file's `seeds`")
     parser.add_argument("--out", default="runs", type=RUNS_ROOT, help="runs root (default: runs/)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        type=SET,
-        metavar="SECTION.FIELD=VALUE",
-        help="override a config field, e.g. --set train.max_steps=20 (repeatable)",
-    )
     parser.add_argument(
         "--jobs",
         type=WHOLE_1,
