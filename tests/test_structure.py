@@ -204,6 +204,13 @@ def test_run_folder_names_are_spelled_in_rundir_alone(module):
     assert not spelled, f"{MODULES[module]}: run-folder names spelled out (line, text): {spelled}; use ablate.rundir"
 
 
+def test_the_package_is_a_few_rooms():
+    """src/ablate/ is folders by job and the few files every job shares: a newcomer meets at most 16 entries."""
+    entries = sorted(p.name for p in ROOTS["ablate"].iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 16, f"src/ablate/ holds {len(entries)} entries: {entries}; put the new one in a folder"
+    assert {"setup", "data", "training", "launch", "cost", "cli", "eval", "report"} <= set(entries)
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_modules_stay_small(module):
     lines = len(MODULES[module].read_text().splitlines())
