@@ -116,3 +116,25 @@ def test_an_experiment_file_executes_once_per_process(tmp_path):
     assert counter.read_text() == "x"
     path.write_text(path.read_text() + "\nseeds = [3]\n")
     assert [r.train.seed for r in load_experiment(path)] == [3] and counter.read_text() == "xx"
+
+
+def test_a_checked_run_is_checked_again_only_for_another_world(monkeypatch):
+    """train() takes a CheckedRun as it is for the world it was checked for; for another world (a torchrun group
+    of 3) only what depends on the world is checked again: not its data files."""
+    import ablate.setup.checks as checks
+    from ablate.config import ConfigError
+    from ablate.setup.experiment import load_checked
+
+    checked = load_checked(TINY, only=["mha"])[0]  # global_batch 8
+    assert checks.check_run(checked) is checked and checks.check_run(checked, 1) is checked
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("its data config was checked already")
+
+    monkeypatch.setattr(checks, "check_data_config", refuse)
+    on_two = checks.check_run(checked, 2)
+    assert on_two.world == 2 and on_two.config is checked.config and on_two.batch_schedule == checked.batch_schedule
+    with pytest.raises(ConfigError, match="world"):
+        checks.check_run(checked, 3)
+    with pytest.raises(AssertionError, match="checked already"):
+        checks.check_run(checked.config, 2)  # a RunConfig is checked whole

@@ -10,7 +10,7 @@ multiple of the world size. Nothing here trains: experiment loading imports this
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -38,10 +38,6 @@ class CheckedRun:
             raise AttributeError(name)
         return getattr(self.config, name)
 
-    def with_config(self, run: RunConfig) -> CheckedRun:
-        """The same checks standing for `run`, which differs from config only in fields checked alike (its seed)."""
-        return replace(self, config=run)
-
 
 def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked: bool = False) -> CheckedRun:
     """`run` checked once for a world of `world` ranks (torchrun's WORLD_SIZE, 1 without it, when None); a
@@ -52,7 +48,7 @@ def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked:
     if isinstance(run, CheckedRun):
         if run.world == world:
             return run
-        run = run.config
+        run, prechecked = run.config, True  # only the world differs: its config and data were checked
     if not prechecked:
         validate(run)
         check_data_config(run.data, run.model.vocab_size)
