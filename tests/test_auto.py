@@ -9,11 +9,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ablate import kernels
-
-from ablate.setup import auto
 from ablate.config import ConfigError, ModelConfig
-from ablate.setup.experiment import load_experiment
 from ablate.kernels import reference
+from ablate.setup import auto
+from ablate.setup.experiment import load_experiment
 from ablate.setup.overrides import apply_overrides
 from ablate.training.parallel import GPU_PEAKS, gpu_peak_flops, local_gpu_index
 from conftest import TINY

@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 from ablate import rundir
-from ablate.training.callbacks import Callback, TrainerView, Verdict
 from ablate.config import ConfigError
 from ablate.setup.experiment import load_experiment
+from ablate.training.callbacks import Callback, TrainerView, Verdict
 from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli
 

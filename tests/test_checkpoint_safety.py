@@ -9,12 +9,11 @@ import shutil
 import pytest
 import torch
 
+from ablate.eval.load import load_model
+from ablate.setup.experiment import load_experiment
 from ablate.training import checkpoint
-
 from ablate.training import parallel
 from ablate.training.checkpoint import CheckpointError, DamagedCheckpointError
-from ablate.setup.experiment import load_experiment
-from ablate.eval.load import load_model
 from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli
 

@@ -12,12 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from ablate.data import prepare as data
-
-from ablate.data import sources
 from ablate.config import ConfigError, DataConfig
-from ablate.data.prepare import check_data_config, load_documents, prepare_data
+from ablate.data import prepare as data
+from ablate.data import sources
 from ablate.data.mixture import SequenceSampler
+from ablate.data.prepare import check_data_config, load_documents, prepare_data
 from ablate.data.token_files import TokenData
 
 VOCAB = 300

@@ -9,16 +9,15 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ablate.training.callbacks import metrics
-
+from ablate.config import ModelConfig
+from ablate.model import Transformer
+from ablate.setup.experiment import load_experiment
 from ablate.training import checkpoint
+from ablate.training.callbacks import metrics
 from ablate.training.callbacks import Callback
 from ablate.training.callbacks.metrics import peak_memory_bytes, reset_peak_memory
-from ablate.config import ModelConfig
-from ablate.setup.experiment import load_experiment
-from ablate.model import Transformer
-from ablate.training.parallel import init_distributed
 from ablate.training.callbacks.stability import StabilityMonitors, parameter_groups, snapshot, squared_norms
+from ablate.training.parallel import init_distributed
 from conftest import TINY
 
 train_module = importlib.import_module("ablate.training.run")  # `from ablate import train` is the function

@@ -14,8 +14,8 @@ from ablate.config import ConfigError, ModelConfig
 from ablate.eval import engine, suite
 from ablate.eval.metrics import METRICS, METRICS_BY_KIND, ItemScores, item_metrics, predictions
 from ablate.eval.tasks import LETTERS, render, requests_for
-from ablate.setup.experiment import ExperimentError, load_experiment
 from ablate.model import Transformer
+from ablate.setup.experiment import ExperimentError, load_experiment
 from ablate.setup.overrides import apply_overrides
 from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli

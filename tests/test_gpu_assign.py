@@ -8,16 +8,12 @@ import pytest
 import torch
 
 from ablate import rundir
-
-from ablate.cost import memory
-
-from ablate.training import parallel
-
-from ablate.launch import slurm
-
-from ablate.launch import sweep
 from ablate.config import ConfigError
+from ablate.cost import memory
+from ablate.launch import slurm
+from ablate.launch import sweep
 from ablate.setup.experiment import load_experiment
+from ablate.training import parallel
 from conftest import TINY, cli_in_process
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from ablate.data import sources
 from ablate.config import ConfigError, DataConfig
-from ablate.data.prepare import check_data_config, prepare_data
+from ablate.data import sources
 from ablate.data.mixture import MixtureSampler, balanced, held_out_indices
+from ablate.data.prepare import check_data_config, prepare_data
 from test_data import VOCAB, decode_docs, make_docs, write_file
 
 

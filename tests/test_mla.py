@@ -10,10 +10,9 @@ import math
 import pytest
 import torch
 
-from ablate.cost import memory
-
-from ablate.cost import plan
 from ablate.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig, validate
+from ablate.cost import memory
+from ablate.cost import plan
 from ablate.eval.export import check_exportable
 from ablate.model import LatentAttention, Transformer, attention_logit_max
 from test_plan import _saved_by_autograd

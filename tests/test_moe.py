@@ -14,13 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablate.cost import plan
-from ablate.training.callbacks.experts import ExpertBalance
 from ablate.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig, validate
+from ablate.cost import plan
 from ablate.eval.export import check_exportable
 from ablate.model import MoE, Transformer
 from ablate.optim import assign_roles, build_optimizer
 from ablate.optim.muon import newton_schulz, update_scale
+from ablate.training.callbacks.experts import ExpertBalance
 from ablate.training.trainer import standard_callbacks
 from conftest import TINY, run_cli
 

@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 from ablate.config import FOLDER_NAME_RULE
-from ablate.setup.experiment import ExperimentError, load_experiment
 from ablate.report import plots
 from ablate.report.fmt import md_escape, md_line
+from ablate.setup.experiment import ExperimentError, load_experiment
 from conftest import run_cli
 
 EXPERIMENT = "names & $x% 'q'"  # the file's name: the experiment's too

@@ -7,15 +7,14 @@ import torch
 from torch import nn
 
 from ablate import optim
-
-from ablate.training import checkpoint
 from ablate.config import ConfigError, ModelConfig, OptimConfig, RunConfig, ScheduleConfig
-from ablate.setup.experiment import ExperimentError, load_experiment
 from ablate.model import Transformer
 from ablate.optim import ROLES, RoleError, assign_roles, build_optimizer, lr_factor, param_groups, set_lr
 from ablate.optim.muon import newton_schulz, update_scale
-from ablate.training.parallel import init_distributed, parallelize
 from ablate.setup.checks import check_registered_names
+from ablate.setup.experiment import ExperimentError, load_experiment
+from ablate.training import checkpoint
+from ablate.training.parallel import init_distributed, parallelize
 from conftest import TINY, run_cli
 
 TINY_MODEL = dict(vocab_size=50, d_model=16, n_layers=2, n_heads=2)

@@ -11,11 +11,9 @@ import pytest
 import torch
 
 from ablate import branch, rundir, variant
-
-from ablate.cost import memory
-
-from ablate.cost import plan
 from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+from ablate.cost import memory
+from ablate.cost import plan
 from ablate.model import Transformer
 from conftest import REPO, TINY, cli_in_process, run_cli
 

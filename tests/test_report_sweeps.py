@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from ablate.config import ConfigError, RunConfig, TrainConfig, validate
-from ablate.setup.overrides import apply_overrides
-from ablate.setup.variants import grid, variant
-from ablate.setup.experiment import load_experiment
 from ablate.report import write_report
 from ablate.report.grid.fits import critical_batch, lr_optimum, power_law, wsd_batch
+from ablate.setup.experiment import load_experiment
+from ablate.setup.overrides import apply_overrides
+from ablate.setup.variants import grid, variant
 from ablate.training.run import train
 from conftest import TINY
 from report_fixtures import GRID_B_NOISE, GRID_LR_STAR, build_grid_experiment, build_toy_experiment

@@ -8,12 +8,12 @@ import math
 import pytest
 
 from ablate import branch, variant
-from ablate.data.batch_schedule import batch_plan, check_plan, lr_batch_scale, total_tokens
-from ablate.training.callbacks import Callback
 from ablate.config import ConfigError, TrainConfig
-from ablate.setup.experiment import ExperimentError, load_experiment, resolve_branches
+from ablate.data.batch_schedule import batch_plan, check_plan, lr_batch_scale, total_tokens
 from ablate.optim import lr_factor
+from ablate.setup.experiment import ExperimentError, load_experiment, resolve_branches
 from ablate.setup.overrides import apply_overrides
+from ablate.training.callbacks import Callback
 from ablate.training.run import run_dir_for, train
 from conftest import TINY
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from ablate.config import ConfigError
-from ablate.setup.experiment import load_experiment
 from ablate.launch.slurm import (
     REQUEUES_FILE,
     RunTask,
@@ -22,6 +21,7 @@ from ablate.launch.slurm import (
     parse_slurm_options,
     submit,
 )
+from ablate.setup.experiment import load_experiment
 from conftest import TINY
 
 submitit = pytest.importorskip("submitit")

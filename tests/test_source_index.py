@@ -10,8 +10,8 @@ import time
 import pytest
 from test_data import VOCAB, make_docs, write_jsonl
 
-from ablate.data import prepare as data
 from ablate.config import DataConfig
+from ablate.data import prepare as data
 from ablate.data.prepare import prepare_data
 
 

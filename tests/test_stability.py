@@ -12,9 +12,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ablate import rundir
-from ablate.training.callbacks import Callback
 from ablate.config import TrainConfig
 from ablate.setup.experiment import load_experiment
+from ablate.training.callbacks import Callback
 from ablate.training.callbacks.stability import LossSpikes, local_shard, robust_z
 from ablate.training.run import run_dir_for, train
 from conftest import TINY, run_cli

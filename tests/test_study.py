@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import ablate.cli.run
 from ablate import rundir
 from ablate.launch.study import next_seeds
+import ablate.cli.run
 from conftest import REPO, cli_in_process
 
 STUDY_FILE = REPO / "tests" / "experiments" / "tiny_study.py"

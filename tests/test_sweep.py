@@ -12,9 +12,9 @@ import time
 import pytest
 
 from ablate import rundir
+from ablate.launch.sweep import attempt, machine_slots
 from ablate.setup.experiment import load_experiment
 from ablate.setup.overrides import apply_overrides
-from ablate.launch.sweep import attempt, machine_slots
 from ablate.training.run import run_dir_for
 from conftest import REPO, TINY, cli_in_process, run_cli
 

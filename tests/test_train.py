@@ -13,9 +13,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ablate.config import ConfigError
+from ablate.launch.sweep import attempt
 from ablate.setup.experiment import load_checked, load_experiment
 from ablate.setup.overrides import apply_overrides, parse_set_args
-from ablate.launch.sweep import attempt
 from ablate.training.run import run_dir_for, train
 from conftest import REPO, TINY, run_cli
 

@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 
-from ablate.data.batch_schedule import check_plan, largest_pass, rank_passes
 from ablate.config import ConfigError, TrainConfig
+from ablate.data.batch_schedule import check_plan, largest_pass, rank_passes
 from conftest import TINY, cli_in_process, run_cli
 
 # two variants whose shares per rank are not whole micro-batches at 2 ranks: 4 / 2 = 2 < 4, and 20 / 2 = 10 taken

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from ablate import rundir
-from ablate.report.render_sequential import contrast_line
 from ablate.cli.options import PATH, number
+from ablate.report.render_sequential import contrast_line
 
 
 def add_command(subparsers) -> None:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.data.batch_schedule import largest_pass, rank_passes, batch_schedule
-from ablate.setup import auto
 from ablate.config import ConfigError, ModelConfig, RunConfig
+from ablate.data.batch_schedule import largest_pass, rank_passes, batch_schedule
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
 from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
+from ablate.setup import auto
 
 FP32 = 4
 

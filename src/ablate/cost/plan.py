@@ -15,9 +15,6 @@ from pathlib import Path
 import torch
 
 from ablate import rundir
-
-from ablate.setup import auto
-from ablate.data.batch_schedule import check_plan, largest_pass, batch_schedule
 from ablate.config import ConfigError, RunConfig
 from ablate.cost.memory import (
     Memory,
@@ -27,8 +24,10 @@ from ablate.cost.memory import (
     model_shapes,
     precision_of,
 )
-from ablate.training.parallel import peak_flops_for
+from ablate.data.batch_schedule import check_plan, largest_pass, batch_schedule
+from ablate.setup import auto
 from ablate.text import aligned
+from ablate.training.parallel import peak_flops_for
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -26,9 +26,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ablate import rundir
-
-from ablate.data import mixture
 from ablate.config import ConfigError, DataConfig
+from ablate.data import mixture
 from ablate.data.sources import (
     ALLOWED,
     check_source_file,

@@ -17,11 +17,10 @@ from collections.abc import Callable
 import torch
 
 from ablate import rundir
-
-from ablate.training import checkpoint
-from ablate.training.checkpoint import CheckpointError, DamagedCheckpointError
 from ablate.config import RunConfig
 from ablate.model import Transformer
+from ablate.training import checkpoint
+from ablate.training.checkpoint import CheckpointError, DamagedCheckpointError
 
 
 @dataclass

@@ -20,10 +20,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ablate import rundir
-from ablate.data.batch_schedule import batch_schedule
 from ablate.config import ConfigError, RunConfig
-from ablate.setup.overrides import parse_set_args
+from ablate.data.batch_schedule import batch_schedule
 from ablate.report.render_sequential import contrast_line
+from ablate.setup.overrides import parse_set_args
 
 FIRST_SEEDS = [0, 1, 2]  # round 1 when the file names no seeds: three paired seeds, so an interval exists
 STUDY_FLAGS = ("max_seeds", "budget", "margin", "alpha", "new_study")  # refused without --until-decided

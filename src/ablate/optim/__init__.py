@@ -7,10 +7,10 @@
 - schedule.py: lr_factor (pure function of progress) and set_lr (lr x each role's multiplier).
 """
 
+from ablate.optim import adamw, muon  # noqa: E402,F401  (importing registers them)
 from ablate.optim.registry import OPTIMIZERS, build_optimizer, check_optimizer_name, register
 from ablate.optim.roles import ROLES, Role, RoleError, assign_roles, param_groups
 from ablate.optim.schedule import lr_factor, set_lr
-from ablate.optim import adamw, muon  # noqa: E402,F401  (importing registers them)
 
 __all__ = [
     "OPTIMIZERS",

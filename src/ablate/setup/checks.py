@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.setup.auto import device as resolve_device
-from ablate.setup.auto import uses_bf16
-from ablate.data.batch_schedule import check_plan, batch_schedule
 from ablate.config import ConfigError, RunConfig, validate
+from ablate.data.batch_schedule import check_plan, batch_schedule
 from ablate.data.prepare import check_data_config
 from ablate.optim.registry import check_optimizer_name
+from ablate.setup.auto import device as resolve_device
+from ablate.setup.auto import uses_bf16
 
 
 @dataclass(frozen=True)

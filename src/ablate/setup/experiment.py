@@ -18,9 +18,9 @@ import unicodedata
 from pathlib import Path
 from collections.abc import Sequence
 
-from ablate.setup.checks import CheckedRun, check_run
 from ablate.config import SECTIONS, ConfigError, ExperimentError, RunConfig, validate
 from ablate.data.prepare import check_data_config
+from ablate.setup.checks import CheckedRun, check_run
 from ablate.setup.overrides import apply_overrides
 from ablate.setup.variants import resolve_branches
 

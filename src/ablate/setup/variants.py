@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ablate.data.batch_schedule import batch_plan
 from ablate.config import ConfigError, ExperimentError, RunConfig, validate
-from ablate.setup.overrides import apply_overrides
+from ablate.data.batch_schedule import batch_plan
 from ablate.data.sources import entries
+from ablate.setup.overrides import apply_overrides
 
 
 def variant(

@@ -23,10 +23,10 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
-from ablate.setup.checks import check_float8, resolve_device  # noqa: F401  (also imported from here)
-from ablate.config import ConfigError
 from ablate import rundir
+from ablate.config import ConfigError
 from ablate.rundir import write_json_atomic
+from ablate.setup.checks import check_float8, resolve_device  # noqa: F401  (also imported from here)
 
 
 @dataclass

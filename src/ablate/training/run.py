@@ -19,13 +19,13 @@ from collections.abc import Sequence
 import torch
 
 from ablate import rundir
+from ablate.config import ConfigError, RunConfig
 from ablate.data.batch_schedule import largest_pass
+from ablate.rundir import run_dir_for
+from ablate.setup.checks import CheckedRun, check_run
 from ablate.training.callbacks import Callback
 from ablate.training.callbacks.metrics import reset_peak_memory
-from ablate.setup.checks import CheckedRun, check_run
-from ablate.config import ConfigError, RunConfig
 from ablate.training.parallel import free_memory, init_distributed
-from ablate.rundir import run_dir_for
 from ablate.training.trainer import Trainer, run_callbacks
 
 

@@ -21,26 +21,24 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from ablate import rundir
-
+from ablate.config import ConfigError, RunConfig
+from ablate.cost.memory import kv_cache_bytes_per_token
+from ablate.data.batch_schedule import largest_pass, lr_batch_scale, rank_micro_batches
+from ablate.data.prepare import prepare_data
+from ablate.data.token_files import PreparedData
+from ablate.model import Transformer
+from ablate.optim import build_optimizer, lr_factor, set_lr
 from ablate.setup import auto
 from ablate.setup.checks import CheckedRun, check_run
-
 from ablate.training import checkpoint
-from ablate.data.batch_schedule import largest_pass, lr_batch_scale, rank_micro_batches
 from ablate.training.callbacks import TAKE, Callback, Verdict
 from ablate.training.callbacks.checkpointing import Checkpointer
 from ablate.training.callbacks.experts import ExpertBalance
 from ablate.training.callbacks.metrics import MetricsChannel, TrainMetrics, peak_memory_bytes
 from ablate.training.callbacks.nonfinite import NonFiniteGuard
-from ablate.training.callbacks.validation import Validation
-from ablate.config import ConfigError, RunConfig
-from ablate.data.prepare import prepare_data
-from ablate.cost.memory import kv_cache_bytes_per_token
-from ablate.model import Transformer
-from ablate.optim import build_optimizer, lr_factor, set_lr
-from ablate.training.parallel import Dist, enable_tf32, parallelize, peak_flops_for, seed_everything
 from ablate.training.callbacks.stability import LossSpikes, StabilityMonitors
-from ablate.data.token_files import PreparedData
+from ablate.training.callbacks.validation import Validation
+from ablate.training.parallel import Dist, enable_tf32, parallelize, peak_flops_for, seed_everything
 
 
 def standard_callbacks(run: RunConfig) -> list[Callback]:

@@ -16,8 +16,8 @@ import time
 import torch
 
 from ablate import rundir
-from ablate.training.callbacks.base import Callback, TrainerView, due
 from ablate.eval import engine, suite
+from ablate.training.callbacks.base import Callback, TrainerView, due
 
 
 class EvalSuite(Callback):
