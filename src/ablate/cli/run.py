@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from ablate.cli.options import (
-    add_run_selection,
     BUDGET,
     DEVICE_MEMORY,
     MARGIN,
@@ -19,6 +18,7 @@ from ablate.cli.options import (
     SHARE,
     SLURM_OPTIONS,
     WHOLE_1,
+    add_run_selection,
     number,
     one_of,
 )
@@ -134,16 +134,16 @@ def train_runs(runs, args, in_study: bool = False) -> int:
     from ablate.launch.sweep import file_callbacks
 
     out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
+    _check_cpu_runs(runs, args.gpus_per_run)
+    if args.slurm and args.launcher == "here":
+        raise ConfigError("--slurm: only with --launcher slurm (or local)")
     runs, finished = _split_finished(runs, out)  # before any data work, and without writing in their folders
     if not runs:
         return _closing(["finished"] * len(finished), finished, out, not in_study)
 
     callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
-    _check_cpu_runs(runs, args.gpus_per_run)
     if args.launcher != "here":
         return _run_submitit(runs, out, args, callbacks, in_study, finished)
-    if args.slurm:
-        raise ConfigError("--slurm: only with --launcher slurm (or local)")
     from ablate.launch import sweep
 
     gpu_ids = sweep.visible_gpus()  # counted without initialising CUDA here
