@@ -27,6 +27,28 @@ from ablate.kernels import reference
 KERNELS = ("auto", "torch", "triton")
 
 
+def _interpreter_takes_scalar_bounds() -> None:
+    """Under TRITON_INTERPRET=1, a kernel's scalar arguments are 1-element arrays, and a loop bounded by one calls
+    int() on it: numpy 2 refuses that, so triton 3.6's interpreter (the GPU machines' version) fails every such loop.
+    triton 3.7+ squeezes the array first; the same squeeze here, for the older ones."""
+    from triton.runtime import interpreter
+
+    patch_tensor = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch_tensor is None or getattr(patch_tensor, "squeezes_scalars", False):
+        return
+
+    def patched(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patched.squeezes_scalars = True
+    interpreter._patch_lang_tensor = patched
+
+
+if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None:
+    _interpreter_takes_scalar_bounds()
+
+
 @functools.cache
 def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None

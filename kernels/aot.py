@@ -80,6 +80,8 @@ def builds() -> list[Build]:
                         "dw_partial_ptr": "*fp32",
                         "n_rows": "i32",
                         "n_cols": "i32",
+                        "n_programs": "i32",
+                        "tiles_per_program": "i32",
                         "BLOCK_ROWS": "constexpr",
                         "BLOCK_D": "constexpr",
                     },

@@ -55,15 +55,19 @@ def rms_norm_bwd_kernel(
     dw_partial_ptr,
     n_rows,
     n_cols,
+    n_programs,
+    tiles_per_program,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    pid, n_programs = tl.program_id(0), tl.num_programs(0)
+    pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     col_ok = cols < n_cols
     w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for tile in range(pid, tl.cdiv(n_rows, BLOCK_ROWS), n_programs):
+    # program pid takes tiles pid, pid + n_programs, ...; a tile past the last row loads nothing (masked)
+    for i in range(0, tiles_per_program):
+        tile = pid + i * n_programs
         rows = (tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)
         row_ok = rows < n_rows
         mask = row_ok[:, None] & col_ok[None, :]
@@ -126,7 +130,8 @@ def rms_norm_bwd(
     dy2 = dy.reshape(x2.shape).contiguous()
     n_rows, n_cols = x2.shape
     cfg = launch_config(n_cols)
-    programs = _num_programs(x.device, triton.cdiv(n_rows, cfg["BLOCK_ROWS"]))
+    tiles = triton.cdiv(n_rows, cfg["BLOCK_ROWS"])
+    programs = _num_programs(x.device, tiles)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw_partial = torch.empty(programs, n_cols, dtype=torch.float32, device=x.device)
     rms_norm_bwd_kernel[(programs,)](
@@ -138,6 +143,8 @@ def rms_norm_bwd(
         dw_partial,
         n_rows,
         n_cols,
+        programs,
+        triton.cdiv(tiles, programs),
         BLOCK_ROWS=cfg["BLOCK_ROWS"],
         BLOCK_D=cfg["BLOCK_D"],
         num_warps=cfg["num_warps"],

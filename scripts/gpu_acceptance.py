@@ -1,16 +1,19 @@
-"""The one command that proves a GPU machine: the GPU tier of the tests, then training speed, the head and loss
-alone, and packing, each line saying pass or fail against its target (docs/performance.md, "On a GPU").
+"""The acceptance of a GPU machine, planned for short leases: parts of at most 5 minutes, each a few steps with their
+own time limits, ordered by what they prove (docs/performance.md, "On a GPU").
 
-    python scripts/gpu_acceptance.py                       # every part, one after another (under 25 min on an H100)
-    python scripts/gpu_acceptance.py --part 3              # one part (each under 9 min on an H100)
-    python scripts/gpu_acceptance.py --list                # every part and check, with its target; no GPU needed
-    python scripts/gpu_acceptance.py --write-tokens gpu_acceptance_tokens.bin   # on any machine with ablate installed
-    python scripts/gpu_acceptance.py --cpu-smoke           # every measurement at toy sizes on CPU: checks the code
+    python scripts/gpu_acceptance.py --bundle gpu_bundle     # on a connected machine: what the GPU machine lacks
+    source gpu_bundle/boot.sh                               # on the GPU machine, from the repository root
+    python3 scripts/gpu_acceptance.py --preflight           # seconds: imports, GPU, free memory, versions, data
+    python3 scripts/gpu_acceptance.py --part 1 --out OUT    # lease 1: kernels, short runs, resume, head + loss
+    python3 scripts/gpu_acceptance.py --part 2 --out OUT    # lease 1: GPT-2 small MFU, packing, ~10M speed
+    python3 scripts/gpu_acceptance.py --part 3 --out OUT    # a later lease: ~350M, the rest of the GPU tier
+    python3 scripts/gpu_acceptance.py --list                # the parts, their steps, budgets and targets
+    python3 scripts/gpu_acceptance.py --cpu-smoke           # every measurement at toy sizes on CPU: checks the code
 
-Runs from this checkout without installing ablate: beside torch and triton it needs numpy (the measurements) and
-pytest (the GPU tier); the tier's whole-run tests need ablate's own dependencies too. Its data is a token file
-(`--tokens`, default gpu_acceptance_tokens.bin in the repository) written beforehand by `--write-tokens`. Without a
-CUDA GPU it exits 2; with one it exits 1 if any check failed, else 0.
+Each step runs in its own process under its own time limit; what it prints streams to the console and to
+OUT/partN.log as it goes, so a run cut short still returns what it did. Every verdict line starts with PASS, FAIL
+(against a target) or INFO (a figure with no target); OUT/partN.json keeps them. Exit: 0 all pass, 1 a failure, 2 no
+CUDA GPU (or no token file).
 """
 
 from __future__ import annotations
@@ -19,152 +22,173 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import re
-import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_acceptance_measure as measure  # noqa: E402
+import gpu_bundle  # noqa: E402
 
 REPO = measure.REPO
-DEFAULT_TOKENS = REPO / "gpu_acceptance_tokens.bin"
-TIER_KERNEL_FILES = ["tests/test_on_gpu.py", "tests/test_gpu_kernels.py"]
+DEFAULT_TOKENS = Path(os.environ.get("ABLATE_ACCEPTANCE_TOKENS", REPO / "gpu_bundle" / "tokens.bin"))
+VERDICT = re.compile(r"^(PASS|FAIL|INFO)  ")
 GiB = 2**30
 
 
-@dataclass
-class Line:
-    check: str
-    figure: str
-    verdict: str = "info"  # "pass", "fail", or "info" (a figure with no target)
-
-    def __str__(self) -> str:
-        return f"{self.verdict.upper():4}  {self.check}: {self.figure}"
+@dataclass(frozen=True)
+class Step:
+    name: str
+    seconds: int  # its time limit on one H100
+    what: str  # the check and its target, for --list
+    tests: tuple[str, ...] = ()  # a pytest step: the node ids (marked gpu) it runs; else a measurement (--step NAME)
 
 
-@dataclass
-class Settings:
-    """What the parts measure with: the GPU's sizes, or the CPU smoke's toy ones."""
-
-    device: torch.device
-    tokens: Path
-    smoke: bool
-    lines: list[Line] = field(default_factory=list)
-
-    def judge(self, ok: bool) -> str:
-        """A target's verdict; the smoke's toy figures are held against no target."""
-        return "info" if self.smoke else "pass" if ok else "fail"
-
-    def say(self, line: Line) -> None:
-        self.lines.append(line)
-        print(line, flush=True)
-
-
-@dataclass
+@dataclass(frozen=True)
 class Part:
     number: int
     title: str
-    minutes: int  # the budget on one H100
-    checks: list[str]
-    run: Callable[[Settings], None]
+    steps: tuple[Step, ...]
+
+    @property
+    def seconds(self) -> int:
+        return sum(step.seconds for step in self.steps)
+
+
+RUNS = "tests/test_gpu_runs.py::"
+PARTS = (
+    Part(
+        1,
+        "correctness: every kernel, short bf16 runs, resume, the head and loss",
+        (
+            Step(
+                "kernels",
+                120,
+                "every Triton kernel against its reference, bf16 and fp32, forward and backward, at real shapes; "
+                "the loss's CUDA kernel count (tests/test_gpu_kernels.py, tests/test_on_gpu.py): all pass",
+                (
+                    "tests/test_gpu_kernels.py",
+                    "tests/test_on_gpu.py::test_compiled_kernels_match_their_references",
+                    "tests/test_on_gpu.py::test_linear_cross_entropy_matches_its_reference",
+                ),
+            ),
+            Step(
+                "runs",
+                150,
+                "tiny bf16 runs torch vs triton vs compiled, a run killed and resumed, a CPU-written checkpoint "
+                "resumed on the GPU (ablate run, a process each): all pass",
+                (
+                    RUNS + "test_tiny_bf16_run_with_triton_or_compile_follows_the_torch_run",
+                    RUNS + "test_a_run_killed_on_the_gpu_resumes_and_follows_the_uninterrupted_run",
+                    RUNS + "test_a_checkpoint_written_on_cpu_resumes_on_the_gpu",
+                ),
+            ),
+            Step(
+                "head_loss",
+                30,
+                "head + loss (16384 x d768 -> 50304, bf16, forward + backward) vs F.linear + F.cross_entropy: "
+                "time <= 1.2x, memory <= 25%",
+            ),
+        ),
+    ),
+    Part(
+        2,
+        "speed: GPT-2 small MFU, packing, the ~10M model",
+        (
+            Step(
+                "speed_gpt2",
+                60,
+                "bf16 peak (by exact name; a measured 8192^3 matmul); GPT-2 small (d768, 12 layers, seq 1024, vocab "
+                "50304, 16 a step) compiled, torch, triton: compiled MFU >= 40% of the named peak on an H100",
+            ),
+            Step(
+                "packing",
+                130,
+                "aggregate tokens/s of 1, 2, 4 ~10M runs side by side on one GPU; with MPS where its daemon starts "
+                "within 10 s: best >= 1.5x one run",
+            ),
+            Step(
+                "speed_10M", 45, "~10M (d256, 6 layers, vocab 16384, seq 512, 32 a step) bf16: torch, triton, compiled"
+            ),
+        ),
+    ),
+    Part(
+        3,
+        "a later lease: where the step goes, ~350M, the rest of the GPU tier",
+        (
+            Step(
+                "profile_gpt2",
+                60,
+                "where GPT-2 small's step goes: its pieces timed apart, the device's busy share, "
+                "the ops with the most CPU time, the kernels with the most device time",
+            ),
+            Step(
+                "speed_350M",
+                90,
+                "~350M (d1024, 24 layers, 16 heads, seq 1024, 16 a step) bf16: torch, triton, compiled",
+            ),
+            Step(
+                "runs_rest",
+                150,
+                "MLA + MoE + document masks vs CPU, runs-per-gpu 2, ablate eval --device cuda vs CPU, float8 "
+                "compiled (skips below capability 8.9 or without torchao), an fp32 run vs CPU: all pass",
+                (
+                    RUNS + "test_mla_moe_and_document_masks_on_the_gpu_follow_the_cpu",
+                    RUNS + "test_runs_per_gpu_2_gives_each_of_three_runs_its_own_peak_memory",
+                    RUNS + "test_eval_on_cuda_scores_as_on_cpu",
+                    RUNS + "test_float8_compiled_trains_three_steps",
+                    "tests/test_on_gpu.py::test_a_short_fp32_run_on_the_gpu_follows_the_cpu_run",
+                ),
+            ),
+        ),
+    ),
+)
+STEPS = {step.name: step for part in PARTS for step in part.steps}
+
+
+def say(verdict: str, check: str, figure: str) -> None:
+    """One verdict line (the parent collects these from every step's output)."""
+    print(f"{verdict.upper():4}  {check}: {figure}", flush=True)
+
+
+def judge(ok: bool, smoke: bool) -> str:
+    """A target's verdict; the smoke's toy figures are held against no target."""
+    return "info" if smoke else "pass" if ok else "fail"
+
+
+def percent(share: float) -> str:
+    return "n/a" if math.isnan(share) else f"{100 * share:.1f}%"
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# parts 1 and 2: the GPU tier
+# the measurements, one process each (--step NAME)
 
 
-def boot_folder() -> Path | None:
-    """Where ablate is not installed: a folder for PYTHONPATH whose sitecustomize makes this checkout importable
-    in pytest and in every process the tests start (`python -m ablate`, torchrun)."""
-    if importlib.util.find_spec("ablate") is not None and importlib.util.find_spec("ablate.kernels") is not None:
-        return None
-    folder = Path(tempfile.mkdtemp(prefix="gpu_acceptance_boot_"))
-    (folder / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO / 'scripts')!r})\n"
-        "import gpu_acceptance_measure\ngpu_acceptance_measure.import_ablate_from_checkout()\n"
-    )
-    return folder
+def step_speed(keys: list[str], smoke: bool, tokens: Path, target: tuple[str, str] | None = None) -> None:
+    import torch
 
-
-def run_tier(s: Settings, name: str, files: list[str]) -> None:
-    if s.smoke:
-        s.say(Line(name, "not run in the CPU smoke (the tier needs a GPU; `pytest -m gpu` collects it anywhere)"))
-        return
-    import os
-
-    env = dict(os.environ)
-    boot = boot_folder()
-    if boot is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(boot), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "gpu", *files]
-    start = time.perf_counter()
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-    output = result.stdout + result.stderr
-    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", output)}
-    skips = re.findall(r"^SKIPPED \[(\d+)\] [^\n]*?: (.*)$", output, re.MULTILINE)
-    # the float8 test's skip on GPUs below compute capability 8.9 is the only expected one
-    unexpected = [f"{n} x {why}" for n, why in skips if "compute capability" not in why]
-    ok = result.returncode == 0 and counts.get("passed", 0) > 0 and not unexpected
-    figure = ", ".join(f"{n} {word}" for word, n in counts.items()) or "nothing ran"
-    figure += f" in {time.perf_counter() - start:.0f} s" + (f"; skipped: {'; '.join(unexpected)}" if unexpected else "")
-    if not ok:
-        print(output[-6000:])
-    s.say(Line(f"{name} (all pass, none skipped but float8 below capability 8.9)", figure, "pass" if ok else "fail"))
-
-
-def tier_run_files() -> list[str]:
-    return [
-        str(p.relative_to(REPO))
-        for p in sorted((REPO / "tests").glob("test_gpu_*.py"))
-        if str(p.relative_to(REPO)) not in TIER_KERNEL_FILES
-    ]
-
-
-def part_tier_kernels(s: Settings) -> None:
-    run_tier(s, "GPU tier, kernels", TIER_KERNEL_FILES)
-
-
-def part_tier_runs(s: Settings) -> None:
-    run_tier(s, "GPU tier, whole runs", tier_run_files())
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# parts 3 and 4: training speed, the head and loss
-
-
-def peaks(s: Settings) -> tuple[str, float | None, float]:
-    """(device name, its dense bf16 peak by exact name or None, the bf16 matmul peak measured now)."""
-    name, by_name = measure.named_peak(s.device)
-    size = 256 if s.smoke else 8192
-    measured = measure.matmul_peak(s.device, size, 0.2 if s.smoke else 3.0)
+    device = torch.device("cpu" if smoke else "cuda")
+    name, by_name = measure.named_peak(device)
+    size = 256 if smoke else 8192
+    measured = measure.matmul_peak(device, size, 0.2 if smoke else 2.0)
     named = f"{by_name / 1e12:.0f} TFLOP/s dense bf16 by name" if by_name else "no known peak for this exact name"
-    s.say(Line("bf16 peak", f"{name}: {named}; measured {measured / 1e12:.3f} TFLOP/s ({size}^3 matmuls)"))
-    return name, by_name, measured
-
-
-def train_speed(s: Settings, specs: list[str], mfu_target: tuple[str, str] | None = None) -> None:
-    name, by_name, measured = peaks(s)
-    data = measure.TokenFile(s.tokens)
-    d = measure.device_setup("cpu" if s.smoke else "cuda")
-    for key in specs[:1] if s.smoke else specs:  # the smoke has one toy size
-        spec = measure.SPECS["smoke" if s.smoke else key]
-        big = spec.n_layers >= 24
-        for mode in ("torch", "triton") if s.smoke else measure.MODES:
+    say("info", "bf16 peak", f"{name}: {named}; measured {measured / 1e12:.3f} TFLOP/s ({size}^3 matmuls)")
+    data, d = measure.TokenFile(tokens), measure.device_setup(device.type)
+    for key in keys[:1] if smoke else keys:  # the smoke has one toy size
+        spec = measure.SPECS["smoke" if smoke else key]
+        modes = ("torch", "triton") if smoke else sorted(measure.MODES, key=lambda m: m != "compiled")
+        for mode in modes:
             check = f"train {measure.SPECS[key].name} bf16 {mode}"
             try:
-                r = measure.train_throughput(
-                    spec, mode, d, data, 1 if s.smoke else 4, 2 if s.smoke else (10 if big else 20)
-                )
-            except Exception as error:  # an out-of-memory, a kernel that does not build: this line fails, not the part
-                s.say(Line(check, f"{type(error).__name__}: {str(error)[:300]}", "fail"))
+                r = measure.train_throughput(spec, mode, d, data, 1 if smoke else 4, 2 if smoke else 15)
+            except Exception as error:  # an out-of-memory, a kernel that does not build: this line fails, not the step
+                say("fail", check, f"{type(error).__name__}: {str(error)[:300]}")
                 continue
             by_name_mfu = measure.mfu(r["tokens_per_second"], r["flops_per_token"], by_name)
             by_measured_mfu = measure.mfu(r["tokens_per_second"], r["flops_per_token"], measured)
@@ -173,55 +197,40 @@ def train_speed(s: Settings, specs: list[str], mfu_target: tuple[str, str] | Non
                 f"of the named peak, {percent(by_measured_mfu)} of the measured; peak memory "
                 f"{r['peak_memory_bytes'] / GiB:.2f} GiB; warm-up {r['warmup_seconds']:.1f} s"
             )
-            if mfu_target == (key, mode):
-                if "H100" in name:
-                    s.say(Line(f"{check} (target: MFU >= 40% on an H100)", figure, s.judge(by_name_mfu >= 0.40)))
-                else:
-                    s.say(Line(f"{check} (the 40% MFU target is an H100's; this is {name})", figure))
+            if target != (key, mode):
+                say("info", check, figure)
+            elif "H100" in name:
+                say(judge(by_name_mfu >= 0.40, smoke), f"{check} (target: MFU >= 40% on an H100)", figure)
             else:
-                s.say(Line(check, figure))
+                say("info", f"{check} (the 40% MFU target is an H100's; this is {name})", figure)
 
 
-def percent(share: float) -> str:
-    return "n/a" if math.isnan(share) else f"{100 * share:.1f}%"
+def step_head_loss(smoke: bool, tokens: Path) -> None:
+    import torch
 
-
-def part_speed_small(s: Settings) -> None:
-    train_speed(s, ["10M", "gpt2"], mfu_target=("gpt2", "compiled"))
-
-
-def part_speed_large(s: Settings) -> None:
-    train_speed(s, ["350M"])
-    rows, width, vocab = (64, 32, 512) if s.smoke else (16384, 768, 50304)
-    r = measure.head_and_loss(s.device, rows, width, vocab, repeats=2 if s.smoke else 10)
+    device = torch.device("cpu" if smoke else "cuda")
+    rows, width, vocab = (64, 32, 512) if smoke else (16384, 768, 50304)
+    r = measure.head_and_loss(device, rows, width, vocab, repeats=2 if smoke else 10)
     ours, theirs = r["chunked"], r["full_logits"]
     time_ratio = ours["seconds"] / theirs["seconds"]
     memory_ratio = ours["memory_bytes"] / theirs["memory_bytes"] if theirs["memory_bytes"] else math.nan
     shape = f"{rows} tokens x d{width} -> vocab {vocab}, bf16, forward + backward"
-    s.say(
-        Line(
-            "head + loss time, chunked vs F.linear + F.cross_entropy (target <= 1.2x)",
-            f"{1e3 * ours['seconds']:.1f} ms vs {1e3 * theirs['seconds']:.1f} ms: {time_ratio:.2f}x ({shape})",
-            s.judge(time_ratio <= 1.2),
-        )
+    say(
+        judge(time_ratio <= 1.2, smoke),
+        "head + loss time, chunked vs F.linear + F.cross_entropy (target <= 1.2x)",
+        f"{1e3 * ours['seconds']:.1f} ms vs {1e3 * theirs['seconds']:.1f} ms: {time_ratio:.2f}x ({shape})",
     )
-    s.say(
-        Line(
-            "head + loss memory, chunked vs full logits (target <= 25%)",
-            f"{ours['memory_bytes'] / GiB:.2f} GiB vs {theirs['memory_bytes'] / GiB:.2f} GiB: {percent(memory_ratio)}",
-            s.judge(memory_ratio <= 0.25),
-        )
+    say(
+        judge(memory_ratio <= 0.25, smoke),
+        "head + loss memory, chunked vs full logits (target <= 25%)",
+        f"{ours['memory_bytes'] / GiB:.2f} GiB vs {theirs['memory_bytes'] / GiB:.2f} GiB: {percent(memory_ratio)}",
     )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# part 5: packing
 
 
 def start_mps(folder: Path) -> tuple[dict | None, str]:
-    """Start an MPS control daemon of our own (its pipe and log folders under `folder`): (the environment its
-    clients need, "MPS"), or (None, why not)."""
-    import os
+    """An MPS control daemon of our own (pipe and log folders under `folder`) if it starts within 10 s: (the
+    environment its clients need, "MPS"), or (None, why not)."""
+    import shutil
 
     control = shutil.which("nvidia-cuda-mps-control")
     if control is None:
@@ -229,172 +238,289 @@ def start_mps(folder: Path) -> tuple[dict | None, str]:
     env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(folder / "log")}
     for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
         Path(env[key]).mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, timeout=60)
+    try:
+        result = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return None, "no MPS: nvidia-cuda-mps-control -d did not return within 10 s"
     if result.returncode != 0:
         return None, f"no MPS: nvidia-cuda-mps-control -d failed ({(result.stderr or result.stdout).strip()[:200]})"
     return env, "MPS"
 
 
 def stop_mps(env: dict) -> None:
-    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, text=True, timeout=60, capture_output=True)
+    try:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, text=True, timeout=10, capture_output=True)
+    except subprocess.TimeoutExpired:
+        print("the MPS daemon did not quit within 10 s", flush=True)
 
 
-def part_packing(s: Settings) -> None:
-    import os
-
+def step_packing(smoke: bool, tokens: Path, seconds: float) -> None:
+    """1, 2, 4 runs side by side without MPS, then with it while the step's time lasts (each group ~25 s)."""
+    deadline = time.time() + seconds
     job = {
-        "spec": "smoke" if s.smoke else "10M",
-        "mode": "torch" if s.smoke else "triton",
-        "device": "cpu" if s.smoke else "cuda",
-        "tokens": str(s.tokens),
-        "warmup": 1 if s.smoke else 5,
-        "seconds": 1.0 if s.smoke else 20.0,
+        "spec": "smoke" if smoke else "10M",
+        "mode": "torch" if smoke else "triton",
+        "device": "cpu" if smoke else "cuda",
+        "tokens": str(tokens),
+        "warmup": 1 if smoke else 3,
+        "seconds": 1.0 if smoke else 8.0,
     }
-    counts = (1, 2) if s.smoke else (1, 2, 4, 8)
+    counts = (1, 2) if smoke else (1, 2, 4)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    results = {}  # (runs, "MPS" | "no MPS") -> aggregate tokens/s
     with tempfile.TemporaryDirectory(prefix="gpu_acceptance_packing_") as tmp:
         root = Path(tmp)
-        results = {}  # (runs, "MPS" | "no MPS") -> aggregate tokens/s
         for k in counts:
-            results[k, "no MPS"] = measure.run_packed(k, job, root / f"plain{k}", env, timeout=600)
-        mps_env, mps_state = (None, "no MPS: not tried in the CPU smoke") if s.smoke else start_mps(root / "mps")
+            results[k, "no MPS"] = measure.run_packed(k, job, root / f"plain{k}", env, timeout=deadline - time.time())
+            say("info", f"packing {k} run(s) a GPU, no MPS", f"{results[k, 'no MPS']:,.0f} tok/s")
+        mps_env, mps_state = (None, "not tried in the CPU smoke") if smoke else start_mps(root / "mps")
         if mps_env is not None:
             try:
                 for k in counts[1:]:
-                    results[k, "MPS"] = measure.run_packed(k, job, root / f"mps{k}", {**mps_env, **env}, timeout=600)
+                    if deadline - time.time() < 30:
+                        mps_state = f"MPS started; {k} runs with it not measured: the step's time was spent"
+                        break
+                    packed = measure.run_packed(k, job, root / f"mps{k}", {**mps_env, **env}, deadline - time.time())
+                    results[k, "MPS"] = packed
+                    say("info", f"packing {k} run(s) a GPU, MPS", f"{packed:,.0f} tok/s")
             except RuntimeError as error:
                 mps_state = f"MPS started, but a run under it failed ({str(error)[:200]})"
             finally:
                 stop_mps(mps_env)
     one = results[1, "no MPS"]
-    for (k, how), tokens_per_second in results.items():
-        s.say(
-            Line(
-                f"packing {k} run(s) a GPU, {how}",
-                f"{tokens_per_second:,.0f} tok/s, {tokens_per_second / one:.2f}x one run",
-            )
-        )
-    if mps_env is None or mps_state != "MPS":
-        s.say(Line("packing with MPS", mps_state))
+    if mps_state != "MPS":
+        say("info", "packing with MPS", mps_state)
     (k, how), best = max(results.items(), key=lambda item: item[1])
-    s.say(
-        Line(
-            "best packing of ~10M runs >= 1.5x one run's tokens/s",
-            f"{best / one:.2f}x with {k} a GPU, {how}",
-            s.judge(best >= 1.5 * one),
-        )
+    ratios = ", ".join(f"{n} {h}: {v / one:.2f}x" for (n, h), v in results.items())
+    say(
+        judge(best >= 1.5 * one, smoke),
+        "best packing of ~10M runs >= 1.5x one run's tokens/s",
+        f"{best / one:.2f}x with {k} a GPU, {how} ({ratios})",
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
+def step_profile(key: str, smoke: bool, tokens: Path) -> None:
+    import torch
 
-PARTS = [
-    Part(
-        1,
-        "GPU tier: every kernel against its reference",
-        3,
-        ["pytest -m gpu " + " ".join(TIER_KERNEL_FILES)],
-        part_tier_kernels,
-    ),
-    Part(
-        2, "GPU tier: whole runs through the CLI", 7, ["pytest -m gpu tests/test_gpu_*.py (the runs)"], part_tier_runs
-    ),
-    Part(
-        3,
-        "training speed: ~10M and GPT-2 small",
-        5,
-        [
-            "bf16 peak: by exact device name, and a measured 8192^3 matmul",
-            "~10M (d256, 6 layers, vocab 16384, seq 512, 32 a step) bf16: torch, triton, compiled",
-            "GPT-2 small (d768, 12 layers, 12 heads, seq 1024, vocab 50304, 16 a step) bf16: torch, triton, compiled",
-            "GPT-2 small compiled bf16: MFU >= 40% of the named peak on an H100",
-        ],
-        part_speed_small,
-    ),
-    Part(
-        4,
-        "training speed ~350M; the head and loss alone",
-        5,
-        [
-            "~350M (d1024, 24 layers, 16 heads, seq 1024, vocab 50304, 16 a step) bf16: torch, triton, compiled",
-            "head + loss (16384 x d768 -> 50304, bf16) vs F.linear + F.cross_entropy: time <= 1.2x",
-            "head + loss vs F.linear + F.cross_entropy: memory <= 25%",
-        ],
-        part_speed_large,
-    ),
-    Part(
-        5,
-        "packing: ~10M runs side by side on one GPU",
-        4,
-        ["aggregate tokens/s of 1, 2, 4, 8 runs a GPU, without and (where it starts) with MPS: best >= 1.5x one run"],
-        part_packing,
-    ),
-]
+    device = torch.device("cpu" if smoke else "cuda")
+    data, d = measure.TokenFile(tokens), measure.device_setup(device.type)
+    spec = measure.SPECS["smoke" if smoke else key]
+    for mode in ("torch", "triton") if smoke else ("triton", "compiled"):
+        r = measure.step_breakdown(spec, mode, d, data, 2 if smoke else 10)
+        pieces = ", ".join(f"{name} {ms:.1f}" for name, ms in r["ms"].items())
+        check = f"step of {measure.SPECS[key].name} bf16 {mode}"
+        say(
+            "info",
+            check,
+            f"{r['step_ms']:.1f} ms (under the profiler); pieces drained apart, ms: {pieces}; "
+            f"device busy {percent(r['device_busy'])} of the step",
+        )
+        ops = "; ".join(f"{name} {ms:.2f} ms x{count}" for name, ms, count in r["top_cpu"])
+        say("info", f"{check}, most CPU time of their own a step", ops)
+        if not smoke:
+            kernels = "; ".join(f"{name} {ms:.2f} ms x{count}" for name, ms, count in r["top_device"])
+            say("info", f"{check}, most device time a step", kernels)
+
+
+def run_step(name: str, smoke: bool, tokens: Path) -> None:
+    if name.startswith("profile_"):
+        step_profile(name.removeprefix("profile_"), smoke, tokens)
+    elif name == "speed_gpt2":
+        step_speed(["gpt2"], smoke, tokens, target=("gpt2", "compiled"))
+    elif name == "speed_10M":
+        step_speed(["10M"], smoke, tokens)
+    elif name == "speed_350M":
+        step_speed(["350M"], smoke, tokens)
+    elif name == "head_loss":
+        step_head_loss(smoke, tokens)
+    elif name == "packing":
+        step_packing(smoke, tokens, STEPS[name].seconds - 5 if not smoke else 120)
+    else:
+        raise ValueError(
+            f"--step {name}: not a measurement; allowed: speed_gpt2, speed_10M, speed_350M, head_loss, packing"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the parent: each step a process under its time limit, its output streamed to the console and the log
+
+
+def stream(command: list[str], seconds: float, log, env: dict) -> tuple[int | None, list[str]]:
+    """Run `command` in its own process group, each line to stdout and `log` as it comes; killed at `seconds`.
+    (exit code or None where it was killed, every line)."""
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    timer, start = _Killer(proc, seconds), time.perf_counter()
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        log.write(f"[{time.perf_counter() - start:6.1f} s] {line}")  # when each test ended, for the next plan
+        log.flush()
+        lines.append(line.rstrip("\n"))
+    proc.wait()
+    timer.cancel()
+    return (None if timer.fired else proc.returncode), lines
+
+
+class _Killer:
+    """Kills a process group once `seconds` have passed (its children too: torchrun, ablate run, packing workers)."""
+
+    def __init__(self, proc: subprocess.Popen, seconds: float):
+        import threading
+
+        self.fired = False
+        self.proc = proc
+        self.timer = threading.Timer(seconds, self._kill)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _kill(self) -> None:
+        self.fired = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+
+def pytest_verdict(step: Step, code: int | None, lines: list[str], seconds: float) -> str:
+    output = "\n".join(lines)
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", output)}
+    skips = re.findall(r"^SKIPPED \[(\d+)\] [^\n]*?: (.*)$", output, re.MULTILINE)
+    # float8's skip below compute capability 8.9, or without torchao, is the only expected one
+    unexpected = [f"{n} x {why}" for n, why in skips if "compute capability" not in why and "torchao" not in why]
+    figure = ", ".join(f"{n} {word}" for word, n in counts.items() if word != "deselected") or "nothing ran"
+    if code is None:
+        figure = f"killed at its {step.seconds} s limit; {len(re.findall(' PASSED', output))} passed before"
+    figure += f" in {seconds:.0f} s" + (f"; skipped: {'; '.join(unexpected)}" if unexpected else "")
+    ok = code == 0 and counts.get("passed", 0) > 0 and not unexpected
+    return f"{'PASS' if ok else 'FAIL'}  {step.name}: {step.what}: {figure}"
+
+
+def run_part(part: Part, out: Path, tokens: Path, smoke: bool) -> list[str]:
+    """Every step of `part`; its verdict lines (also in out/partN.json)."""
+    out.mkdir(parents=True, exist_ok=True)
+    verdicts, started = [], time.perf_counter()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(out / f"part{part.number}.log", "a") as log:
+        for step in part.steps:
+            header = f"== part {part.number}, step {step.name} (limit {step.seconds} s): {step.what}"
+            print(header, flush=True)
+            log.write(header + "\n")
+            start = time.perf_counter()
+            if step.tests:
+                if smoke:
+                    verdicts.append(f"INFO  {step.name}: not run in the CPU smoke (a pytest step needs a GPU)")
+                    print(verdicts[-1], flush=True)
+                    continue
+                command = [sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "-m", "gpu"]
+                if importlib.util.find_spec("xdist"):  # the tests compile kernels and start runs: CPU-bound, 4 at once
+                    command += ["-n", "4"]
+                code, lines = stream([*command, *step.tests], step.seconds, log, env)
+                verdicts.append(pytest_verdict(step, code, lines, time.perf_counter() - start))
+                print(verdicts[-1], flush=True)
+            else:
+                command = [sys.executable, __file__, "--step", step.name, "--tokens", str(tokens)]
+                limit = step.seconds if not smoke else 600
+                code, lines = stream([*command, *(["--cpu-smoke"] if smoke else [])], limit, log, env)
+                verdicts += [line for line in lines if VERDICT.match(line)]
+                if code != 0 and not any(line.startswith("FAIL") for line in lines):
+                    why = f"killed at its {limit} s limit" if code is None else f"exited {code}"
+                    verdicts.append(f"FAIL  {step.name}: {why} after {time.perf_counter() - start:.0f} s")
+                    print(verdicts[-1], flush=True)
+            log.write(f"   step {step.name} took {time.perf_counter() - start:.0f} s\n")
+    took = time.perf_counter() - started
+    record = {"part": part.number, "seconds": round(took), "lines": verdicts}
+    (out / f"part{part.number}.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"   part {part.number} took {took:.0f} s")
+    if 0 < part.number < len(PARTS) and not smoke:
+        print(f"next: python3 scripts/gpu_acceptance.py --part {part.number + 1} --out {out}")
+    return verdicts
 
 
 def list_parts() -> None:
     for part in PARTS:
-        print(f"part {part.number}: {part.title} (about {part.minutes} min on an H100)")
-        for check in part.checks:
-            print(f"    {check}")
-    print(f"all parts: about {sum(p.minutes for p in PARTS)} min (estimates: no GPU has run them yet)")
+        print(f"part {part.number}: {part.title} (limits add up to {part.seconds} s)")
+        for step in part.steps:
+            print(f"    {step.name} ({step.seconds} s): {step.what}")
+    print("lease 1: the machine's start, --preflight, part 1 and part 2 (<= 10 min); part 3 in a later lease")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", type=int, choices=[p.number for p in PARTS], help="run this part alone")
-    parser.add_argument("--list", action="store_true", help="name every part and check, with its target")
+    parser.add_argument("--part", type=int, choices=[p.number for p in PARTS], help="run this part (default: all)")
+    parser.add_argument("--steps", help="run these steps alone, from any part (a,b,...): a rerun of what failed")
+    parser.add_argument("--out", type=Path, default=Path("gpu_acceptance_out"), help="logs and verdicts go here")
+    parser.add_argument("--list", action="store_true", help="name every part and step, with its limit and target")
     parser.add_argument("--tokens", type=Path, default=DEFAULT_TOKENS, help="the token file (default: %(default)s)")
-    parser.add_argument(
-        "--write-tokens", type=Path, metavar="PATH", help="write the token file (needs ablate installed)"
-    )
-    parser.add_argument("--vocab", type=int, default=16384, help="--write-tokens: the BPE's vocabulary")
-    parser.add_argument("--max-documents", type=int, help="--write-tokens: the corpus's first N documents")
+    parser.add_argument("--bundle", type=Path, metavar="DIR", help="write what an offline GPU machine needs")
+    parser.add_argument("--python-version", default=gpu_bundle.GPU_PYTHON, help="--bundle: the wheels' Python")
+    parser.add_argument("--preflight", action="store_true", help="imports, GPU, memory, versions, data: a verdict")
     parser.add_argument("--cpu-smoke", action="store_true", help="every measurement at toy sizes on CPU")
+    parser.add_argument("--step", help=argparse.SUPPRESS)  # one measurement, in its own process (run_part)
     parser.add_argument("--worker", metavar="JSON", help=argparse.SUPPRESS)  # one packing run (run_packed)
     args = parser.parse_args(argv)
-    if args.worker:
-        measure.packing_worker(json.loads(args.worker))
-        return 0
+    unknown = [name for name in (args.steps or "").split(",") if name and name not in STEPS]
+    if unknown:
+        parser.error(f"--steps: no step {', '.join(unknown)}; allowed: {', '.join(STEPS)}")
     if args.list:
         list_parts()
         return 0
     measure.import_ablate_from_checkout()
-    if args.write_tokens:
-        header = measure.write_token_file(args.write_tokens, args.vocab, args.max_documents)
-        print(
-            f"wrote {args.write_tokens} ({header['tokens']:,} tokens, {header['dtype']}, vocab {header['vocab_size']})"
-        )
+    if args.worker:
+        measure.packing_worker(json.loads(args.worker))
         return 0
+    if args.step:
+        run_step(args.step, args.cpu_smoke, args.tokens)
+        return 0
+    if args.bundle:
+        manifest = gpu_bundle.make_bundle(args.bundle, args.python_version)
+        total = manifest["bytes"] + gpu_bundle.tree_bytes()
+        print(
+            f"wrote {args.bundle}: {manifest['bytes'] / 2**20:.1f} MiB; with the tree {total / 2**20:.1f} MiB "
+            f"(limit {gpu_bundle.LIMIT_BYTES / 2**20:.0f} MiB)"
+        )
+        print(f"next, on the GPU machine from the repository root: source {args.bundle}/boot.sh")
+        return 0 if total <= gpu_bundle.LIMIT_BYTES else 1
+    if args.preflight:
+        return gpu_bundle.preflight(args.tokens)
     if args.cpu_smoke:
-        return run_parts(args, torch.device("cpu"), smoke=True)
+        return run_parts(args, smoke=True)
+    import torch
+
     if not torch.cuda.is_available():
         print("gpu_acceptance.py needs a CUDA GPU, and none is visible (--list names the checks)", file=sys.stderr)
         return 2
-    return run_parts(args, torch.device("cuda"), smoke=False)
+    return run_parts(args, smoke=False)
 
 
-def run_parts(args, device: torch.device, smoke: bool) -> int:
-    tokens = args.tokens
+def run_parts(args, smoke: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_acceptance_smoke_") as tmp:
+        tokens = args.tokens
         if smoke:  # a token file of 400 documents at vocab 512: the smoke models' sizes
             tokens = Path(tmp) / "tokens.bin"
             measure.write_token_file(tokens, 512, 400)
         elif not Path(f"{tokens}.json").exists():
-            print(
-                f"no token file {tokens}: write one with --write-tokens {tokens} (any machine with ablate)",
-                file=sys.stderr,
-            )
+            print(f"no token file {tokens}: make the bundle (--bundle DIR) and source DIR/boot.sh", file=sys.stderr)
             return 2
-        s = Settings(device=device, tokens=tokens, smoke=smoke)
-        for part in PARTS:
-            if args.part in (None, part.number):
-                print(f"== part {part.number}: {part.title}", flush=True)
-                start = time.perf_counter()
-                part.run(s)
-                print(f"   part {part.number} took {time.perf_counter() - start:.0f} s", flush=True)
-    failed = [line for line in s.lines if line.verdict == "fail"]
-    print(f"{len(s.lines)} lines, {sum(line.verdict == 'pass' for line in s.lines)} pass, {len(failed)} fail")
+        verdicts = []
+        chosen = [Part(0, "rerun", tuple(STEPS[name] for name in args.steps.split(",")))] if args.steps else PARTS
+        for part in chosen:
+            if args.part in (None, part.number) or args.steps:
+                verdicts += run_part(part, args.out, tokens, smoke)
+    failed = [line for line in verdicts if line.startswith("FAIL")]
+    passed = sum(line.startswith("PASS") for line in verdicts)
+    print(f"{len(verdicts)} lines, {passed} pass, {len(failed)} fail")
     return 1 if failed else 0
 
 

@@ -23,19 +23,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def import_ablate_from_checkout() -> None:
-    """Make `import ablate` (and ablate.kernels, which lives in kernels/) work from this checkout without an
-    install: what pip's package-dir mapping does for an installed copy."""
-    if importlib.util.find_spec("ablate") is None:
-        sys.path.insert(0, str(REPO / "src"))
-    import ablate  # noqa: F401
+    """Make `import ablate` (ablate.kernels, ablate_evals too) work from this checkout where it is not installed: what
+    pip's package-dir mapping does for an installed copy (scripts/ablate_checkout.py)."""
+    if importlib.util.find_spec("ablate") is None or importlib.util.find_spec("ablate_evals") is None:
+        sys.path.insert(0, str(REPO / "scripts"))
+        import ablate_checkout
 
-    if importlib.util.find_spec("ablate.kernels") is None:
-        spec = importlib.util.spec_from_file_location(
-            "ablate.kernels", REPO / "kernels" / "__init__.py", submodule_search_locations=[str(REPO / "kernels")]
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["ablate.kernels"] = module
-        spec.loader.exec_module(module)
+        ablate_checkout.map_checkout(str(REPO))
+    import ablate.kernels  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -43,8 +38,8 @@ def import_ablate_from_checkout() -> None:
 
 
 def write_token_file(path: Path, vocab_size: int, max_documents: int | None) -> dict:
-    """Tokenize the embedded corpus with ablate's BPE of `vocab_size` (needs ablate installed with its
-    dependencies) and write its training split's ids to `path` (uint16 or uint32) and a header to path + .json."""
+    """Tokenize the embedded corpus with ablate's BPE of `vocab_size`; write its training split's ids to `path`
+    (uint16 or uint32) and a header to path + .json."""
     import numpy as np
 
     from ablate.config import DataConfig
@@ -356,3 +351,48 @@ def run_packed(k: int, job: dict, folder: Path, env: dict, timeout: float) -> fl
 
 def mfu(tokens_per_second: float, flops_per_token: float, peak: float | None) -> float:
     return tokens_per_second * flops_per_token / peak if peak else math.nan
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# where a step's time goes
+
+
+def step_breakdown(spec: ModelSpec, mode: str, d, data: TokenFile, steps: int) -> dict:
+    """Milliseconds a step of each piece (the batch, forward + loss, backward, clip, optimizer), each drained
+    apart, and under torch.profiler the share of a step's wall time the device spends in kernels, the ops with the
+    most CPU time of their own and the kernels with the most device time: a step whose device is mostly idle is held
+    back by the host; one whose device is busy, by its kernels."""
+    stepper = Stepper(spec, mode, d, data)
+    stepper.timed(3)
+    pieces = {"batch": 0.0, "forward + loss": 0.0, "backward": 0.0, "clip": 0.0, "optimizer": 0.0}
+
+    def timed(name, fn):
+        synchronize(d.device)
+        start = time.perf_counter()
+        out = fn()
+        synchronize(d.device)
+        pieces[name] += time.perf_counter() - start
+        return out
+
+    for _ in range(steps):
+        batch = timed("batch", lambda: stepper.data.batch(spec.batch, spec.seq, d.device))
+        loss, _ = timed("forward + loss", lambda batch=batch: stepper.model.loss(*batch))
+        timed("backward", loss.backward)
+        timed("clip", lambda: torch.nn.utils.clip_grad_norm_(stepper.model.parameters(), 1.0))
+        timed("optimizer", lambda: (stepper.optimizer.step(), stepper.optimizer.zero_grad(set_to_none=True)))
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if d.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        wall = stepper.timed(steps)
+    events = profile.key_averages()
+    device_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+    kernels = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)[:8]
+    return {
+        "ms": {name: 1e3 * seconds / steps for name, seconds in pieces.items()},
+        "step_ms": 1e3 * wall / steps,
+        "device_busy": device_us / 1e6 / wall if d.device.type == "cuda" else math.nan,
+        "top_cpu": [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps) for e in top],
+        "top_device": [(e.key[:80], e.self_device_time_total / 1e3 / steps, e.count // steps) for e in kernels],
+    }

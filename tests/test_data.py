@@ -448,3 +448,26 @@ def test_unweighted_data_keeps_its_cache_key_and_plain_sampler(tmp_path, docs):
     assert np.array_equal(sampler.take(50), SequenceSampler(prepared.train.num_sequences(32), seed=5).take(50))
     assert prepared.val_indices(64, 32).tolist() == list(range(min(64, prepared.val.num_sequences(32))))
     assert prepared.train.tokens_per_source([0, 1], 32) == {}
+
+
+def test_the_default_corpus_reads_without_datasets_and_from_a_copy_of_its_file(tmp_path, monkeypatch):
+    """An offline GPU machine has neither `datasets` nor the corpus package: $ABLATE_DEFAULT_CORPUS names a copy of
+    the file (scripts/gpu_acceptance.py's bundle), read with json; a wrong path is one ConfigError naming it."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "summaries.json"
+    corpus.write_text(
+        json.dumps({"A": {"title": "A", "extract": "alpha text"}, "B": {"title": "B", "extract": "beta"}})
+    )
+    monkeypatch.setenv("ABLATE_DEFAULT_CORPUS", str(corpus))
+    assert list(sources.raw_texts(load_documents("default", "text"))) == ["alpha text", "beta"]
+    probe = (
+        "import sys; from ablate.data import sources as s; s.load_documents('default', 'text'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'datasets'))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stderr
+    monkeypatch.setenv("ABLATE_DEFAULT_CORPUS", str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigError, match=r"ABLATE_DEFAULT_CORPUS=.*missing.json is not a file"):
+        load_documents("default", "text")

