@@ -1,0 +1,180 @@
+"""Decisions that compare like with like, in the fixed report and the adaptive study alike (issue 33): the leader
+from paired estimates, token counts checked by one rule on both paths, failed seeds never a win, and sequential
+prefixes in the order the study trained its seeds."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ablate.report import Options, write_report
+from ablate.report.sequential import STUDY_FILE, DecisionRule, study_contrasts, trained_order
+from report_fixtures import STEPS, write_run
+
+FAST = Options(bootstrap=0)
+
+
+def _val(final: float) -> list[float]:
+    """A validation curve ending at `final` (the run's score)."""
+    return [final + 0.3, final + 0.2, final + 0.1, final]
+
+
+def _val_series(report: dict) -> dict:
+    return next(s for s in report["groups"][0]["series"] if s["task"] == "val_loss")
+
+
+def _decision(report: dict) -> dict:
+    return next(d for d in report["headline"]["decisions"] if d["task"] == "val_loss")
+
+
+def _write_study(root, rounds: list[dict[str, list[int]]]) -> dict:
+    rule = DecisionRule()
+    study = {
+        "rule": rule.to_dict(),
+        "rule_history": [{"rule": rule.to_dict(), "set_after_results": False, "round": 1}],
+        "rounds": [{"round": i + 1, "seeds": seeds, "tokens": 0} for i, seeds in enumerate(rounds)],
+        "stopped": "max_seeds",
+    }
+    (root / STUDY_FILE).write_text(json.dumps(study))
+    return study
+
+
+# ---- the leader ----------------------------------------------------------------------------------------------
+
+
+def test_the_leader_comes_from_paired_estimates_on_shared_seeds(tmp_path):
+    """Issue 33's case: A on seeds 0-4 has the lowest mean (its seeds 3 and 4 are lucky), but B, run on seeds 0-2
+    only (an adaptive study stopped giving it seeds), beats A and C on every seed both ran. B is named ahead of A
+    and C; no significant pair is called "not separated"."""
+    root = tmp_path / "unequal"
+    finals = {
+        "A": [3.00, 3.01, 3.02, 2.70, 2.71],
+        "B": [2.95, 2.965, 2.97],
+        "C": [3.10, 3.105, 3.098, 3.102, 3.11],
+    }
+    for variant, values in finals.items():
+        for seed, value in enumerate(values):
+            write_run(root, variant, seed, STEPS, _val(value), {})
+    report = write_report(root, opts=FAST)
+    series, decision = _val_series(report), _decision(report)
+    assert np.mean(finals["A"]) < np.mean(finals["B"])  # the unpaired means would have named A
+    assert series["best"] == "B"
+    assert decision["leader"] == "B" and decision["status"] == "best", decision["text"]
+    assert sorted(decision["ahead_of"]) == ["A", "C"] and decision["not_separated_from"] == []
+    assert "B best, ahead of A, C" in decision["text"]
+    for p in series["pairwise"]:
+        if p["significant"]:
+            assert not {p["a"], p["b"]} <= {decision["leader"], *decision["not_separated_from"]}
+
+
+# ---- token counts: one rule, both paths ----------------------------------------------------------------------
+
+
+def _drop_tokens(run) -> None:
+    """The run's metrics.jsonl without token counts (a run from before they were logged)."""
+    path = run / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "tokens"}) + "\n" for r in rows))
+
+
+def test_a_missing_token_count_refuses_the_pair_in_the_report_and_the_study(tmp_path):
+    """A at 1M tokens on 3 seeds; B at 0.5M on two seeds and no count on the third, far behind: once the check was
+    switched off by the missing count (p = 0.00027). Now not tested, and not decided, with the reason."""
+    root = tmp_path / "missing"
+    for seed in range(3):
+        write_run(root, "A", seed, STEPS, _val(3.0 + 0.01 * seed), {}, tokens_per_step=25_000)
+        run = write_run(root, "B", seed, STEPS, _val(3.5 + 0.012 * seed), {}, tokens_per_step=12_500)
+        if seed == 2:
+            _drop_tokens(run)
+    report = write_report(root, opts=FAST)
+    (pair,) = _val_series(report)["pairwise"]
+    assert not pair["testable"] and pair["untested"] == "tokens" and pair["significant"] is None
+    assert "token count not logged for 1 of 6 compared runs" in pair["note"]
+    (contrast,) = study_contrasts(root, DecisionRule())
+    assert contrast.decision == "open" and "token count not logged for 1 of 6" in contrast.note
+
+
+def test_points_far_apart_in_tokens_are_refused_by_the_report_and_the_study(tmp_path):
+    """A ends at 1.0M tokens; B is evaluated only at 0.6M and 1.2M, so it is read at 0.6M, 40% apart. The study
+    once decided 'A better' at 3 seeds there; both paths now refuse it, through match.token_gap."""
+    root = tmp_path / "gap"
+    for seed in range(3):
+        write_run(root, "A", seed, STEPS, _val(3.0 + 0.01 * seed), {}, tokens_per_step=25_000)
+        write_run(root, "B", seed, [15, 30], [3.4 + 0.01 * seed, 2.9 + 0.01 * seed], {}, tokens_per_step=40_000)
+    report = write_report(root, opts=FAST)
+    (pair,) = _val_series(report)["pairwise"]
+    assert not pair["testable"] and pair["token_gap"] == pytest.approx(0.4)
+    assert "600,000 to 1,000,000 tokens, 40% apart (> 5%" in pair["note"]
+    (contrast,) = study_contrasts(root, DecisionRule())
+    assert contrast.decision == "open" and "40% apart (> 5%" in contrast.note
+    (loose,) = study_contrasts(root, DecisionRule(), max_token_gap=0.5)
+    assert loose.decision == "a"  # what the gap check stops: A's lead at equal steps, not at equal tokens
+    _write_study(root, [{"A": [0, 1, 2], "B": [0, 1, 2]}])
+    section = write_report(root, tmp_path / "out", FAST)["sequential"]
+    assert section["contrasts"][0]["decision"] == "open" and "40% apart" in section["contrasts"][0]["note"]
+
+
+# ---- failures --------------------------------------------------------------------------------------------------
+
+
+def _aa_with_worst_quarter_diverged(root, rng) -> None:
+    """A/A over 8 seeds (independent run noise, sd 0.02); A's worst 2 seeds diverge (status.json, no summary)."""
+    values = {v: 3.0 + rng.normal(0, 0.02, 8) for v in ("A", "B")}
+    worst = set(np.argsort(values["A"])[-2:].tolist())
+    for variant, finals in values.items():
+        for seed, value in enumerate(finals):
+            diverged = variant == "A" and seed in worst
+            run = write_run(root, variant, seed, STEPS, _val(value), {}, finished=not diverged)
+            if diverged:
+                (run / "status.json").write_text(json.dumps({"state": "diverged", "message": "loss spike", "step": 40}))
+
+
+def test_a_variant_diverging_on_its_worst_seeds_is_never_decided_better(tmp_path):
+    """The fixed report's rule in the adaptive study: A's survivors look better than B, but A is never decided
+    better (nor equivalent), and the contrast says '2 of 8 seeds diverged'. The interval itself is kept: in some
+    of these studies it excludes 0 on A's side, a decision the rule stops."""
+    rng = np.random.default_rng(7)
+    on_a_side = 0
+    for k in range(6):
+        root = tmp_path / f"aa{k}"
+        _aa_with_worst_quarter_diverged(root, rng)
+        (c,) = study_contrasts(root, DecisionRule())
+        assert c.decision != "a" and c.seeds == 6
+        assert "A: 2 of 8 seeds diverged (never decided better or equivalent)" in c.note
+        on_a_side += c.interval[1] < 0  # lower is better: a - b below 0 everywhere
+        (wide,) = study_contrasts(root, DecisionRule(margins={"val_loss": 0.1}))
+        assert wide.decision == "open" and wide.interval[0] > -0.1 and wide.interval[1] < 0.1  # never equivalent
+    assert on_a_side >= 1
+
+
+# ---- sequential prefixes in the order seeds were trained -------------------------------------------------------
+
+
+def _study_in_order(root, seed_numbers: list[int]) -> dict:
+    """Two variants trained in rounds of 3, 1, 1, 1 seeds, the k-th seed trained holding the k-th value whatever
+    its number: a clear difference on the first three, noise after."""
+    diffs = [0.30, 0.31, 0.305, 0.2, 0.45, 0.1]
+    base = 3.0 + np.random.default_rng(3).normal(0, 0.02, 6)
+    for k, seed in enumerate(seed_numbers):
+        write_run(root, "A", seed, STEPS, _val(base[k]), {})
+        write_run(root, "B", seed, STEPS, _val(base[k] + diffs[k]), {})
+    rounds = [seed_numbers[:3], *([s] for s in seed_numbers[3:])]
+    return _write_study(root, [{"A": seeds, "B": seeds} for seeds in rounds])
+
+
+def test_shuffled_seed_numbers_give_the_same_sequential_decisions(tmp_path):
+    """A file with seeds 5, 6, 7 gets seed 0 next: the prefixes follow the study's rounds, so its decisions,
+    intervals and decision points are those of the same values trained as seeds 0-5."""
+    plain = tmp_path / "plain"
+    shuffled = tmp_path / "shuffled"
+    study_plain = _study_in_order(plain, [0, 1, 2, 3, 4, 5])
+    study_shuffled = _study_in_order(shuffled, [5, 6, 7, 0, 1, 2])
+    (want,) = study_contrasts(plain, DecisionRule(), trained=trained_order(study_plain))
+    (got,) = study_contrasts(shuffled, DecisionRule(), trained=trained_order(study_shuffled))
+    assert want.decision == "a" and want.decided_at == 3
+    assert (got.decision, got.decided_at, got.seeds) == (want.decision, want.decided_at, want.seeds)
+    assert got.interval == pytest.approx(want.interval)
+    (by_number,) = study_contrasts(shuffled, DecisionRule())  # ordered by seed number: another sequence
+    assert by_number.interval != pytest.approx(want.interval)
+    report = write_report(shuffled, opts=FAST)  # the report reads the order from study.json
+    assert report["sequential"]["contrasts"][0]["interval"] == pytest.approx(list(want.interval))
