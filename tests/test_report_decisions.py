@@ -178,3 +178,77 @@ def test_shuffled_seed_numbers_give_the_same_sequential_decisions(tmp_path):
     assert by_number.interval != pytest.approx(want.interval)
     report = write_report(shuffled, opts=FAST)  # the report reads the order from study.json
     assert report["sequential"]["contrasts"][0]["interval"] == pytest.approx(list(want.interval))
+
+
+# ---- the tracking gate ranks variants, not training progress ---------------------------------------------------
+
+
+def _series(metric: str, by_variant: dict[str, list[float]], direction: str = "higher") -> dict:
+    """A series as analyze builds it (the fields tracking reads): 2 seeds per variant, 4 checkpoints."""
+    runs = {
+        f"{v}/seed{seed}": {"variant": v, "steps": STEPS, "values": [x + 0.001 * seed for x in values]}
+        for v, values in by_variant.items()
+        for seed in range(2)
+    }
+    quality = {"criteria": {"above_chance": True}}
+    return {
+        "metric": metric,
+        "direction": direction,
+        "runs": runs,
+        "baseline": False,
+        "primary": True,
+        "quality": quality,
+    }
+
+
+def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task():
+    """correct_prob rises with training as the accuracy does (pooled over (run, checkpoint) points their rank
+    correlation is high), but orders A, B, C exactly against it (Kendall -1): refused. One swap among three (tau
+    1/3) is refused too; the accuracy's own order passes."""
+    from ablate.report import stats, tracking
+
+    rank = {"A": 2, "B": 1, "C": 0}
+    accuracy = _series("acc", {v: [0.3 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})
+    opposite = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * (2 - r) for k in range(4)] for v, r in rank.items()})
+    pooled = stats.spearman(
+        [x for r in opposite["runs"].values() for x in r["values"]],
+        [x for r in accuracy["runs"].values() for x in r["values"]],
+    )
+    assert pooled > 0.5  # what the old gate measured, and passed
+    refused = tracking.from_runs("t", opposite, [accuracy], None)
+    assert not refused["passes"] and refused["value"] == -1
+    assert refused["why"] == "does not rank the variants as t's accuracy does (tau -1 < 0.5)"
+    swap = {"A": 2, "B": 0, "C": 1}
+    one_swap = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in swap.items()})
+    assert tracking.from_runs("t", one_swap, [accuracy], None)["value"] == pytest.approx(1 / 3)
+    assert not tracking.from_runs("t", one_swap, [accuracy], None)["passes"]
+    same = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})
+    assert tracking.from_runs("t", same, [accuracy], None) == {
+        "against": "acc",
+        "value": 1,
+        "passes": True,
+        "weaker": None,
+        "why": None,
+    }
+
+
+# ---- the fallback's carry-forward ------------------------------------------------------------------------------
+
+
+def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
+    """0 of 0 primary pairs rejected is not 'every pair it tested': the task family keeps alpha x (1 - share)."""
+    from ablate.report import decide
+
+    def series(task: str, testable: bool) -> dict:
+        row = {"a": "A", "b": "B", "testable": testable, "p_seeds": 0.001 if testable else None, "significant": None}
+        row |= {"diff": 0.1, "sd_diff": 0.05, "sd_seeds": 0.05, "df": 2, "paired": True, "noise_floor_sd": None}
+        return {"task": task, "metric": "loss" if task == "val_loss" else "acc", "primary": True, "pairwise": [row]}
+
+    primary, task = series("val_loss", testable=False), series("quiz:cf", testable=True)
+    out = decide.apply_family([primary, task], FAST, "(one scale)")
+    first, second = out["families"]
+    assert first["tests"] == 0 and second["alpha"] == pytest.approx(0.01) and not second["carried_forward"]
+    assert "rejected every pair it tested" not in out["family"]
+    primary["pairwise"][0] |= {"testable": True, "p_seeds": 0.001}  # tested and rejected: now it carries
+    carried = decide.apply_family([primary, series("quiz:cf", testable=True)], FAST, "(one scale)")
+    assert carried["families"][1]["alpha"] == pytest.approx(0.05) and "its alpha carried forward" in carried["family"]
