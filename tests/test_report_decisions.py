@@ -252,3 +252,59 @@ def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
     primary["pairwise"][0] |= {"testable": True, "p_seeds": 0.001}  # tested and rejected: now it carries
     carried = decide.apply_family([primary, series("quiz:cf", testable=True)], FAST, "(one scale)")
     assert carried["families"][1]["alpha"] == pytest.approx(0.05) and "its alpha carried forward" in carried["family"]
+
+
+# ---- bits per byte across tokenizers: only on the same text ----------------------------------------------------
+
+
+def _tokenizer_runs(root, texts: dict[str, str | None]) -> None:
+    """Two tokenizers x 5 seeds logging val/bpb, B's 0.01 bpb above A's (seed sd 0.003): what a text offset gives,
+    repeated on every seed. texts: variant -> the sha256 of the validation text its runs scored (None: not recorded)."""
+    rng = np.random.default_rng(11)
+    for variant, offset in (("A", 0.0), ("B", 0.01)):
+        for seed in range(5):
+            bpb = 1.2 + offset + rng.normal(0, 0.003)
+            run = write_run(root, variant, seed, STEPS, _val(3.0 + offset), {})
+            path = run / "metrics.jsonl"
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+            for row in rows:
+                if "val/loss" in row:
+                    row["val/bpb"] = bpb + 0.1 * (STEPS[-1] - row["step"]) / 10
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            summary = json.loads((run / "summary.json").read_text())
+            summary["tokenizer"] = {"sha256": f"tokenizer-{variant}"}
+            if texts[variant]:
+                summary["val_scored"] = {"tokens": 2048, "bytes": 8000, "text_sha256": texts[variant]}
+            (run / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.mark.parametrize(
+    "texts, why",
+    [
+        ({"A": "text-1", "B": "text-2"}, "the runs scored 2 different validation texts"),
+        ({"A": "text-1", "B": None}, "which 5 of 10 runs do not record"),
+    ],
+)
+def test_bits_per_byte_of_different_text_are_refused(tmp_path, texts, why):
+    """A 0.01 bpb offset at seed sd 0.003 over 5 seeds was p = 0.005 when each tokenizer scored its own text; where
+    the runs' texts differ, or are not recorded, validation is left out of the comparison, with the reason, and an
+    adaptive study does not decide on it."""
+    root = tmp_path / "bpb"
+    _tokenizer_runs(root, texts)
+    report = write_report(root, opts=FAST)
+    assert report["tokenizers"]["differ"] and report["tokenizers"]["compared_by"] is None
+    assert not [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
+    assert why in report["headline"]["text"] and "validation is left out" in report["headline"]["text"]
+    (contrast,) = study_contrasts(root, DecisionRule())
+    assert contrast.metric == "val_bpb" and contrast.decision == "open" and why in contrast.note
+
+
+def test_bits_per_byte_of_the_same_text_are_compared(tmp_path):
+    root = tmp_path / "bpb"
+    _tokenizer_runs(root, {"A": "text-1", "B": "text-1"})
+    report = write_report(root, opts=FAST)
+    assert report["tokenizers"]["compared_by"] == "bpb" and "same validation text" in report["tokenizers"]["text"]
+    (val,) = [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
+    assert val["metric"] == "bpb" and val["pairwise"][0]["diff"] == pytest.approx(-0.01, abs=0.005)
+    (contrast,) = study_contrasts(root, DecisionRule())
+    assert contrast.metric == "val_bpb" and "not decided" not in contrast.note

@@ -329,7 +329,7 @@ def study_contrasts(
     numbers (a file's seeds 5, 6, 7 then seed 0: 0 is the fourth). Like with like as in the fixed report: a pair
     whose compared points fail match.token_gap (max_token_gap, default --max-token-gap's) is not decided; a variant
     with a failed or diverged seed is never decided better, nor equivalent (its survivors are a selected sample)."""
-    from ablate.report import decide, match
+    from ablate.report import decide, match, tokenizers
     from ablate.report.runs import direction, load_runs, task_infos
     from ablate.text import natural_key
 
@@ -351,11 +351,12 @@ def study_contrasts(
         if name == "val_loss" and compare_bpb:  # loss per token does not compare across tokenizers
             metric, shown, margin = "bpb", "val_bpb", None
             why = "tokenizers differ: compared in bits per byte, where a val_loss margin does not apply"
-        scores = _scores(finished, tasks.get(task_key), metric)
+        refused = tokenizers.different_text(runs) if shown == "val_bpb" and compare_bpb else None
+        scores = None if refused else _scores(finished, tasks.get(task_key), metric)
         for a, b in pairs:
             order = _pair_order(a, b, trained or {})
             c = _contrast(a, b, shown, scores, rule.alpha / k, margin, direction(metric) < 0, task_key, order, gap)
-            c.note = "; ".join(filter(None, [why, c.note]))
+            c.note = "; ".join(filter(None, [why, f"not decided: {refused}" if refused else c.note]))
             _never_better_on_survivors(c, failed)
             skipped = [f"{v}: seed{'s' * (len(unpaired[v]) > 1)} {_seeds(unpaired[v])}" for v in (a, b) if unpaired[v]]
             if skipped:
