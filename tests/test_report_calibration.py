@@ -84,12 +84,12 @@ def decide_study(study: dict, opts=OPTS):
         final = {v: {"mean": float(np.mean(list(scores[v].values()))), "seeds": data[v][0]} for v in variants}
         series.append(
             {
-                "task": metric,
+                "task": "val_loss" if metric == "loss" else metric,  # the loss is the primary family, as in a report
                 "metric": metric,
                 "primary": True,
                 "direction": "higher" if sign > 0 else "lower",
                 "final": final,
-                "best": decide.best(final, sign),
+                "best": None,  # decide_series finds the leader from the pairwise rows (decide.best)
                 "pairwise": decide.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts),
             }
         )

@@ -160,8 +160,8 @@ def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
     choice = _choice(report)
     assert choice["evidence"] == "consistency" and choice["metric"] == "acc_per_char"
     why = {o["metric"]: o["why"] for o in choice["others"]}
-    rho = float(why["gold_bpb"].split("rho ")[1].split(" ")[0])
-    assert why["gold_bpb"].startswith("does not track t's accuracy (rho ") and rho < 0.5
+    tau = float(why["gold_bpb"].split("tau ")[1].split(" ")[0])
+    assert why["gold_bpb"].startswith("does not rank the variants as t's accuracy does (tau ") and tau == -1
     # a metric that does move with the accuracy passes, and says against what
     aligned = dict(series["gold_bpb"], runs=series["acc_per_char"]["runs"], direction="higher")
     tracks = from_runs("t", aligned, list(series.values()), None)
@@ -175,7 +175,7 @@ def test_accuracy_at_chance_checks_against_validation_loss_as_weaker_evidence():
     tracks = choice["figures"]["tracks_task"]
     assert choice["metric"] == "gold_bpb" and tracks["against"] == "val_loss" and tracks["passes"]
     assert tracks["weaker"] == "t's accuracy is at chance" and tracks["value"] > 0.9
-    assert "tau 1, tracks val_loss: rho 0.994 (weaker evidence: t's accuracy is at chance))" in choice["text"]
+    assert "tau 1, tracks val_loss: tau 1 (weaker evidence: t's accuracy is at chance))" in choice["text"]
 
 
 # ---- C: paired resampling and coverage ----------------------------------------------------------------------------

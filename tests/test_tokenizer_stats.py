@@ -137,7 +137,7 @@ seeds = [0, 1]
 
 
 @pytest.mark.slow  # trains 2 vocabularies x 2 seeds with the CLI
-def test_runs_of_different_tokenizers_are_compared_by_bits_per_byte(tmp_path):
+def test_runs_of_different_tokenizers_record_their_bits_per_byte_and_scored_text(tmp_path):
     (tmp_path / "vocab.py").write_text(VOCABS)
     run_cli("run", tmp_path / "vocab.py", "--out", tmp_path / "runs")
     root = tmp_path / "runs" / "vocab"
@@ -159,16 +159,21 @@ def test_runs_of_different_tokenizers_are_compared_by_bits_per_byte(tmp_path):
     assert figures["vocab_size"] == 512 and 1 < figures["fertility"] < 4 and 0 < figures["continued_word_rate"] < 1
     assert figures["bytes_per_token"] > 1 and 0 < figures["vocab_use"] <= 1 and len(figures["sha256"]) == 64
 
+    # which text was scored: each vocabulary's first 8 sequences hold other text, so their bits per byte do not
+    # compare (a text offset repeats on every seed) and the report leaves validation out, saying why
+    texts = {
+        v: {
+            json.loads((root / v / f"seed{k}" / "summary.json").read_text())["val_scored"]["text_sha256"]
+            for k in (0, 1)
+        }
+        for v in ("v512", "v1024")
+    }
+    assert all(len(t) == 1 and len(next(iter(t))) == 64 for t in texts.values()) and texts["v512"] != texts["v1024"]
     result = run_cli("report", root, "--bootstrap", "100")
     report = json.loads((root / "report.json").read_text())
-    assert report["tokenizers"]["differ"] and report["tokenizers"]["compared_by"] == "bpb"
-    (val_series,) = [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
-    assert val_series["metric"] == "bpb" and val_series["direction"] == "lower"
-    for variant in ("v512", "v1024"):
-        bpbs = [json.loads((root / variant / f"seed{k}" / "summary.json").read_text())["final_val_bpb"] for k in (0, 1)]
-        assert val_series["final"][variant]["mean"] == pytest.approx(np.mean(bpbs))
-    assert report["headline"]["decisions"][0]["name"] == "val_bpb"
-    assert "bits per byte" in result.stdout.splitlines()[0] and "val_bpb" in result.stdout
+    assert report["tokenizers"]["differ"] and report["tokenizers"]["compared_by"] is None
+    assert not [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
+    assert "the runs scored 2 different validation texts" in result.stdout
     markdown = (root / "report.md").read_text()
     assert "| fertility | bytes/token |" in markdown and "bpe:1024" in markdown
 

@@ -116,10 +116,17 @@ def _documents(tokens: np.ndarray, doc_starts: np.ndarray, max_tokens: int) -> I
         yield np.asarray(tokens[start : end - 1], dtype=np.int64).tolist()
 
 
-def scored_bytes(tok, target_runs: Iterable[np.ndarray]) -> int:
+def scored_bytes(tok, target_runs: Iterable[np.ndarray], digest=None) -> int:
     """UTF-8 bytes of the text the scored target tokens hold. Each run of contiguous targets is decoded whole
-    (special tokens such as eos hold no text), so only a character cut at a run's ends can count a byte wrong."""
-    return sum(len(tok.decode(run.tolist(), skip_special_tokens=True).encode("utf-8")) for run in target_runs)
+    (special tokens such as eos hold no text), so only a character cut at a run's ends can count a byte wrong.
+    digest: a hashlib object fed the same bytes, in order (which text was scored)."""
+    total = 0
+    for run in target_runs:
+        text = tok.decode(run.tolist(), skip_special_tokens=True).encode("utf-8")
+        if digest is not None:
+            digest.update(text)
+        total += len(text)
+    return total
 
 
 def file_sha256(path: str) -> str:
@@ -150,19 +157,23 @@ def contiguous_targets(indices, targets: np.ndarray) -> list[np.ndarray]:
     return [block.reshape(-1) for block in np.split(targets, breaks)]
 
 
-def scored_text(data, sequences: int, seq_len: int, chunk: int = 64) -> tuple[int, int]:
-    """(tokens, UTF-8 bytes) of the targets a run's validation scores: its fixed validation sequences
-    (data.val_indices, as ablate.training.callbacks.validation.Validation takes them), read through data.val.batch."""
+def scored_text(data, sequences: int, seq_len: int, chunk: int = 64) -> tuple[int, int, str]:
+    """(tokens, UTF-8 bytes, sha256 of those bytes) of the targets a run's validation scores: its fixed validation
+    sequences (data.val_indices, as ablate.training.callbacks.validation.Validation takes them), read through
+    data.val.batch. The hash says which text was scored: bits per byte of runs of different tokenizers compare only
+    where it is the same (report/tokenizers.py)."""
+    import hashlib
+
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(data.tokenizer_path)
     indices = np.sort(np.asarray(data.val_indices(sequences, seq_len), dtype=np.int64))
-    n_bytes = 0
+    n_bytes, digest = 0, hashlib.sha256()
     for start in range(0, len(indices), chunk):
         part = indices[start : start + chunk]
         targets = np.asarray(data.val.batch(part, seq_len)[1])
-        n_bytes += scored_bytes(tok, contiguous_targets(part, targets))
-    return len(indices) * seq_len, n_bytes
+        n_bytes += scored_bytes(tok, contiguous_targets(part, targets), digest)
+    return len(indices) * seq_len, n_bytes, digest.hexdigest()
 
 
 def bits_per_byte(loss_per_token: float, tokens: int, n_bytes: int) -> float:

@@ -183,7 +183,7 @@ def _file_rule_and_seeds(args):
 def run_study(args, train_round: Callable[[list[RunConfig]], int]) -> int:
     """The whole study: rounds until decided, max seeds or budget. Exit 0 when it stops (open contrasts too), the
     round's exit code when runs of a round failed (1) or were interrupted (130): rerun to continue."""
-    from ablate.report.sequential import study_contrasts
+    from ablate.report.sequential import study_contrasts, trained_order
 
     if "RANK" in os.environ:
         raise ConfigError("--until-decided: not under torchrun (each run can be a group: --gpus-per-run G)")
@@ -224,7 +224,8 @@ def run_study(args, train_round: Callable[[list[RunConfig]], int]) -> int:
             print(f"study round {entry['round']}: not every run finished; rerun the same command to continue")
             return code
         entry["device_seconds"] = round(sum(_device_seconds(rundir.run_dir_for(args.out, r)) or 0.0 for r in runs), 3)
-        entry["contrasts"] = [c.to_dict() for c in study_contrasts(folder, rule, variants)]
+        contrasts = study_contrasts(folder, rule, variants, trained=trained_order(study))  # prefixes as trained
+        entry["contrasts"] = [c.to_dict() for c in contrasts]
         rundir.write_json_atomic(folder / rundir.STUDY, study)
         for contrast in entry["contrasts"]:
             print(f"  {contrast_line(contrast)}", flush=True)

@@ -41,7 +41,7 @@ class Options:
     alpha: float = 0.05  # the study's error rate: A/A any-claim rate over both families (decide.apply_family)
     primary_share: float = 0.8  # the primary metric's family is tested at alpha x this; the task metrics at the rest
     primary: str | None = None  # the primary metric: "task" or "task/metric"; None: validation loss (or its bpb)
-    max_token_gap: float = 0.05  # pairs whose compared points are further apart in tokens (relative) are not tested
+    max_token_gap: float = match.MAX_TOKEN_GAP  # pairs whose points are further apart in tokens: not tested
     min_seeds: int = 3  # seeds per variant below which a difference is not tested (seeds needed are estimated)
     power: float = 0.8  # the power "seeds needed" is computed for
     min_shared_items: float = 0.5  # runs scored different items: compare over the shared ids if >= this share
@@ -298,7 +298,7 @@ def analyze_series(
         return None
     sign = direction(metric)
     final, scores, items, stderrs = _final_scores(with_scores, m, opts)
-    return {
+    series = {
         "task": task.key,
         "metric": metric,
         "primary": metric == task.primary,
@@ -325,11 +325,13 @@ def analyze_series(
             for r in rs
         },
         "final": final,
-        "best": decide.best(final, sign),
+        "best": None,  # the leader from the paired estimates (decide.best), set below and again after the families
         "pairwise": decide.pairwise(list(final), scores, items, sign, opts, stderrs, final),
         "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
         "quality": _quality(with_scores, final, task, metric, sign, opts, m),
     }
+    series["best"] = decide.best(series)
+    return series
 
 
 def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str, TaskInfo], opts: Options) -> dict:
@@ -352,7 +354,7 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
     runs = [r for rs in finished.values() for r in rs]
     return {
         "scale": scale,
-        "failures": _failures(runs_by_variant),
+        "failures": decide.failed_seeds(runs_by_variant),
         "variants": list(finished),
         "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
         "shape_differences": match.shape_differences(runs),
@@ -360,19 +362,6 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
         "train_loss": {v: _train_curve(rs) for v, rs in finished.items()},
         "series": series,
     }
-
-
-FAILED_STATES = ("diverged", "failed")  # a variant with a seed in one of these never wins on its survivors
-
-
-def _failures(runs_by_variant: dict[str, list[Run]]) -> dict:
-    """Variants with a failed or diverged seed: {variant: {"seeds": n, "by_state": {state: [seed, ...]}}}."""
-    out = {}
-    for variant, runs in runs_by_variant.items():
-        by_state = {state: sorted(r.seed for r in runs if r.status == state) for state in FAILED_STATES}
-        if any(by_state.values()):
-            out[variant] = {"seeds": len(runs), "by_state": by_state}
-    return out
 
 
 def _overview(runs: list[Run], skipped: list[str]) -> dict:
@@ -515,10 +504,14 @@ def analyze_runs(
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
     decisions = decide.decision_series(target, recommendation, opts)
     inference = decide.apply_family(decide.family_series(target, decisions), opts, where or "(one scale)", decisions)
+    for s in target["series"]:  # no significant pair may put the leader behind
+        s["best"] = decide.best(s)
     headline = decide.headline(experiment + (f" {where}" if where else ""), target, recommendation, overview, opts)
     if tokenizer_note["text"]:
         headline["text"] += " " + tokenizer_note["text"]
-    adaptive = sequential.study_section(runs, runs_dir, study) if study is not None else None
+    adaptive = None
+    if study is not None:  # recomputed from the runs, under the report's own like-with-like rule
+        adaptive = sequential.study_section(runs, runs_dir, study, opts.max_token_gap)
     if adaptive is not None:  # the sequential decisions lead; the fixed-n tests stay, labelled
         inference["valid_under_optional_stopping"] = False
         inference["optional_stopping_note"] = decide.OPTIONAL_STOPPING_NOTE

@@ -7,8 +7,8 @@ margins), above chance: an accuracy at chance never counts, and accuracies that 
 (all but acc_pmi) must also beat the choices-only baseline. The baselines themselves are never candidates.
 
 A continuous metric (no chance level) must also show that it tracks its task (tracking.py): decision accuracy
-against the task's target > 0.5 with a scale axis, else a rank correlation >= 0.5 with the task's accuracy over the
-runs' checkpoints (with validation loss where the accuracy is at chance: weaker evidence).
+against the task's target > 0.5 with a scale axis, else the variants ranked as the task's accuracy ranks them (mean
+Kendall tau over checkpoints >= 0.5; against validation loss where the accuracy is at chance: weaker evidence).
 
 Among the metrics that pass, the best measured ("evidence"): with a scale axis the highest decision accuracy from
 the smaller scales against the task's target at the largest ("target_da", across.py), or against validation loss
@@ -136,7 +136,7 @@ def _describe(metric: str, fig: dict, ranked_by: str) -> str:
     tracks = fig["tracks_task"]
     if tracks is not None and tracks["against"] not in ("target_da", "val_da"):  # the DA above says it otherwise
         weaker = f" (weaker evidence: {tracks['weaker']})" if tracks["weaker"] else ""
-        da += f", tracks {tracks['against']}: rho {_f(tracks['value'])}{weaker}"
+        da += f", tracks {tracks['against']}: tau {_f(tracks['value'])}{weaker}"
     return f"{metric} (rho {_f(fig['monotonicity'])}, SNR {_f(fig['snr'])}, tau {_f(fig['tau'])}{da})"
 
 

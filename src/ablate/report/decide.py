@@ -8,13 +8,14 @@
   than 2), its variance floored by the items' own sampling noise (stats.seed_test), so a difference repeated
   exactly by every seed is never p = 0. The CI adds item noise with a two-level bootstrap (seeds, then items); the
   item-level p is shown as evaluation noise only.
-- Fewer than `min_seeds` seeds per variant, or compared points more than `max_token_gap` apart in tokens: not
-  tested, and the report says why.
+- Fewer than `min_seeds` seeds per variant, or compared points more than `max_token_gap` apart in tokens, or a
+  token count missing (match.token_gap): not tested, and the report says why.
 - Error control over the whole study, in two families (a fallback procedure): the primary metric's pairs are
   declared before any result and tested as their own question, Benjamini-Hochberg at alpha x primary_share (0.04);
   every pair x candidate task metric (every metric the choice could have picked: choosing a metric, and its gates,
   select on the runs' own outcome) is the second family, Benjamini-Hochberg at the rest of alpha (0.01), or at the
-  whole alpha when the primary family rejected every pair it tested (its alpha is then unspent: carried forward).
+  whole alpha when the primary family tested at least one pair and rejected every pair it tested (its alpha is then
+  unspent: carried forward; a primary family that tested nothing carries nothing).
   In an A/A study the chance of any claim is at most alpha1 + alpha2 = alpha; within each family BH bounds the
   false discovery rate at its level.
 - Seeds needed are computed for the level a pair is actually tested at: its family's alpha over the family's size
@@ -29,28 +30,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report import stats
+from ablate.report import match, stats
 from ablate.report.runs import VAL_TASK
 
 
-def best(final: dict, sign: int) -> str | None:
-    """The variant with the best mean final score; None when several share it (a tie names no winner)."""
-    top = max(sign * f["mean"] for f in final.values())
-    leaders = [v for v, f in final.items() if sign * f["mean"] == top]
+def _gap(p: dict, leader: str, sign: int) -> float:
+    """How far `leader` is ahead in a pairwise row (oriented: > 0 ahead), from the pair's own estimate: the mean
+    per-seed difference over the seeds both ran."""
+    return sign * (p["diff"] if p["a"] == leader else -p["diff"])
+
+
+def best(s: dict) -> str | None:
+    """A series' leader, from the paired estimates on shared seeds (each pairwise row's `better`), never from the
+    variants' own means: with unequal seed sets (an adaptive study stops giving seeds to decided variants) a mean
+    over other seeds can put first a variant that every paired comparison puts behind. The variant ahead of every
+    other; where the estimates cycle, the one ahead of most; in both cases among the variants no significant pair
+    puts behind (once the families are applied), the means breaking what is left. None when several stay tied."""
+    sign = 1 if s["direction"] == "higher" else -1
+    variants, rows = list(s["final"]), s["pairwise"]
+    behind = {p["b"] if p["better"] == p["a"] else p["a"] for p in rows if p["significant"] and p["better"]}
+    candidates = [v for v in variants if v not in behind] or variants
+    wins = {v: sum(p["better"] == v for p in rows) for v in candidates}
+    leaders = [v for v in candidates if wins[v] == max(wins.values())]
+    top = max(sign * s["final"][v]["mean"] for v in leaders)
+    leaders = [v for v in leaders if sign * s["final"][v]["mean"] == top]
     return leaders[0] if len(leaders) == 1 else None
 
 
 def _rows(matrix: np.ndarray | None, seeds: dict, keep: list[int]) -> np.ndarray | None:
     """The rows of a (seeds, items) matrix (rows in sorted seed order) for the seeds `keep`."""
     return None if matrix is None else matrix[[sorted(seeds).index(s) for s in keep]]
-
-
-def _token_gap(tokens_a: list | None, tokens_b: list | None) -> float | None:
-    """How far apart in tokens the compared points of two variants' runs are: (max - min) / max."""
-    values = [t for t in (tokens_a or []) + (tokens_b or []) if t]
-    if len(values) < 2 or len(values) < len(tokens_a or []) + len(tokens_b or []):
-        return None
-    return (max(values) - min(values)) / max(values)
 
 
 def compare(
@@ -73,8 +82,7 @@ def compare(
     diff = t["diff"]
     shared = sorted(set(a) & set(b))
     n_tested = t["n_shared"] if t["paired"] else min(t["n_a"], t["n_b"])
-    gap = _token_gap(*tokens) if tokens else None
-    refused = gap is not None and gap > opts.max_token_gap
+    gap, refused = match.token_gap(tokens[0] + tokens[1], opts.max_token_gap) if tokens else (None, None)
     testable = n_tested >= opts.min_seeds and t["p"] is not None and not refused
     row = {
         "diff": diff,
@@ -116,11 +124,7 @@ def compare(
             row["ci"] = stats.bootstrap_diff(pa, pb, t["paired"], opts.bootstrap, opts.seed)
     if refused:
         row["untested"] = "tokens"
-        lo, hi = min(tokens[0] + tokens[1]), max(tokens[0] + tokens[1])
-        row["note"] = (
-            f"not tested: compared at {lo:,} to {hi:,} tokens, {gap:.0%} apart (> {opts.max_token_gap:.0%}: "
-            f"--max-token-gap)"
-        )
+        row["note"] = f"not tested: {refused}"
     elif n_tested < opts.min_seeds:
         row["untested"] = "seeds"
         what = f"{n_tested} seeds both ran" if t["paired"] else f"{n_tested} seeds on the smaller side"
@@ -205,14 +209,16 @@ def _bh(rows: list[dict], alpha: float, name: str, power: float) -> dict:
 def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | None = None) -> dict:
     """The study's error control over the given series (in place on their pairwise rows: family, p_bh,
     significant, seeds_needed): the primary metric's pairs first at alpha x primary_share, then every other
-    series' pairs at the rest of alpha, or at all of it when the primary family left no tested pair unrejected.
+    series' pairs at the rest of alpha, or at all of it when the primary family tested pairs and rejected each.
     Rows that cannot be tested keep significant None. decisions: the series decisions are read on (default: all)."""
     decisions = series if decisions is None else decisions
     primary = [s for s in series if is_primary(s, opts)]
     others = [s for s in series if not is_primary(s, opts)]
     alpha1 = opts.alpha * opts.primary_share
     first = _bh([p for s in primary for p in s["pairwise"]], alpha1, "primary", opts.power)
-    carried = first["rejected"] == first["tests"]  # nothing left that could be a false claim: alpha1 unspent
+    # alpha1 is unspent only where the primary family tested something and rejected all of it (nothing left that
+    # could be a false claim); a family that tested nothing has spent no evidence and carries nothing forward
+    carried = first["tests"] > 0 and first["rejected"] == first["tests"]
     alpha2 = opts.alpha if carried else opts.alpha - alpha1
     second = _bh([p for s in others for p in s["pairwise"]], alpha2, "tasks", opts.power)
     first["metrics"] = [[s["task"], s["metric"]] for s in primary]
@@ -299,11 +305,12 @@ def decide_series(s: dict, opts) -> dict | None:
     variants = list(s["final"])
     if len(variants) < 2:
         return None
-    order = sorted(variants, key=lambda v: -sign * s["final"][v]["mean"])  # stable: ties keep natural order
-    leader, runner = order[0], order[1]
-    vs = {o: next(p for p in s["pairwise"] if {p["a"], p["b"]} == {leader, o}) for o in order[1:]}
-    # named in the variants' own (natural) order, which a reader can scan; the runner-up is the closest pair
-    rest = [v for v in variants if v != leader]
+    top = best(s)
+    leader = top or sorted(variants, key=lambda v: -sign * s["final"][v]["mean"])[0]  # a tie: either is named
+    rest = [v for v in variants if v != leader]  # in the variants' own (natural) order, which a reader can scan
+    vs = {o: next(p for p in s["pairwise"] if {p["a"], p["b"]} == {leader, o}) for o in rest}
+    order = [leader] + sorted(rest, key=lambda o: _gap(vs[o], leader, sign))  # stable: ties keep natural order
+    runner = order[1]  # the runner-up: the closest pair, by its paired estimate
     beaten = [o for o in rest if vs[o]["significant"] and vs[o]["better"] == leader]
     level = [o for o in rest if o not in beaten]
     seeds = min(len(s["final"][v]["seeds"]) for v in variants)
@@ -324,7 +331,7 @@ def decide_series(s: dict, opts) -> dict | None:
         "text": "",
     }
     plural = "s" * (seeds != 1)
-    if s["best"] is None:
+    if top is None:
         out["status"], out["text"] = "tie", f"{name}: tie at the top ({leader}, {runner})"
     elif not close["testable"]:
         out["status"] = "too_few_seeds" if close["untested"] == "seeds" else "not_tested"
@@ -387,10 +394,24 @@ def family_series(group: dict, decisions: list[dict]) -> list[dict]:
     ]
 
 
-def failures(group: dict) -> dict[str, str]:
-    """Variant -> 'k of n seeds diverged' (or failed) for every variant with a seed that did not finish cleanly."""
+FAILED_STATES = ("diverged", "failed")  # a variant with a seed in one of these never wins on its survivors
+
+
+def failed_seeds(runs_by_variant: dict) -> dict:
+    """Variants with a failed or diverged seed: {variant: {"seeds": n, "by_state": {state: [seed, ...]}}} (runs:
+    anything with .seed and .status). The fixed report and the adaptive study read failures through this."""
     out = {}
-    for variant, f in group.get("failures", {}).items():
+    for variant, runs in runs_by_variant.items():
+        by_state = {state: sorted(r.seed for r in runs if r.status == state) for state in FAILED_STATES}
+        if any(by_state.values()):
+            out[variant] = {"seeds": len(runs), "by_state": by_state}
+    return out
+
+
+def failure_texts(failed: dict) -> dict[str, str]:
+    """failed_seeds' dict -> variant -> 'k of n seeds diverged' (or failed)."""
+    out = {}
+    for variant, f in failed.items():
         parts = [f"{len(seeds)} of {f['seeds']} seeds {state}" for state, seeds in f["by_state"].items() if seeds]
         if parts:
             out[variant] = ", ".join(parts)
@@ -423,7 +444,7 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     decisions = [d for s in decision_series(group, recommendation, opts) if (d := decide_series(s, opts))]
     out["decisions"] = decisions
     parts = [d["text"] for d in decisions]
-    failed = failures(group)
+    failed = failure_texts(group.get("failures", {}))
     out["failures"] = failed
     parts += [
         f"{v}: {text} (compared on the seeds finished on both sides; never named winner)" for v, text in failed.items()

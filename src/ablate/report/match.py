@@ -2,7 +2,9 @@
 
 - Equal tokens: runs of one comparison may differ in batch size or sequence length, so a step means different
   amounts of training. Finals are taken at the largest token count every compared run reached: each run's
-  evaluation at or just before it (runs that all end at the same token count keep their last evaluation).
+  evaluation at or just before it (runs that all end at the same token count keep their last evaluation). A pair
+  whose compared points lie further apart than `--max-token-gap`, or where a count is missing, is not tested
+  (`token_gap`: the one rule of the fixed report and the adaptive study).
 - Identical items: a run re-scored with `ablate eval --limit 50` holds 50-item scores where the others hold 200.
   Scores are compared only over the item ids every run scored: the intersection when it is large enough, else
   the task is left out. Either way the mismatch is named (which runs, how many items each).
@@ -20,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ablate.report.runs import Point, Run, TaskInfo
+
+MAX_TOKEN_GAP = 0.05  # default --max-token-gap: compared points further apart in tokens (relative) are not compared
 
 
 @dataclass
@@ -56,6 +60,21 @@ def final_points(runs: list[Run], key) -> tuple[dict[str, Point], int | None, bo
             return last, None, True
         chosen[run.label] = before[-1]
     return chosen, target, all(chosen[k] is last[k] for k in last)
+
+
+def token_gap(tokens: list, max_gap: float) -> tuple[float | None, str | None]:
+    """Like with like in tokens for one pair, the rule the fixed report and the adaptive study both apply: the token
+    counts of the compared points of both variants' runs -> (their gap (max - min) / max, why the pair is not tested
+    or None). A count missing (None or 0: not logged) leaves the gap unknown, so the pair is not tested either: one
+    run without a count must not switch the check off."""
+    missing = sum(1 for t in tokens if not t or t <= 0)
+    if missing:
+        return None, f"token count not logged for {missing} of {len(tokens)} compared runs (equal tokens unchecked)"
+    gap = (max(tokens) - min(tokens)) / max(tokens) if tokens else 0.0
+    if gap <= max_gap:
+        return gap, None
+    why = f"compared at {min(tokens):,} to {max(tokens):,} tokens, {gap:.0%} apart (> {max_gap:.0%}: --max-token-gap)"
+    return gap, why
 
 
 def _by_count(counts: dict[str, int]) -> str:

@@ -1,9 +1,11 @@
 """Adaptive studies (`ablate run --until-decided`): the decision rule, anytime-valid intervals, decisions.
 
 A study trains its variants in rounds and, after each, asks of every contrast (a pair of variants on a decision
-metric) whether it is decided. The seeds seen so far are a prefix of one fixed sequence (seed 0, 1, 2, ...: the
-value a seed gives never depends on the study's decisions), so an interval that covers the true difference at every
-prefix at once stays valid whenever the study stops, for whatever reason, and however often it looked.
+metric) whether it is decided. The seeds seen so far are a prefix of one sequence, the seeds in the order the study
+trained them (its recorded rounds, never their numbers: a seed trained later is appended, never inserted before the
+others; the value a seed gives never depends on the study's decisions), so an interval that covers the true
+difference at every prefix at once stays valid whenever the study stops, for whatever reason, and however often it
+looked.
 
 Method: the anytime-valid t-test built from e-values, the group-invariant ("safe") t-test of Perez-Ortiz, Lardy,
 de Heide and Grunwald (2022, "E-statistics, group invariance and anytime valid testing", arXiv:2208.07610). For n
@@ -310,12 +312,24 @@ def open_variants(contrasts) -> set[str]:
 # contrasts from run folders, read as the fixed report reads them
 
 
-def study_contrasts(runs_dir, rule: DecisionRule, variants: list[str] | None = None, runs=None) -> list[Contrast]:
+def study_contrasts(
+    runs_dir,
+    rule: DecisionRule,
+    variants: list[str] | None = None,
+    runs=None,
+    trained: dict[str, dict[int, tuple[int, int]]] | None = None,
+    max_token_gap: float | None = None,
+) -> list[Contrast]:
     """Every pair of `variants` (default: every variant folder) x every decision metric of the rule, decided from
     the run folders under runs_dir through the fixed report's own reading: runs.load_runs, match.match's final value
     of each run, stats.seed_test's seed pairing and item-noise floor (at every prefix of the paired seeds). Only
     finished runs are paired; others are counted in each contrast's note. Bonferroni over the K contrasts: each
-    sequence at rule.alpha / K. runs: runs already loaded from runs_dir (the report passes its own)."""
+    sequence at rule.alpha / K. runs: runs already loaded from runs_dir (the report passes its own). trained: when
+    the study trained each seed (trained_order of study.json); each pair's prefixes follow it, never the seed
+    numbers (a file's seeds 5, 6, 7 then seed 0: 0 is the fourth). Like with like as in the fixed report: a pair
+    whose compared points fail match.token_gap (max_token_gap, default --max-token-gap's) is not decided; a variant
+    with a failed or diverged seed is never decided better, nor equivalent (its survivors are a selected sample)."""
+    from ablate.report import decide, match, tokenizers
     from ablate.report.runs import direction, load_runs, task_infos
     from ablate.text import natural_key
 
@@ -326,8 +340,10 @@ def study_contrasts(runs_dir, rule: DecisionRule, variants: list[str] | None = N
     k = max(1, len(pairs) * len(rule.metrics))
     finished = {v: [r for r in runs if r.variant == v and r.status == "finished"] for v in names}
     unpaired = {v: sorted(r.seed for r in runs if r.variant == v and r.status != "finished") for v in names}
+    failed = decide.failure_texts(decide.failed_seeds({v: [r for r in runs if r.variant == v] for v in names}))
     tasks = task_infos([r for rs in finished.values() for r in rs])
     compare_bpb = _tokenizers_differ(runs, tasks)
+    gap = match.MAX_TOKEN_GAP if max_token_gap is None else max_token_gap
     out = []
     for name in rule.metrics:
         task_key, metric = metric_key(name)
@@ -335,15 +351,52 @@ def study_contrasts(runs_dir, rule: DecisionRule, variants: list[str] | None = N
         if name == "val_loss" and compare_bpb:  # loss per token does not compare across tokenizers
             metric, shown, margin = "bpb", "val_bpb", None
             why = "tokenizers differ: compared in bits per byte, where a val_loss margin does not apply"
-        scores = _scores(finished, tasks.get(task_key), metric)
+        refused = tokenizers.different_text(runs) if shown == "val_bpb" and compare_bpb else None
+        scores = None if refused else _scores(finished, tasks.get(task_key), metric)
         for a, b in pairs:
-            c = _contrast(a, b, shown, scores, rule.alpha / k, margin, direction(metric) < 0, task_key)
-            c.note = "; ".join(filter(None, [why, c.note]))
+            order = _pair_order(a, b, trained or {})
+            c = _contrast(a, b, shown, scores, rule.alpha / k, margin, direction(metric) < 0, task_key, order, gap)
+            c.note = "; ".join(filter(None, [why, f"not decided: {refused}" if refused else c.note]))
+            _never_better_on_survivors(c, failed)
             skipped = [f"{v}: seed{'s' * (len(unpaired[v]) > 1)} {_seeds(unpaired[v])}" for v in (a, b) if unpaired[v]]
             if skipped:
                 c.note = "; ".join(filter(None, [c.note, "unfinished or failed, not paired: " + ", ".join(skipped)]))
             out.append(c)
     return out
+
+
+def _never_better_on_survivors(c: Contrast, failed: dict[str, str]) -> None:
+    """The fixed report's rule (decide.winner's `never`) in an adaptive study: a variant with a failed or diverged
+    seed is compared on its finished seeds, which survived a selection, so the contrast may find it worse but never
+    better or equivalent (in place: such a decision becomes open, and the note says why)."""
+    for v in (c.a, c.b):
+        if v not in failed:
+            continue
+        wins = c.decision == "equivalent" or (c.decision in ("a", "b") and getattr(c, c.decision) == v)
+        if wins:
+            c.decision, c.decided_at = "open", None
+        c.note = "; ".join(filter(None, [c.note, f"{v}: {failed[v]} (never decided better or equivalent)"]))
+
+
+def trained_order(study: dict) -> dict[str, dict[int, tuple[int, int]]]:
+    """variant -> {seed: when the study trained it (round index, place in the round's list)} from study.json."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for i, entry in enumerate(study.get("rounds") or []):
+        for variant, seeds in (entry.get("seeds") or {}).items():
+            for j, seed in enumerate(seeds):
+                out.setdefault(variant, {}).setdefault(seed, (i, j))
+    return out
+
+
+def _pair_order(a: str, b: str, trained: dict[str, dict[int, tuple[int, int]]]):
+    """The sort key of a pair's shared seeds: when both had trained the seed (seeds the study did not record come
+    last, by number)."""
+    unrecorded = (math.inf, math.inf)
+
+    def key(seed: int):
+        return (max(trained.get(v, {}).get(seed, unrecorded) for v in (a, b)), seed)
+
+    return key
 
 
 def _seeds(seeds: list[int]) -> str:
@@ -357,8 +410,9 @@ def _tokenizers_differ(runs, tasks) -> bool:
 
 
 def _scores(finished: dict, task, metric: str) -> dict | None:
-    """variant -> (seed -> score, (seeds, items) matrix in seed order or None, seed -> logged stderr), from one
-    match over every finished run (equal tokens, identical items), as the fixed report scores a series."""
+    """variant -> (seed -> score, (seeds, items) matrix in seed order or None, seed -> logged stderr, seed -> tokens
+    at the compared point), from one match over every finished run (equal tokens, identical items), as the fixed
+    report scores a series."""
     import numpy as np
 
     from ablate.report import match
@@ -376,19 +430,20 @@ def _scores(finished: dict, task, metric: str) -> dict | None:
     for variant, rs in finished.items():
         rs = sorted((r for r in rs if r.label in m.points), key=lambda r: r.seed)
         items = np.array([[m.values[r.label][i] for i in m.ids] for r in rs]) if m.ids and rs else None
-        out[variant] = ({r.seed: m.score(r.label) for r in rs}, items, {r.seed: m.points[r.label].stderr for r in rs})
+        stderrs, tokens = ({r.seed: getattr(m.points[r.label], f) for r in rs} for f in ("stderr", "tokens"))
+        out[variant] = ({r.seed: m.score(r.label) for r in rs}, items, stderrs, tokens)
     return out
 
 
-def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key) -> Contrast:
-    from ablate.report import stats
+def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key, order, max_token_gap) -> Contrast:
+    from ablate.report import match, stats
 
     contrast = Contrast(a, b, metric, "open", 0, None, None, margin)
     if scores is None or a not in scores or b not in scores:
         contrast.note = f"no {metric} in the finished runs of both variants"
         return contrast
-    (sa, ia, ea), (sb, ib, eb) = scores[a], scores[b]
-    shared = sorted(set(sa) & set(sb))
+    (sa, ia, ea, ta), (sb, ib, eb, tb) = scores[a], scores[b]
+    shared = sorted(set(sa) & set(sb), key=order)  # the order the study trained them: each prefix a fixed one
     prefixes = []
     for n in range(2, len(shared) + 1):
         keep = shared[:n]
@@ -400,6 +455,10 @@ def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key) ->
     contrast.seeds = len(shared)
     if shared:
         contrast.estimate = sum(sa[s] - sb[s] for s in shared) / len(shared)
+    _, refused = match.token_gap(list(ta.values()) + list(tb.values()), max_token_gap)
+    if refused:  # the fixed report's rule, through the same function: not compared, not decided
+        contrast.note = f"not decided: {refused}"
+        return contrast
     if task_key != "val_loss" and prefixes and not prefixes[-1][1]:
         contrast.note = "no item-noise floor known (no per-item files or standard errors): a task metric cannot decide"
         return contrast
@@ -476,12 +535,13 @@ def study_compute(runs, variants: list[str], max_seeds: int) -> dict:
     }
 
 
-def study_section(runs, runs_dir, study: dict) -> dict:
+def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = None) -> dict:
     """report.json's `sequential`: the contrasts recomputed from the run folders (study.json's own copies are not
-    trusted), the rule and its history, the rounds, the compute used, and how the study stopped."""
+    trusted) in the order the study trained its seeds, the rule and its history, the rounds, the compute used, and
+    how the study stopped. max_token_gap: the report's --max-token-gap."""
     rule = DecisionRule.from_dict(study["rule"])
     variants = _study_variants(study)
-    contrasts = study_contrasts(runs_dir, rule, variants, runs=runs)
+    contrasts = study_contrasts(runs_dir, rule, variants, runs, trained_order(study), max_token_gap)
     names = variants or sorted({r.variant for r in runs})
     history = study.get("rule_history") or []
     changed = [(i, h) for i, h in enumerate(history) if h.get("set_after_results")]

@@ -50,7 +50,8 @@ def identities(runs: list[Run]) -> dict[str, str]:
 
 def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> dict:
     """When the finished runs use several tokenizers, validation is compared in bits per byte: the val task's one
-    metric becomes "bpb" (left out when some run logged none). Returns report.json's "tokenizers"."""
+    metric becomes "bpb" (left out when some run logged none, or the runs did not score the same text: the reason
+    in the text). Returns report.json's "tokenizers"."""
     ids = identities(runs)
     kinds = sorted({tokenizer_label(r) for r in runs if r.label in ids}, key=natural_key)
     out = {"differ": len(set(ids.values())) > 1, "tokenizers": kinds, "compared_by": "loss", "text": ""}
@@ -59,12 +60,14 @@ def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> dict:
     finished = [r for r in runs if r.label in ids]
     without = [r.label for r in finished if not r.scores.get((VAL_TASK, BPB))]
     head = f"Runs of {len(set(ids.values()))} tokenizers ({', '.join(kinds)})"
-    if without:
+    other_text = different_text(runs)
+    if without or other_text:
         del tasks[VAL_TASK]
         out["compared_by"] = None
+        why = f"{', '.join(without)} logged no val/bpb (trained before ablate logged it)" if without else other_text
         out["text"] = (
-            f"{head}: loss per token does not compare across tokenizers and {', '.join(without)} logged no "
-            f"val/bpb (trained before ablate logged it), so validation is left out of the comparison."
+            f"{head}: loss per token does not compare across tokenizers and {why}, so validation is left out of "
+            f"the comparison."
         )
         return out
     info = tasks[VAL_TASK]
@@ -72,10 +75,31 @@ def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> dict:
     out["compared_by"] = BPB
     out["text"] = (
         f"{head}: validation is compared in bits per byte (val_bpb = loss x tokens / UTF-8 bytes / ln 2), since "
-        f"loss per token does not compare across tokenizers; on run scores alone, as a sequence holds other text "
-        f"under each tokenizer."
+        f"loss per token does not compare across tokenizers; every run scored the same validation text; on run "
+        f"scores alone, as a sequence holds other tokens under each tokenizer."
     )
     return out
+
+
+def different_text(runs: list[Run]) -> str | None:
+    """Why the finished runs' bits per byte do not compare (None: they scored the same validation text): bits per
+    byte across tokenizers compare only on the same text, since a text offset repeats on every seed and no seed
+    count averages it away. Which text a run scored is the sha256 of its scored validation bytes (summary.json
+    val_scored.text_sha256); a run without one cannot show it scored the others' text."""
+    finished = [r for r in runs if r.status == "finished"]
+    hashes = {r.label: ((r.summary or {}).get("val_scored") or {}).get("text_sha256") for r in finished}
+    unknown = [label for label, h in hashes.items() if not h]
+    if unknown:
+        return (
+            f"bits per byte compare only on the same text, which {len(unknown)} of {len(hashes)} runs do not record "
+            f"(val_scored.text_sha256: trained before ablate recorded it)"
+        )
+    if len(set(hashes.values())) > 1:
+        return (
+            f"bits per byte compare only on the same text, and the runs scored {len(set(hashes.values()))} "
+            f"different validation texts (each tokenizer's first validation sequences hold other text)"
+        )
+    return None
 
 
 def overview_fields(run: Run) -> dict:

@@ -5,19 +5,23 @@ consistent while measuring something other than the task (how much the model lik
 decisions only with evidence that it follows the task:
 - with a scale axis: its decision accuracy from the smaller scales against the task's primary metric at the largest
   (mean over the smaller scales) must be > MIN_DA; against validation loss where that target is at chance;
-- without one: its Spearman correlation with the task's accuracy over the runs' (run, checkpoint) points, both
-  oriented, must be >= MIN_RHO; where the accuracy is at chance (a correlation with it is noise), its correlation
-  with validation loss instead, labelled as the weaker evidence it is (it says the metric follows language-model
-  quality, not the task).
+- without one: whether it orders the variants as the task's accuracy does, at equal training: Kendall tau between
+  the variants' mean metric and mean accuracy (both oriented) at each checkpoint every run shares, averaged over
+  those checkpoints, must be >= MIN_TAU; where the accuracy is at chance (its ranking is noise), against validation
+  loss instead, labelled as the weaker evidence it is (it says the metric follows language-model quality, not the
+  task). Never a correlation pooled over (run, checkpoint) points: two metrics that both improve with training
+  correlate through progress alone, even when they order the variants oppositely.
 Accuracies, validation loss and baselines are not checked here: they keep their own gates.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ablate.report import stats
 from ablate.report.runs import VAL_TASK, is_accuracy
 
-MIN_RHO = 0.5  # least rank correlation with the task's accuracy (or validation loss) over (run, checkpoint) points
+MIN_TAU = 0.5  # least mean Kendall tau of the variants' ranking; above 1/3, what one swap among three variants gives
 MIN_DA = 0.5  # decision accuracy must beat a coin flip
 
 
@@ -43,17 +47,28 @@ def _oriented(s: dict) -> dict[str, dict[int, float]]:
     return {label: dict(zip(r["steps"], (sign * v for v in r["values"]))) for label, r in s["runs"].items()}
 
 
-def rank_correlation(metric: dict, reference: dict) -> float | None:
-    """Spearman rho of two series of one group, each oriented by its own direction, pooled over (run, checkpoint)
-    points: every run both series scored, at the steps all those runs share (so no run weighs more for having more
-    checkpoints). Positive: the metric improves where the reference does."""
+def ranking_agreement(metric: dict, reference: dict) -> float | None:
+    """Kendall tau-b between the variants' mean metric and their mean reference (each oriented by its direction,
+    over the runs both series scored) at each step all those runs share, averaged over the steps where the
+    reference orders the variants at all. Positive: the metric ranks the variants as the reference does. None with
+    fewer than 2 variants or no such step."""
     mine, theirs = _oriented(metric), _oriented(reference)
     runs = sorted(set(mine) & set(theirs))
-    if not runs:
+    variant = {r: metric["runs"][r]["variant"] for r in runs}
+    variants = sorted(set(variant.values()))
+    if len(variants) < 2:
         return None
     steps = set.intersection(*(set(mine[r]) & set(theirs[r]) for r in runs))
-    points = [(r, step) for r in runs for step in sorted(steps)]
-    return stats.spearman([mine[r][k] for r, k in points], [theirs[r][k] for r, k in points])
+    taus = []
+    for step in sorted(steps):
+        means = [
+            [float(np.mean([series[r][step] for r in runs if variant[r] == v])) for v in variants]
+            for series in (mine, theirs)
+        ]
+        tau = stats.kendall(*means)
+        if tau is not None:  # None: the reference ties every variant there
+            taus.append(tau)
+    return float(np.mean(taus)) if taus else None
 
 
 def _result(against: str, value: float | None, passes: bool, why: str | None, weaker: str | None = None) -> dict:
@@ -73,19 +88,20 @@ def from_scales(task_name: str, target_metric: str | None, da: float | None, by_
 
 
 def from_runs(task_name: str, s: dict, task_series: list[dict], val: dict | None) -> dict:
-    """The evidence without a scale axis: rank correlation over the runs' checkpoints with the task's accuracy, or
-    with validation loss where the accuracy is at chance or absent (the weaker evidence)."""
+    """The evidence without a scale axis: the variants' ranking by the metric against their ranking by the task's
+    accuracy, checkpoint by checkpoint, or by validation loss where the accuracy is at chance or absent (the weaker
+    evidence)."""
     accuracy = task_accuracy(task_series)
     if accuracy is not None and not at_chance(accuracy):
         against, label, note = accuracy["metric"], f"{task_name}'s accuracy", ""
-        rho = rank_correlation(s, accuracy)
+        tau = ranking_agreement(s, accuracy)
     else:
         state = "at chance" if accuracy is not None else "not logged"
         against, label, note = "val_loss", "validation loss", f"; {task_name}'s accuracy is {state}"
-        rho = rank_correlation(s, val) if val is not None else None
+        tau = ranking_agreement(s, val) if val is not None else None
     weaker = note[2:] or None
-    if rho is None:
-        why = f"tracking its task not computable (no rank correlation with {label}{note})"
+    if tau is None:
+        why = f"tracking its task not computable (no ranking of the variants by {label}{note})"
         return _result(against, None, False, why, weaker)
-    why = None if rho >= MIN_RHO else f"does not track {label} (rho {rho:.3g} < {MIN_RHO:g}{note})"
-    return _result(against, rho, rho >= MIN_RHO, why, weaker)
+    why = None if tau >= MIN_TAU else f"does not rank the variants as {label} does (tau {tau:.3g} < {MIN_TAU:g}{note})"
+    return _result(against, tau, tau >= MIN_TAU, why, weaker)

@@ -23,7 +23,7 @@ class Validation(Callback):
     def __init__(self, every: int, sequences: int, micro_batch: int, doc_mask: bool):
         self.every, self.sequences, self.micro_batch, self.doc_mask = every, sequences, micro_batch, doc_mask
         self.last_val_loss = math.nan
-        self.scored = None  # (tokens, UTF-8 bytes) the validation sequences' targets hold: fixed, counted once
+        self.scored = None  # (tokens, UTF-8 bytes, their sha256) of the validation targets: fixed, counted once
 
     def post_step(self, trainer: TrainerView) -> None:
         if due(trainer.step, self.every, trainer.max_steps):
@@ -75,13 +75,13 @@ class Validation(Callback):
     def bits_per_byte(self, trainer: TrainerView) -> float:
         if self.scored is None:
             self.scored = tokenizer_stats.scored_text(trainer.data, self.sequences, trainer.seq_len)
-        return tokenizer_stats.bits_per_byte(self.last_val_loss, *self.scored)
+        return tokenizer_stats.bits_per_byte(self.last_val_loss, *self.scored[:2])
 
     def summary(self, trainer: TrainerView) -> dict:
         val = trainer.data.val
         return {
             "final_val_loss": self.last_val_loss,
             "final_val_bpb": self.bits_per_byte(trainer),
-            "val_scored": dict(zip(("tokens", "bytes"), self.scored)),
+            "val_scored": dict(zip(("tokens", "bytes", "text_sha256"), self.scored)),
             "tokenizer": tokenizer_stats.validation_figures(trainer.data.tokenizer_path, val.tokens, val.doc_starts),
         }
