@@ -488,7 +488,8 @@ def study_section(runs, runs_dir, study: dict) -> dict:
     contrasts = study_contrasts(runs_dir, rule, variants, runs=runs)
     names = variants or sorted({r.variant for r in runs})
     history = study.get("rule_history") or []
-    changed = [(i, h) for i, h in enumerate(history) if h.get("set_after_results")]
+    after = [i for i, h in enumerate(history) if h.get("set_after_results")]
+    changed = [(i, history[i]) for i in after if voids_guarantee(_changed_fields(history, i))]
     return {
         "method": "anytime-valid t-test from e-values (group-invariant safe t-test, mixture over g "
         f"{', '.join(f'{g:g}' for g in MIXTURE_G)}), Bonferroni over {len(contrasts)} contrast(s)",
@@ -496,6 +497,7 @@ def study_section(runs, runs_dir, study: dict) -> dict:
         "rule_history": history,
         "rule_changed_after_results": bool(changed),
         "rule_changes": [_change_text(history, i) for i, _ in changed],
+        "stopping_changes": [_change_text(history, i) for i in after if (i, history[i]) not in changed],
         "alpha": rule.alpha,
         "alpha_per_contrast": rule.alpha / max(1, len(contrasts)),
         "rounds": len(study.get("rounds") or []),
@@ -504,6 +506,26 @@ def study_section(runs, runs_dir, study: dict) -> dict:
         "open": sorted(open_variants(contrasts)),
         "compute": study_compute(runs, names, rule.max_seeds),
     }
+
+
+# Where a study stops does not touch the anytime-valid design's guarantee: Ville's inequality holds at any stopping
+# time, so raising (or lowering) max_seeds after results is no change of the decision rule. A group-sequential
+# design (looks fixed in advance, alpha spent per look) would refuse it: its entry here would be empty.
+STOPPING_ONLY = {"anytime": frozenset({"max_seeds"})}
+
+
+def voids_guarantee(fields: set[str], design: str = "anytime") -> bool:
+    """Whether changing these rule fields after results were seen voids the study's error guarantee under `design`
+    (None for a rule first set after results: it does)."""
+    return fields is None or not fields <= STOPPING_ONLY.get(design, frozenset())
+
+
+def _changed_fields(history: list[dict], i: int) -> set[str] | None:
+    """The rule fields history entry i changed from entry i - 1 (None for the first entry: the rule set)."""
+    if not i:
+        return None
+    new, old = (DecisionRule.from_dict(history[k]["rule"]).to_dict() for k in (i, i - 1))
+    return {k for k in new if new[k] != old[k]}
 
 
 def _change_text(history: list[dict], i: int) -> str:
