@@ -191,14 +191,18 @@ def _item_term(item_means: np.ndarray, within: float, within_df: float) -> tuple
     kurtosis = n * float((dev**4).sum()) / float((dev**2).sum()) ** 2 - 3
     var_between = between**2 * max(2 / (n - 1) + kurtosis / n, 1e-12)
     var_within = 2 * within**2 / within_df if within_df > 0 else 0.0
-    return value, 2 * (value * n) ** 2 / (var_between + var_within)
+    return value, max(1.0, 2 * (value * n) ** 2 / (var_between + var_within))  # under 1: a term that is noise
 
 
 def satterthwaite(terms: list[tuple[float, float]]) -> float:
-    """Degrees of freedom of a sum of variance estimates [(value, df), ...]."""
-    total = sum(v for v, _ in terms)
-    spread = sum(v * v / df for v, df in terms if v > 0 and math.isfinite(df))
-    return total * total / spread if spread > 0 else math.inf
+    """Degrees of freedom of a sum of variance estimates [(value, df), ...], each term weighed at the upper end of
+    its 80% chi-square interval: a term estimated on few df (the seeds' on k - 1) that came out small by chance
+    must not hand the df to a better-estimated term (measured: at 3 seeds x 1000 items with persistent quirks, plain
+    Satterthwaite let the whole report claim in 10% of A/A studies)."""
+    upper = [(v * df / stats.chi2.ppf(0.1, df) if 1 <= df < 1e7 else v, df) for v, df in terms if v > 0]
+    total = sum(v for v, _ in upper)
+    spread = sum((v / total) ** 2 / df for v, df in upper if df > 0 and math.isfinite(df))
+    return 1 / spread if spread > 0 else math.inf
 
 
 def paired_noise(diffs: np.ndarray, per_item: np.ndarray | None = None, stderr2: np.ndarray | None = None) -> dict:
