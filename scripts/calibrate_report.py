@@ -1,7 +1,8 @@
 """How often `ablate report` claims a difference where there is none, and finds one that is there, at the designs
-researchers run: A/A and planted-effect studies at 3 and 5 seeds, 60 and 1000 items a task, with per-run item
-quirks that persist across checkpoints, a scale axis (decision accuracy ranks each task's metrics) and a subject
-floor. Every study goes through the report's own path (ablate.report.calibrate). docs/reports.md quotes its output.
+researchers run: A/A and planted-effect studies at 3, 5 and 8 seeds, 60 and 1000 items a task, with per-run item
+quirks that persist across checkpoints and per-variant item quirks that persist across seeds (a population null), a
+scale axis (decision accuracy ranks each task's metrics) and a subject floor. Every study goes through the report's
+own path (ablate.report.calibrate). docs/reports.md quotes its output.
 
     python scripts/calibrate_report.py --jobs 2     # 2000 studies per design (about an hour on two cores)
     python scripts/calibrate_report.py --smoke      # 10 studies per design: the script still works
@@ -15,8 +16,8 @@ import time
 from ablate.report.calibrate import SD_DIFF, Design, calibrate
 
 
-def designs(effect: float) -> list[Design]:
-    return [Design(seeds=s, items=n, effect=e) for e in (0.0, effect) for s in (3, 5) for n in (60, 1000)]
+def designs(effect: float, items=(60, 1000)) -> list[Design]:
+    return [Design(seeds=s, items=n, effect=e) for e in (0.0, effect) for s in (3, 5, 8) for n in items]
 
 
 def main() -> None:
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="10 studies per design")
+    parser.add_argument("--items", type=int, nargs="+", default=[60, 1000], help="items per task (default 60 1000)")
     args = parser.parse_args()
     studies = 10 if args.smoke else args.studies
     print(
@@ -37,7 +39,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     worst_aa = 0.0
-    for k, design in enumerate(designs(args.effect)):
+    for k, design in enumerate(designs(args.effect, args.items)):
         start = time.perf_counter()
         r = calibrate(design, studies, seed=args.seed * 100 + k, jobs=args.jobs)
 

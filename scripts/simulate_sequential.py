@@ -12,14 +12,17 @@ possible there). "real" contrasts are those with a right answer other than open 
 Accuracy mode (--accuracy): what an eval task gives. Each run scores ITEMS items (default 200, a small cloze task)
 0/1: item i has a difficulty b_i ~ N(0, DIFFICULTY_SD) shared by every run, run (variant v, seed k) an ability
 ABILITY + shift_v + s_vk with a seed shift s_vk ~ N(0, SEED_SD) (seed noise), and its answer to item i is a Bernoulli
-draw with P(right) = sigmoid(ability - b_i) (item noise). A run's score is its accuracy (higher is better). Each
-contrast's per-seed differences and, at every prefix of its seeds, the item-noise floor stats.item_noise computes on
-the (seeds, items) matrix of per-item differences (as stats.seed_test floors the fixed report's test) go through the
-same confidence sequence, decide_prefixes, rounds and Bonferroni as above. Designs: A/A; C better by 0.1, 0.25, 0.5
-and 1 logit; "C = A + k items": k items no run gets right (b_i = +inf), C a copy of A's answers on every seed plus
+draw with P(right) = sigmoid(ability - b_i + z_vi) (item noise), z_vi the variant's persistent item quirk (0, or
+~ N(0, quirk sd) drawn once per study: each variant answers some items better and others worse on every seed, zero
+mean over the population of items: a population null). A run's score is its accuracy (higher is better). Each
+contrast's per-seed differences and, at every prefix of its seeds, the noise model stats.paired_noise computes from
+the (seeds, items) matrix of per-item differences (the fixed report's: fresh noise floors the per-seed variance,
+the persistent item variance is added to the mean's, not divided by the seeds) go through the same confidence
+sequence, decide_prefixes, rounds and Bonferroni as above. Designs: A/A, with and without quirks; C better by 0.1
+to 2 logits; "C = A + k items": k items no run gets right (b_i = +inf), C a copy of A's answers on every seed plus
 those k right, so A vs C has identical per-seed differences k / ITEMS and no seed spread (a difference every seed
-repeats; counted as a null: a wrong decision if decided); A/A and the k-item case also without the floor
-(floor_var = 0).
+repeats; counted as a null: a wrong decision if decided); A/A and the k-item case also without the noise model
+(floor and item variance 0).
 
     python scripts/simulate_sequential.py                       # 1000 studies per design (about a minute on one core)
     python scripts/simulate_sequential.py --smoke               # 50 per design
@@ -36,7 +39,7 @@ import time
 import numpy as np
 
 from ablate.report.sequential import Contrast, decide, decide_prefixes, open_variants
-from ablate.report.stats import item_noise
+from ablate.report.stats import paired_noise
 
 VARIANTS = ("A", "B", "C")
 PAIRS = [("A", "B"), ("A", "C"), ("B", "C")]
@@ -92,19 +95,21 @@ def run_rounds(prefixes_of, alpha: float, margin: float | None, lower_is_better:
     return {"contrasts": contrasts, "rounds": rounds, "decided_round": decided_round, "seeds": sum(seeds.values())}
 
 
-def accuracy_answers(rng, shift: float, items: int = ITEMS, copied: int = 0) -> dict:
+def accuracy_answers(rng, shift: float, items: int = ITEMS, copied: int = 0, quirk_sd: float = 0.0) -> dict:
     """Every variant's (MAX_SEEDS, items) 0/1 answers (seed k's row fixed before the study looks), and the planted
-    accuracy difference C - A without seed noise. copied: the k-item case (shift 0): k items no run gets right,
-    C = A's answers on every seed plus those k right."""
+    accuracy difference C - A over the population of items (without seed noise or quirks). copied: the k-item case
+    (shift 0): k items no run gets right, C = A's answers on every seed plus those k right. quirk_sd: the sd of
+    each variant's persistent per-item quirk (logits)."""
     difficulty = rng.normal(0, DIFFICULTY_SD, items)
     if copied:
         difficulty[rng.choice(items, copied, replace=False)] = math.inf
     ability = {"A": ABILITY, "B": ABILITY, "C": ABILITY + shift}
     answers = {}
     for v in VARIANTS:
+        quirk = rng.normal(0, quirk_sd, items) if quirk_sd else 0.0  # the same on every seed of the variant
         run_ability = ability[v] + rng.normal(0, SEED_SD, (MAX_SEEDS, 1))  # the seed's run-level shift
-        answers[v] = (rng.random((MAX_SEEDS, items)) < _sigmoid(run_ability - difficulty)).astype(float)
-    planted = float(np.mean(_sigmoid(ability["C"] - difficulty) - _sigmoid(ability["A"] - difficulty)))
+        answers[v] = (rng.random((MAX_SEEDS, items)) < _sigmoid(run_ability - difficulty + quirk)).astype(float)
+    planted = _population_gap(ability["C"] - ability["A"], quirk_sd) if not copied else 0.0
     if copied:
         answers["C"] = answers["A"].copy()
         answers["C"][:, np.isinf(difficulty)] = 1.0
@@ -116,22 +121,39 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _population_gap(shift: float, quirk_sd: float) -> float:
+    """C - A in accuracy over the population of items and quirks (a fine grid over difficulty and quirk)."""
+    z = np.linspace(-6, 6, 241)
+    weight = np.exp(-z * z / 2)
+    b, q = np.meshgrid(DIFFICULTY_SD * z, quirk_sd * z)
+    w = np.outer(weight, weight) / weight.sum() ** 2
+    return float(np.sum(w * (_sigmoid(ABILITY + shift - b + q) - _sigmoid(ABILITY - b + q))))
+
+
+def _noise(per_item: np.ndarray) -> tuple[float, float]:
+    """(fresh floor of one per-seed difference, persistent item variance of the mean) of a (seeds, items) matrix of
+    per-item differences, as the fixed report's seed test computes them."""
+    noise = paired_noise(per_item.mean(axis=1), per_item)
+    return noise["fresh_var"], noise["item_var"]
+
+
 def run_accuracy_study(
-    rng, shift: float, alpha: float, items: int = ITEMS, copied: int = 0, floor: bool = True
+    rng, shift: float, alpha: float, items: int = ITEMS, copied: int = 0, floor: bool = True, quirk_sd: float = 0.0
 ) -> dict:
     """One study on accuracy (higher is better) through run_rounds: per-seed run-level accuracy differences, each
-    prefix floored by stats.item_noise of its (seeds, items) per-item differences (floor=False: floor_var 0)."""
-    drawn = accuracy_answers(rng, shift, items, copied)
+    prefix under stats.paired_noise of its (seeds, items) per-item differences (floor=False: no noise model)."""
+    drawn = accuracy_answers(rng, shift, items, copied, quirk_sd)
     answers = drawn["answers"]
 
-    def prefixes_of(a: str, b: str, n: int) -> list[tuple[list[float], float]]:
+    def prefixes_of(a: str, b: str, n: int) -> list[tuple[list[float], float, float]]:
         per_item = answers[a][:n] - answers[b][:n]  # (seeds, items): paired per-item differences
         diffs = list(per_item.mean(axis=1))
-        return [(diffs[:k], (item_noise(per_item[:k]) or 0.0) if floor else 0.0) for k in range(2, n + 1)]
+        return [(diffs[:k], *(_noise(per_item[:k]) if floor else (0.0, 0.0))) for k in range(2, n + 1)]
 
     study = run_rounds(prefixes_of, alpha, None, lower_is_better=False, metric="quiz/acc")
     a_c = answers["A"] - answers["C"]  # every seed drawn: the spread a per-seed difference of A vs C has
-    spread = {"sd_diff": float(a_c.mean(axis=1).std(ddof=1)), "floor_sd": math.sqrt(item_noise(a_c) or 0.0)}
+    fresh, item_var = _noise(a_c)
+    spread = {"sd_diff": float(a_c.mean(axis=1).std(ddof=1)), "floor_sd": math.sqrt(fresh), "item_sd": item_var**0.5}
     return {**study, "planted": drawn["planted"], **spread}
 
 
@@ -157,15 +179,18 @@ def simulate_accuracy(
     items: int = ITEMS,
     copied: int = 0,
     floor: bool = True,
+    quirk_sd: float = 0.0,
 ) -> dict:
-    """simulate() for the accuracy mode; adds planted (C - A in accuracy), sd_diff and floor_sd (means over
-    studies: the sample sd of A - C's per-seed differences over MAX_SEEDS seeds, and the item-noise floor's sd) and
-    no_interval (the share of final contrasts without an interval: equal per-seed differences and no floor)."""
-    extra = {"planted": [], "sd_diff": [], "floor_sd": [], "no_interval": 0, "contrasts": 0}
+    """simulate() for the accuracy mode; adds planted (C - A in accuracy), sd_diff, floor_sd and item_sd (means
+    over studies: the sample sd of A - C's per-seed differences over MAX_SEEDS seeds, the fresh noise floor's sd and
+    the persistent item sd of the mean difference) and no_interval (the share of final contrasts without an
+    interval: equal per-seed differences and no noise model)."""
+    keys = ("planted", "sd_diff", "floor_sd", "item_sd")
+    extra = {**{key: [] for key in keys}, "no_interval": 0, "contrasts": 0}
 
     def one():
-        study = run_accuracy_study(rng, shift, alpha, items, copied, floor)
-        for key in ("planted", "sd_diff", "floor_sd"):
+        study = run_accuracy_study(rng, shift, alpha, items, copied, floor, quirk_sd)
+        for key in keys:
             extra[key].append(study[key])
         for c in study["contrasts"]:
             extra["contrasts"] += 1
@@ -173,7 +198,7 @@ def simulate_accuracy(
         return study
 
     out = _tally(name, studies, one, lambda a, b: truth_accuracy(a, b, shift))
-    for key in ("planted", "sd_diff", "floor_sd"):
+    for key in keys:
         out[key] = float(np.mean(extra[key]))
     out["no_interval"] = extra["no_interval"] / extra["contrasts"]
     return out
@@ -217,13 +242,19 @@ def _f(x, digits=3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def accuracy_designs(items: int) -> list[tuple[str, float, int, bool]]:
-    """(name, shift in logits, copied items, floor) of the accuracy mode's designs."""
-    designs = [("A/A", 0.0, 0, True), ("A/A, no floor", 0.0, 0, False)]
-    designs += [(f"C better by {d:g} logit", d, 0, True) for d in (0.1, 0.25, 0.5, 1.0, 2.0)]
+QUIRK_SDS = (1.0, 1.5)  # the population null's persistent item quirks (logits)
+
+
+def accuracy_designs(items: int) -> list[tuple[str, float, int, bool, float]]:
+    """(name, shift in logits, copied items, noise model on, quirk sd) of the accuracy mode's designs."""
+    designs = [("A/A", 0.0, 0, True, 0.0), ("A/A, no noise model", 0.0, 0, False, 0.0)]
+    designs += [(f"A/A, item quirks sd {q:g}", 0.0, 0, True, q) for q in QUIRK_SDS]
+    designs += [(f"A/A, item quirks sd {QUIRK_SDS[0]:g}, no noise model", 0.0, 0, False, QUIRK_SDS[0])]
+    designs += [(f"C better by {d:g} logit", d, 0, True, 0.0) for d in (0.1, 0.25, 0.5, 1.0, 2.0)]
+    designs += [(f"C better by {d:g} logit, quirks sd {QUIRK_SDS[0]:g}", d, 0, True, QUIRK_SDS[0]) for d in (1.0, 2.0)]
     for k in (3, 10):
-        designs += [(f"C = A + {k} of {items} items", 0.0, k, True)]
-    designs += [(f"C = A + 3 of {items} items, no floor", 0.0, 3, False)]
+        designs += [(f"C = A + {k} of {items} items", 0.0, k, True, 0.0)]
+    designs += [(f"C = A + 3 of {items} items, no noise model", 0.0, 3, False, 0.0)]
     return designs
 
 
@@ -262,8 +293,8 @@ def main() -> None:
     if args.accuracy:
         designs = accuracy_designs(args.items)
         rows = [
-            simulate_accuracy(name, shift, studies, args.alpha, rng, args.items, copied, floor)
-            for name, shift, copied, floor in designs
+            simulate_accuracy(name, shift, studies, args.alpha, rng, args.items, copied, floor, quirks)
+            for name, shift, copied, floor, quirks in designs
         ]
         _header(
             studies,
@@ -272,17 +303,20 @@ def main() -> None:
             f"accuracy on {args.items} 0/1 items (difficulty sd {DIFFICULTY_SD:g}, ability {ABILITY:g}, seed sd "
             f"{SEED_SD:g} logit); ",
         )
-        print(f"| design | C - A (acc) | sd of A - C per seed / floor sd | no interval | {columns} | {rounds} |")
+        print(
+            f"| design | C - A (acc) | sd of A - C per seed / fresh sd / item sd | no interval | {columns} | {rounds} |"
+        )
         print("|---|---|---|---" + rule)
         for r in rows:
             print(
-                f"| {r['design']} | {r['planted']:+.4f} | {r['sd_diff']:.4f} / {r['floor_sd']:.4f} | "
-                f"{r['no_interval']:.2f} | {_row(r)}"
+                f"| {r['design']} | {r['planted']:+.4f} | {r['sd_diff']:.4f} / {r['floor_sd']:.4f} / "
+                f"{r['item_sd']:.4f} | {r['no_interval']:.2f} | {_row(r)}"
             )
-        nulls = [r for (_, shift, copied, _), r in zip(designs, rows) if not copied]
+        nulls = [r for (_, shift, copied, floor, _), r in zip(designs, rows) if not copied and floor]
         worst = max(r["wrong_any"] for r in nulls)
         print(
-            f"largest any-wrong-decision share outside the k-item designs: {worst:.3f} (alpha {args.alpha:g}; one "
+            f"largest any-wrong-decision share of the null designs under the noise model: {worst:.3f} (alpha "
+            f"{args.alpha:g}; one "
             f"standard error {se:.3f})"
         )
         return

@@ -71,8 +71,8 @@ def test_pairwise_two_seeds_establish_nothing(toy):
     ab = next(p for p in series(report, "toy:cf", "acc_per_char")["pairwise"] if (p["a"], p["b"]) == ("A", "B"))
     assert ab["diff"] == pytest.approx(0.1) and ab["better"] == "A" and ab["significant"] is None  # untested
     assert not ab["testable"] and ab["p_bh"] is None and "2 seeds both ran, fewer than 3" in ab["note"]
-    # identical per-seed diffs: the variance is floored by the discordant items' noise, never p = 0
-    assert ab["paired"] and ab["test"] == "paired t over seeds, variance floored by item noise"
+    # identical per-seed diffs: the seed term is floored by the items' fresh noise, never p = 0
+    assert ab["paired"] and ab["test"] == "paired t over seeds, seeds + items (per-item files)"
     assert 0 < ab["p_seeds"] and ab["sd_seeds"] == 0 and ab["sd_diff"] == ab["noise_floor_sd"] > 0
     assert ab["seeds_needed"] >= 3
     assert ab["p_items"] < 0.01 and ab["ci"][0] > 0 and ab["seeds_agree"] == 2 and ab["n_items"] == 100

@@ -156,8 +156,11 @@ def _study_in_order(root, seed_numbers: list[int]) -> dict:
     diffs = [0.30, 0.31, 0.305, 0.2, 0.45, 0.1]
     base = 3.0 + np.random.default_rng(3).normal(0, 0.02, 6)
     for k, seed in enumerate(seed_numbers):
-        write_run(root, "A", seed, STEPS, _val(base[k]), {})
-        write_run(root, "B", seed, STEPS, _val(base[k] + diffs[k]), {})
+        for variant, final in (("A", base[k]), ("B", base[k] + diffs[k])):
+            # per-sequence losses keyed by the trained position, not the seed number: the same data either way
+            quirks = np.random.default_rng([k, variant == "A"]).permutation(np.linspace(-0.002, 0.002, 20))
+            items = {step: list(value + quirks) for step, value in zip(STEPS, _val(final))}
+            write_run(root, variant, seed, STEPS, _val(final), {}, val_items=items)
     rounds = [seed_numbers[:3], *([s] for s in seed_numbers[3:])]
     return _write_study(root, [{"A": seeds, "B": seeds} for seeds in rounds])
 
@@ -242,6 +245,7 @@ def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
     def series(task: str, testable: bool) -> dict:
         row = {"a": "A", "b": "B", "testable": testable, "p_seeds": 0.001 if testable else None, "significant": None}
         row |= {"diff": 0.1, "sd_diff": 0.05, "sd_seeds": 0.05, "df": 2, "paired": True, "noise_floor_sd": None}
+        row |= {"item_sd": None, "item_df": None, "n_seeds": 3, "untested": None if testable else "no_spread"}
         return {"task": task, "metric": "loss" if task == "val_loss" else "acc", "primary": True, "pairwise": [row]}
 
     primary, task = series("val_loss", testable=False), series("quiz:cf", testable=True)

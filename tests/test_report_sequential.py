@@ -80,6 +80,23 @@ def test_a_rule_changed_after_results_is_flagged(tmp_path):
     assert "FLAGGED" in (root / "report.md").read_text()
 
 
+def test_raising_max_seeds_after_results_keeps_the_anytime_guarantee(tmp_path):
+    """Ville's inequality holds at any stopping time: more seeds for the e-value design is no change of its rule
+    (listed as a stopping change, never FLAGGED); the hook still refuses it for a design that would (none yet)."""
+    from ablate.report.sequential import voids_guarantee
+
+    seeds = {"baseline": 4, "slow": 3, "twin": 4}
+    root = three_variant_study(tmp_path / "exp", seeds)
+    _write_study(root, DecisionRule(max_seeds=12), seeds, changed_after=True)
+    report = write_report(root, opts=FAST)
+    seq = report["sequential"]
+    assert not seq["rule_changed_after_results"] and seq["rule_changes"] == []
+    assert seq["stopping_changes"] == ["after round 2: max_seeds: 8 -> 12"]
+    assert "FLAGGED" not in report["headline"]["text"]
+    assert voids_guarantee({"max_seeds"}, "group-sequential") and voids_guarantee({"max_seeds", "alpha"})
+    assert voids_guarantee(None) and not voids_guarantee({"max_seeds"})
+
+
 def test_the_report_recomputes_rather_than_trusting_study_json(tmp_path):
     seeds = {"baseline": 3, "slow": 3, "twin": 3}
     root = three_variant_study(tmp_path / "exp", seeds)

@@ -78,12 +78,13 @@ def test_continuous_metric_enters_the_decision_set_when_it_passes(tmp_path):
     assert why["acc_choices_only"].startswith("a baseline")
     assert "not monotone" in why["correct_prob"] and "ranking not consistent" in why["correct_prob"]
     assert choice["text"].startswith("mc: gold_bpb (rho 1, SNR ")
-    # the decision rests on it: A is best on gold_bpb (every seed's difference the same: p 0)
+    # the decision rests on it: A leads on gold_bpb, by the same difference on every item of every seed (no seed
+    # spread, no item noise: not tested rather than p = 0)
     head = report["headline"]
     assert report["inference"]["metrics"] == [["val_loss", "loss"], ["mc:cf", "gold_bpb"]]
     decision = next(d for d in head["decisions"] if d["task"] == "mc:cf")
-    assert decision["name"] == "mc [gold_bpb]" and decision["status"] == "best" and decision["leader"] == "A"
-    assert "mc [gold_bpb]: A best" in head["text"]
+    assert decision["name"] == "mc [gold_bpb]" and decision["status"] == "not_tested" and decision["leader"] == "A"
+    assert "mc [gold_bpb]: A ahead, not established" in head["text"]
     md = (tmp_path / "clean" / "report.md").read_text().replace("\\", "")
     assert "mc: gold_bpb (rho 1, SNR" in md and "acc_per_char: at chance (z 0 < 2)" in md
 

@@ -80,15 +80,18 @@ def test_a_planted_two_sd_effect_is_never_decided_the_wrong_way():
 def test_equal_differences_without_a_floor_stay_open_and_with_one_follow_it():
     assert confidence_sequence([0.1, 0.1, 0.1], 0.05) is None  # no spread, no item noise: no evidence
     assert decide(confidence_sequence([0.1, 0.1, 0.1], 0.05), 1.0, True) == "open"
-    # the floor bounds the mean's variance itself: the items are the same on every seed, so seeds do not average
-    # their noise away (floor sd 0.00316: t = 31.6 > t* = 14.1)
+    # the persistent item variance is the mean's own: the items are the same on every seed, so seeds do not average
+    # it away (item sd 0.00316: t = 31.6 > t* = 14.1)
     half = critical_t(3, 0.05) * math.sqrt(1e-5)
-    assert confidence_sequence([0.1, 0.1, 0.1], 0.05, 1e-5) == pytest.approx((0.1 - half, 0.1 + half))
-    assert decide(confidence_sequence([0.1, 0.1, 0.1], 0.05, 1e-5), None, True) == "b"
-    assert decide(confidence_sequence([0.1, 0.1, 0.1], 0.05, 1e-4), None, True) == "open"  # sd 0.01: t = 10
-    # a difference of 2 floor sds stays open however many seeds repeat it (t* >= 3.6 at every n; no overflow at 1000)
+    assert confidence_sequence([0.1, 0.1, 0.1], 0.05, 0.0, 1e-5) == pytest.approx((0.1 - half, 0.1 + half))
+    assert decide(confidence_sequence([0.1, 0.1, 0.1], 0.05, 0.0, 1e-5), None, True) == "b"
+    assert decide(confidence_sequence([0.1, 0.1, 0.1], 0.05, 0.0, 1e-4), None, True) == "open"  # sd 0.01: t = 10
+    # a difference of 2 item sds stays open however many seeds repeat it (t* >= 3.6 at every n; no overflow at 1000)
     for n in (3, 50, 1000):
-        assert decide(confidence_sequence([0.02] * n, 0.05, 1e-4), None, True) == "open"
+        assert decide(confidence_sequence([0.02] * n, 0.05, 0.0, 1e-4), None, True) == "open"
+    # the fresh floor bounds one per-seed difference's variance: that noise does average over seeds
+    fresh = critical_t(3, 0.05) * math.sqrt(3e-4 / 3)
+    assert confidence_sequence([0.1, 0.1, 0.1], 0.05, 3e-4) == pytest.approx((0.1 - fresh, 0.1 + fresh))
 
 
 def test_equivalence_takes_precedence_and_direction_follows_the_metric():
@@ -204,8 +207,11 @@ ALPHA_2SE_200 = 0.05 + 2 * math.sqrt(0.05 * 0.95 / 200)
 
 
 def test_accuracy_aa_studies_claim_at_most_alpha():
-    """200 A/A studies on 200 0/1 items (shared difficulties, seed and item noise), each prefix floored by
-    stats.item_noise of its per-item differences: the share with any wrong decision stays <= alpha + 2 se."""
+    """200 A/A studies on 200 0/1 items (shared difficulties, seed and item noise, and each variant's persistent
+    item quirks, sd 1.5 logits), each prefix under stats.paired_noise of its per-item differences: the share with
+    any wrong decision stays <= alpha + 2 se."""
+    quirky = sim.simulate_accuracy("A/A", 0.0, 200, 0.05, np.random.default_rng(3), quirk_sd=1.5)
+    assert quirky["wrong_any"] <= ALPHA_2SE_200 and quirky["item_sd"] > 0.01
     result = sim.simulate_accuracy("A/A", 0.0, 200, 0.05, np.random.default_rng(3))
     assert result["wrong_any"] <= ALPHA_2SE_200
     assert result["floor_sd"] == pytest.approx(result["sd_diff"], rel=0.2)  # item noise is most of the spread
@@ -226,9 +232,17 @@ def test_identical_item_differences_are_not_a_winner_under_the_floor():
     assert a_c.decision == "open" and a_c.interval is None and a_c.seeds == sim.MAX_SEEDS
 
 
+def test_a_16_point_accuracy_gap_is_decided_within_8_seeds():
+    """C better by 1 logit (16 points on 200 items). The former floor counted each seed's fresh answer noise as if
+    it persisted and never decided it (t at most 3.85 against t* 5.89); under the noise model (fresh noise divided
+    by the seeds, the persistent item part not) it is decided for C, never for A, in most studies by 8 seeds."""
+    result = sim.simulate_accuracy("1 logit", 1.0, 100, 0.05, np.random.default_rng(8))
+    assert result["planted"] == pytest.approx(0.16, abs=0.01)
+    assert result["wrong"] == 0 and result["right"] > 0.9 and result["seeds_at_decision"] < 7.5
+
+
 def test_a_large_planted_accuracy_effect_is_decided_the_right_way():
-    """C better by 2 logits (about 28 accuracy points on 200 items): decided for C in most studies, never for A.
-    (16 points is not: 200 items leave a difference an sd of ~4 points that no number of seeds removes.)"""
+    """C better by 2 logits (about 28 accuracy points on 200 items): decided for C in most studies, never for A."""
     result = sim.simulate_accuracy("2 logits", 2.0, 200, 0.05, np.random.default_rng(6))
     assert result["planted"] == pytest.approx(0.28, abs=0.03)
     assert result["wrong"] == 0 and result["right"] > 0.8  # 1.00 over 1000 studies (docs/reports.md)
@@ -239,4 +253,5 @@ def test_simulation_script_accuracy_mode():
         [sys.executable, str(SCRIPT), "--accuracy", "--studies", "5"], capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr
-    assert "| A/A |" in out.stdout and "| C = A + 3 of 200 items, no floor |" in out.stdout
+    assert "| A/A |" in out.stdout and "| C = A + 3 of 200 items, no noise model |" in out.stdout
+    assert "| A/A, item quirks sd 1.5 |" in out.stdout

@@ -1,7 +1,7 @@
 """`ablate report`: many small runs -> which variant wins, how sure, and which tasks to trust.
 
 runs.py     run folders -> runs, tasks, scale groups
-stats.py    bootstrap CIs, seed-level tests floored by item noise, Benjamini-Hochberg, seeds needed, Spearman,
+stats.py    bootstrap CIs, seed-level tests (seeds + item-set noise), Benjamini-Hochberg, seeds needed, Spearman,
             Kendall, SNR, decision accuracy (numpy/scipy)
 match.py    like with like: finals at equal tokens, scores over identical item sets
 subjects.py groups (MMLU subjects) below an SNR floor, left out of their task's average

@@ -6,6 +6,9 @@ each task's metrics), scored at 4 checkpoints on validation loss, a 4-way cloze 
 continuation task, and a task averaged over subjects with a subject SNR floor. Per-item log-likelihoods are drawn
 from the item's difficulty, the run's quality and the run's own item quirks, which persist across its checkpoints as
 a real model's do (this is what lets noise pass the consistency gates), plus a small fresh noise per evaluation.
+Each variant has item quirks of its own too, the same on every seed and checkpoint (`variant_quirk`, in units of the
+run quirks' sd): a population null, where each variant answers some items better and others worse, zero mean over
+the population of items, so a pair's difference has a persistent item part that no number of seeds averages away.
 Accuracies are 0/1 per item, so run scores move in steps of 1/items and equal per-seed differences happen by chance.
 
 A run's quality = seed effect (shared by every variant's run with that seed: data order and init) + the run's own
@@ -57,10 +60,14 @@ class Design:
     scales: int = 2  # 1: no scale axis; 2: a smaller scale below the one decisions are made at
     subjects: int = 4  # groups of the subject-averaged task (its items split among them)
     effect: float = 0.0  # planted on variant "A", in SD_DIFF units
+    variant_quirk: float = 1.0  # sd of each variant's persistent item quirks, in units of the run quirks' sd
 
     def label(self) -> str:
         what = "A/A" if self.effect == 0 else f"planted {self.effect:g} sd"
-        return f"{what}, {self.variants} variants x {self.seeds} seeds, {self.items} items, {self.scales} scale(s)"
+        quirks = f", variant quirks {self.variant_quirk:g}" if self.variant_quirk != 1 else ""
+        return (
+            f"{what}, {self.variants} variants x {self.seeds} seeds, {self.items} items, {self.scales} scale(s){quirks}"
+        )
 
 
 def _choice_metrics(ll, uncond, chars, gold) -> dict[str, np.ndarray]:
@@ -93,8 +100,8 @@ class _Task:
         self.gold = rng.integers(0, 4, items)
         self.difficulty = rng.normal(0, 1, items)
 
-    def quirks(self, rng) -> np.ndarray:
-        return rng.normal(0, 0.5, self.uncond.shape)  # a run's own per-item, per-choice preferences
+    def quirks(self, rng, sd: float = 1.0) -> np.ndarray:
+        return rng.normal(0, 0.5 * sd, self.uncond.shape)  # per-item, per-choice preferences (a run's, a variant's)
 
     def score(self, rng, ability: float, quirks: np.ndarray) -> dict[str, np.ndarray]:
         ll = self.uncond + quirks + rng.normal(0, 0.15, quirks.shape)
@@ -137,6 +144,9 @@ def study(rng: np.random.Generator, design: Design) -> tuple[list[Run], dict[str
     for scale_index, width in enumerate(widths):
         seed_fx = rng.normal(0, SIG_SEED, design.seeds)
         for name in names:
+            vq = design.variant_quirk  # the variant's own item quirks: the same on each of its seeds
+            v_val, v_mc, v_subj = rng.normal(0, SIG_VAL_ITEM * vq, VAL_ITEMS), mc.quirks(rng, vq), subj.quirks(rng, vq)
+            v_word = rng.normal(0, 0.5 * vq, items)
             for seed in range(design.seeds):
                 label = f"{name}@d{width}" if design.scales > 1 else name
                 # variants differ in a config field (as real ones do), so scales pair them by method
@@ -144,9 +154,9 @@ def study(rng: np.random.Generator, design: Design) -> tuple[list[Run], dict[str
                 config = {"model": {"vocab_size": 512, "d_model": width}, "optim": {"lr": lr}, "name": label}
                 run = Run(label, seed, Path("in-memory"), config, {}, "finished", "", STEPS[-1])
                 run_fx = rng.normal(0, SIG_RUN)
-                val_quirk = rng.normal(0, SIG_VAL_ITEM, VAL_ITEMS)
-                mc_quirk, subj_quirk = mc.quirks(rng), subj.quirks(rng)
-                word_quirk = rng.normal(0, 0.5, items)
+                val_quirk = v_val + rng.normal(0, SIG_VAL_ITEM, VAL_ITEMS)
+                mc_quirk, subj_quirk = v_mc + mc.quirks(rng), v_subj + subj.quirks(rng)
+                word_quirk = v_word + rng.normal(0, 0.5, items)
                 for k, step in enumerate(STEPS):
                     planted = design.effect * SD_DIFF / 2 if name == "A" else 0.0
                     quality = seed_fx[seed] + run_fx + rng.normal(0, SIG_CKPT) + planted

@@ -5,9 +5,10 @@
   signal here": never a win or a loss.
 - Inference is at the level of replication, the training seed: a pair is tested over run-level scores (a paired t
   over the per-seed differences of the seeds both variants ran, Welch over the two samples when they share fewer
-  than 2), its variance floored by the items' own sampling noise (stats.seed_test), so a difference repeated
-  exactly by every seed is never p = 0. The CI adds item noise with a two-level bootstrap (seeds, then items); the
-  item-level p is shown as evaluation noise only.
+  than 2) under one noise model (stats.seed_test): the seed variance divided by the seeds plus the persistent
+  item-set variance, not divided by them, on Satterthwaite's degrees of freedom; a difference repeated exactly by
+  every seed is evidence only as far as the items it rests on are. The CI adds item noise with a two-level
+  bootstrap (seeds, then items); the item-level p is shown as evaluation noise only.
 - Fewer than `min_seeds` seeds per variant, or compared points more than `max_token_gap` apart in tokens, or a
   token count missing (match.token_gap): not tested, and the report says why.
 - Error control over the whole study, in two families (a fallback procedure): the primary metric's pairs are
@@ -96,6 +97,10 @@ def compare(
         "sd_diff": t["sd_diff"],
         "sd_seeds": t["sd_seeds"],
         "noise_floor_sd": t["noise_floor_sd"],
+        "item_sd": t["item_sd"],
+        "item_df": t["item_df"],
+        "noise_source": t["noise_source"],
+        "noise_assumption": stats.STDERR_ASSUMPTION if t["noise_source"] == "logged standard errors" else None,
         "df": t["df"],
         "seeds_agree": None,
         "testable": testable,
@@ -103,6 +108,7 @@ def compare(
         "untested": None,  # why a pair was not tested: "tokens", "seeds" or "no_spread"
         "seeds_needed": None,
         "seeds_needed_range": None,
+        "more_items": None,  # the item set alone hides a difference this size: more items, not more seeds
         "ci": None,
         "p_items": None,
         "n_items": None,
@@ -189,13 +195,21 @@ def _bh(rows: list[dict], alpha: float, name: str, power: float) -> dict:
         p["family"] = name
         if p["significant"]:
             continue  # established: no seeds needed
-        need = stats.seeds_needed(p["diff"], p["sd_diff"], step, power, p["paired"])
+        items = ((p["item_sd"] or 0.0) ** 2, p["item_df"])  # the persistent item term: no seed count removes it
+        need = stats.seeds_needed(p["diff"], p["sd_diff"], step, power, p["paired"], *items)
+        have = p["n_seeds"] if p["paired"] else min(p["n_seeds_a"], p["n_seeds_b"])
+        if need is not None and p["untested"] == "seeds":  # too few to be tested: at least one more
+            need = max(need, have + 1)
         p["seeds_needed"] = need
-        interval = stats.sd_interval(p["sd_seeds"], p["df"]) if p["sd_seeds"] is not None and p["df"] else None
-        if need is not None and interval is not None:
-            # the floor stays: a true seed sd below it still leaves the item noise
+        p["more_items"] = stats.items_limit(p["diff"], step, power, *items)
+        seed_df = p["n_seeds"] - 1 if p["paired"] else p["n_seeds_a"] + p["n_seeds_b"] - 2
+        interval = stats.sd_interval(p["sd_seeds"], seed_df) if p["sd_seeds"] is not None and seed_df else None
+        if need is not None and interval is not None and not p["more_items"]:
+            # the fresh floor stays: a true seed sd below it still leaves each evaluation's answer noise
             sds = [max(x, p["noise_floor_sd"] or 0.0) for x in interval]
-            p["seeds_needed_range"] = [stats.seeds_needed(p["diff"], sd, step, power, p["paired"]) for sd in sds]
+            p["seeds_needed_range"] = [
+                stats.seeds_needed(p["diff"], sd, step, power, p["paired"], *items) for sd in sds
+            ]
     return {
         "name": name,
         "alpha": alpha,
@@ -276,6 +290,8 @@ def needed_text(row: dict) -> str:
     def n(x):
         return f"more than {stats.MAX_SEEDS}" if x is not None and x > stats.MAX_SEEDS else str(x)
 
+    if row.get("more_items"):
+        return "more items, not more seeds: the item set's own noise hides a difference this size at any seed count"
     if need is None:
         return "seed spread unknown"
     text = f"~{n(need)} seeds needed"

@@ -161,7 +161,9 @@ def _final_scores_section(group: dict, suffix: str, report: dict) -> Section:
             "p_BH below its family's alpha, for tested pairs at the largest scale only (n/a elsewhere); decisions are "
             f"read on the decision metrics alone. Seeds needed: per variant, for {o['power']:.0%} power at the level "
             "the pair is tested at (its family's alpha / the family's size: Benjamini-Hochberg's first step), taking "
-            "the observed difference as the one to detect and the test's sd (seed spread, floored by item noise); "
+            "the observed difference as the one to detect and the test's noise (seed spread over the seeds, floored "
+            "by fresh answer noise, plus the item set's persistent part, which seeds do not remove: 'more items, not "
+            "more seeds' where that part alone hides the difference); "
             "in brackets the range over an 80% interval of the sd, which a few seeds leave wide. p (items): paired "
             "t-test over items with the seeds held fixed: evaluation noise only, never the decision."
         ],

@@ -32,12 +32,13 @@ under any dependence between contrasts (they share variants and seeds) and, sinc
 time-uniformly too: with probability >= 1 - alpha every interval of every contrast covers its true difference at
 every round. A wrong decision needs a miss, so alpha bounds the chance of any wrong winner or wrong equivalence.
 
-Variance floor: the mean difference's variance is max(s^2 / n, floor), the floor the items' own sampling noise of
-one run-level difference (stats.seed_test's noise floor: a difference every seed repeats is no evidence). The items
-are the same on every seed, so that noise is not divided by the seeds (the fixed report's seed test floors s^2
-instead, which lets a difference repeated on enough seeds through). A larger variance only lowers |t| and so the
-e-value: the guarantee stands. Per-seed differences with
-no spread and no known item noise give no interval (open).
+Noise model (stats.seed_test's, the fixed report's): the mean difference's variance is max(s^2, fresh) / n +
+item_var, fresh the items' fresh answer noise in one run-level difference (a floor on s^2: accuracies move in steps,
+so a few seeds sometimes agree exactly by chance) and item_var the persistent item-set part, the same on every seed
+and so not divided by the seeds (a difference every seed repeats is evidence only as far as its items are). The t
+uses s^2_eff = max(s^2, fresh) + n item_var on n - 1 degrees of freedom. A larger variance only lowers |t| and so the
+e-value; the item term is a fixed-sample estimate, the same at every look. Per-seed differences with no spread and
+no known item noise give no interval (open).
 
 Decision of a contrast: "equivalent" when its interval lies inside (-margin, +margin) (checked first), else the
 better side when it excludes 0, else "open".
@@ -242,32 +243,35 @@ def critical_t(n: int, alpha: float) -> float:
     return brentq(lambda t: log_e_value(t, n) - log_threshold, 0.0, hi, xtol=1e-10, rtol=1e-12)
 
 
-def confidence_sequence(diffs, alpha: float, floor_var: float = 0.0) -> tuple[float, float] | None:
+def confidence_sequence(
+    diffs, alpha: float, floor_var: float = 0.0, item_var: float = 0.0
+) -> tuple[float, float] | None:
     """The interval for the mean of `diffs` (per-seed differences, in seed order) at n = len(diffs), one member of a
     sequence covering the mean at every n at once with probability >= 1 - alpha (alpha: this sequence's own level,
-    the study's alpha / K). floor_var: the items' sampling variance of one run-level difference. The items are the
-    same on every seed, so that noise does not shrink as seeds are added: the mean's variance is floored at
-    floor_var itself (the sample variance at n * floor_var). None for fewer than 2 differences or no variance at
-    all; (-inf, inf) where n cannot reach 1 / alpha."""
+    the study's alpha / K). floor_var: the fresh answer noise of one run-level difference (floors the per-seed
+    variance); item_var: the persistent item-set variance of the mean difference, which seeds do not average away
+    (the mean's variance is max(s^2, floor_var) / n + item_var). None for fewer than 2 differences or no variance
+    at all; (-inf, inf) where n cannot reach 1 / alpha."""
     values = [float(x) for x in diffs]
     n = len(values)
     if n < 2:
         return None
     mean = sum(values) / n
-    var = max(sum((x - mean) ** 2 for x in values) / (n - 1), n * (floor_var or 0.0))
+    var = max(sum((x - mean) ** 2 for x in values) / (n - 1), floor_var or 0.0) + n * (item_var or 0.0)
     if not var > 1e-30:  # equal differences and no item noise known: no evidence of how far they may move
         return None
     half = critical_t(n, alpha) * math.sqrt(var / n)
     return mean - half, mean + half
 
 
-def running_interval(prefixes: list[tuple[list[float], float]], alpha: float) -> tuple[float, float] | None:
-    """The intersection of the sequence's intervals over prefixes [(diffs of the first n seeds, floor_var), ...]
-    (n rising): still covering at every n with probability >= 1 - alpha, and never widening. An empty intersection
-    (possible only where coverage failed) leaves the newest interval."""
+def running_interval(prefixes: list[tuple], alpha: float) -> tuple[float, float] | None:
+    """The intersection of the sequence's intervals over prefixes [(diffs of the first n seeds, floor_var,
+    item_var), ...] (n rising; item_var may be left out: 0): still covering at every n with probability >= 1 -
+    alpha, and never widening. An empty intersection (possible only where coverage failed) leaves the newest
+    interval."""
     out = None
-    for diffs, floor in prefixes:
-        now = confidence_sequence(diffs, alpha, floor)
+    for diffs, *noise in prefixes:
+        now = confidence_sequence(diffs, alpha, *noise)
         if now is None:
             continue
         both = now if out is None else (max(out[0], now[0]), min(out[1], now[1]))
@@ -291,7 +295,7 @@ def decide(interval, margin: float | None, lower_is_better: bool) -> str:
 
 
 def decide_prefixes(
-    prefixes: list[tuple[list[float], float]], alpha: float, margin: float | None, lower_is_better: bool
+    prefixes: list[tuple], alpha: float, margin: float | None, lower_is_better: bool
 ) -> tuple[str, tuple[float, float] | None, int | None]:
     """The decision after the last prefix, its running interval, and the paired seeds at which it was first made
     (a decision, once made, is kept: the interval only narrows)."""
@@ -322,7 +326,7 @@ def study_contrasts(
 ) -> list[Contrast]:
     """Every pair of `variants` (default: every variant folder) x every decision metric of the rule, decided from
     the run folders under runs_dir through the fixed report's own reading: runs.load_runs, match.match's final value
-    of each run, stats.seed_test's seed pairing and item-noise floor (at every prefix of the paired seeds). Only
+    of each run, stats.seed_test's seed pairing and noise model (at every prefix of the paired seeds). Only
     finished runs are paired; others are counted in each contrast's note. Bonferroni over the K contrasts: each
     sequence at rule.alpha / K. runs: runs already loaded from runs_dir (the report passes its own). trained: when
     the study trained each seed (trained_order of study.json); each pair's prefixes follow it, never the seed
@@ -450,8 +454,8 @@ def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key, or
         rows_a = None if ia is None else ia[[sorted(sa).index(s) for s in keep]]
         rows_b = None if ib is None else ib[[sorted(sb).index(s) for s in keep]]
         t = stats.seed_test({s: sa[s] for s in keep}, {s: sb[s] for s in keep}, rows_a, rows_b, ea, eb)
-        floor = (t["noise_floor_sd"] or 0.0) ** 2
-        prefixes.append(([sa[s] - sb[s] for s in keep], floor))
+        noise = [(t[key] or 0.0) ** 2 for key in ("noise_floor_sd", "item_sd")]
+        prefixes.append(([sa[s] - sb[s] for s in keep], *noise))
     contrast.seeds = len(shared)
     if shared:
         contrast.estimate = sum(sa[s] - sb[s] for s in shared) / len(shared)
@@ -459,7 +463,7 @@ def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key, or
     if refused:  # the fixed report's rule, through the same function: not compared, not decided
         contrast.note = f"not decided: {refused}"
         return contrast
-    if task_key != "val_loss" and prefixes and not prefixes[-1][1]:
+    if task_key != "val_loss" and prefixes and not any(prefixes[-1][1:]):
         contrast.note = "no item-noise floor known (no per-item files or standard errors): a task metric cannot decide"
         return contrast
     contrast.decision, contrast.interval, contrast.decided_at = decide_prefixes(
@@ -544,7 +548,8 @@ def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = Non
     contrasts = study_contrasts(runs_dir, rule, variants, runs, trained_order(study), max_token_gap)
     names = variants or sorted({r.variant for r in runs})
     history = study.get("rule_history") or []
-    changed = [(i, h) for i, h in enumerate(history) if h.get("set_after_results")]
+    after = [i for i, h in enumerate(history) if h.get("set_after_results")]
+    changed = [(i, history[i]) for i in after if voids_guarantee(_changed_fields(history, i))]
     return {
         "method": "anytime-valid t-test from e-values (group-invariant safe t-test, mixture over g "
         f"{', '.join(f'{g:g}' for g in MIXTURE_G)}), Bonferroni over {len(contrasts)} contrast(s)",
@@ -552,6 +557,7 @@ def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = Non
         "rule_history": history,
         "rule_changed_after_results": bool(changed),
         "rule_changes": [_change_text(history, i) for i, _ in changed],
+        "stopping_changes": [_change_text(history, i) for i in after if (i, history[i]) not in changed],
         "alpha": rule.alpha,
         "alpha_per_contrast": rule.alpha / max(1, len(contrasts)),
         "rounds": len(study.get("rounds") or []),
@@ -560,6 +566,26 @@ def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = Non
         "open": sorted(open_variants(contrasts)),
         "compute": study_compute(runs, names, rule.max_seeds),
     }
+
+
+# Where a study stops does not touch the anytime-valid design's guarantee: Ville's inequality holds at any stopping
+# time, so raising (or lowering) max_seeds after results is no change of the decision rule. A group-sequential
+# design (looks fixed in advance, alpha spent per look) would refuse it: its entry here would be empty.
+STOPPING_ONLY = {"anytime": frozenset({"max_seeds"})}
+
+
+def voids_guarantee(fields: set[str], design: str = "anytime") -> bool:
+    """Whether changing these rule fields after results were seen voids the study's error guarantee under `design`
+    (None for a rule first set after results: it does)."""
+    return fields is None or not fields <= STOPPING_ONLY.get(design, frozenset())
+
+
+def _changed_fields(history: list[dict], i: int) -> set[str] | None:
+    """The rule fields history entry i changed from entry i - 1 (None for the first entry: the rule set)."""
+    if not i:
+        return None
+    new, old = (DecisionRule.from_dict(history[k]["rule"]).to_dict() for k in (i, i - 1))
+    return {k for k in new if new[k] != old[k]}
 
 
 def _change_text(history: list[dict], i: int) -> str:
