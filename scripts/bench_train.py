@@ -1,7 +1,7 @@
 """Training speed on this machine: matmul peak, then tokens/s and MFU of real training steps, in one process.
 
     python scripts/bench_train.py                      # the ~10M model (d256, 6 layers, vocab 16384, seq 512)
-    python scripts/bench_train.py --quickstart         # the quickstart model (d128, 4 layers, vocab 8192, seq 256)
+    python scripts/bench_train.py --reference          # the reference model (d128, 4 layers, vocab 8192, seq 256)
     python scripts/bench_train.py --steps 10 --modes fp32,bf16,bf16+compile,bf16+auto
     python scripts/bench_train.py --smoke              # a tiny model, 1 step a mode, small matmuls: checks it runs
 
@@ -43,7 +43,7 @@ def bench_config(size: str, mode: str) -> RunConfig:
     if size == "smoke":
         model = ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4)
         seq_len, micro_batch, documents = 32, 4, 400
-    elif size == "quickstart":
+    elif size == "reference":
         model = ModelConfig(vocab_size=8192, d_model=128, n_layers=4, n_heads=4)
         seq_len, micro_batch = 256, 16
     else:
@@ -107,7 +107,11 @@ def shape_limited_peak(run: RunConfig, dtype: torch.dtype, rounds: int) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quickstart", action="store_true", help="bench the quickstart model instead of the ~10M one")
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="bench the reference model (experiments/reference.py) instead of the ~10M one",
+    )
     parser.add_argument("--steps", type=int, default=8, help="timed steps per mode")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per mode (compile happens here)")
     parser.add_argument(
@@ -115,7 +119,7 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="a tiny model, 1 warm-up and 1 timed step per mode")
     args = parser.parse_args()
-    size = "smoke" if args.smoke else "quickstart" if args.quickstart else "10M"
+    size = "smoke" if args.smoke else "reference" if args.reference else "10M"
     if args.smoke:
         args.steps, args.warmup = 1, 1
 

@@ -25,7 +25,7 @@ runs = [variant(base, "share"), variant(base, "uneven", {"train.global_batch": 2
 
 
 def test_a_rank_takes_its_share_in_equal_passes_of_at_most_micro_batch():
-    assert rank_passes(16, 2, 16) == [8]  # the quickstart on 2 ranks: 8 each, in one pass
+    assert rank_passes(16, 2, 16) == [8]  # the reference run on 2 ranks: 8 each, in one pass
     assert rank_passes(16, 1, 16) == [16] and rank_passes(64, 2, 16) == [16, 16]  # whole micro-batches, as before
     assert rank_passes(20, 2, 4) == [4, 3, 3] and rank_passes(34, 2, 16) == [9, 8]  # fewest passes, near equal
     assert rank_passes(0, 2, 4) == []  # a step a branch's parent took
@@ -33,7 +33,7 @@ def test_a_rank_takes_its_share_in_equal_passes_of_at_most_micro_batch():
 
 
 def test_only_a_batch_that_the_world_cannot_split_evenly_is_refused():
-    check_plan([16] * 4, 2, TrainConfig(global_batch=16, micro_batch=16))  # the quickstart on 2 ranks
+    check_plan([16] * 4, 2, TrainConfig(global_batch=16, micro_batch=16))  # the reference run on 2 ranks
     with pytest.raises(ConfigError, match=r"^train.global_batch: 3 is not a multiple of the world size \(2\)"):
         check_plan([3], 2, TrainConfig(global_batch=3, micro_batch=3))
     ramp = TrainConfig(global_batch=12, micro_batch=3, batch_schedule="ramp", batch_start=3, batch_ramp_tokens=99)

@@ -102,7 +102,7 @@ def rank_micro_batches(indices, world: int, rank: int, micro_batch: int, read):
 
 def largest_pass(plan: list[int], world: int, micro_batch: int) -> int:
     """The most sequences one rank takes in one forward pass over the whole plan: micro_batch, or less when every
-    step's share per rank is smaller (the quickstart's 16 over 2 ranks: 8)."""
+    step's share per rank is smaller (the reference run's 16 over 2 ranks: 8)."""
     return max((max(rank_passes(b, world, micro_batch), default=0) for b in plan), default=0)
 
 
