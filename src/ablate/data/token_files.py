@@ -66,6 +66,18 @@ class TokenData:
             torch.from_numpy(doc_ids),
         )
 
+    def document_batch(self, windows, seq_len: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """inputs and targets (B, seq_len) of windows (document, first target, end) inside whole documents: a
+        window's inputs are the tokens before its targets (a document's first target follows the eos before it, or
+        an eos put there for the split's first); targets past `end` are -100, not scored."""
+        inputs = np.full((len(windows), seq_len), eos_id, dtype=np.int64)
+        targets = np.full((len(windows), seq_len), -100, dtype=np.int64)
+        for row, (_, first, end) in enumerate(windows):
+            targets[row, : end - first] = self.tokens[first:end]
+            before = self.tokens[max(first - 1, 0) : end - 1]
+            inputs[row, end - first - len(before) : end - first] = before
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
 
 @dataclass
 class PreparedData:
