@@ -1,6 +1,7 @@
 """The token files of a prepared data cache, as training reads them: each split memory-mapped (documents
-concatenated, each followed by eos), cut into sequences with their document ids, the training order and the fixed
-validation set. ablate.data.prepare writes these files (<split>.bin, <split>_docs.npy, a mixture's <split>_sources.npy).
+concatenated, each followed by eos), cut into sequences with their document ids, the training order and the windows
+of the validation documents. ablate.data.prepare writes these files (<split>.bin, <split>_docs.npy, a mixture's
+<split>_sources.npy).
 """
 
 from __future__ import annotations
@@ -97,15 +98,6 @@ class PreparedData:
         return mixture.MixtureSampler(
             self.train.sequences_per_source(seq_len), self.weights, seed, self.train.source_names, seq_len
         )
-
-    def val_indices(self, count: int, seq_len: int) -> np.ndarray:
-        """The fixed validation set: the first `count` sequences (fewer if the split holds fewer); for a mixture
-        held out per source, an equal share from each source whatever the weights, so that runs of other mixes
-        (an ablation of the mix, a branch that changes it) are scored on the same sequences."""
-        if self.weights and self.val.source_starts is not None:
-            sources = len(self.weights)
-            return mixture.held_out_indices(self.val.sequences_per_source(seq_len), [1 / sources] * sources, count)
-        return np.arange(min(count, self.val.num_sequences(seq_len)))
 
 
 def open_split(folder: str, split: str, dtype: str, names=()) -> TokenData:

@@ -176,13 +176,13 @@ def validation_documents(tokenizer_path: str, val, budget: int) -> ValDocuments:
     bounds = [0, len(val.tokens)] if val.source_starts is None else list(val.source_starts)
     share = budget / (len(bounds) - 1)
     picked, digest = [], hashlib.sha256()
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in zip(bounds[:-1], bounds[1:]):  # a source that runs out gives all it has: no other fills in
         total = 0
-        for start, end in zip(doc_starts, doc_ends):
-            if start < lo or start >= hi or total >= share:
-                continue
-            text = tok.decode(np.asarray(val.tokens[start : end - 1]).tolist(), skip_special_tokens=True)
-            raw = text.encode("utf-8")
+        for doc in range(int(np.searchsorted(doc_starts, lo)), int(np.searchsorted(doc_starts, hi))):
+            if total >= share:
+                break
+            start, end = int(doc_starts[doc]), int(doc_ends[doc])
+            raw = tok.decode(np.asarray(val.tokens[start : end - 1]).tolist(), skip_special_tokens=True).encode()
             digest.update(raw)
             picked.append((start, end, len(raw)))
             total += len(raw)
