@@ -9,8 +9,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from ablate.config import ConfigError, DataConfig
-from ablate.data import sources
-from ablate.data.mixture import MixtureSampler, balanced, held_out_indices
+from ablate.data import sources, tokenizer_stats
+from ablate.data.mixture import MixtureSampler, balanced
 from ablate.data.prepare import check_data_config, prepare_data
 from test_data import VOCAB, decode_docs, make_docs, write_file
 
@@ -114,7 +114,7 @@ def test_mixture_with_a_val_source_and_a_source_too_small(tmp_path, docs):
 
     prepared = prepare(f"{a}:1,{b}:1")
     assert prepared.stats["documents"] == {"train": 250, "val": 50}
-    assert prepared.val.source_names == () and prepared.val_indices(10, 32).tolist() == list(range(10))
+    assert prepared.val.source_names == ()
     tiny = write_file(tmp_path / "tiny.jsonl", ["Just a few words.", "And a few more."])
     with pytest.raises(
         ConfigError,
@@ -189,14 +189,6 @@ def test_new_weights_after_loading_keep_positions_and_apply_from_there():
         assert drawn[which == k].tolist() == next_of[k][: (which == k).sum()].tolist()
 
 
-def test_mixture_validation_set_follows_the_weights_and_skips_an_exhausted_source():
-    picked = held_out_indices([100, 100], [0.7, 0.3], 50)
-    assert picked[picked < 100].tolist() == list(range(35)) and picked[picked >= 100].tolist() == list(range(100, 115))
-    short = held_out_indices([3, 100], [0.9, 0.1], 20)
-    assert sorted(short.tolist()) == [0, 1, 2] + list(range(3, 20))  # source 1's sequences start at index 3
-    assert held_out_indices([2, 1], [0.5, 0.5], 10).tolist() == [0, 2, 1]  # fewer when every source is used up
-
-
 REAL = "/work/shared/data"  # real text beside the project (see its README)
 
 
@@ -220,10 +212,12 @@ def test_real_mixture_token_shares_track_the_weights_within_one_percent(wiki, op
             assert abs(seen["openstax"] / sum(seen.values()) - openstax) < 0.01
     assert seen == sampler.tokens_per_source()
     assert seen["openstax"] / sum(seen.values()) == pytest.approx(openstax, abs=1e-3)
-    val = prepared.val_indices(60, cfg.seq_len)
-    from_openstax = (prepared.val.source_of(val, cfg.seq_len) == 1).mean()
-    assert len(val) == 60 and from_openstax == 0.5  # an equal share per source: the same set for every mix
+    val = tokenizer_stats.validation_documents(prepared.tokenizer_path, prepared.val, 4000)
+    source = np.searchsorted(prepared.val.source_starts, val.starts, side="right") - 1
+    for k in (0, 1):  # an equal share of the bytes per source: the same documents for every mix
+        assert 2000 <= val.n_bytes[source == k].sum() < 2000 + val.n_bytes[source == k][-1]
     other_mix = DataConfig(
         **{**cfg.__dict__, "source": cfg.source.replace(f":{wiki}", ":0.2").replace(f":{openstax}", ":0.8")}
     )
-    assert prepare_data(other_mix, VOCAB).val_indices(60, cfg.seq_len).tolist() == val.tolist()
+    other = prepare_data(other_mix, VOCAB)
+    assert tokenizer_stats.validation_documents(other.tokenizer_path, other.val, 4000).text_sha256 == val.text_sha256

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from ablate.report import Options, build_report, write_report
+from ablate.report import Options, build_report, da, write_report
 from conftest import cli_in_process
 from report_fixtures import STEPS, write_run
 
@@ -195,27 +195,30 @@ def _ladder(root):
 
 def test_decision_accuracy_with_bootstrap_ci_across_scales(tmp_path):
     """Known answers: val loss orders x < y < z at 32 and 64 (DA 1) but y < x at 16 (DA 2/3); gold_bpb at 32 ties y
-    and z (DA (1 + 1 + 1/2) / 3). At 3 seeds a seed bootstrap's 95% interval of DA covered the true DA in under 90%
-    of constructed ladders (report/da.py), so no interval is shown, and the note says why."""
+    and z (DA (1 + 1 + 1/2) / 3). At 3 seeds the 95% interval of DA (seeds and items resampled) covered the true DA
+    in at least 90% of constructed ladders (report/da.py), so it is shown: the items of a run are all alike here and
+    the seed offsets shared, so only gold_bpb at 32 (y's seeds spread across z) has an interval wider than a point."""
     report = write_report(_ladder(tmp_path / "ladder"), opts=Options(bootstrap=2000, scale=["model.d_model"]))
     assert [g["scale"] for g in report["groups"]] == [16, 32, 64]
     across = {(a["task"], a["metric"]): a for a in report["across_scales"]}
     assert list(across)[0] == ("val_loss", "loss")
     val = {r["scale"]: r for r in across["val_loss", "loss"]["by_scale"]}
-    assert val[32]["decision_accuracy"] == 1 and val[32]["ci"] is None and "at 3 seeds" in val[32]["ci_note"]
+    assert val[32]["decision_accuracy"] == 1 and val[32]["ci"] == [1, 1] and val[32]["ci_note"] is None
+    assert val[32]["item_noise"] == "per-item files" and val[32]["coverage"] == da.COVERAGE[3] >= da.MIN_COVERAGE
     assert val[32]["tau"] == 1
-    assert val[16]["decision_accuracy"] == pytest.approx(2 / 3) and val[16]["ci"] is None
+    assert val[16]["decision_accuracy"] == pytest.approx(2 / 3) and val[16]["ci"] == pytest.approx([2 / 3, 2 / 3])
     assert across["val_loss", "loss"]["mean_decision_accuracy"] == pytest.approx(5 / 6)
     # SNR at 32: range of the finals 0.4 over each run's sd (ddof 1) of its last 3 checkpoints (0.4, 0.2, 0)
     assert val[32]["snr"] == pytest.approx(0.4 / np.std([0.4, 0.2, 0.0], ddof=1))
     bpb = {r["scale"]: r for r in across["lad:cf", "gold_bpb"]["by_scale"]}
-    assert bpb[16]["decision_accuracy"] == 1 and bpb[16]["ci"] is None and bpb[16]["paired"]
+    assert bpb[16]["decision_accuracy"] == 1 and bpb[16]["ci"] == [1, 1] and bpb[16]["paired"]
+    assert bpb[32]["ci"] == pytest.approx([2 / 3, 1])  # y's resampled seeds order it either side of z
     assert bpb[32]["decision_accuracy"] == pytest.approx(5 / 6) and bpb[32]["self_agreement"] == pytest.approx(5 / 6)
     assert bpb[32]["seeds"] == 3 and bpb[32]["variants"] == ["x", "y", "z"]
     md = (tmp_path / "ladder" / "report.md").read_text()
     assert "## Which signal to trust at which scale" in md
     row = next(line for line in md.replace("\\", "").splitlines() if line.startswith("| lad:cf | gold_bpb (primary)"))
-    assert "| 1 | 1 | 1 | 1 | 2 | 0.833 | 0.833 | 0.833 |" in row
+    assert "| 1 | 1 [1, 1] | 1 | 1 | 2 | 0.833 [0.6667, 1] | 0.833 | 0.833 |" in row
     # the scale axis ranks the candidates by decision accuracy first: gold_bpb is lad's only metric and passes
     choice = next(c for c in report["recommendation"]["choices"] if c["task"] == "lad:cf")
     assert choice["metric"] == "gold_bpb" and choice["figures"]["decision_accuracy"] == pytest.approx(11 / 12)

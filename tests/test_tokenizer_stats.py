@@ -60,14 +60,32 @@ def test_a_byte_level_token_holding_part_of_a_character_counts_for_its_word(tmp_
     assert fig["continued_word_rate"] == 1.0 and fig["bytes"] == 5
 
 
-def test_scored_bytes_decode_contiguous_targets_whole():
-    tok = _hand_tokenizer()
-    ids = tok.encode("the cat sat").ids
-    targets = np.array([ids[:2], ids[2:4]])  # two consecutive sequences: one run of four tokens
-    runs = tokenizer_stats.contiguous_targets([3, 4], targets)
-    assert len(runs) == 1 and runs[0].tolist() == ids[:4]
-    assert len(tokenizer_stats.contiguous_targets([4, 9], targets)) == 2
-    assert tokenizer_stats.bits_per_byte(math.log(2), 10, 5) == pytest.approx(2.0)
+def test_validation_documents_are_the_same_text_under_two_vocabularies(tmp_path):
+    """Two BPE vocabularies on one data config: the validation documents are chosen by their bytes, so both score
+    the same documents, the same bytes and text hash, with other token counts; each window of a document is scored
+    against the tokens before it (eos before the document's first)."""
+    from ablate.config import DataConfig
+    from ablate.data.prepare import prepare_data
+
+    cfg = DataConfig(seq_len=32, cache_dir=str(tmp_path))
+    docs = {}
+    for vocab in (512, 1024):
+        data = prepare_data(cfg, vocab)
+        docs[vocab] = (data, tokenizer_stats.validation_documents(data.tokenizer_path, data.val, 4000))
+    (small, a), b = docs[512], docs[1024][1]
+    assert a.text_sha256 == b.text_sha256 and a.n_bytes.tolist() == b.n_bytes.tolist()
+    assert a.n_bytes.sum() >= 4000 > a.n_bytes[:-1].sum() and a.tokens > b.tokens
+    # each document scored whole, every token of it a target once, its closing eos included
+    windows = a.windows(32)
+    assert sum(end - first for _, first, end in windows) == a.tokens and all(
+        end - first <= 32 for _, first, end in windows
+    )
+    inputs, targets = small.val.document_batch(windows[:3], 32, small.eos_id)
+    d, first, end = windows[0]
+    assert first == a.starts[d] == 0 and inputs[0, 0] == small.eos_id
+    assert targets[0, : end - first].tolist() == np.asarray(small.val.tokens[first:end]).tolist()
+    assert inputs[0, 1 : end - first].tolist() == np.asarray(small.val.tokens[first : end - 1]).tolist()
+    assert (targets[0, end - first :] == -100).all()
 
 
 def test_bad_tokenizers_entry_is_refused_before_compute(tmp_path):
@@ -137,21 +155,18 @@ seeds = [0, 1]
 
 
 @pytest.mark.slow  # trains 2 vocabularies x 2 seeds with the CLI
-def test_runs_of_different_tokenizers_record_their_bits_per_byte_and_scored_text(tmp_path):
+def test_runs_of_different_tokenizers_score_the_same_text_and_compare_by_bits_per_byte(tmp_path):
     (tmp_path / "vocab.py").write_text(VOCABS)
     run_cli("run", tmp_path / "vocab.py", "--out", tmp_path / "runs")
     root = tmp_path / "runs" / "vocab"
 
-    # a run's summary: bits per byte of its validation targets, counted apart here from the tokens' own bytes
+    # a run's summary: bits per byte of its validation documents, their bytes counted apart here from the text
     summary = json.loads((root / "v512" / "seed0" / "summary.json").read_text())
-    tok = Tokenizer.from_file(str(root / "v512" / "seed0" / "tokenizer.json"))
-    byte_of = {c: b for b, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}  # one character per byte
-    assert len(byte_of) == 256
     val = summary["val_scored"]
-    assert val["tokens"] == 8 * 32
-    ids = [int(i) for i in np.fromfile(_cache_file(summary, "val.bin"), dtype=np.uint16)[1 : 8 * 32 + 1]]
-    eos = tok.token_to_id("<|endoftext|>")
-    assert val["bytes"] == sum(len(tok.id_to_token(i)) for i in ids if i != eos)
+    last = sorted((root / "v512" / "seed0").glob("eval_items/*/val_loss.jsonl"))[-1]
+    items = [json.loads(line) for line in last.open()]
+    assert val["documents"] == len(items) and val["bytes"] == sum(i["bytes"] for i in items)
+    assert val["tokens"] == sum(i["tokens"] for i in items)
     assert summary["final_val_bpb"] == pytest.approx(
         summary["final_val_loss"] * val["tokens"] / val["bytes"] / math.log(2)
     )
@@ -159,28 +174,29 @@ def test_runs_of_different_tokenizers_record_their_bits_per_byte_and_scored_text
     assert figures["vocab_size"] == 512 and 1 < figures["fertility"] < 4 and 0 < figures["continued_word_rate"] < 1
     assert figures["bytes_per_token"] > 1 and 0 < figures["vocab_use"] <= 1 and len(figures["sha256"]) == 64
 
-    # which text was scored: each vocabulary's first 8 sequences hold other text, so their bits per byte do not
-    # compare (a text offset repeats on every seed) and the report leaves validation out, saying why
-    texts = {
-        v: {
-            json.loads((root / v / f"seed{k}" / "summary.json").read_text())["val_scored"]["text_sha256"]
-            for k in (0, 1)
-        }
+    # which text was scored: the same documents under both vocabularies (other token counts, the same bytes), so
+    # the report compares validation by bits per byte
+    scored = {
+        (v, k): json.loads((root / v / f"seed{k}" / "summary.json").read_text())["val_scored"]
         for v in ("v512", "v1024")
+        for k in (0, 1)
     }
-    assert all(len(t) == 1 and len(next(iter(t))) == 64 for t in texts.values()) and texts["v512"] != texts["v1024"]
-    result = run_cli("report", root, "--bootstrap", "100")
+    assert len({s["text_sha256"] for s in scored.values()}) == 1 and len({s["bytes"] for s in scored.values()}) == 1
+    assert scored[("v512", 0)]["tokens"] > scored[("v1024", 0)]["tokens"]
+    run_cli("report", root, "--bootstrap", "100")
     report = json.loads((root / "report.json").read_text())
-    assert report["tokenizers"]["differ"] and report["tokenizers"]["compared_by"] is None
-    assert not [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
-    assert "the runs scored 2 different validation texts" in result.stdout
+    assert report["tokenizers"]["differ"] and report["tokenizers"]["compared_by"] == "bpb"
+    assert {s["metric"] for s in report["groups"][0]["series"] if s["task"] == "val_loss"} == {"bpb"}
     markdown = (root / "report.md").read_text()
     assert "| fertility | bytes/token |" in markdown and "bpe:1024" in markdown
 
-
-def _cache_file(summary: dict, name: str):
-    import os
-    from pathlib import Path
-
-    root = Path(os.environ["ABLATE_CACHE"]) / "data" / summary["data"]["key"][:16]
-    return root / name
+    # runs whose texts differ (here: one trained before ablate recorded it) are refused, with the reason
+    for summary_file in root.glob("v1024/seed*/summary.json"):
+        held = json.loads(summary_file.read_text())
+        del held["val_scored"]["text_sha256"]
+        summary_file.write_text(json.dumps(held))
+    result = run_cli("report", root, "--bootstrap", "100")
+    report = json.loads((root / "report.json").read_text())
+    assert report["tokenizers"]["compared_by"] is None
+    assert not [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
+    assert "trained before ablate recorded it" in result.stdout

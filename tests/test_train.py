@@ -160,7 +160,7 @@ def test_two_gloo_processes_match_one(tmp_path):
 
 
 def test_validation_set_does_not_depend_on_micro_batch(tmp_path):
-    """The same training at micro_batch 4 (2 accumulation steps) and 8: the same held-out sequences, the same
+    """The same training at micro_batch 4 (2 accumulation steps) and 8: the same held-out documents, the same
     val loss up to float rounding (it used to score val_batches x micro_batch sequences)."""
     run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "4", "train.ckpt_every": "0"})[0]
     items = {}
@@ -172,11 +172,12 @@ def test_validation_set_does_not_depend_on_micro_batch(tmp_path):
             json.loads(line)["id"]: json.loads(line)["loss"]
             for line in (run_dir / "eval_items" / "step_0000004" / "val_loss.jsonl").open()
         }
-    assert sorted(items[4]) == sorted(items[8]) == list(range(run.data.val_sequences))
+    assert sorted(items[4]) == sorted(items[8]) == list(range(len(items[4]))) and len(items[4]) > 1
     assert max(abs(items[4][i] - items[8][i]) for i in items[4]) < 1e-4
 
 
 def test_load_model_reproduces_logged_val_losses(tiny_run):
+    from ablate.data import tokenizer_stats
     from ablate.data.prepare import prepare_data
     from ablate.eval.load import load_model
 
@@ -185,14 +186,25 @@ def test_load_model_reproduces_logged_val_losses(tiny_run):
     loaded = load_model(run_dir)
     assert loaded.step == 12 and loaded.checkpoint.name == "step_12" and loaded.tokenizer_path.is_file()
     items = [json.loads(line) for line in (run_dir / "eval_items" / "step_0000012" / "val_loss.jsonl").open()]
-    assert len(items) == run.data.val_sequences
+    assert (
+        len(items) == summary["val_scored"]["documents"]
+        and sum(i["tokens"] for i in items) == (summary["val_scored"]["tokens"])
+    )
     data = prepare_data(run.data, run.model.vocab_size)
-    inputs, targets, _ = data.val.batch([items[0]["id"], items[5]["id"]], run.data.seq_len)
+    budget = run.data.val_sequences * run.data.seq_len * tokenizer_stats.VAL_BYTES_PER_TOKEN
+    docs = tokenizer_stats.validation_documents(data.tokenizer_path, data.val, budget)
+    picked = (0, len(items) - 1)
+    windows = [w for w in docs.windows(run.data.seq_len) if w[0] in picked]
+    inputs, targets = data.val.document_batch(windows, run.data.seq_len, data.eos_id)
     with torch.no_grad():
         logits = loaded.model(inputs)
-    per_seq = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(1)
-    assert per_seq.tolist() == pytest.approx([items[0]["loss"], items[5]["loss"]], abs=1e-5)
-    assert sum(i["loss"] for i in items) / len(items) == pytest.approx(summary["final_val_loss"], abs=1e-9)
+    per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    nats = [sum(per_token[k].sum().item() for k, w in enumerate(windows) if w[0] == d) for d in picked]
+    # an item's loss is its document's nats scaled by documents / tokens
+    assert nats == pytest.approx([items[d]["loss"] * docs.tokens / len(items) for d in picked], rel=1e-4)
+    # the items' plain mean is the per-token val loss; their bpb, the bits per byte
+    assert sum(i["loss"] for i in items) / len(items) == pytest.approx(summary["final_val_loss"], abs=1e-6)
+    assert sum(i["bpb"] for i in items) / len(items) == pytest.approx(summary["final_val_bpb"], abs=1e-6)
     # the same from a checkpoint folder, an older one
     assert load_model(run_dir / "checkpoints" / "step_8").step == 8
 

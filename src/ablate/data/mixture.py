@@ -161,21 +161,6 @@ class MixtureSampler:
         self.since = [int(saved[name]["since"]) if same_weights else 0 for name in self.names]
 
 
-def held_out_indices(sizes, weights, count: int) -> np.ndarray:
-    """A mixture's fixed validation set: the first `count` sequences by the same share rule, each source's in
-    order (no shuffling); a source with no held-out sequence left drops out and the others fill its place."""
-    weights = [w / sum(weights) for w in weights]
-    first, taken, out = first_indices(sizes), [0] * len(sizes), []
-    for total in range(1, count + 1):
-        open_sources = [k for k in range(len(sizes)) if taken[k] < sizes[k]]
-        if not open_sources:
-            break
-        k = _furthest_below(weights, taken, total, open_sources)
-        out.append(int(first[k]) + taken[k])
-        taken[k] += 1
-    return np.asarray(out, dtype=np.int64)
-
-
 def balanced(text_streams) -> Iterator[str]:
     """Texts from several iterators, the next one always from the source that has given the fewest characters
     so far: a capped tokenizer training run sees about as much text of each source. One iterator: unchanged."""

@@ -1,6 +1,7 @@
 """The token files of a prepared data cache, as training reads them: each split memory-mapped (documents
-concatenated, each followed by eos), cut into sequences with their document ids, the training order and the fixed
-validation set. ablate.data.prepare writes these files (<split>.bin, <split>_docs.npy, a mixture's <split>_sources.npy).
+concatenated, each followed by eos), cut into sequences with their document ids, the training order and the windows
+of the validation documents. ablate.data.prepare writes these files (<split>.bin, <split>_docs.npy, a mixture's
+<split>_sources.npy).
 """
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ class TokenData:
             torch.from_numpy(doc_ids),
         )
 
+    def document_batch(self, windows, seq_len: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """inputs and targets (B, seq_len) of windows (document, first target, end) inside whole documents: a
+        window's inputs are the tokens before its targets (a document's first target follows the eos before it, or
+        an eos put there for the split's first); targets past `end` are -100, not scored."""
+        inputs = np.full((len(windows), seq_len), eos_id, dtype=np.int64)
+        targets = np.full((len(windows), seq_len), -100, dtype=np.int64)
+        for row, (_, first, end) in enumerate(windows):
+            targets[row, : end - first] = self.tokens[first:end]
+            before = self.tokens[max(first - 1, 0) : end - 1]
+            inputs[row, end - first - len(before) : end - first] = before
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
 
 @dataclass
 class PreparedData:
@@ -85,15 +98,6 @@ class PreparedData:
         return mixture.MixtureSampler(
             self.train.sequences_per_source(seq_len), self.weights, seed, self.train.source_names, seq_len
         )
-
-    def val_indices(self, count: int, seq_len: int) -> np.ndarray:
-        """The fixed validation set: the first `count` sequences (fewer if the split holds fewer); for a mixture
-        held out per source, an equal share from each source whatever the weights, so that runs of other mixes
-        (an ablation of the mix, a branch that changes it) are scored on the same sequences."""
-        if self.weights and self.val.source_starts is not None:
-            sources = len(self.weights)
-            return mixture.held_out_indices(self.val.sequences_per_source(seq_len), [1 / sources] * sources, count)
-        return np.arange(min(count, self.val.num_sequences(seq_len)))
 
 
 def open_split(folder: str, split: str, dtype: str, names=()) -> TokenData:

@@ -116,19 +116,6 @@ def _documents(tokens: np.ndarray, doc_starts: np.ndarray, max_tokens: int) -> I
         yield np.asarray(tokens[start : end - 1], dtype=np.int64).tolist()
 
 
-def scored_bytes(tok, target_runs: Iterable[np.ndarray], digest=None) -> int:
-    """UTF-8 bytes of the text the scored target tokens hold. Each run of contiguous targets is decoded whole
-    (special tokens such as eos hold no text), so only a character cut at a run's ends can count a byte wrong.
-    digest: a hashlib object fed the same bytes, in order (which text was scored)."""
-    total = 0
-    for run in target_runs:
-        text = tok.decode(run.tolist(), skip_special_tokens=True).encode("utf-8")
-        if digest is not None:
-            digest.update(text)
-        total += len(text)
-    return total
-
-
 def file_sha256(path: str) -> str:
     import hashlib
 
@@ -147,35 +134,57 @@ def validation_figures(tokenizer_path: str, val_tokens, val_doc_starts, max_toke
     return {**figures(tok, count_text(tok, texts)), "sha256": file_sha256(tokenizer_path)}
 
 
-def contiguous_targets(indices, targets: np.ndarray) -> list[np.ndarray]:
-    """Targets (one row per sequence, in `indices` order) joined into runs of consecutive sequence indices, which
-    are contiguous in the token file."""
-    indices = np.asarray(indices, dtype=np.int64)
-    order = np.argsort(indices, kind="stable")
-    indices, targets = indices[order], np.asarray(targets)[order]
-    breaks = np.flatnonzero(np.diff(indices) != 1) + 1
-    return [block.reshape(-1) for block in np.split(targets, breaks)]
+VAL_BYTES_PER_TOKEN = 4  # the validation documents' byte budget: data.val_sequences x seq_len x this
 
 
-def scored_text(data, sequences: int, seq_len: int, chunk: int = 64) -> tuple[int, int, str]:
-    """(tokens, UTF-8 bytes, sha256 of those bytes) of the targets a run's validation scores: its fixed validation
-    sequences (data.val_indices, as ablate.training.callbacks.validation.Validation takes them), read through
-    data.val.batch. The hash says which text was scored: bits per byte of runs of different tokenizers compare only
-    where it is the same (report/tokenizers.py)."""
+@dataclass
+class ValDocuments:
+    """The validation documents a run scores, fixed by their text, not by a token count: the first documents of
+    the validation split whose UTF-8 bytes reach a budget (a mixture held out per source: the first of each source,
+    an equal share of the budget each). Each is scored whole under any tokenizer, so runs of different tokenizers
+    on the same data config score the same bytes. starts/ends: each document's targets in the val token file (its
+    closing eos included: scored, holding no text); n_bytes: its text's UTF-8 bytes; text_sha256: of the texts."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    n_bytes: np.ndarray
+    text_sha256: str
+
+    @property
+    def tokens(self) -> int:
+        return int((self.ends - self.starts).sum())
+
+    def windows(self, seq_len: int) -> list[tuple[int, int, int]]:
+        """(document index, first target, end) of each window of at most seq_len targets, document by document."""
+        return [
+            (d, w, min(w + seq_len, int(end)))
+            for d, (start, end) in enumerate(zip(self.starts, self.ends))
+            for w in range(int(start), int(end), seq_len)
+        ]
+
+
+def validation_documents(tokenizer_path: str, val, budget: int) -> ValDocuments:
+    """The first documents of `val` (a TokenData) whose text reaches `budget` UTF-8 bytes, per source of a mixture
+    held out per source (budget / sources each); all of them where the split holds less."""
     import hashlib
 
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(data.tokenizer_path)
-    indices = np.sort(np.asarray(data.val_indices(sequences, seq_len), dtype=np.int64))
-    n_bytes, digest = 0, hashlib.sha256()
-    for start in range(0, len(indices), chunk):
-        part = indices[start : start + chunk]
-        targets = np.asarray(data.val.batch(part, seq_len)[1])
-        n_bytes += scored_bytes(tok, contiguous_targets(part, targets), digest)
-    return len(indices) * seq_len, n_bytes, digest.hexdigest()
-
-
-def bits_per_byte(loss_per_token: float, tokens: int, n_bytes: int) -> float:
-    """Mean loss (nats per token) over `tokens` tokens holding n_bytes bytes of text, in bits per byte."""
-    return loss_per_token * tokens / n_bytes / math.log(2) if n_bytes else math.nan
+    tok = Tokenizer.from_file(tokenizer_path)
+    doc_starts = np.asarray(val.doc_starts, dtype=np.int64)
+    doc_ends = np.append(doc_starts[1:], len(val.tokens))
+    bounds = [0, len(val.tokens)] if val.source_starts is None else list(val.source_starts)
+    share = budget / (len(bounds) - 1)
+    picked, digest = [], hashlib.sha256()
+    for lo, hi in zip(bounds[:-1], bounds[1:]):  # a source that runs out gives all it has: no other fills in
+        total = 0
+        for doc in range(int(np.searchsorted(doc_starts, lo)), int(np.searchsorted(doc_starts, hi))):
+            if total >= share:
+                break
+            start, end = int(doc_starts[doc]), int(doc_ends[doc])
+            raw = tok.decode(np.asarray(val.tokens[start : end - 1]).tolist(), skip_special_tokens=True).encode()
+            digest.update(raw)
+            picked.append((start, end, len(raw)))
+            total += len(raw)
+    starts, ends, n_bytes = (np.array(col, dtype=np.int64) for col in zip(*picked)) if picked else ([],) * 3
+    return ValDocuments(starts, ends, n_bytes, digest.hexdigest())

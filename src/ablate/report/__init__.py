@@ -8,7 +8,8 @@ subjects.py groups (MMLU subjects) below an SNR floor, left out of their task's 
 analyze.py  every figure, as one JSON-ready dict (report.json)
 across.py   every task x metric's SNR and decision accuracy from each smaller scale against the task's target at
             the largest (its primary metric), against validation loss, and against itself
-da.py       decision accuracy's seed bootstrap (variants sharing a seed resampled together) and its coverage
+da.py       decision accuracy's bootstrap (variants sharing a seed resampled together, the items shared by every
+            seed resampled once per replicate) and its coverage
 tracking.py whether a continuous metric tracks its task (target DA, or correlation with its accuracy)
 choose.py   each task's best measured metric (every metric a candidate, judged by signal and noise)
 decide.py   the two families (primary metric, task metrics), one sentence per decision metric, the winner

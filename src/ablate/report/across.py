@@ -7,8 +7,9 @@ proxy metric orders as the TARGET orders them at the largest scale. Three figure
 - decision_accuracy_val: against validation loss at the largest scale, the second target;
 - self_agreement: against the same metric at the largest scale (whether the metric agrees with itself).
 Each side is oriented by its own direction. A target at chance at the largest scale (an accuracy that is not past
-chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (da.py): a seed
-bootstrap that keeps the variants sharing a seed together, shown only where its measured coverage holds. SNR is
+chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (da.py): a
+bootstrap of seeds (the variants sharing a seed kept together) and of the items every seed scored (the noise
+model's persistent part), shown only where its measured coverage holds. SNR is
 stats.signal_noise at that scale (analyze.py's quality figures). section(): these figures as the report's section.
 """
 
@@ -16,9 +17,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from ablate.report import da, stats
 from ablate.report.fmt import Section, fmt, fmt_ci
 from ablate.report.runs import VAL_TASK
+
+# A series' working data for the DA bootstrap (analyze.analyze_series sets it, analyze_runs drops it after
+# across_scales): {"ids": compared item ids or None, "items": {variant: (seeds, items) values} or None, "stderr":
+# {variant: {seed: logged stderr at the compared point}}}.
+RESAMPLE = "_resample"
 
 
 def _find(group: dict, task: str, metric: str | None = None) -> dict | None:
@@ -52,9 +60,17 @@ def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, fl
     return stats.decision_accuracy(guess, truth), stats.kendall(guess, truth)
 
 
-def _seed_scores(s: dict, variants: list[str]) -> list[dict]:
-    """Each variant's {seed: oriented run score}."""
-    return [{k: _sign(s) * x for k, x in zip(s["final"][v]["seeds"], s["final"][v]["values"])} for v in variants]
+def _scale(s: dict, variants: list[str]) -> da.Scale:
+    """What the DA bootstrap resamples at one scale: each variant's {seed: oriented run score}, and its runs'
+    oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' RESAMPLE entry)."""
+    sign, work = _sign(s), s[RESAMPLE]
+    scores = [{k: sign * x for k, x in zip(s["final"][v]["seeds"], s["final"][v]["values"])} for v in variants]
+    if work["items"] is not None:
+        items = [dict(zip(s["final"][v]["seeds"], sign * work["items"][v])) for v in variants]
+        return da.Scale(scores, items, work["ids"])
+    logged = [[e for e in work["stderr"][v].values() if e is not None] for v in variants]
+    item_var = [float(np.mean(np.square(e))) if e else None for e in logged]
+    return da.Scale(scores, item_var=item_var)
 
 
 def _row(group: dict, small: dict, target: dict | None, val: dict | None, same: dict | None, opts) -> dict | None:
@@ -65,11 +81,9 @@ def _row(group: dict, small: dict, target: dict | None, val: dict | None, same: 
         return None
     variants = _shared(small, target) or _shared(small, same)
     seeds = min((len(s["final"][v]["values"]) for s in (small, target or same) for v in variants), default=0)
-    shown = {"ci": None, "ci_note": None, "paired": None, "coverage": None}
+    shown = {"ci": None, "ci_note": None, "paired": None, "coverage": None, "item_noise": None}
     if target_da is not None:
-        shown = da.shown_interval(
-            _seed_scores(small, variants), _seed_scores(target, variants), seeds, opts.bootstrap, opts.seed
-        )
+        shown = da.shown_interval(_scale(small, variants), _scale(target, variants), seeds, opts.bootstrap, opts.seed)
     return {
         "scale": group["scale"],
         "variants": variants,
@@ -86,7 +100,7 @@ def _row(group: dict, small: dict, target: dict | None, val: dict | None, same: 
 def across_scales(groups: list[dict], opts) -> list[dict]:
     """[{task, metric, direction, primary, snr (at the largest scale), target: {task, metric} | None, target_valid,
     by_scale: [{scale, variants, seeds, snr, decision_accuracy, decision_accuracy_val, self_agreement, tau (against
-    the target), ci, ci_note, paired, coverage}], mean_decision_accuracy, mean_decision_accuracy_val,
+    the target), ci, ci_note, paired, coverage, item_noise}], mean_decision_accuracy, mean_decision_accuracy_val,
     mean_self_agreement}], validation loss first; [] without a smaller scale."""
     if len(groups) < 2:
         return []
@@ -189,10 +203,11 @@ def section(report: dict) -> Section | None:
         "Self: against the same metric at the largest scale (whether it agrees with itself, not whether it "
         "predicts the task). With few variants DA moves in coarse steps (2 variants: 0, 1/2 or 1). Kendall tau "
         "against the target is in report.json (across_scales).",
-        f"95% interval of DA: a bootstrap over seeds ({report['options']['bootstrap']} replicates) that resamples "
-        "seed indices once for every variant of a scale (seed k shares data order and init), each scale apart; "
-        "shown only where a seed bootstrap covered the true DA in >= 90% of constructed ladders at that number of "
-        "seeds (docs/reports.md).",
+        f"95% interval of DA: a bootstrap ({report['options']['bootstrap']} replicates) that resamples seed indices "
+        "once for every variant of a scale (seed k shares data order and init), each scale apart, and the eval "
+        "items once per replicate for every seed (the same items on every seed: the noise model's persistent part; "
+        "without per-item files, each variant's logged standard error); shown only where it covered the true DA in "
+        ">= 90% of constructed ladders at that number of seeds (docs/reports.md).",
     ]
     return Section(
         "Which signal to trust at which scale",

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report import choose, decide, match, sequential, stats, subjects, tokenizers
-from ablate.report.across import across_scales
+from ablate.report.across import RESAMPLE, across_scales
 from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.runs import (
     ANSWER_BLIND,
@@ -329,6 +329,7 @@ def analyze_series(
         "pairwise": decide.pairwise(list(final), scores, items, sign, opts, stderrs, final),
         "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
         "quality": _quality(with_scores, final, task, metric, sign, opts, m),
+        RESAMPLE: {"ids": m.ids, "items": items, "stderr": stderrs},  # for across.py; not a figure of the report
     }
     series["best"] = decide.best(series)
     return series
@@ -500,6 +501,8 @@ def analyze_runs(
             f"--primary {opts.primary}: no such task or task/metric in these runs; they have: {', '.join(have)}"
         )
     across = across_scales(groups, opts)
+    for s in (s for g in groups for s in g["series"]):
+        del s[RESAMPLE]
     recommendation = choose.recommendation(target, tasks, across, opts)
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
     decisions = decide.decision_series(target, recommendation, opts)

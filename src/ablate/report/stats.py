@@ -146,8 +146,8 @@ def mean_or_none(values) -> float | None:
 # the compared items) varies from seed to seed; "A beats B" is a claim about that distribution, so it is tested over
 # seeds, not over items (an item-level test holds the seeds fixed and calls seed noise significant).
 #
-# One noise model for a difference of means, used by every test (fixed, seeds needed, sequential). The eval items
-# (and the validation sequences) are one fixed sample, the same on every seed, so a difference has two parts:
+# One noise model for a difference of means, used by every test (fixed, seeds needed, sequential, DA). The eval items
+# (and the validation documents) are one fixed sample, the same on every seed, so a difference has two parts:
 #     Var(mean difference) = seed_var / k + item_var
 # seed_var: the variance of one run-level difference from seed to seed (data order, init, and each evaluation's
 # fresh answer noise), divided by the k seeds; item_var: the persistent per-item part (each variant answers some

@@ -97,7 +97,8 @@ def different_text(runs: list[Run]) -> str | None:
     if len(set(hashes.values())) > 1:
         return (
             f"bits per byte compare only on the same text, and the runs scored {len(set(hashes.values()))} "
-            f"different validation texts (each tokenizer's first validation sequences hold other text)"
+            f"different validation texts (other data configs, or runs from before validation scored whole documents: "
+            "then each tokenizer's first validation sequences, other text)"
         )
     return None
 

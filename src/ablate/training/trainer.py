@@ -48,7 +48,7 @@ def standard_callbacks(run: RunConfig) -> list[Callback]:
         NonFiniteGuard(),
         LossSpikes(t.spike_threshold, t.spike_window, t.spike_policy),
         StabilityMonitors(t.monitor_every or t.log_every, t.micro_batch, run.data.doc_mask),
-        Validation(t.val_every, run.data.val_sequences, t.micro_batch, run.data.doc_mask),
+        Validation(t.val_every, run.data.val_sequences, t.micro_batch),
         TrainMetrics(t.log_every),
         Checkpointer(t.ckpt_every, t.keep_checkpoints, t.keep_steps),
     ]

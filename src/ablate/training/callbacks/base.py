@@ -90,7 +90,7 @@ class TrainerView(Protocol):
     model: Transformer  # sharded (FSDP2): a forward pass needs every rank
     optimizer: torch.optim.Optimizer
     dist: Dist  # rank, world, device, is_main
-    data: PreparedData  # .train, .val (TokenData), .val_indices(), .tokenizer_path, .vocab_size
+    data: PreparedData  # .train, .val (TokenData), .eos_id, .tokenizer_path, .vocab_size
 
     def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
         """A metrics.jsonl line {step, tokens, **fields} and TensorBoard scalars (rank 0)."""

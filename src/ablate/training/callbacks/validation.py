@@ -1,10 +1,11 @@
 """The Validation callback: held-out loss (and bits per byte) every `train.val_every` steps and at the end, with the
-per-sequence losses kept as the items of paired comparisons between variants."""
+per-document losses kept as the items of paired comparisons between variants."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ablate import rundir
@@ -13,75 +14,94 @@ from ablate.training.callbacks.base import Callback, TrainerView, due
 
 
 class Validation(Callback):
-    """Held-out loss of the first `sequences` validation sequences every `every` steps and at the end, forward
-    passes of at most `micro_batch` sequences per rank; per-sequence losses kept (eval_items/step_N/val_loss.jsonl)
-    as the items of paired comparisons between variants. Also in bits per byte (val/bpb: what runs of different
-    tokenizers compare on), and summary.json gets the tokenizer's figures on the validation documents."""
+    """Held-out loss of fixed validation documents every `every` steps and at the end, forward passes of at most
+    `micro_batch` windows per rank. The documents are fixed by their text (tokenizer_stats.validation_documents: the
+    first ones reaching `sequences` x seq_len x VAL_BYTES_PER_TOKEN UTF-8 bytes), each scored whole in windows of
+    seq_len, so runs of any tokenizer on one data config score the same bytes: val/loss is nats per token, val/bpb
+    nats / (ln 2 x bytes), what runs of different tokenizers compare on. Per-document items
+    (eval_items/step_N/val_loss.jsonl) for paired comparisons between variants: `loss` and `bpb` are each document's
+    share, scaled so that their mean over documents is val/loss and val/bpb (a plain mean over items, as the report
+    takes it, weighs each document by its tokens or bytes). summary.json gets the tokenizer's figures on them."""
 
     name, order = "validation", 20
 
-    def __init__(self, every: int, sequences: int, micro_batch: int, doc_mask: bool):
-        self.every, self.sequences, self.micro_batch, self.doc_mask = every, sequences, micro_batch, doc_mask
-        self.last_val_loss = math.nan
-        self.scored = None  # (tokens, UTF-8 bytes, their sha256) of the validation targets: fixed, counted once
+    def __init__(self, every: int, sequences: int, micro_batch: int):
+        self.every, self.sequences, self.micro_batch = every, sequences, micro_batch
+        self.last_val_loss = self.last_val_bpb = math.nan
+        self.docs: tokenizer_stats.ValDocuments | None = None  # fixed: chosen once per process
 
     def post_step(self, trainer: TrainerView) -> None:
         if due(trainer.step, self.every, trainer.max_steps):
             self.validate(trainer)
 
+    def documents(self, trainer: TrainerView) -> tokenizer_stats.ValDocuments:
+        if self.docs is None:
+            budget = self.sequences * trainer.seq_len * tokenizer_stats.VAL_BYTES_PER_TOKEN
+            self.docs = tokenizer_stats.validation_documents(trainer.data.tokenizer_path, trainer.data.val, budget)
+        return self.docs
+
     def validate(self, trainer: TrainerView) -> None:
-        losses = self.losses(trainer)
-        self.last_val_loss = sum(losses.values()) / len(losses) if losses else math.nan
-        trainer.log({"val/loss": self.last_val_loss, "val/bpb": self.bits_per_byte(trainer)})
+        docs = self.documents(trainer)
+        nats = self.document_nats(trainer)
+        tokens, n_bytes, count = docs.ends - docs.starts, docs.n_bytes, len(nats)
+        self.last_val_loss = float(nats.sum() / tokens.sum()) if count else math.nan
+        self.last_val_bpb = float(nats.sum() / (math.log(2) * n_bytes.sum())) if n_bytes.sum() else math.nan
+        trainer.log({"val/loss": self.last_val_loss, "val/bpb": self.last_val_bpb})
         if trainer.dist.is_main:
-            rundir.write_items(
-                trainer.run_dir,
-                trainer.step,
-                "val_loss",
-                [{"id": i, "loss": loss} for i, loss in sorted(losses.items())],
-            )
+            per_token, per_byte = count / tokens.sum(), count / (math.log(2) * max(n_bytes.sum(), 1))
+            rows = [
+                {"id": d, "loss": n * per_token, "bpb": n * per_byte, "tokens": int(t), "bytes": int(b)}
+                for d, (n, t, b) in enumerate(zip(nats.tolist(), tokens, n_bytes))
+            ]
+            rundir.write_items(trainer.run_dir, trainer.step, "val_loss", rows)
         trainer.say(f"step {trainer.step} val_loss {self.last_val_loss:.4f}")
 
     @torch.no_grad()
-    def losses(self, trainer: TrainerView) -> dict[int, float]:
-        """Loss of each held-out sequence ({sequence index: mean token loss}), split over ranks for the forward
-        passes and gathered on every rank. Every rank runs the same number of forward passes, as FSDP2 needs."""
-        d, size = trainer.dist, self.micro_batch
-        indices = [int(i) for i in trainer.data.val_indices(self.sequences, trainer.seq_len)]
-        count, mine = len(indices), indices[d.rank :: d.world]
-        passes = -(-count // (size * d.world))
-        losses = {}
+    def document_nats(self, trainer: TrainerView) -> np.ndarray:
+        """Summed token losses of each validation document, its windows split over ranks for the forward passes
+        and gathered on every rank. Every rank runs the same number of forward passes, as FSDP2 needs."""
+        d, size, docs = trainer.dist, self.micro_batch, self.documents(trainer)
+        windows = docs.windows(trainer.seq_len)
+        mine = list(range(d.rank, len(windows), d.world))
+        passes = -(-len(windows) // (size * d.world))
+        nats = {}
         trainer.model.eval()
         for k in range(passes):
             part = mine[k * size : (k + 1) * size]
-            chunk = part or [0]  # a rank with nothing left still runs a forward, on item 0, and keeps nothing
-            inputs, targets, doc_ids = [
-                x.to(d.device, non_blocking=True) for x in trainer.data.val.batch(chunk, trainer.seq_len)
+            chunk = [windows[i] for i in part] or windows[:1]  # a rank with nothing left runs one and keeps nothing
+            inputs, targets = [
+                x.to(d.device, non_blocking=True)
+                for x in trainer.data.val.document_batch(chunk, trainer.seq_len, trainer.data.eos_id)
             ]
-            # a chunk of logits at a time: a 50k vocabulary never is whole
-            per_token = trainer.model.per_token_loss(inputs, targets, doc_ids if self.doc_mask else None)
-            losses.update(zip(part, per_token.mean(dim=1).tolist()))
+            # one document per window: no mask to apply; a chunk of logits at a time: a 50k vocabulary never is whole
+            per_token = trainer.model.per_token_loss(inputs, targets, None)
+            nats.update(zip(part, per_token.sum(dim=1).tolist()))
         trainer.model.train()
         gathered = [None] * d.world
-        torch.distributed.all_gather_object(gathered, losses)
-        return {i: loss for part in gathered for i, loss in part.items()}
+        torch.distributed.all_gather_object(gathered, nats)
+        out = np.zeros(len(docs.starts))
+        for part in gathered:
+            for i, value in part.items():
+                out[windows[i][0]] += value
+        return out
 
     def state_dict(self) -> dict:
-        return {"last_val_loss": self.last_val_loss}
+        return {"last_val_loss": self.last_val_loss, "last_val_bpb": self.last_val_bpb}
 
     def load_state_dict(self, state: dict) -> None:
         self.last_val_loss = state.get("last_val_loss", math.nan)
-
-    def bits_per_byte(self, trainer: TrainerView) -> float:
-        if self.scored is None:
-            self.scored = tokenizer_stats.scored_text(trainer.data, self.sequences, trainer.seq_len)
-        return tokenizer_stats.bits_per_byte(self.last_val_loss, *self.scored[:2])
+        self.last_val_bpb = state.get("last_val_bpb", math.nan)
 
     def summary(self, trainer: TrainerView) -> dict:
-        val = trainer.data.val
+        val, docs = trainer.data.val, self.documents(trainer)
         return {
             "final_val_loss": self.last_val_loss,
-            "final_val_bpb": self.bits_per_byte(trainer),
-            "val_scored": dict(zip(("tokens", "bytes", "text_sha256"), self.scored)),
+            "final_val_bpb": self.last_val_bpb,
+            "val_scored": {
+                "tokens": docs.tokens,
+                "bytes": int(docs.n_bytes.sum()),
+                "text_sha256": docs.text_sha256,
+                "documents": len(docs.starts),
+            },
             "tokenizer": tokenizer_stats.validation_figures(trainer.data.tokenizer_path, val.tokens, val.doc_starts),
         }
