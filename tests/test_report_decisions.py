@@ -312,3 +312,29 @@ def test_bits_per_byte_of_the_same_text_are_compared(tmp_path):
     assert val["metric"] == "bpb" and val["pairwise"][0]["diff"] == pytest.approx(-0.01, abs=0.005)
     (contrast,) = study_contrasts(root, DecisionRule())
     assert contrast.metric == "val_bpb" and "not decided" not in contrast.note
+
+
+def test_runs_of_two_validation_definitions_never_compare_on_validation(tmp_path):
+    """Runs trained before validation scored whole documents (no val_scored.documents) scored other text, with
+    other item ids: mixed with newer runs, validation is left out of the report and the study does not decide on
+    it, saying why; all of one kind compare as usual."""
+    root = tmp_path / "mixed"
+    for seed in range(3):
+        for variant, final in (("A", 3.0), ("B", 3.3)):
+            run = write_run(root, variant, seed, STEPS, _val(final + 0.01 * seed), {})
+            if variant == "A":  # A retrained after the change, B not
+                summary = json.loads((run / "summary.json").read_text())
+                summary["val_scored"] = {"documents": 40, "tokens": 2048, "bytes": 8000, "text_sha256": "t"}
+                (run / "summary.json").write_text(json.dumps(summary))
+    report = write_report(root, opts=FAST)
+    assert not [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
+    assert "3 of 6 runs scored validation sequences" in report["tokenizers"]["text"]
+    assert "Validation is left out of the comparison" in report["headline"]["text"]
+    (c,) = study_contrasts(root, DecisionRule())
+    assert c.decision == "open" and "3 of 6 runs scored validation sequences" in c.note
+    for seed in range(3):  # B retrained too: one definition, validation compared again
+        summary_path = root / "B" / f"seed{seed}" / "summary.json"
+        summary = json.loads(summary_path.read_text())
+        summary["val_scored"] = {"documents": 40, "tokens": 2048, "bytes": 8000, "text_sha256": "t"}
+        summary_path.write_text(json.dumps(summary))
+    assert [s for s in write_report(root, opts=FAST)["groups"][0]["series"] if s["task"] == "val_loss"]

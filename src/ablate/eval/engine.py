@@ -31,8 +31,8 @@ from ablate.setup.auto import uses_bf16
 SCORE_CHUNK = 128  # scored positions per vocabulary projection (measured: 64-256 alike, 32 and less slower)
 MAX_PADDING = 0.05  # a batch's padding tokens, at most this share of its real ones (see _batches)
 MIN_SHARED_CONTEXT = 8  # context tokens that make a packed row worth its tree mask (measured: 4.8 s -> 4.3 s)
-# (the engine's time on the reference model (experiments/reference.py), ARC-Easy + HellaSwag + PIQA x 200, conditional requests, 1 thread:
-# ~47% matmuls, 15% attention, 10% log-softmax over the vocabulary, the rest the layers' elementwise ops)
+# (the engine's time on experiments/reference.py's model, ARC-Easy + HellaSwag + PIQA x 200, conditional requests,
+# 1 thread: ~47% matmuls, 15% attention, 10% log-softmax over the vocabulary, the rest the layers' elementwise ops)
 
 
 @dataclass

@@ -356,6 +356,8 @@ def study_contrasts(
             metric, shown, margin = "bpb", "val_bpb", None
             why = "tokenizers differ: compared in bits per byte, where a val_loss margin does not apply"
         refused = tokenizers.different_text(runs) if shown == "val_bpb" and compare_bpb else None
+        if task_key == "val_loss":  # two definitions of validation (before and after whole documents) never pair
+            refused = tokenizers.mixed_validation(runs) or refused
         scores = None if refused else _scores(finished, tasks.get(task_key), metric)
         for a, b in pairs:
             order = _pair_order(a, b, trained or {})

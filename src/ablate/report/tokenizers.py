@@ -51,10 +51,17 @@ def identities(runs: list[Run]) -> dict[str, str]:
 def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> dict:
     """When the finished runs use several tokenizers, validation is compared in bits per byte: the val task's one
     metric becomes "bpb" (left out when some run logged none, or the runs did not score the same text: the reason
-    in the text). Returns report.json's "tokenizers"."""
+    in the text). Validation is left out whatever the tokenizers where the runs mix its two definitions
+    (mixed_validation). Returns report.json's "tokenizers"."""
     ids = identities(runs)
     kinds = sorted({tokenizer_label(r) for r in runs if r.label in ids}, key=natural_key)
     out = {"differ": len(set(ids.values())) > 1, "tokenizers": kinds, "compared_by": "loss", "text": ""}
+    mixed = mixed_validation(runs) if VAL_TASK in tasks else None
+    if mixed:  # whatever the tokenizers: two definitions of validation never compare
+        del tasks[VAL_TASK]
+        out["compared_by"] = None
+        out["text"] = f"Validation is left out of the comparison: {mixed}."
+        return out
     if not out["differ"] or VAL_TASK not in tasks:
         return out
     finished = [r for r in runs if r.label in ids]
@@ -79,6 +86,21 @@ def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> dict:
         f"scores alone, as a sequence holds other tokens under each tokenizer."
     )
     return out
+
+
+def mixed_validation(runs: list[Run]) -> str | None:
+    """Why the finished runs' validation losses do not compare at all (None: one definition): runs from before
+    validation scored whole documents fixed by their bytes (summary.json val_scored.documents) scored their first
+    validation sequences instead, other text and other per-item ids (sequences, not documents)."""
+    finished = [r for r in runs if r.status == "finished" and r.summary is not None]
+    old = [r.label for r in finished if "documents" not in (r.summary.get("val_scored") or {})]
+    if old and len(old) < len(finished):
+        return (
+            f"{len(old)} of {len(finished)} runs scored validation sequences (trained before validation scored "
+            f"whole documents: other text, other items), the rest validation documents; retrain those "
+            f"({', '.join(old[:4])}{', ...' if len(old) > 4 else ''}) to compare validation"
+        )
+    return None
 
 
 def different_text(runs: list[Run]) -> str | None:
