@@ -5,7 +5,7 @@ scale axis (decision accuracy ranks each task's metrics) and a subject floor. Ev
 own path (ablate.report.calibrate). docs/reports.md quotes its output.
 
     python scripts/calibrate_report.py --jobs 2     # 2000 studies per design (about an hour on two cores)
-    python scripts/calibrate_report.py --smoke      # 10 studies per design: the script still works
+    python scripts/calibrate_report.py --smoke      # 2 studies per design: the script still works
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ def main() -> None:
     parser.add_argument("--effect", type=float, default=4.0, help="planted effect, in seed-level sds (default 4)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--smoke", action="store_true", help="10 studies per design")
+    parser.add_argument("--smoke", action="store_true", help="2 studies per design")
     parser.add_argument("--items", type=int, nargs="+", default=[60, 1000], help="items per task (default 60 1000)")
     args = parser.parse_args()
-    studies = 10 if args.smoke else args.studies
+    studies = 2 if args.smoke else args.studies
     print(
         f"{studies} studies per design; effect unit: one seed-level sd of the paired validation-loss difference "
         f"({SD_DIFF:.4f}); planted on variant A at every scale"

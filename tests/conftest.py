@@ -14,6 +14,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "experiments" / "tiny.py"
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: N workers share the cores, one thread each (and children)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked gpu skip, saying why, where no CUDA device is visible."""

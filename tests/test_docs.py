@@ -256,6 +256,6 @@ def test_ci_runs_the_readme_commands():
     ci = [line.split("#")[0].strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     installs = [line.replace(" -q", "") for line in ci if line.startswith(".venv/bin/pip install")]
     assert installs and all(step in setup for step in installs), (installs, setup)
-    test_command = ".venv/bin/python -m pytest -q --durations=15"  # the whole suite; CI prints the 15 slowest tests
+    test_command = ".venv/bin/python -m pytest -q -n auto --dist worksteal --durations=15"  # all tests, all cores
     assert f"```bash\n{test_command}\n```" in readme
     assert test_command in ci

@@ -249,6 +249,7 @@ print("every check passed")
 """
 
 
+@pytest.mark.slow  # every kernel check in a fresh interpreter process: the whole suite runs it
 def test_cpu_interpreter_runs_every_check():
     tests = Path(__file__).resolve().parent
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tests)}

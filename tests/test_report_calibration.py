@@ -108,6 +108,7 @@ def claims(series) -> bool:
     return any(p["significant"] for s in series for p in s["pairwise"])
 
 
+@pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
 @pytest.mark.parametrize("paired", [True, False], ids=["paired-seeds", "welch-different-seeds"])
 def test_aa_false_positive_rate(paired):
     """3 variants x 5 seeds x 2 metrics: a family of 6 seed-level tests per study."""
@@ -133,6 +134,7 @@ def test_aa_false_positive_rate(paired):
     assert item_level / tests > 2 * ALPHA  # why items alone never decide: seed noise passes as a difference
 
 
+@pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
 @pytest.mark.parametrize("seeds", [3, 5, 8])
 def test_aa_with_persistent_item_quirks(seeds):
     """A/A under a population null: each variant answers some items better and others worse on every seed (loss
@@ -147,6 +149,7 @@ def test_aa_with_persistent_item_quirks(seeds):
     assert claimed / n <= ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / n)
 
 
+@pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
 @pytest.mark.parametrize("variants,effect,floor", [(2, 3.0, 0.85), (3, 3.0, 0.8), (2, 2.0, 0.6)])
 def test_planted_effect_power(variants, effect, floor):
     """Power: the share of studies whose headline names the planted variant as the winner (significantly best on
@@ -177,6 +180,7 @@ def test_two_seeds_never_decide_and_say_how_many_are_needed():
         assert "not established with 2 seeds (~" in loss["text"]
 
 
+@pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
 def test_seeds_needed_delivers_the_power_it_promises():
     """Plan with the true seed-level sd, then run studies with that many seeds: the measured power is the promised
     80%. The normal approximation alone (n = ((z_0.975 + z_0.8) / d)^2 = 4 seeds for d = 1.5) measured 0.53 here:
@@ -269,7 +273,7 @@ MC_SE = 2 * math.sqrt(ALPHA * (1 - ALPHA) / 200)  # two standard errors of a rat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seeds,items", [(3, 60), (3, 1000), (5, 60), (8, 60)])  # the rest: calibrate_report.py
+@pytest.mark.parametrize("seeds,items", [(3, 60), (5, 60), (8, 60)])  # 1000 items: calibrate_report.py
 def test_aa_any_claim_rate_through_the_whole_report(seeds, items):
     """200 A/A studies per design, each through analyze_runs: 3 variants at two scales (decision accuracy from the
     smaller one ranks each task's metrics), validation loss, a cloze task with every metric, a continuation task and

@@ -206,6 +206,7 @@ def test_simulation_script_smoke():
 ALPHA_2SE_200 = 0.05 + 2 * math.sqrt(0.05 * 0.95 / 200)
 
 
+@pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
 def test_accuracy_aa_studies_claim_at_most_alpha():
     """200 A/A studies on 200 0/1 items (shared difficulties, seed and item noise, and each variant's persistent
     item quirks, sd 1.5 logits), each prefix under stats.paired_noise of its per-item differences: the share with
@@ -241,6 +242,7 @@ def test_a_16_point_accuracy_gap_is_decided_within_8_seeds():
     assert result["wrong"] == 0 and result["right"] > 0.9 and result["seeds_at_decision"] < 7.5
 
 
+@pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
 def test_a_large_planted_accuracy_effect_is_decided_the_right_way():
     """C better by 2 logits (about 28 accuracy points on 200 items): decided for C in most studies, never for A."""
     result = sim.simulate_accuracy("2 logits", 2.0, 200, 0.05, np.random.default_rng(6))

@@ -125,14 +125,17 @@ def test_the_budget_stops_before_a_round_that_would_exceed_it(interrupted, tmp_p
 
 
 @pytest.mark.slow
-def test_three_variants_decide_in_round_one(tmp_path):
-    """The issue's study: the loser (LR / 100) is worse than both at the file's 3 seeds; baseline and twin end
-    equivalent within the margin; no seed beyond the file's."""
+def test_three_variants_decide_within_two_rounds(tmp_path):
+    """The issue's study: the loser (LR / 100) is worse than both, and baseline and twin end equivalent within the
+    margin, by one round past the file's 3 seeds: the validation documents' own noise (persistent: the same documents
+    on every seed, issue 33) leaves the loser's interval at 3 seeds wide, and a 4th seed decides it."""
     result = cli_in_process("run", STUDY_FILE, "--until-decided", "--margin", "val_loss=0.01", "--out", tmp_path)
     contrasts = {(c["a"], c["b"]): c["decision"] for c in study(tmp_path)["rounds"][-1]["contrasts"]}
     assert contrasts == {("baseline", "twin"): "equivalent", ("baseline", "loser"): "a", ("twin", "loser"): "a"}
-    assert study(tmp_path)["stopped"] == "decided" and len(study(tmp_path)["rounds"]) == 1
-    assert "study stopped after round 1 (decided)" in result.stdout
+    rounds = study(tmp_path)["rounds"]
+    assert study(tmp_path)["stopped"] == "decided" and len(rounds) <= 2
+    assert rounds[0]["contrasts"][0]["decision"] == "equivalent"  # the twins at the file's seeds already
+    assert f"study stopped after round {len(rounds)} (decided)" in result.stdout
 
 
 @pytest.mark.slow

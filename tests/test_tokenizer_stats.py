@@ -60,6 +60,7 @@ def test_a_byte_level_token_holding_part_of_a_character_counts_for_its_word(tmp_
     assert fig["continued_word_rate"] == 1.0 and fig["bytes"] == 5
 
 
+@pytest.mark.slow  # prepares the corpus twice (two BPEs): the whole suite runs it
 def test_validation_documents_are_the_same_text_under_two_vocabularies(tmp_path):
     """Two BPE vocabularies on one data config: the validation documents are chosen by their bytes, so both score
     the same documents, the same bytes and text hash, with other token counts; each window of a document is scored

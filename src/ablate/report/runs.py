@@ -253,6 +253,12 @@ def _val_loss_stderr(run: Run, info: TaskInfo) -> None:
         if rows and len(rows) >= 2:
             losses = np.array([r["loss"] for r in rows.values()], dtype=float)
             point.stderr = float(losses.std(ddof=1) / np.sqrt(len(losses)))
+            tokens = [r.get("tokens") for r in rows.values()]
+            if all(tokens):  # documents (their nats / tokens): the ratio's standard error, by the delta method
+                tokens = np.array(tokens, dtype=float)
+                nats = losses * tokens.sum() / len(losses)  # each row's loss is its share: nats x n / all tokens
+                residual = nats - point.value * tokens  # what the per-token loss leaves; lengths alone count nothing
+                point.stderr = float(np.sqrt(np.sum(residual**2) * len(losses) / (len(losses) - 1)) / tokens.sum())
             info.n = len(losses)
 
 
