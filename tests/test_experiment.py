@@ -138,3 +138,21 @@ def test_a_checked_run_is_checked_again_only_for_another_world(monkeypatch):
         checks.check_run(checked, 3)
     with pytest.raises(AssertionError, match="checked already"):
         checks.check_run(checked.config, 2)  # a RunConfig is checked whole
+
+
+def test_the_quickstart_is_an_ablation_and_the_reference_a_single_run():
+    """The README's first command trains an ablation with a question in it (3 variants x 3 seeds, each one change
+    from the baseline, no in-run evals so that it ends in minutes); experiments/reference.py stays the single-run
+    speed and regression reference (its model, data and evals as docs/performance.md measured them)."""
+    from conftest import REPO
+
+    runs = load_experiment(REPO / "experiments" / "quickstart.py")
+    by_name = {(r.name, r.train.seed) for r in runs}
+    assert by_name == {(v, s) for v in ("baseline", "low_lr", "qk_norm") for s in (0, 1, 2)}
+    base = next(r for r in runs if r.name == "baseline")
+    low = next(r for r in runs if r.name == "low_lr")
+    assert low.optim.lr == pytest.approx(base.optim.lr / 10) and not base.model.qk_norm
+    assert all(r.eval.tasks == "" for r in runs)
+    assert base.train.max_steps * base.train.global_batch * base.data.seq_len == 204_800
+    (reference,) = load_experiment(REPO / "experiments" / "reference.py")
+    assert reference.name == "baseline" and reference.model.d_model == 128 and reference.train.max_steps == 250

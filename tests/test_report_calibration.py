@@ -269,6 +269,7 @@ def test_full_report_planted_names_the_winner(tmp_path, study):
 
 # ---- the whole report on the designs users run (ablate.report.calibrate; scripts/calibrate_report.py) ---------------
 
+JOBS = 2  # the whole-report calibrations end the suite, when the other pytest worker has little left: both cores
 MC_SE = 2 * math.sqrt(ALPHA * (1 - ALPHA) / 200)  # two standard errors of a rate of alpha over 200 studies: 0.031
 
 
@@ -281,7 +282,7 @@ def test_aa_any_claim_rate_through_the_whole_report(seeds, items):
     across checkpoints and per-variant item quirks that persist across seeds (a population null). Any significant
     pair in either family counts as a claim: the rate stays within alpha + 2
     standard errors (0.081)."""
-    out = calibrate.calibrate(calibrate.Design(seeds=seeds, items=items), 200, seed=seeds * 10_000 + items, jobs=2)
+    out = calibrate.calibrate(calibrate.Design(seeds=seeds, items=items), 200, seed=seeds * 10_000 + items, jobs=JOBS)
     rate, _ = out["any_claim"]
     print(f"\nA/A {out['design'].label()}: any claim {rate:.3f}, winner named {out['winner_named'][0]:.3f}")
     assert rate <= ALPHA + MC_SE and out["winner_named"][0] <= ALPHA + MC_SE
@@ -293,7 +294,7 @@ def test_planted_effect_found_through_the_whole_report():
     """A planted effect of 6 seed-level sds on A, at 3 seeds: named winner in most studies, never a wrong one. (At
     3 sds, 3 seeds find it in about a third of studies: the t-test's power on 2 degrees of freedom at the primary
     family's first Benjamini-Hochberg step, 0.04 / 3.)"""
-    out = calibrate.calibrate(calibrate.Design(seeds=3, effect=6.0), 100, seed=7, jobs=2)
+    out = calibrate.calibrate(calibrate.Design(seeds=3, effect=6.0), 100, seed=7, jobs=JOBS)
     print(f"\nplanted {out['design'].label()}: right winner {out['right_winner'][0]:.3f}")
     assert out["right_winner"][0] >= 0.5 and out["wrong_winner"][0] == 0
 

@@ -113,7 +113,8 @@ def _add(run: Run, key: str, step: int, columns: dict[str, np.ndarray], groups: 
     """One evaluation of a run: its per-item rows (as eval_items/ would hold) and each metric's mean and stderr."""
     n = len(next(iter(columns.values())))
     columns = {m: np.asarray(c, float) for m, c in columns.items()}
-    rows = {f"q{i}": {m: float(c[i]) for m, c in columns.items()} for i in range(n)}
+    names = list(columns)  # rows built from plain lists, not element by element: a third of a study's time before
+    rows = {f"q{i}": dict(zip(names, values)) for i, values in enumerate(zip(*(columns[m].tolist() for m in names)))}
     if groups is not None:
         for i, row in enumerate(rows.values()):
             row["group"] = f"s{groups[i]}"
