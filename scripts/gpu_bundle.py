@@ -57,7 +57,9 @@ def make_bundle(folder: Path, python_version: str = GPU_PYTHON, vocab: int = 163
     """Write the bundle into `folder` (made afresh); its manifest."""
     import gpu_acceptance_measure as measure
 
-    if folder.exists():
+    if folder.exists():  # only an earlier bundle is replaced: never a folder of anything else
+        if not (folder / "MANIFEST.json").is_file() and any(folder.iterdir()):
+            raise SystemExit(f"--bundle {folder}: exists and holds no bundle (no MANIFEST.json); name a new folder")
         shutil.rmtree(folder)
     (folder / "site").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "ablate_checkout.py", folder / "site" / "sitecustomize.py")

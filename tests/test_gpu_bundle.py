@@ -59,6 +59,18 @@ def test_steps_rerun_from_any_part_and_unknown_ones_are_refused():
     assert refused.returncode == 2 and "no step nope" in refused.stderr and "head_loss" in refused.stderr
 
 
+def test_the_bundle_never_replaces_a_folder_that_holds_no_bundle(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    refused = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_acceptance.py"), "--bundle", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 1 and "holds no bundle (no MANIFEST.json)" in refused.stderr, refused.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
 def test_the_bundle_site_blocks_imports_as_if_not_installed(tmp_path):
     """ABLATE_BLOCK_IMPORTS: find_spec says None and import raises ModuleNotFoundError, in this process and those it
     starts; other packages import as usual."""
