@@ -131,13 +131,16 @@ def download_wheels(target: Path, python_version: str) -> list[str]:
     return []
 
 
-def tree_bytes() -> int:
-    """The bytes of the files that travel with the working tree: tracked and untracked files git does not ignore."""
+def tree_files() -> list[Path]:
+    """The files that travel with the working tree: tracked, and untracked ones git does not ignore."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True
     )
-    names = [n for n in listed.stdout.decode().split("\0") if n]
-    return sum((REPO / n).stat().st_size for n in names if (REPO / n).is_file())
+    return [REPO / n for n in listed.stdout.decode().split("\0") if n and (REPO / n).is_file()]
+
+
+def tree_bytes() -> int:
+    return sum(path.stat().st_size for path in tree_files())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -164,11 +167,12 @@ def preflight(tokens: Path) -> int:
     print(f"python {platform.python_version()} at {sys.executable}")
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda})")
     for name in ("triton", "numpy", "tokenizers", "pytest", "scipy", "torchao"):
-        print(f"{name} {version(name)}")
-        if name != "torchao" and version(name).startswith("absent"):
+        found = version(name)
+        print(f"{name} {found}")
+        if found.startswith("absent") and name == "torchao":
+            notes.append("no torchao: the float8 test will skip (part 3)")
+        elif found.startswith("absent"):
             problems.append(f"{name} missing")
-    if version("torchao").startswith("absent"):
-        notes.append("no torchao: the float8 test will skip (part 3)")
     try:
         import gpu_acceptance_measure as measure
 

@@ -90,14 +90,13 @@ def test_the_bundle_site_blocks_imports_as_if_not_installed(tmp_path):
 
 
 def copy_of_checkout(target):
-    """The files that travel to the GPU machine: tracked, and untracked ones git does not ignore."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True
-    )
-    for name in filter(None, listed.stdout.decode().split("\0")):
-        if (REPO / name).is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, target / name)
+    """The files that travel to the GPU machine (gpu_bundle.tree_files), copied to `target`."""
+    import gpu_bundle
+
+    for path in gpu_bundle.tree_files():
+        name = path.relative_to(REPO)
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / name)
 
 
 def booted_env(checkout, bundle) -> dict:
