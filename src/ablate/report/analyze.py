@@ -16,10 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report import choose, decide, match, sequential, stats, subjects, tokenizers
-from ablate.report.across import RESAMPLE, across_scales
 from ablate.report.grid.analysis import analyze_sweep
-from ablate.report.runs import (
+from ablate.report.inference import families, pairs, sequential, stats
+from ablate.report.inputs import match, subjects, tokenizers
+from ablate.report.signal import choose
+from ablate.report.signal.across import RESAMPLE, across_scales
+from ablate.report.text import headline as words
+from ablate.report.inputs.runs import (
     ANSWER_BLIND,
     BASELINE_METRICS,
     PRIOR_CONTROLLED,
@@ -326,12 +329,12 @@ def analyze_series(
         },
         "final": final,
         "best": None,  # the leader from the paired estimates (decide.best), set below and again after the families
-        "pairwise": decide.pairwise(list(final), scores, items, sign, opts, stderrs, final),
+        "pairwise": pairs.pairwise(list(final), scores, items, sign, opts, stderrs, final),
         "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
         "quality": _quality(with_scores, final, task, metric, sign, opts, m),
         RESAMPLE: {"ids": m.ids, "items": items, "stderr": stderrs},  # for across.py; not a figure of the report
     }
-    series["best"] = decide.best(series)
+    series["best"] = pairs.best(series)
     return series
 
 
@@ -355,7 +358,7 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
     runs = [r for rs in finished.values() for r in rs]
     return {
         "scale": scale,
-        "failures": decide.failed_seeds(runs_by_variant),
+        "failures": families.failed_seeds(runs_by_variant),
         "variants": list(finished),
         "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
         "shape_differences": match.shape_differences(runs),
@@ -495,7 +498,7 @@ def analyze_runs(
     subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     target = groups[-1]  # the largest scale: what decisions are about
-    if opts.primary and not any(decide.is_primary(s, opts) for s in target["series"]):
+    if opts.primary and not any(families.is_primary(s, opts) for s in target["series"]):
         have = sorted({f"{s['task']}/{s['metric']}" for s in target["series"]})
         raise ReportError(
             f"--primary {opts.primary}: no such task or task/metric in these runs; they have: {', '.join(have)}"
@@ -505,11 +508,13 @@ def analyze_runs(
         del s[RESAMPLE]
     recommendation = choose.recommendation(target, tasks, across, opts)
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
-    decisions = decide.decision_series(target, recommendation, opts)
-    inference = decide.apply_family(decide.family_series(target, decisions), opts, where or "(one scale)", decisions)
+    decisions = families.decision_series(target, recommendation, opts)
+    inference = families.apply_family(
+        families.family_series(target, decisions), opts, where or "(one scale)", decisions
+    )
     for s in target["series"]:  # no significant pair may put the leader behind
-        s["best"] = decide.best(s)
-    headline = decide.headline(experiment + (f" {where}" if where else ""), target, recommendation, overview, opts)
+        s["best"] = pairs.best(s)
+    headline = words.headline(experiment + (f" {where}" if where else ""), target, recommendation, overview, opts)
     if tokenizer_note["text"]:
         headline["text"] += " " + tokenizer_note["text"]
     adaptive = None
@@ -517,8 +522,8 @@ def analyze_runs(
         adaptive = sequential.study_section(runs, runs_dir, study, opts.max_token_gap)
     if adaptive is not None:  # the sequential decisions lead; the fixed-n tests stay, labelled
         inference["valid_under_optional_stopping"] = False
-        inference["optional_stopping_note"] = decide.OPTIONAL_STOPPING_NOTE
-        decide.sequential_headline(headline, adaptive, experiment)
+        inference["optional_stopping_note"] = words.OPTIONAL_STOPPING_NOTE
+        words.sequential_headline(headline, adaptive, experiment)
     return {
         "schema": 3,
         "experiment": experiment,

@@ -11,8 +11,9 @@ import html
 import json
 import math
 
-from ablate.report import across, plots, render_sequential, stats, tokenizers
-from ablate.report.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
+from ablate.report.inference import stats
+from ablate.report.text import across, plots, sequential, tokenizers
+from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
 from ablate.report.grid.sections import grid_sections
 
 
@@ -465,7 +466,7 @@ def sections(report: dict, with_images: bool) -> list[Section]:
         if k > 1
         else ""
     )
-    adaptive = render_sequential.section(report)  # an adaptive study's decisions, beside the headline
+    adaptive = sequential.section(report)  # an adaptive study's decisions, beside the headline
     out = [
         Section(
             "Headline",

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report import stats
-from ablate.report.runs import VAL_TASK, is_accuracy
+from ablate.report.inference import stats
+from ablate.report.inputs.runs import VAL_TASK, is_accuracy
 
 MIN_TAU = 0.5  # least mean Kendall tau of the variants' ranking; above 1/3, what one swap among three variants gives
 MIN_DA = 0.5  # decision accuracy must beat a coin flip

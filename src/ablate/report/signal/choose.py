@@ -24,10 +24,11 @@ import math
 
 import numpy as np
 
-from ablate.report import stats, tracking
-from ablate.report.across import entry
-from ablate.report.decide import decision_series
-from ablate.report.runs import VAL_TASK, TaskInfo
+from ablate.report.inference import stats
+from ablate.report.inference.families import decision_series
+from ablate.report.signal import tracking
+from ablate.report.signal.across import entry
+from ablate.report.inputs.runs import VAL_TASK, TaskInfo
 
 
 def _f(x, digits: int = 3) -> str:
