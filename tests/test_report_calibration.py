@@ -100,7 +100,7 @@ def decide_study(study: dict, opts=OPTS):
                 "pairwise": pairs.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts),
             }
         )
-    families.apply_family(series, opts, "in a simulated study")
+    _, series = families.apply_family(series, opts, "in a simulated study")
     decisions = [d for s in series if (d := decide_series(s, opts))]
     return families.winner(decisions), series, decisions
 

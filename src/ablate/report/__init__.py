@@ -9,7 +9,8 @@ inference/  how sure: seed-level tests and their noise model, the two families (
 signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric
 text/       the report in words: the headline, report.md and report.html, the plots
 grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
-analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); Options, build_report
+analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
+options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
 
 The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads
 inference/sequential.py alone, not the analysis (numpy, scipy, matplotlib).
@@ -22,16 +23,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ablate.report.analyze import Options
+    from ablate.report.options import Options
 
 __all__ = ["Options", "ReportError", "build_report", "write_report"]
 
 
 def __getattr__(name: str):
-    if name in ("Options", "build_report"):
-        from ablate.report import analyze
+    if name == "Options":
+        from ablate.report.options import Options
 
-        return getattr(analyze, name)
+        return Options
+    if name == "build_report":
+        from ablate.report.analyze import build_report
+
+        return build_report
     if name == "ReportError":
         from ablate.report.inputs.runs import ReportError
 

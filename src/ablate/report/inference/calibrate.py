@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report.analyze import Options, analyze_runs
+from ablate.report.analyze import analyze_runs
+from ablate.report.options import Options
 from ablate.report.inputs.runs import Point, Run, TaskInfo
 
 STEPS = (10, 20, 30, 40)

@@ -37,14 +37,16 @@ def is_primary(s: dict, opts) -> bool:
     return s["metric"] == metric if metric else (s["primary"] or s["task"] == VAL_TASK)
 
 
-def _bh(rows: list[dict], alpha: float, name: str, power: float) -> dict:
-    """Benjamini-Hochberg at `alpha` over the testable rows (in place: family, p_bh, significant, seeds needed)."""
-    tested = [p for p in rows if p["testable"]]
-    for p, adjusted in zip(tested, stats.bh_adjust([p["p_seeds"] for p in tested])):
-        p["p_bh"], p["significant"] = adjusted, bool(adjusted < alpha)
+def _bh(rows: list[dict], alpha: float, name: str, power: float) -> tuple[list[dict], dict]:
+    """Benjamini-Hochberg at `alpha` over the testable rows: the rows as tested (new dicts with family, p_bh,
+    significant, seeds needed) and the family's summary."""
+    tested = [i for i, p in enumerate(rows) if p["testable"]]
+    adjusted = dict(zip(tested, stats.bh_adjust([rows[i]["p_seeds"] for i in tested])))
     step = alpha / max(1, len(rows))  # where a lone real effect must pass once every pair is tested
-    for p in rows:
-        p["family"] = name
+    out = [{**p, "family": name} for p in rows]
+    for i, p in enumerate(out):
+        if i in adjusted:
+            p["p_bh"], p["significant"] = adjusted[i], bool(adjusted[i] < alpha)
         if p["significant"]:
             continue  # established: no seeds needed
         items = ((p["item_sd"] or 0.0) ** 2, p["item_df"])  # the persistent item term: no seed count removes it
@@ -62,31 +64,42 @@ def _bh(rows: list[dict], alpha: float, name: str, power: float) -> dict:
             p["seeds_needed_range"] = [
                 stats.seeds_needed(p["diff"], sd, step, power, p["paired"], *items) for sd in sds
             ]
-    return {
+    return out, {
         "name": name,
         "alpha": alpha,
         "comparisons": len(rows),
         "tests": len(tested),
-        "rejected": sum(bool(p["significant"]) for p in tested),
+        "rejected": sum(bool(out[i]["significant"]) for i in tested),
         "first_step_alpha": step,
     }
 
 
-def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | None = None) -> dict:
-    """The study's error control over the given series (in place on their pairwise rows: family, p_bh,
-    significant, seeds_needed): the primary metric's pairs first at alpha x primary_share, then every other
-    series' pairs at the rest of alpha, or at all of it when the primary family tested pairs and rejected each.
-    Rows that cannot be tested keep significant None. decisions: the series decisions are read on (default: all)."""
+def _tested(series: list[dict], rows: list[dict]) -> list[dict]:
+    """The series again, each with its run of the family's tested rows (in the order they were flattened)."""
+    out, start = [], 0
+    for s in series:
+        out.append({**s, "pairwise": rows[start : start + len(s["pairwise"])]})
+        start += len(s["pairwise"])
+    return out
+
+
+def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | None = None) -> tuple[dict, list]:
+    """The study's error control over the given series: the primary metric's pairs first at alpha x primary_share,
+    then every other series' pairs at the rest of alpha, or at all of it when the primary family tested pairs and
+    rejected each. Returns the inference summary and the series as tested (new series, in the given order, whose
+    pairwise rows carry family, p_bh, significant, seeds_needed; rows that cannot be tested keep significant None).
+    decisions: the series decisions are read on (default: all)."""
     decisions = series if decisions is None else decisions
     primary = [s for s in series if is_primary(s, opts)]
     others = [s for s in series if not is_primary(s, opts)]
     alpha1 = opts.alpha * opts.primary_share
-    first = _bh([p for s in primary for p in s["pairwise"]], alpha1, "primary", opts.power)
+    primary_rows, first = _bh([p for s in primary for p in s["pairwise"]], alpha1, "primary", opts.power)
     # alpha1 is unspent only where the primary family tested something and rejected all of it (nothing left that
     # could be a false claim); a family that tested nothing has spent no evidence and carries nothing forward
     carried = first["tests"] > 0 and first["rejected"] == first["tests"]
     alpha2 = opts.alpha if carried else opts.alpha - alpha1
-    second = _bh([p for s in others for p in s["pairwise"]], alpha2, "tasks", opts.power)
+    other_rows, second = _bh([p for s in others for p in s["pairwise"]], alpha2, "tasks", opts.power)
+    as_tested = dict(zip(map(id, primary + others), _tested(primary, primary_rows) + _tested(others, other_rows)))
     first["metrics"] = [[s["task"], s["metric"]] for s in primary]
     second["metrics"] = [[s["task"], s["metric"]] for s in others]
     second["carried_forward"] = carried and alpha2 > opts.alpha - alpha1
@@ -119,7 +132,7 @@ def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | N
         "comparisons": first["comparisons"] + second["comparisons"],
         "metrics": [[s["task"], s["metric"]] for s in decisions],
         "family_metrics": [[s["task"], s["metric"]] for s in series],
-    }
+    }, [as_tested[id(s)] for s in series]
 
 
 def metric_label(s: dict) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ablate.report.inference import stats
 from ablate.report.inputs import match
+from ablate.report.inputs.runs import sign_of
 
 
 def best(s: dict) -> str | None:
@@ -28,7 +29,7 @@ def best(s: dict) -> str | None:
     over other seeds can put first a variant that every paired comparison puts behind. The variant ahead of every
     other; where the estimates cycle, the one ahead of most; in both cases among the variants no significant pair
     puts behind (once the families are applied), the means breaking what is left. None when several stay tied."""
-    sign = 1 if s["direction"] == "higher" else -1
+    sign = sign_of(s["direction"])
     variants, rows = list(s["final"]), s["pairwise"]
     behind = {p["b"] if p["better"] == p["a"] else p["a"] for p in rows if p["significant"] and p["better"]}
     candidates = [v for v in variants if v not in behind] or variants

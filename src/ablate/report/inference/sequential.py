@@ -56,7 +56,6 @@ from ablate.rundir import STUDY
 
 STUDY_FILE = STUDY  # runs/<experiment>/study.json: the rule, its history and the rounds (written by the driver)
 MIXTURE_G = (1.0, 10.0, 100.0, 1000.0)  # prior variances of the standardized effect, equally weighted
-DECISIONS = ("a", "b", "equivalent", "open")
 VAL_METRICS = {"val_loss": ("val_loss", "loss"), "val_bpb": ("val_loss", "bpb")}  # names -> (task key, metric)
 _TOKENS = re.compile(r"^(\d+(?:\.\d*)?(?:[eE]\d+)?)([kKMBT]?)$")
 _HOURS = re.compile(r"^(\d+(?:\.\d*)?)h$")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ablate.report.inference import da, stats
-from ablate.report.inputs.runs import VAL_TASK
+from ablate.report.inputs.runs import VAL_TASK, sign_of
 
 # A series' working data for the DA bootstrap (analyze.analyze_series sets it, analyze_runs drops it after
 # across_scales): {"ids": compared item ids or None, "items": {variant: (seeds, items) values} or None, "stderr":
@@ -38,10 +38,6 @@ def _find(group: dict, task: str, metric: str | None = None) -> dict | None:
     )
 
 
-def _sign(s: dict) -> int:
-    return 1 if s["direction"] == "higher" else -1
-
-
 def _shared(a: dict | None, b: dict | None) -> list[str]:
     return [v for v in b["final"] if v in a["final"]] if a is not None and b is not None else []
 
@@ -52,15 +48,15 @@ def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, fl
     variants = _shared(small, large)
     if len(variants) < 2:
         return None, None
-    guess = [_sign(small) * small["final"][v]["mean"] for v in variants]
-    truth = [_sign(large) * large["final"][v]["mean"] for v in variants]
+    guess = [sign_of(small["direction"]) * small["final"][v]["mean"] for v in variants]
+    truth = [sign_of(large["direction"]) * large["final"][v]["mean"] for v in variants]
     return stats.decision_accuracy(guess, truth), stats.kendall(guess, truth)
 
 
 def _scale(s: dict, variants: list[str]) -> da.Scale:
     """What the DA bootstrap resamples at one scale: each variant's {seed: oriented run score}, and its runs'
     oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' RESAMPLE entry)."""
-    sign, work = _sign(s), s[RESAMPLE]
+    sign, work = sign_of(s["direction"]), s[RESAMPLE]
     scores = [{k: sign * x for k, x in zip(s["final"][v]["seeds"], s["final"][v]["values"])} for v in variants]
     if work["items"] is not None:
         items = [dict(zip(s["final"][v]["seeds"], sign * work["items"][v])) for v in variants]

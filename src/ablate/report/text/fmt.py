@@ -8,6 +8,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ablate.report.inference.stats import MAX_SEEDS
+
 
 @dataclass
 class Section:
@@ -39,6 +41,19 @@ def fmt_p(p) -> str:
 
 def fmt_ci(ci, digits: int = 4) -> str:
     return "n/a" if not ci else f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
+
+
+def seeds_needed(row: dict, more_than: str, number=str) -> tuple[str, tuple[str, str] | None] | None:
+    """A pair's seeds needed as text, and the range an sd from few seeds leaves where it is one (None: the seed
+    spread is unknown); counts past stats.MAX_SEEDS read `more_than` MAX_SEEDS."""
+    need, span = row["seeds_needed"], row.get("seeds_needed_range")
+    if need is None:
+        return None
+
+    def n(x):
+        return f"{more_than}{MAX_SEEDS}" if x > MAX_SEEDS else number(x)
+
+    return n(need), ((n(span[0]), n(span[1])) if span and None not in span and span[0] != span[1] else None)
 
 
 def fmt_seconds(s) -> str:

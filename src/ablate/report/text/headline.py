@@ -7,10 +7,10 @@ pair); where a pair is open it says how many seeds would settle it (inference/fa
 
 from __future__ import annotations
 
-from ablate.report.inference import stats
-from ablate.report.inference.families import decision_series, failure_texts, metric_label, winner
+from ablate.report.text.fmt import seeds_needed
+from ablate.report.inference.families import failure_texts, metric_label, winner
 from ablate.report.inference.pairs import best
-from ablate.report.inputs.runs import VAL_TASK
+from ablate.report.inputs.runs import VAL_TASK, sign_of
 
 
 def _gap(p: dict, leader: str, sign: int) -> float:
@@ -26,19 +26,13 @@ def _p(x, op: str = "=") -> str:
 
 def needed_text(row: dict) -> str:
     """'~13 seeds needed (6 to 210 within the sd's uncertainty)' for a pair's seeds-needed estimate."""
-    need, span = row["seeds_needed"], row.get("seeds_needed_range")
-
-    def n(x):
-        return f"more than {stats.MAX_SEEDS}" if x is not None and x > stats.MAX_SEEDS else str(x)
-
     if row.get("more_items"):
         return "more items, not more seeds: the item set's own noise hides a difference this size at any seed count"
-    if need is None:
+    found = seeds_needed(row, "more than ")
+    if found is None:
         return "seed spread unknown"
-    text = f"~{n(need)} seeds needed"
-    if span and None not in span and span[0] != span[1]:
-        text += f" ({n(span[0])} to {n(span[1])} within the sd's uncertainty)"
-    return text
+    need, span = found
+    return f"~{need} seeds needed" + (f" ({span[0]} to {span[1]} within the sd's uncertainty)" if span else "")
 
 
 def _others_clause(s: dict, leader: str, rest: list[str]) -> str:
@@ -58,7 +52,7 @@ def _others_clause(s: dict, leader: str, rest: list[str]) -> str:
 def decide_series(s: dict, opts) -> dict | None:
     """The decision on one metric: leader, the variants it is significantly ahead of, and one sentence that claims
     only pairs that were tested (the leader against each other variant, and any other significant pair)."""
-    sign = 1 if s["direction"] == "higher" else -1
+    sign = sign_of(s["direction"])
     variants = list(s["final"])
     if len(variants) < 2:
         return None
@@ -119,8 +113,11 @@ def decide_series(s: dict, opts) -> dict | None:
     return out
 
 
-def headline(experiment: str, group: dict, recommendation: dict, overview: dict, opts) -> dict:
-    """One short sentence per decision metric, the tasks without signal named once, and the overall winner."""
+def headline(
+    experiment: str, group: dict, series: list[dict], recommendation: dict, overview: dict, opts, note: str = ""
+) -> dict:
+    """One short sentence per decision metric, the tasks without signal named once, and the overall winner.
+    series: the decision series as tested (inference/families.py); note: a last sentence (the tokenizers')."""
     variants = group["variants"]
     excluded = overview["not_analyzed"]
     tail = f" ({len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)})" if excluded else ""
@@ -138,11 +135,12 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     ]
     left_out = sorted({m["task"] for m in group.get("item_mismatch", []) if not m["kept"]})
     out = {"winner": None, "decisions": [], "no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}
+    note_text = f" {note}" if note else ""
     if len(variants) < 2:
         out["winner"] = variants[0] if variants else None
-        out["text"] = f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}"
+        out["text"] = f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}" + note_text
         return out
-    decisions = [d for s in decision_series(group, recommendation, opts) if (d := decide_series(s, opts))]
+    decisions = [d for s in series if (d := decide_series(s, opts))]
     out["decisions"] = decisions
     parts = [d["text"] for d in decisions]
     failed = failure_texts(group.get("failures", {}))
@@ -174,7 +172,7 @@ def headline(experiment: str, group: dict, recommendation: dict, overview: dict,
     averaged = (
         f" Each run's score: the mean of its last {opts.average_last} evaluations." if opts.average_last > 1 else ""
     )
-    out["text"] = f"{experiment}: " + "; ".join(parts) + f"{scope}. {verdict}.{tail}{averaged}"
+    out["text"] = f"{experiment}: " + "; ".join(parts) + f"{scope}. {verdict}.{tail}{averaged}{note_text}"
     return out
 
 
@@ -236,12 +234,14 @@ def sequential_text(section: dict) -> str:
     return text
 
 
-def sequential_headline(headline: dict, section: dict, experiment: str) -> None:
-    """Puts the adaptive study first in the headline (in place): its decisions, then the fixed-n view, labelled."""
+def sequential_headline(headline: dict, section: dict, experiment: str) -> dict:
+    """The headline with the adaptive study first: its decisions, then the fixed-n view, labelled."""
     fixed = headline["text"].removeprefix(f"{experiment}: ")
-    headline["sequential"] = sequential_text(section)
-    headline["rule_changed_after_results"] = section["rule_changed_after_results"]
-    headline["text"] = (
-        f"{experiment} (adaptive study): {headline['sequential']}. Fixed-n tests (p-values not valid under "
-        f"optional stopping): {fixed}"
-    )
+    said = sequential_text(section)
+    return {
+        **headline,
+        "sequential": said,
+        "rule_changed_after_results": section["rule_changed_after_results"],
+        "text": f"{experiment} (adaptive study): {said}. Fixed-n tests (p-values not valid under optional stopping): "
+        f"{fixed}",
+    }

@@ -11,10 +11,13 @@ import html
 import json
 import math
 
-from ablate.report.inference import stats
+from ablate.report.inputs.runs import sign_of
+from ablate.report.options import Options
 from ablate.report.text import across, plots, sequential, tokenizers
-from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
+from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
 from ablate.report.grid.sections import grid_sections
+
+DEFAULTS = Options()  # what a report.json written before an option existed was made with
 
 
 def _group_title(group: dict, groups: list[dict]) -> str:
@@ -84,7 +87,7 @@ def _vs(p: dict, leader: str) -> tuple[str, float, list | None]:
 
 def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]]:
     """All pairs for up to 3 variants; else each variant against the best one (all pairs stay in report.json)."""
-    sign = 1 if s["direction"] == "higher" else -1
+    sign = sign_of(s["direction"])
     leader = s["best"] or max(s["final"], key=lambda v: sign * s["final"][v]["mean"])
     rows = s["pairwise"] if len(s["final"]) <= 3 else [p for p in s["pairwise"] if leader in (p["a"], p["b"])]
     out = []
@@ -121,14 +124,11 @@ def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]
 
 def _needed(p: dict) -> str:
     """Seeds needed, with the range an sd from few seeds leaves: '13 (6-210)'."""
-    need, span = p["seeds_needed"], p.get("seeds_needed_range")
-    if need is None:
+    found = seeds_needed(p, ">", fmt)
+    if found is None:
         return "n/a"
-
-    def n(x):
-        return f">{stats.MAX_SEEDS}" if x > stats.MAX_SEEDS else fmt(x)
-
-    return n(need) + (f" ({n(span[0])}-{n(span[1])})" if span and None not in span and span[0] != span[1] else "")
+    need, span = found
+    return need + (f" ({span[0]}-{span[1]})" if span else "")
 
 
 _PAIR_COLUMNS = [
@@ -157,7 +157,8 @@ def _final_scores_section(group: dict, suffix: str, report: dict) -> Section:
             "per-seed differences of the seeds both variants ran (Welch's t-test when they share fewer than 2), its "
             "variance floored by the items' own sampling noise of one difference, so a difference every seed repeats "
             f"is never p = 0; not tested with fewer than {o['min_seeds']} seeds, or where the compared points are more "
-            f"than {o.get('max_token_gap', 0.05):.0%} apart in tokens (the note says which). Error control "
+            f"than {o.get('max_token_gap', DEFAULTS.max_token_gap):.0%} apart in tokens (the note says which). "
+            "Error control "
             f"({inference['family']}): p_BH is Benjamini-Hochberg adjusted within the pair's family; significant: "
             "p_BH below its family's alpha, for tested pairs at the largest scale only (n/a elsewhere); decisions are "
             f"read on the decision metrics alone. Seeds needed: per variant, for {o['power']:.0%} power at the level "
@@ -173,7 +174,7 @@ def _final_scores_section(group: dict, suffix: str, report: dict) -> Section:
         sec.paragraphs.append(
             f"Adaptive study: p (seeds) and p_BH here are {report['inference']['optional_stopping_note']}."
         )
-    if o.get("average_last", 1) > 1:
+    if o.get("average_last", DEFAULTS.average_last) > 1:
         sec.paragraphs.append(
             f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
             f"to the compared one (each item's mean, where per-item files exist; runs with fewer "
@@ -459,7 +460,7 @@ def _recommendation(report: dict) -> Section:
 
 def sections(report: dict, with_images: bool) -> list[Section]:
     groups = report["groups"]
-    k = report["options"].get("average_last", 1)
+    k = report["options"].get("average_last", DEFAULTS.average_last)
     averaged = (
         f" Each run's score is the mean of its last {k} evaluations up to the compared one (--average-last "
         f"{k}), per item where per-item files exist."
