@@ -1,5 +1,6 @@
 """What every part of the report's text shares: the Section a renderer lays out, numbers as shown, and names escaped
-for markdown. Used by render.py and grid/sections.py; imports nothing of ablate (and no matplotlib).
+for markdown. Used by render.py and grid/sections.py, and by `ablate status` through sequential.py: it loads no
+numpy, scipy or matplotlib.
 """
 
 from __future__ import annotations
@@ -7,8 +8,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-
-from ablate.report.inference.stats import MAX_SEEDS
 
 
 @dataclass
@@ -46,6 +45,8 @@ def fmt_ci(ci, digits: int = 4) -> str:
 def seeds_needed(row: dict, more_than: str, number=str) -> tuple[str, tuple[str, str] | None] | None:
     """A pair's seeds needed as text, and the range an sd from few seeds leaves where it is one (None: the seed
     spread is unknown); counts past stats.MAX_SEEDS read `more_than` MAX_SEEDS."""
+    from ablate.report.inference.stats import MAX_SEEDS  # numpy and scipy: loaded by then, where a report is made
+
     need, span = row["seeds_needed"], row.get("seeds_needed_range")
     if need is None:
         return None
