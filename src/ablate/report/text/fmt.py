@@ -19,6 +19,8 @@ class Section:
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # (caption, header, rows)
     images: list[tuple[str, str]] = field(default_factory=list)  # (caption, base64 PNG), HTML only
+    after: list[str] = field(default_factory=list)  # paragraphs after the tables
+    folded: str | None = None  # the summary line of a section shown folded (HTML <details>), None: open
     bullets: list[str] = field(default_factory=list)
 
 

@@ -8,6 +8,7 @@ pair); where a pair is open it says how many seeds would settle it (inference/fa
 from __future__ import annotations
 
 from ablate.report.text.fmt import seeds_needed
+from ablate.report.text.verdict import verdict as short_verdict
 from ablate.report.inference.families import failure_texts, metric_label, winner
 from ablate.report.inference.pairs import best
 from ablate.report.inputs.runs import VAL_TASK, sign_of
@@ -49,6 +50,15 @@ def _others_clause(s: dict, leader: str, rest: list[str]) -> str:
     return f"; {', '.join(rest)} not separated" if len(rest) >= 2 else ""
 
 
+def _open_pair(leader: str, other: str | None, vs: dict[str, dict]) -> dict | None:
+    """The leader's pair with `other` as the decisions table shows it (None: every pair of the leader decided)."""
+    if other is None:
+        return None
+    row = vs[other]
+    keep = ("p_bh", "testable", "untested", "note", "seeds_needed", "seeds_needed_range", "more_items")
+    return {"a": leader, "b": other} | {k: row.get(k) for k in keep}
+
+
 def decide_series(s: dict, opts) -> dict | None:
     """The decision on one metric: leader, the variants it is significantly ahead of, and one sentence that claims
     only pairs that were tested (the leader against each other variant, and any other significant pair)."""
@@ -78,6 +88,11 @@ def decide_series(s: dict, opts) -> dict | None:
         "seeds_needed": close["seeds_needed"],
         "seeds_needed_range": close.get("seeds_needed_range"),
         "p_bh": {o: vs[o]["p_bh"] for o in order[1:]},
+        # the significant pairs [better, worse], and the leader's closest pair not decided: the decisions table
+        "decided": [
+            [p["better"], p["b"] if p["better"] == p["a"] else p["a"]] for p in s["pairwise"] if p["significant"]
+        ],
+        "closest_open": _open_pair(leader, next((o for o in order[1:] if o in level), None), vs),
         "status": None,
         "text": "",
     }
@@ -116,13 +131,16 @@ def decide_series(s: dict, opts) -> dict | None:
 def headline(
     experiment: str, group: dict, series: list[dict], recommendation: dict, overview: dict, opts, note: str = ""
 ) -> dict:
-    """One short sentence per decision metric, the tasks without signal named once, and the overall winner.
-    series: the decision series as tested (inference/families.py); note: a last sentence (the tokenizers')."""
+    """One short sentence per decision metric, the tasks without signal named once, and the overall winner (text);
+    the verdict in one or two sentences, and what the decisions leave out (notes: the tasks without signal, runs
+    left out), which the report shows around its decisions table. series: the decision series as tested
+    (inference/families.py); note: a last sentence (the tokenizers')."""
     variants = group["variants"]
     excluded = overview["not_analyzed"]
-    tail = f" ({len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)})" if excluded else ""
-    if overview.get("diverged"):
-        tail += f" ({len(overview['diverged'])} diverged, listed apart: {', '.join(overview['diverged'])})"
+    left_runs = f"{len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)}" if excluded else ""
+    diverged = overview.get("diverged")
+    apart = f"{len(diverged)} diverged, listed apart: {', '.join(diverged)}" if diverged else ""
+    tail = "".join(f" ({t})" for t in (left_runs, apart) if t)
     short = {
         t["task"]: metric_label({"task": t["task"], "metric": "", "primary": True}) for t in recommendation["rejected"]
     }
@@ -136,24 +154,26 @@ def headline(
     left_out = sorted({m["task"] for m in group.get("item_mismatch", []) if not m["kept"]})
     out = {"winner": None, "decisions": [], "no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}
     note_text = f" {note}" if note else ""
+    runs_notes = [t + "." for t in (left_runs, apart) if t] + ([note] if note else [])
     if len(variants) < 2:
         out["winner"] = variants[0] if variants else None
         out["text"] = f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}" + note_text
+        out["verdict"] = f"Nothing to compare: {len(variants)} variant(s) finished."
+        out["notes"] = runs_notes
         return out
     decisions = [d for s in series if (d := decide_series(s, opts))]
     out["decisions"] = decisions
-    parts = [d["text"] for d in decisions]
     failed = failure_texts(group.get("failures", {}))
     out["failures"] = failed
-    parts += [
+    notes = [
         f"{v}: {text} (compared on the seeds finished on both sides; never named winner)" for v, text in failed.items()
     ]
     if no_signal:
-        parts.append(f"{', '.join(no_signal)}: no signal here")
+        notes.append(f"{', '.join(no_signal)}: no signal here")
     if unknown:
-        parts.append(f"{', '.join(unknown)}: signal not assessable with these runs")
+        notes.append(f"{', '.join(unknown)}: signal not assessable with these runs")
     if left_out:
-        parts.append(f"{', '.join(left_out)}: left out (runs scored different items)")
+        notes.append(f"{', '.join(left_out)}: left out (runs scored different items)")
     out["winner"] = winner(decisions, set(failed))
     if out["winner"]:
         n = sum(d["status"] == "best" for d in decisions)
@@ -163,16 +183,26 @@ def headline(
     else:
         verdict = "No winner established"
     only_val = all(s["task"] == VAL_TASK for s in group["series"])
-    scope = " (validation loss only: no task evals in these runs)" if only_val else ""
+    scope = "validation loss only: no task evals in these runs" if only_val else ""
     if any(d["status"] in ("too_few_seeds", "no_difference") and d["seeds_needed"] for d in decisions):
         verdict += (
             f" (seeds needed: per variant, for {opts.power:.0%} power at the level each pair is tested at (its "
             f"family's alpha over its size), from the observed seed spread)"
         )
     averaged = (
-        f" Each run's score: the mean of its last {opts.average_last} evaluations." if opts.average_last > 1 else ""
+        f"Each run's score: the mean of its last {opts.average_last} evaluations." if opts.average_last > 1 else ""
     )
-    out["text"] = f"{experiment}: " + "; ".join(parts) + f"{scope}. {verdict}.{tail}{averaged}{note_text}"
+    out["text"] = (
+        f"{experiment}: "
+        + "; ".join([d["text"] for d in decisions] + notes)
+        + (f" ({scope})" if scope else "")
+        + f". {verdict}.{tail}"
+        + (f" {averaged}" if averaged else "")
+        + note_text
+    )
+    out["verdict"] = short_verdict(decisions, out["winner"], failed, opts.min_seeds)
+    scope_note = ["Validation loss only: no task evals in these runs."] if scope else []
+    out["notes"] = [n + "." for n in notes] + scope_note + runs_notes + ([averaged] if averaged else [])
     return out
 
 
@@ -242,6 +272,7 @@ def sequential_headline(headline: dict, section: dict, experiment: str) -> dict:
         **headline,
         "sequential": said,
         "rule_changed_after_results": section["rule_changed_after_results"],
+        "verdict": f"Adaptive study: {said}.",
         "text": f"{experiment} (adaptive study): {said}. Fixed-n tests (p-values not valid under optional stopping): "
         f"{fixed}",
     }
