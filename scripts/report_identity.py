@@ -5,6 +5,10 @@ report.html), so a refactor of ablate.report can be checked byte for byte:
     python scripts/report_identity.py /tmp/new        # after it
     diff -r /tmp/ref /tmp/new                         # empty: the same report
 
+It runs on a tree from before the report's rooms (issue 36) too, so either side can be an older commit: export it
+(`git archive REV | tar -x -C DIR`) and run this file from the current tree with PYTHONPATH=DIR/src and
+REPORT_IDENTITY_TREE=DIR (its tests/ hold the run-set builders of that commit).
+
 The studies are the docs' fixtures (tests/report_fixtures.py) and the run sets the report tests build (their own
 helpers, imported from tests/), plus two calibration designs held in memory, built in one fixed folder so the
 runs' path reads the same. The time the analysis took (report["seconds"]) is set to 0 before rendering: it is the
@@ -13,14 +17,16 @@ one figure that differs from run to run. As write_report does: report.json, then
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(os.environ.get("REPORT_IDENTITY_TREE") or Path(__file__).resolve().parents[1])
 sys.path.insert(0, str(REPO / "tests"))
 
 from report_fixtures import build_grid_experiment, build_toy_experiment  # noqa: E402
@@ -37,8 +43,16 @@ SCALED = Options(bootstrap=200, scale=["model.d_model"])
 WORK = Path("/tmp/ablate-report-identity")  # the studies' run folders: one path, so report.json's runs_dir agrees
 
 
+def _module(name: str):
+    """ablate.report's module by its path in rooms (inference.sequential), or where it was before them."""
+    try:
+        return importlib.import_module(f"ablate.report.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"ablate.report.{name.split('.')[-1]}")
+
+
 def _sequential(root: Path) -> Path:
-    from ablate.report.inference import sequential
+    sequential = _module("inference.sequential")
 
     seeds = {"baseline": 6, "slow": 3, "twin": 6}
     three_variant_study(root, seeds)
@@ -72,14 +86,13 @@ STUDIES = {
 
 
 def _write(folder: Path, report: dict) -> None:
-    from ablate.report.text.render import to_html, to_json, to_markdown
-
-    text = to_json(report | {"seconds": 0.0})
+    render = _module("text.render")
+    text = render.to_json(report | {"seconds": 0.0})
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(text)
     report = json.loads(text)
-    (folder / "report.md").write_text(to_markdown(report))
-    (folder / "report.html").write_text(to_html(report))
+    (folder / "report.md").write_text(render.to_markdown(report))
+    (folder / "report.html").write_text(render.to_html(report))
 
 
 def main(out: Path) -> None:
@@ -88,8 +101,9 @@ def main(out: Path) -> None:
         build(WORK / name)
         _write(out / name, build_report(WORK / name, opts))
         print(name, flush=True)
-    from ablate.report.inference import calibrate
     from ablate.report.analyze import analyze_runs
+
+    calibrate = _module("inference.calibrate")
 
     for name, design in (
         ("calibration_planted", calibrate.Design(effect=3.0)),
