@@ -235,10 +235,14 @@ def test_scale_axis_decision_accuracy(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_report_prints_headline(toy, tmp_path):
+def test_cli_report_prints_the_verdict_and_the_decisions_table(toy, tmp_path):
     root, _ = toy
     result = run_cli("report", str(root), "--out", str(tmp_path / "out"), "--bootstrap", "100", "--min-tau", "0.5")
-    assert result.stdout.startswith("toy: val_loss: A ahead, not established with 2 seeds")
+    head = json.loads((tmp_path / "out" / "report.json").read_text())["headline"]
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"toy: {head['verdict']}" and lines[0].startswith("toy: No winner: too few seeds")
+    assert lines[1].split() == "metric status leader pairs decided closest open pair seeds needed".split()
+    assert lines[2].startswith("val_loss ") and len(lines) == 3 + len(head["decisions"])
     assert (tmp_path / "out" / "report.html").is_file()
     assert json.loads((tmp_path / "out" / "report.json").read_text())["options"]["min_tau"] == 0.5
     missing = run_cli("report", str(tmp_path / "nothing"), check=False)

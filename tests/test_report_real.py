@@ -26,7 +26,7 @@ def tiny_runs(tmp_path_factory):
 def test_report_over_real_runs(tiny_runs):
     result = run_cli("report", str(tiny_runs), "--bootstrap", "200")
     report = json.loads((tiny_runs / "report.json").read_text())
-    assert result.stdout.splitlines()[0] == report["headline"]["text"]
+    assert result.stdout.splitlines()[0] == f"tiny: {report['headline']['verdict']}"
     assert report["overview"]["variants"] == ["mha", "mqa"] and report["overview"]["not_analyzed"] == []
     assert all(r["status"] == "finished" and r["params"] > 0 for r in report["overview"]["runs"])
 

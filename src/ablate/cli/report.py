@@ -58,6 +58,22 @@ def cmd_report(args) -> int:
     except ReportError as exc:
         print(f"ablate: error: {exc}", file=sys.stderr)
         return 2
-    print(report["headline"]["text"])
+    print(console_text(report))
     print(f"wrote {out}/report.html, report.md, report.json in {time.perf_counter() - start:.1f}s")
     return 0
+
+
+def console_text(report: dict) -> str:
+    """What the terminal shows, read in ten seconds as the report opens: the verdict, an adaptive study's decisions
+    in words, and the decisions table (the whole headline is report.md's, report.json's `headline.text`)."""
+    from ablate.report.text import verdict
+    from ablate.text import aligned
+
+    head = report["headline"]
+    lines = [f"{report['experiment']}: {head['verdict']}"]
+    if head.get("sequential"):
+        lines.append(f"adaptive study: {head['sequential']}")
+    _, header, rows = verdict.table(head, report["options"]["power"])
+    if rows:
+        lines.append(aligned([header, *rows], text_columns=tuple(range(len(header)))))
+    return "\n".join(lines)
