@@ -33,12 +33,13 @@ repeats; counted as a null: a wrong decision if decided); A/A and the k-item cas
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 
 import numpy as np
 
-from ablate.report.inference.sequential import Contrast, decide, decide_prefixes, open_variants
+from ablate.report.inference.sequential import Contrast, DecisionRule, decide, decide_prefixes, open_variants
 from ablate.report.inference.stats import paired_noise
 
 VARIANTS = ("A", "B", "C")
@@ -67,27 +68,45 @@ def run_study(rng, effect: float, alpha: float, margin: float | None) -> dict:
     return run_rounds(prefixes_of, alpha, margin, lower_is_better=True, metric="val_loss")
 
 
-def run_rounds(prefixes_of, alpha: float, margin: float | None, lower_is_better: bool, metric: str) -> dict:
-    """The study's round logic: round 1 gives every variant FIRST_ROUND seeds, each later round one more seed to
-    every variant in an open contrast (up to MAX_SEEDS); after each round every contrast is decided by
-    decide_prefixes at alpha / K from prefixes_of(a, b, n): [(per-seed differences of the first k seeds, floor_var)
-    for k = 2..n], the seeds both ran."""
-    seeds = dict.fromkeys(VARIANTS, FIRST_ROUND)
+def run_rounds(
+    prefixes_of,
+    alpha: float,
+    margin: float | None,
+    lower_is_better: bool,
+    metric: str,
+    rule=None,
+    variants=VARIANTS,
+    first: int = FIRST_ROUND,
+) -> dict:
+    """The study's round logic: round 1 gives every variant `first` seeds, each later round one more seed to every
+    variant in an open contrast (up to the rule's max_seeds, MAX_SEEDS without a rule); after each round every
+    contrast is decided by decide_prefixes at alpha / K (rule: its design, None: anytime; looks: the paired seeds
+    after each round that changed them) from prefixes_of(a, b, n): [(per-seed differences of the first k seeds,
+    floor_var[, item_var])] for k = 2..n, the seeds both ran."""
+    most = rule.max_seeds if rule is not None else MAX_SEEDS
+    pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1 :]]
+    seeds = dict.fromkeys(variants, first)
+    looks: dict[tuple[str, str], list[int]] = {pair: [] for pair in pairs}
     decided_round: dict[tuple[str, str], int] = {}
     rounds = 0
     while True:
         rounds += 1
         contrasts = []
-        for a, b in PAIRS:
+        for a, b in pairs:
             n = min(seeds[a], seeds[b])  # seeds are added in order: the shared ones are the first n
+            if not looks[(a, b)] or looks[(a, b)][-1] != n:
+                looks[(a, b)].append(n)
             prefixes = prefixes_of(a, b, n)
-            decision, interval, _ = decide_prefixes(prefixes, alpha / len(PAIRS), margin, lower_is_better)
-            assert decision == decide(interval, margin, lower_is_better)
+            decision, interval, _, _ = decide_prefixes(
+                prefixes, alpha / len(pairs), margin, lower_is_better, rule, looks[(a, b)]
+            )
+            if decision != "undecidable":
+                assert decision == decide(interval, margin, lower_is_better)
             estimate = float(np.mean(prefixes[-1][0]))
             contrasts.append(Contrast(a, b, metric, decision, n, interval, estimate, margin))
-            if decision != "open":
+            if decision not in ("open", "undecidable"):
                 decided_round.setdefault((a, b), rounds)
-        grow = [v for v in open_variants(contrasts) if seeds[v] < MAX_SEEDS]
+        grow = [v for v in open_variants(contrasts) if seeds[v] < most]
         if not grow:
             break
         for v in grow:
@@ -214,7 +233,7 @@ def _tally(name: str, studies: int, one, want_of) -> dict:
         bad = False
         for c in study["contrasts"]:
             want = want_of(c.a, c.b)
-            if c.decision != "open" and c.decision != want:
+            if c.decision not in ("open", "undecidable") and c.decision != want:
                 bad = True
             if want != "open":
                 real += 1
@@ -222,7 +241,7 @@ def _tally(name: str, studies: int, one, want_of) -> dict:
                     right += 1
                     decided_at.append(c.seeds)
                     by_round[study["decided_round"][(c.a, c.b)] - 1 :] += 1
-                elif c.decision != "open":
+                elif c.decision not in ("open", "undecidable"):
                     wrong += 1
         wrong_any += bad
     return {
@@ -236,6 +255,127 @@ def _tally(name: str, studies: int, one, want_of) -> dict:
         "seeds_share": float(np.mean(used)) / (MAX_SEEDS * len(VARIANTS)),
         "by_round": (by_round / real).tolist() if real else None,
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --designs: the group-sequential design, the anytime one and a fixed 8-seed design side by side
+
+
+def gaussian_study(rng, means: dict, alpha: float, margin, rule, item_var: float = 0.0, first: int = FIRST_ROUND):
+    """One study of len(means) variants on a lower-is-better metric: seed k of variant v gives means[v] + the
+    variant's item-set offset (N(0, item_var / 2), the same on every seed) + N(0, 1/2), so a per-seed difference has
+    sd 1 and the mean difference a persistent item part of variance item_var (known to the decision, as the noise
+    model's item term)."""
+    most = rule.max_seeds
+    values = {}
+    for v, mu in means.items():
+        offset = rng.normal(0, math.sqrt(item_var / 2)) if item_var else 0.0
+        values[v] = mu + offset + rng.normal(0, math.sqrt(0.5), most)
+
+    def prefixes_of(a: str, b: str, n: int) -> list[tuple[list[float], float, float]]:
+        diffs = list(values[a][:n] - values[b][:n])
+        return [(diffs[:k], 0.0, item_var) for k in range(2, n + 1)]
+
+    return run_rounds(prefixes_of, alpha, margin, True, "val_loss", rule, tuple(means), first)
+
+
+def true_statement(decision: str, diff: float, margin) -> bool:
+    """Whether a decision on mean(a - b) (lower is better) is true of the real difference `diff`."""
+    if decision == "a":
+        return diff < 0
+    if decision == "b":
+        return diff > 0
+    return margin is not None and abs(diff) < margin  # equivalent
+
+
+def tally_designs(means: dict, margin, studies: int, alpha: float, rng, rule, item_var: float, first: int) -> dict:
+    """any-wrong share, the share of real contrasts (a true decision exists) decided with a true decision, seeds
+    used, and compute against a fixed design of max_seeds seeds for every variant."""
+    wrong_any = right = real = 0
+    used = []
+    for _ in range(studies):
+        study = gaussian_study(rng, means, alpha, margin, rule, item_var, first)
+        used.append(study["seeds"])
+        bad = False
+        for c in study["contrasts"]:
+            diff = means[c.a] - means[c.b]
+            decided = c.decision not in ("open", "undecidable")
+            bad |= decided and not true_statement(c.decision, diff, margin)
+            if diff != 0 or (margin is not None and abs(diff) < margin):
+                real += 1
+                right += decided and true_statement(c.decision, diff, margin)
+        wrong_any += bad
+    return {
+        "wrong_any": wrong_any / studies,
+        "right": right / real if real else None,
+        "seeds": float(np.mean(used)),
+        "compute": float(np.mean(used)) / (rule.max_seeds * len(means)),
+    }
+
+
+def design_rules(spending: str | None = None, futility: float | None = None) -> dict:
+    """The designs compared: (rule, seeds of round 1) by name; the fixed design is one look at max_seeds."""
+    gs = DecisionRule(max_seeds=MAX_SEEDS)
+    gs = dataclasses.replace(
+        gs, spending=spending or gs.spending, futility=gs.futility if futility is None else futility
+    )
+    return {
+        "group-sequential": (gs, FIRST_ROUND),
+        "anytime": (DecisionRule(max_seeds=MAX_SEEDS, design="anytime"), FIRST_ROUND),
+        f"fixed {MAX_SEEDS} seeds": (DecisionRule(max_seeds=MAX_SEEDS, futility=0.0), MAX_SEEDS),
+    }
+
+
+def design_mixes() -> list[tuple[str, dict, float | None]]:
+    """(name, variant -> true mean in seed-sds, margin) of the --designs mode."""
+    mixes = []
+    for size in (3, 6):
+        names = "ABCDEF"[:size]
+        for d in (0, 0.5, 1, 2, 4, 8):
+            mixes.append(
+                (f"{size} variants, {names[-1]} worse by {d:g}", {v: d * (v == names[-1]) for v in names}, None)
+            )
+    mixes.append(("M1: A = B, C worse by 4, margin 1", {"A": 0.0, "B": 0.0, "C": 4.0}, 1.0))
+    mixes.append(("M2: six at 0, 0.8, ..., 4.0", {v: 0.8 * i for i, v in enumerate("ABCDEF")}, None))
+    return mixes
+
+
+def compare_designs(studies: int, alpha: float, rng) -> None:
+    """The --designs mode's tables: every mix under each design, without and with an item term of half the seed
+    variance; the spending families on the two fixed mixes; M2's futility trade-off."""
+    print(f"{studies} studies per cell; alpha {alpha:g} over all contrasts (Bonferroni); max {MAX_SEEDS} seeds; ")
+    print("effects in seed-sds of a per-seed difference; compute: seeds used / (variants x 8)\n")
+    for item_var in (0.0, 0.5):
+        print(f"item term: {'none' if not item_var else 'variance half the seed variance'}\n")
+        rules = design_rules()
+        head = " | ".join(f"{n}: any wrong / right / compute" for n in rules)
+        print(f"| mix | {head} |\n|---|" + "---|" * len(rules))
+        for name, means, margin in design_mixes():
+            cells = []
+            for rule, first in rules.values():
+                r = tally_designs(means, margin, studies, alpha, rng, rule, item_var, first)
+                cells.append(f"{_f(r['wrong_any'])} / {_f(r['right'], 2)} / {r['compute']:.0%}")
+            print(f"| {name} | {' | '.join(cells)} |")
+        print()
+    print("spending families (no item term): right / compute, against the fixed design's right\n")
+    families = ("pocock", "hsd:1", "hsd:-1", "hsd:-2", "obrien_fleming")
+    print("| mix | fixed right | " + " | ".join(families) + " |\n|---|---|" + "---|" * len(families))
+    for name, means, margin in [m for m in design_mixes() if m[0].startswith(("M1", "M2", "3 variants, C worse by 2"))]:
+        rule, first = design_rules()[f"fixed {MAX_SEEDS} seeds"]
+        fixed = tally_designs(means, margin, studies, alpha, rng, rule, 0.0, first)
+        cells = []
+        for family in families:
+            rule, first = design_rules(spending=family)["group-sequential"]
+            r = tally_designs(means, margin, studies, alpha, rng, rule, 0.0, first)
+            cells.append(f"{_f(r['right'], 2)} / {r['compute']:.0%}")
+        print(f"| {name} | {_f(fixed['right'], 2)} | {' | '.join(cells)} |")
+    print("\nM2's futility trade-off (no item term): right / compute\n")
+    name, means, margin = design_mixes()[-1]
+    for futility in (0.0, 0.05, 0.1, 0.2, 0.3):
+        rule, first = design_rules(futility=futility)["group-sequential"]
+        r = tally_designs(means, margin, studies, alpha, rng, rule, 0.0, first)
+        right, compute = _f(r["right"], 3), f"{r['compute']:.0%}"
+        print(f"futility {futility:g}: any wrong {_f(r['wrong_any'])}, right {right}, compute {compute}")
 
 
 def _f(x, digits=3) -> str:
@@ -282,9 +422,12 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="50 studies per design")
     parser.add_argument("--accuracy", action="store_true", help="the accuracy-metric designs (0/1 items)")
     parser.add_argument("--items", type=int, default=ITEMS, help="items per run in --accuracy (default 200)")
+    parser.add_argument("--designs", action="store_true", help="group-sequential vs anytime vs fixed 8 seeds")
     args = parser.parse_args()
     studies = 50 if args.smoke else args.studies
     rng = np.random.default_rng(args.seed)
+    if args.designs:
+        return compare_designs(studies, args.alpha, rng)
     se = math.sqrt(args.alpha * (1 - args.alpha) / studies)
     rounds = " | ".join(f"by r{k + 1}" for k in range(MAX_SEEDS - FIRST_ROUND + 1))
     columns = "any wrong decision | real decided right | real decided wrong | seeds at decision | compute vs fixed"

@@ -14,13 +14,16 @@ FAST = Options(bootstrap=0)
 FIELDS = {"a", "b", "metric", "decision", "seeds", "interval", "estimate", "margin"}
 
 
-def _write_study(root, rule: DecisionRule, seeds: dict[str, int], changed_after: bool = False, extra=None) -> None:
+def _write_study(
+    root, rule: DecisionRule, seeds: dict[str, int], changed_after: bool = False, extra=None, first=None
+) -> None:
     """study.json as the driver writes it: round 1 with 3 seeds of each variant, then one seed per round for the
-    variants that have more."""
+    variants that have more. first: the rule recorded before round 1 (default: DecisionRule() of the same design)."""
     rounds = [{"round": 1, "seeds": {v: [0, 1, 2] for v in seeds}, "tokens": 0, "wall_seconds": 1.0}]
     for k in range(3, max(seeds.values())):
         rounds.append({"round": k - 1, "seeds": {v: [k] for v, n in seeds.items() if n > k}, "tokens": 0})
-    history = [{"rule": DecisionRule().to_dict(), "set_after_results": False, "round": 0}]
+    first = first or DecisionRule(design=rule.design)
+    history = [{"rule": first.to_dict(), "set_after_results": False, "round": 0}]
     if changed_after:
         history.append({"rule": rule.to_dict(), "set_after_results": True, "round": 2})
     study = {"rule": rule.to_dict(), "rule_history": history, "rounds": rounds, "stopped": "max_seeds"}
@@ -65,7 +68,7 @@ def test_the_headline_says_the_study_in_words_and_labels_the_fixed_tests(study):
     assert "FLAGGED" not in text
     md, html = (study / "report.md").read_text(), (study / "report.html").read_text()
     for page in (md, html):
-        assert "Adaptive study" in page and "anytime interval" in page and "baseline better" in page
+        assert "Adaptive study" in page and "repeated interval" in page and "baseline better" in page
         assert "not valid under optional stopping" in page
 
 
@@ -80,21 +83,26 @@ def test_a_rule_changed_after_results_is_flagged(tmp_path):
     assert "FLAGGED" in (root / "report.md").read_text()
 
 
-def test_raising_max_seeds_after_results_keeps_the_anytime_guarantee(tmp_path):
-    """Ville's inequality holds at any stopping time: more seeds for the e-value design is no change of its rule
-    (listed as a stopping change, never FLAGGED); the hook still refuses it for a design that would (none yet)."""
+def test_raising_max_seeds_after_results_keeps_the_anytime_guarantee_only(tmp_path):
+    """Ville's inequality holds at any stopping time: more seeds for the anytime design is no change of its rule
+    (listed as a stopping change, never FLAGGED); the group-sequential design fixed its looks against max_seeds, so
+    there the same change is FLAGGED (the driver refuses it: tests/test_study.py)."""
     from ablate.report.inference.sequential import voids_guarantee
 
     seeds = {"baseline": 4, "slow": 3, "twin": 4}
     root = three_variant_study(tmp_path / "exp", seeds)
-    _write_study(root, DecisionRule(max_seeds=12), seeds, changed_after=True)
+    _write_study(root, DecisionRule(max_seeds=12, design="anytime"), seeds, changed_after=True)
     report = write_report(root, opts=FAST)
     seq = report["sequential"]
     assert not seq["rule_changed_after_results"] and seq["rule_changes"] == []
     assert seq["stopping_changes"] == ["after round 2: max_seeds: 8 -> 12"]
     assert "FLAGGED" not in report["headline"]["text"]
-    assert voids_guarantee({"max_seeds"}, "group-sequential") and voids_guarantee({"max_seeds", "alpha"})
-    assert voids_guarantee(None) and not voids_guarantee({"max_seeds"})
+    _write_study(root, DecisionRule(max_seeds=12), seeds, changed_after=True)
+    flagged = write_report(root, opts=FAST)["sequential"]
+    assert flagged["rule_changed_after_results"] and flagged["rule_changes"] == ["after round 2: max_seeds: 8 -> 12"]
+    assert voids_guarantee({"max_seeds"}, "group_sequential") and voids_guarantee({"max_seeds", "alpha"})
+    assert voids_guarantee(None) and not voids_guarantee({"max_seeds"}, "anytime")
+    assert not voids_guarantee({"budget", "futility"}, "group_sequential")
 
 
 def test_the_report_recomputes_rather_than_trusting_study_json(tmp_path):

@@ -27,9 +27,10 @@ def summaries(out) -> dict[str, float]:
     return {str(p.parent): p.stat().st_mtime_ns for p in sorted(Path(out).glob(f"tiny_study/*/*/{rundir.SUMMARY}"))}
 
 
-# no margin: baseline vs twin (one part in a million apart) can never end equivalent; its tiny LR gap moves the
-# validation loss by ~3e-7 nats the same way on every seed, open at 3 seeds (t* 14.8) and decided at 4
-COMMAND = ("run", STUDY_FILE, "--until-decided", "--max-seeds", "4", "--only", "baseline,twin")
+# The driver's mechanics, under the anytime design (the group-sequential one's own tests are below). No margin:
+# baseline vs twin (one part in a million apart) can never end equivalent; its tiny LR gap moves the validation loss
+# by ~3e-7 nats the same way on every seed, open at 3 seeds (t* 14.8) and decided at 4
+COMMAND = ("run", STUDY_FILE, "--until-decided", "--max-seeds", "4", "--only", "baseline,twin", "--design", "anytime")
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +100,8 @@ def test_a_changed_rule_is_refused_unless_a_new_study_starts(interrupted, tmp_pa
     out = tmp_path / "runs"
     shutil.copytree(interrupted[0], out)
     recorded = study(out)
-    refused = cli_in_process(*COMMAND, "--out", out, "--max-seeds", "5", check=False)
-    assert refused.returncode == 2 and "max_seeds: 4 -> 5" in refused.stderr and "--new-study" in refused.stderr
+    refused = cli_in_process(*COMMAND, "--out", out, "--alpha", "0.1", check=False)
+    assert refused.returncode == 2 and "alpha: 0.05 -> 0.1" in refused.stderr and "--new-study" in refused.stderr
     assert study(out) == recorded
     result = cli_in_process(*COMMAND, "--out", out, "--max-seeds", "3", "--new-study")
     kept = json.loads((out / "tiny_study" / "study.1.json").read_text())
@@ -109,6 +110,45 @@ def test_a_changed_rule_is_refused_unless_a_new_study_starts(interrupted, tmp_pa
     assert [h["set_after_results"] for h in new["rule_history"]] == [False, True]  # changed after results
     assert new["rule"]["max_seeds"] == 3 and new["stopped"] == "max_seeds"
     assert "study round 1: 6 runs" in result.stdout  # the runs were there: skipped, nothing trained again
+
+
+@pytest.mark.slow
+def test_more_seeds_continue_an_anytime_study_and_are_refused_by_a_group_sequential_one(interrupted, tmp_path):
+    """Where a study stops is no part of the anytime design's guarantee: a larger --max-seeds continues the same
+    study (its history records the change). The group-sequential design fixed its looks against max_seeds: the same
+    change after results is refused, naming why and the ways out."""
+    out = tmp_path / "runs"
+    shutil.copytree(interrupted[0], out)
+    result = cli_in_process(*COMMAND, "--out", out, "--max-seeds", "5")
+    assert "study rule changed where it stops only (max_seeds: 4 -> 5): continued" in result.stdout
+    continued = study(out)
+    assert continued["rule"]["max_seeds"] == 5 and [h["rule"]["max_seeds"] for h in continued["rule_history"]] == [4, 5]
+    assert not (out / "tiny_study" / "study.1.json").exists()
+    gs_out = tmp_path / "gs"
+    first = ("run", STUDY_FILE, "--until-decided", "--max-seeds", "3", "--only", "baseline,twin")
+    cli_in_process(*first, "--out", gs_out)
+    recorded = study(gs_out)
+    assert recorded["rule"]["design"] == "group_sequential"
+    refused = cli_in_process(*first[:-4], "--max-seeds", "4", "--only", "baseline,twin", "--out", gs_out, check=False)
+    assert refused.returncode == 2 and "max_seeds: 3 -> 4" in refused.stderr
+    assert "voids its error guarantee" in refused.stderr and "--design anytime" in refused.stderr
+    assert study(gs_out) == recorded
+
+
+def test_a_study_recorded_before_designs_continues_under_anytime(tmp_path):
+    """study.json without a design (written before designs existed) is read as the anytime design it ran under,
+    and the default command continues it instead of refusing a changed rule."""
+    from ablate.launch.study import as_recorded, record_rule
+    from ablate.report.inference.sequential import DecisionRule
+
+    rule = DecisionRule(max_seeds=4)
+    old = {k: v for k, v in rule.to_dict().items() if k not in ("design", "spending", "futility")}
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / rundir.STUDY).write_text(json.dumps({"rule": old, "rule_history": [], "rounds": [], "stopped": None}))
+    assert DecisionRule.from_dict(old).design == "anytime"
+    assert as_recorded(rule, {"rule": old}).design == "anytime"
+    assert record_rule(folder, rule, new_study=False)["rule"] == old  # continued: nothing rewritten
 
 
 @pytest.mark.slow
@@ -125,15 +165,15 @@ def test_the_budget_stops_before_a_round_that_would_exceed_it(interrupted, tmp_p
 
 
 @pytest.mark.slow
-def test_three_variants_decide_within_two_rounds(tmp_path):
-    """The issue's study: the loser (LR / 100) is worse than both, and baseline and twin end equivalent within the
-    margin, by one round past the file's 3 seeds: the validation documents' own noise (persistent: the same documents
-    on every seed, issue 33) leaves the loser's interval at 3 seeds wide, and a 4th seed decides it."""
+def test_three_variants_decide_in_round_one(tmp_path):
+    """The issue's study under the default group-sequential design: the loser (LR / 100) is worse than both, and
+    baseline and twin end equivalent within the margin, at the file's 3 seeds (the anytime design needed a 4th: its
+    interval at 3 seeds is wider, and the validation documents' own noise, the same on every seed, widens both)."""
     result = cli_in_process("run", STUDY_FILE, "--until-decided", "--margin", "val_loss=0.01", "--out", tmp_path)
     contrasts = {(c["a"], c["b"]): c["decision"] for c in study(tmp_path)["rounds"][-1]["contrasts"]}
     assert contrasts == {("baseline", "twin"): "equivalent", ("baseline", "loser"): "a", ("twin", "loser"): "a"}
     rounds = study(tmp_path)["rounds"]
-    assert study(tmp_path)["stopped"] == "decided" and len(rounds) <= 2
+    assert study(tmp_path)["stopped"] == "decided" and len(rounds) == 1
     assert rounds[0]["contrasts"][0]["decision"] == "equivalent"  # the twins at the file's seeds already
     assert f"study stopped after round {len(rounds)} (decided)" in result.stdout
 

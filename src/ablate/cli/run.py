@@ -102,6 +102,12 @@ def _add_study_arguments(parser) -> None:
     )
     study.add_argument("--alpha", type=SHARE, metavar="A", help="error rate of the study's decisions (rule: 0.05)")
     study.add_argument(
+        "--design",
+        choices=("group_sequential", "anytime"),
+        help="group_sequential (rule's default): alpha spent over the looks up to --max-seeds, fixed before round 1; "
+        "anytime: valid under any extension (--max-seeds may be raised later), less power (docs/reports.md)",
+    )
+    study.add_argument(
         "--new-study",
         action="store_true",
         help="start a new study when the rule differs from the recorded one (the old study.json is kept)",

@@ -26,7 +26,7 @@ from ablate.report.text.sequential import contrast_line
 from ablate.setup.overrides import parse_set_args
 
 FIRST_SEEDS = [0, 1, 2]  # round 1 when the file names no seeds: three paired seeds, so an interval exists
-STUDY_FLAGS = ("max_seeds", "budget", "margin", "alpha", "new_study")  # refused without --until-decided
+STUDY_FLAGS = ("max_seeds", "budget", "margin", "alpha", "design", "new_study")  # refused without --until-decided
 
 
 def study_rule(args, file_rule):
@@ -34,7 +34,7 @@ def study_rule(args, file_rule):
     from ablate.report.inference.sequential import DecisionRule
 
     rule = file_rule or DecisionRule()
-    changes = {"max_seeds": args.max_seeds, "budget": args.budget, "alpha": args.alpha}
+    changes = {"max_seeds": args.max_seeds, "budget": args.budget, "alpha": args.alpha, "design": args.design}
     changes = {k: v for k, v in changes.items() if v is not None}
     if args.margin:
         changes["margins"] = {**rule.margins, **dict(args.margin)}
@@ -60,8 +60,12 @@ def _has_results(folder: Path) -> bool:
 
 
 def record_rule(folder: Path, rule, new_study: bool) -> dict:
-    """study.json as it stands, its rule checked against `rule`: recorded now if there is none; a different rule
-    refused (exit 2, naming what changed) unless new_study, which keeps the old file as study.<k>.json."""
+    """study.json as it stands, its rule checked against `rule`: recorded now if there is none; a change of where
+    the study stops only (sequential.STOPPING_ONLY under the recorded design: a budget, futility, the anytime
+    design's max_seeds) recorded in its history and continued; any other change refused (exit 2, naming what
+    changed and why) unless new_study, which keeps the old file as study.<k>.json."""
+    from ablate.report.inference.sequential import voids_guarantee
+
     path = folder / rundir.STUDY
     entry = {"rule": rule.to_dict(), "set_after_results": _has_results(folder), "round": 1}
     if not path.is_file():
@@ -70,13 +74,28 @@ def record_rule(folder: Path, rule, new_study: bool) -> dict:
         return study
     study = rundir.read_json(path)
     recorded = type(rule).from_dict(study["rule"])
+    rule = as_recorded(rule, study)
     changed = rule.changes_from(recorded)
     if not changed:
         return study
+    fields = {k for k, v in rule.to_dict().items() if v != recorded.to_dict()[k]}
+    if not new_study and not voids_guarantee(fields, recorded.design):
+        entry["round"] = len(study["rounds"]) + 1
+        study = {**study, "rule": rule.to_dict(), "rule_history": [*study["rule_history"], entry], "stopped": None}
+        rundir.write_json_atomic(path, study)
+        print(f"study rule changed where it stops only ({'; '.join(changed)}): continued", flush=True)
+        return study
     if not new_study:
+        why = (
+            f"max_seeds fixed the {recorded.design} design's looks before round 1: raising it after results voids "
+            f"its error guarantee; "
+            if "max_seeds" in fields
+            else ""
+        )
         raise ConfigError(
-            f"{path}: this study was recorded with another rule; changed: {'; '.join(changed)}; allowed: the "
-            f"recorded rule (rerun the command as it was), or --new-study to start a new study (the old one is kept)"
+            f"{path}: this study was recorded with another rule; changed: {'; '.join(changed)}; {why}allowed: the "
+            f"recorded rule (rerun the command as it was), --new-study to start a new study (the old one is kept)"
+            + (", or a study in the anytime design (--design anytime), valid under any extension" if why else "")
         )
     k = next(k for k in range(1, 10_000) if not (folder / f"{path.stem}.{k}{path.suffix}").exists())
     kept = folder / f"{path.stem}.{k}{path.suffix}"
@@ -85,6 +104,14 @@ def record_rule(folder: Path, rule, new_study: bool) -> dict:
     study = {"rule": rule.to_dict(), "rule_history": [*study["rule_history"], entry], "rounds": [], "stopped": None}
     rundir.write_json_atomic(path, study)
     return study
+
+
+def as_recorded(rule, study: dict):
+    """`rule` as the recorded study reads it: a study recorded before designs existed ran under "anytime" and
+    continues so, unless the command chose a design other than the default (a change, refused as any other)."""
+    if "design" not in study["rule"] and rule.design == type(rule).design:
+        return dataclasses.replace(rule, design="anytime")
+    return rule
 
 
 def _seeds_so_far(study: dict) -> dict[str, list[int]]:
@@ -195,9 +222,10 @@ def run_study(args, train_round: Callable[[list[RunConfig]], int]) -> int:
     if why:
         raise ConfigError(f"--budget {rule.budget}: round 1 alone: {why}; allowed: a larger budget")
     study = record_rule(folder, rule, args.new_study)
+    rule = type(rule).from_dict(study["rule"])  # as recorded: an earlier study keeps its design
     print(f"study {folder.name}: rule in {folder / rundir.STUDY}: {_rule_text(rule)}", flush=True)
     while True:
-        changed = _file_rule_and_seeds(args)[0].changes_from(rule)  # the file is read again each round
+        changed = as_recorded(_file_rule_and_seeds(args)[0], study).changes_from(rule)  # read again each round
         if changed:
             raise ConfigError(f"{args.file}: decision: changed during the study: {'; '.join(changed)}")
         if study["rounds"] and study["rounds"][-1].get("contrasts") is not None:
@@ -248,15 +276,16 @@ def _stopped(folder: Path, study: dict, reason: str, rule, runs: list[RunConfig]
     rundir.write_json_atomic(folder / rundir.STUDY, study)
     last = study["rounds"][-1]
     why = {
-        "decided": "every contrast is decided",
+        "decided": "every contrast is decided (or closed as undecidable within max_seeds)",
         "max_seeds": f"every open variant has max_seeds={rule.max_seeds} seeds",
         "budget": over_budget(rule, study, runs, out) or f"budget {rule.budget}",
     }[reason]
     print(f"study stopped after round {last['round']} ({reason}): {why}", flush=True)
-    still_open = [c for c in last["contrasts"] if c["decision"] == "open"]
-    if still_open:
-        pairs = "; ".join(f"{c['a']} vs {c['b']} on {c['metric']} ({c['seeds']} seeds)" for c in still_open)
-        print(f"still open: {pairs}", flush=True)
+    for state, label in (("open", "still open"), ("undecidable", f"undecidable within {rule.max_seeds} seeds")):
+        left = [c for c in last["contrasts"] if c["decision"] == state]
+        if left:
+            pairs = "; ".join(f"{c['a']} vs {c['b']} on {c['metric']} ({c['seeds']} seeds)" for c in left)
+            print(f"{label}: {pairs}", flush=True)
     print(f"next: ablate status {folder}   ablate report {folder}", flush=True)
     return 0
 
@@ -265,7 +294,13 @@ def _rule_text(rule) -> str:
     margins = ", ".join(f"{k}={v:g}" for k, v in rule.margins.items()) or "none"
     budget = rule.budget or "none"
     metrics = ", ".join(rule.metrics)
-    return f"metrics {metrics}; margins {margins}; alpha {rule.alpha:g}; max seeds {rule.max_seeds}; budget {budget}"
+    design = rule.design + (
+        f" ({rule.spending} spending, futility {rule.futility:g})" if rule.design != "anytime" else ""
+    )
+    return (
+        f"metrics {metrics}; margins {margins}; alpha {rule.alpha:g}; max seeds {rule.max_seeds}; budget {budget}; "
+        f"design {design}"
+    )
 
 
 def _plan_text(plan: dict[str, list[int]]) -> str:

@@ -1,47 +1,28 @@
-"""Adaptive studies (`ablate run --until-decided`): the decision rule, anytime-valid intervals, decisions.
+"""Adaptive studies (`ablate run --until-decided`): the decision rule, the two designs' intervals, decisions.
 
 A study trains its variants in rounds and, after each, asks of every contrast (a pair of variants on a decision
 metric) whether it is decided. The seeds seen so far are a prefix of one sequence, the seeds in the order the study
-trained them (its recorded rounds, never their numbers: a seed trained later is appended, never inserted before the
-others; the value a seed gives never depends on the study's decisions), so an interval that covers the true
-difference at every prefix at once stays valid whenever the study stops, for whatever reason, and however often it
-looked.
+trained them (its recorded rounds, never their numbers; the value a seed gives never depends on the study's
+decisions). Two designs, a field of the rule (DecisionRule.design): "group_sequential" (the default;
+group_sequential.py), alpha spent over the looks the rule fixed before round 1 (up to max_seeds), and "anytime"
+(anytime.py), confidence sequences valid under any extension. A study recorded before designs existed continues
+under "anytime", the design it was recorded with.
 
-Method: the anytime-valid t-test built from e-values, the group-invariant ("safe") t-test of Perez-Ortiz, Lardy,
-de Heide and Grunwald (2022, "E-statistics, group invariance and anytime valid testing", arXiv:2208.07610). For n
-paired per-seed differences with mean m and variance s^2, t = (m - mu0) / sqrt(s^2 / n) on nu = n - 1 degrees of
-freedom. The Bayes factor of t with the right-Haar prior on the scale and a normal prior N(0, g) on the
-standardized effect mu / sigma is (Gonen, Johnson, Lu and Westfall 2005, "The Bayesian two-sample t test")
-
-    BF_g(t) = (1 + n g)^(-1/2) * ((1 + t^2 / nu) / (1 + t^2 / (nu (1 + n g))))^((nu + 1) / 2),
-
-a test martingale in n >= 2 under mu = mu0 on the filtration of the scale-invariant statistic (the paper's Theorem
-for group-invariant e-processes). An average of test martingales is one, so the e-value used is the mean over
-g in MIXTURE_G = (1, 10, 100, 1000): the large g let a huge effect decide at 3 seeds (at n = 3, BF_g's supremum over
-t is 1 + 3 g, so the mixture's is 834), the small ones keep power for moderate effects at more seeds.
-
-Confidence sequence: {mu0 : E_n(mu0) < 1 / alpha}. BF_g grows with |t|, so this is m +- t* sqrt(s^2 / n), t* the
-solution of E(t*) = 1 / alpha (unbounded where the supremum at n stays below 1 / alpha: at 2 seeds always, at 3
-seeds where alpha <= 1/834). By Ville's inequality, P(some n has E_n(mu_true) >= 1 / alpha) <= alpha: every
-interval of the sequence covers the truth at once with probability >= 1 - alpha, whatever the stopping rule.
-The interval a study reports is the running intersection over its prefixes (n = 2, 3, ...), which keeps the
-guarantee and never lets a decision made at one round be taken back at a later one.
-
-Across the K contrasts of a study (pairs x decision metrics): Bonferroni, each sequence at alpha / K. It holds
-under any dependence between contrasts (they share variants and seeds) and, since each sequence is time-uniform,
-time-uniformly too: with probability >= 1 - alpha every interval of every contrast covers its true difference at
-every round. A wrong decision needs a miss, so alpha bounds the chance of any wrong winner or wrong equivalence.
+Across the K contrasts of a study (pairs x decision metrics): Bonferroni, each contrast at alpha / K, under either
+design. It holds under any dependence between contrasts (they share variants and seeds): with probability >= 1 -
+alpha every interval of every contrast covers its true difference at every round. A wrong decision needs a miss, so
+alpha bounds the chance of any wrong winner or wrong equivalence.
 
 Noise model (stats.seed_test's, the fixed report's): the mean difference's variance is max(s^2, fresh) / n +
 item_var, fresh the items' fresh answer noise in one run-level difference (a floor on s^2: accuracies move in steps,
 so a few seeds sometimes agree exactly by chance) and item_var the persistent item-set part, the same on every seed
 and so not divided by the seeds (a difference every seed repeats is evidence only as far as its items are). The t
-uses s^2_eff = max(s^2, fresh) + n item_var on n - 1 degrees of freedom. A larger variance only lowers |t| and so the
-e-value; the item term is a fixed-sample estimate, the same at every look. Per-seed differences with no spread and
-no known item noise give no interval (open).
+uses s^2_eff = max(s^2, fresh) + n item_var on n - 1 degrees of freedom; the item term is a fixed-sample estimate,
+the same at every look. Per-seed differences with no spread and no known item noise give no interval (open).
 
 Decision of a contrast: "equivalent" when its interval lies inside (-margin, +margin) (checked first), else the
-better side when it excludes 0, else "open".
+better side when it excludes 0, else, under the group-sequential design, "undecidable" when its futility rule
+closes it (group_sequential.decision_chance below rule.futility), else "open". Only open contrasts get seeds.
 """
 
 from __future__ import annotations
@@ -49,13 +30,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
+from ablate.report.inference import group_sequential
+from ablate.report.inference.anytime import MIXTURE_G, running_interval
 from ablate.rundir import STUDY
 
 STUDY_FILE = STUDY  # runs/<experiment>/study.json: the rule, its history and the rounds (written by the driver)
-MIXTURE_G = (1.0, 10.0, 100.0, 1000.0)  # prior variances of the standardized effect, equally weighted
+DESIGNS = ("group_sequential", "anytime")
+DEFAULT_SPENDING = "hsd:-2"  # chosen by scripts/simulate_sequential.py --designs (docs/reports.md)
+DEFAULT_FUTILITY = 0.1
 VAL_METRICS = {"val_loss": ("val_loss", "loss"), "val_bpb": ("val_loss", "bpb")}  # names -> (task key, metric)
 _TOKENS = re.compile(r"^(\d+(?:\.\d*)?(?:[eE]\d+)?)([kKMBT]?)$")
 _HOURS = re.compile(r"^(\d+(?:\.\d*)?)h$")
@@ -96,13 +80,21 @@ class DecisionRule:
     task metric "task/metric" (decided only where the item-noise floor is known: per-item files or logged standard
     errors). margins: metric -> equivalence margin (> 0) on the metric's scale; a metric without one never ends
     "equivalent". alpha: the chance of any wrong decision over the whole study. max_seeds: seeds per variant at
-    most. budget: "" (none), training tokens ("2e8", "500M"), or hours of compute ("3h": wall time x devices)."""
+    most. budget: "" (none), training tokens ("2e8", "500M"), or hours of compute ("3h": wall time x devices).
+    design: "group_sequential" (alpha spent over the looks up to max_seeds, fixed now: max_seeds may not be raised
+    after results) or "anytime" (valid under any extension). spending: the group-sequential design's alpha
+    spending (group_sequential.SPENDINGS). futility: a contrast whose chance of being decided by max_seeds, if the
+    difference is what it seems, falls below this closes as undecidable (0: never; non-binding: the error
+    guarantee holds whether or not it is followed)."""
 
     metrics: tuple[str, ...] = ("val_loss",)
     margins: dict[str, float] = field(default_factory=dict)
     alpha: float = 0.05
     max_seeds: int = 8
     budget: str = ""
+    design: str = "group_sequential"
+    spending: str = DEFAULT_SPENDING
+    futility: float = DEFAULT_FUTILITY
 
     def to_dict(self) -> dict:
         return {**asdict(self), "metrics": list(self.metrics), "margins": dict(self.margins)}
@@ -115,6 +107,9 @@ class DecisionRule:
             alpha=float(d.get("alpha", 0.05)),
             max_seeds=int(d.get("max_seeds", 8)),
             budget=str(d.get("budget", "")),
+            design=str(d.get("design", "anytime")),  # recorded before designs existed: the design it ran under
+            spending=str(d.get("spending", DEFAULT_SPENDING)),
+            futility=float(d.get("futility", DEFAULT_FUTILITY)),
         )
 
     def check(self, where: str) -> None:
@@ -146,6 +141,15 @@ class DecisionRule:
         seeds = self.max_seeds
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 3:
             raise ValueError(f"{where}: max_seeds={seeds!r}; allowed: an integer >= 3 (nothing decides at 2 seeds)")
+        if self.design not in DESIGNS:
+            raise ValueError(f"{where}: design={self.design!r}; allowed: {', '.join(map(repr, DESIGNS))}")
+        try:
+            group_sequential.check_spending(self.spending if isinstance(self.spending, str) else repr(self.spending))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        futility = self.futility
+        if isinstance(futility, bool) or not isinstance(futility, (int, float)) or not 0 <= futility < 1:
+            raise ValueError(f"{where}: futility={futility!r}; allowed: a number in [0, 1) (0: never closes early)")
         try:
             if not isinstance(self.budget, str):
                 raise ValueError(self.budget)
@@ -179,103 +183,23 @@ class Contrast:
     a: str
     b: str
     metric: str
-    decision: str  # "a" (a better), "b" (b better), "equivalent", "open"
+    decision: str  # "a" (a better), "b" (b better), "equivalent", "undecidable" (futile: closed), "open"
     seeds: int  # paired seeds used
     interval: tuple[float, float] | None
     estimate: float | None  # mean(a - b)
     margin: float | None
     decided_at: int | None = None  # the paired seeds at which it was first decided
     note: str = ""  # why it cannot decide (no floor for a task metric, a metric missing), unpaired runs
+    boundary: float | None = None  # group-sequential: the critical |t| its last look was held to (inf: none yet)
+    looks: list[int] = field(default_factory=list)  # group-sequential: the paired seeds at each look
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if self.interval is not None:  # JSON has no infinity: an unbounded end is null
             d["interval"] = [x if math.isfinite(x) else None for x in self.interval]
+        if self.boundary is not None and not math.isfinite(self.boundary):
+            d["boundary"] = None
         return d
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the e-value and its confidence sequence
-
-
-def log_bayes_factor(t: float, n: int, g: float) -> float:
-    """log BF_g(t) for n >= 2 observations (formula in the module docstring)."""
-    nu = n - 1
-    return -0.5 * math.log1p(n * g) + (nu + 1) / 2 * (math.log1p(t * t / nu) - math.log1p(t * t / (nu * (1 + n * g))))
-
-
-def _log_mean_exp(logs: list[float]) -> float:
-    top = max(logs)  # in logs: e-values at many seeds overflow a float
-    return top + math.log(sum(math.exp(x - top) for x in logs) / len(logs))
-
-
-def log_e_value(t: float, n: int) -> float:
-    """log of the mixture e-value: the mean of BF_g(t) over MIXTURE_G."""
-    return _log_mean_exp([log_bayes_factor(t, n, g) for g in MIXTURE_G])
-
-
-def e_value(t: float, n: int) -> float:
-    return math.exp(log_e_value(t, n))
-
-
-def log_e_value_sup(n: int) -> float:
-    """log of the largest e-value n observations can give (|t| -> infinity): the mean of (1 + n g)^((n - 1) / 2)."""
-    return _log_mean_exp([(n - 1) / 2 * math.log1p(n * g) for g in MIXTURE_G])
-
-
-def e_value_sup(n: int) -> float:
-    return math.exp(log_e_value_sup(n))
-
-
-@lru_cache(maxsize=4096)
-def critical_t(n: int, alpha: float) -> float:
-    """t* with e_value(t*, n) = 1 / alpha: the interval's half-width in standard errors; infinite where no t
-    reaches 1 / alpha at n."""
-    from scipy.optimize import brentq
-
-    log_threshold = -math.log(alpha)
-    if n < 2 or log_e_value_sup(n) <= log_threshold:
-        return math.inf
-    hi = 1.0
-    while log_e_value(hi, n) < log_threshold:
-        hi *= 2
-    return brentq(lambda t: log_e_value(t, n) - log_threshold, 0.0, hi, xtol=1e-10, rtol=1e-12)
-
-
-def confidence_sequence(
-    diffs, alpha: float, floor_var: float = 0.0, item_var: float = 0.0
-) -> tuple[float, float] | None:
-    """The interval for the mean of `diffs` (per-seed differences, in seed order) at n = len(diffs), one member of a
-    sequence covering the mean at every n at once with probability >= 1 - alpha (alpha: this sequence's own level,
-    the study's alpha / K). floor_var: the fresh answer noise of one run-level difference (floors the per-seed
-    variance); item_var: the persistent item-set variance of the mean difference, which seeds do not average away
-    (the mean's variance is max(s^2, floor_var) / n + item_var). None for fewer than 2 differences or no variance
-    at all; (-inf, inf) where n cannot reach 1 / alpha."""
-    values = [float(x) for x in diffs]
-    n = len(values)
-    if n < 2:
-        return None
-    mean = sum(values) / n
-    var = max(sum((x - mean) ** 2 for x in values) / (n - 1), floor_var or 0.0) + n * (item_var or 0.0)
-    if not var > 1e-30:  # equal differences and no item noise known: no evidence of how far they may move
-        return None
-    half = critical_t(n, alpha) * math.sqrt(var / n)
-    return mean - half, mean + half
-
-
-def running_interval(prefixes: list[tuple], alpha: float) -> tuple[float, float] | None:
-    """The intersection of the sequence's intervals over prefixes [(diffs of the first n seeds, floor_var,
-    item_var), ...] (n rising; item_var may be left out: 0): still covering at every n with probability >= 1 -
-    alpha, and never widening. An empty intersection (possible only where coverage failed) leaves the newest
-    interval."""
-    out = None
-    for diffs, *noise in prefixes:
-        now = confidence_sequence(diffs, alpha, *noise)
-        if now is None:
-            continue
-        both = now if out is None else (max(out[0], now[0]), min(out[1], now[1]))
-        out = both if both[0] <= both[1] else now
-    return out
 
 
 def decide(interval, margin: float | None, lower_is_better: bool) -> str:
@@ -294,16 +218,60 @@ def decide(interval, margin: float | None, lower_is_better: bool) -> str:
 
 
 def decide_prefixes(
-    prefixes: list[tuple], alpha: float, margin: float | None, lower_is_better: bool
-) -> tuple[str, tuple[float, float] | None, int | None]:
-    """The decision after the last prefix, its running interval, and the paired seeds at which it was first made
-    (a decision, once made, is kept: the interval only narrows)."""
-    interval, decided_at = None, None
-    for k in range(len(prefixes)):
-        interval = running_interval(prefixes[: k + 1], alpha)
-        if decided_at is None and decide(interval, margin, lower_is_better) != "open":
-            decided_at = len(prefixes[k][0])
-    return decide(interval, margin, lower_is_better), interval, decided_at
+    prefixes: list[tuple],
+    alpha: float,
+    margin: float | None,
+    lower_is_better: bool,
+    rule: DecisionRule | None = None,
+    looks: list[int] | None = None,
+) -> tuple[str, tuple[float, float] | None, int | None, float | None]:
+    """The decision after the last prefix, its running interval, the paired seeds at which it was first made (a
+    decision, once made, is kept: the interval only narrows) and the critical |t| of the last look. prefixes: [(the
+    per-seed differences of the first n seeds, floor_var, item_var), ...] for n = 2, 3, ...; alpha: this contrast's
+    own level. rule: its design (None: anytime); looks: the group-sequential design's looks, the paired seeds after
+    each round (prefixes of other lengths are not looks)."""
+    if rule is None or rule.design == "anytime":
+        interval, decided_at = None, None
+        for k in range(len(prefixes)):
+            interval = running_interval(prefixes[: k + 1], alpha)
+            if decided_at is None and decide(interval, margin, lower_is_better) != "open":
+                decided_at = len(prefixes[k][0])
+        return decide(interval, margin, lower_is_better), interval, decided_at, None
+    return _decide_looks(prefixes, looks or [], alpha, margin, lower_is_better, rule)
+
+
+def _decide_looks(prefixes, looks, alpha, margin, lower_is_better, rule: DecisionRule):
+    """The group-sequential decision: at each look, the repeated interval at that look's boundary, intersected with
+    the earlier ones; open and futile (group_sequential.decision_chance below rule.futility): undecidable, until a
+    later look decides it. The boundaries are those of the looks taken, then one a seed up to max_seeds (a look's
+    boundary depends only on the looks up to it)."""
+    gs, most = group_sequential, rule.max_seeds
+    by_n = {len(p[0]): (*p, 0.0, 0.0)[:3] for p in prefixes}
+    taken = sorted({n for n in looks if n in by_n and n <= most})
+    if not taken:
+        return "open", None, None, None
+    noise = [_seed_noise(*by_n[n]) for n in taken]  # (mean, per-seed variance, item variance) at each look
+    bounds = gs.boundaries([*taken, *range(taken[-1] + 1, most + 1)], most, alpha, rule.spending)
+    interval, decided_at, futile = None, None, False
+    for k, n in enumerate(taken):
+        now = gs.repeated_interval(by_n[n][0], bounds[k], *by_n[n][1:])
+        if now is not None:
+            both = now if interval is None else (max(interval[0], now[0]), min(interval[1], now[1]))
+            interval = both if both[0] <= both[1] else now
+        mean, seed_var, item_var = noise[k]
+        if decide(interval, margin, lower_is_better) != "open":
+            decided_at = decided_at or n
+        elif rule.futility and n < most and seed_var > 0 and not futile:
+            futile = gs.decision_chance(mean, seed_var, item_var, n, most, bounds[-1], margin) < rule.futility
+    decision = decide(interval, margin, lower_is_better)
+    return ("undecidable" if decision == "open" and futile else decision), interval, decided_at, bounds[len(taken) - 1]
+
+
+def _seed_noise(diffs, floor_var, item_var) -> tuple[float, float, float]:
+    """(mean, per-seed variance floored by the fresh noise, item-set variance) of per-seed differences."""
+    n = len(diffs)
+    mean = sum(diffs) / n
+    return mean, max(sum((x - mean) ** 2 for x in diffs) / (n - 1), floor_var or 0.0), item_var or 0.0
 
 
 def open_variants(contrasts) -> set[str]:
@@ -361,7 +329,7 @@ def study_contrasts(
         scores = None if refused else _scores(finished, tasks.get(task_key), metric)
         for a, b in pairs:
             order = _pair_order(a, b, trained or {})
-            c = _contrast(a, b, shown, scores, rule.alpha / k, margin, direction(metric) < 0, task_key, order, gap)
+            c = _contrast(a, b, shown, scores, rule, k, margin, direction(metric) < 0, task_key, order, gap)
             c.note = "; ".join(filter(None, [why, f"not decided: {refused}" if refused else c.note]))
             _never_better_on_survivors(c, failed)
             skipped = [f"{v}: seed{'s' * (len(unpaired[v]) > 1)} {_seeds(unpaired[v])}" for v in (a, b) if unpaired[v]]
@@ -441,7 +409,14 @@ def _scores(finished: dict, task, metric: str) -> dict | None:
     return out
 
 
-def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key, order, max_token_gap) -> Contrast:
+def pair_looks(shared: list[int], order) -> list[int]:
+    """The paired seeds after each round that added one of `shared` (in the order `order` gives: rounds first,
+    seeds the study did not record last, as one look)."""
+    rounds = [order(s)[0][0] for s in shared]  # the round a seed became paired in
+    return [i + 1 for i in range(len(shared)) if i + 1 == len(shared) or rounds[i + 1] != rounds[i]]
+
+
+def _contrast(a, b, metric, scores, rule, k, margin, lower_is_better, task_key, order, max_token_gap) -> Contrast:
     from ablate.report.inference import stats
     from ablate.report.inputs import match
 
@@ -469,8 +444,9 @@ def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key, or
     if task_key != "val_loss" and prefixes and not any(prefixes[-1][1:]):
         contrast.note = "no item-noise floor known (no per-item files or standard errors): a task metric cannot decide"
         return contrast
-    contrast.decision, contrast.interval, contrast.decided_at = decide_prefixes(
-        prefixes, alpha, margin, lower_is_better
+    contrast.looks = pair_looks(shared, order) if rule.design != "anytime" else []
+    contrast.decision, contrast.interval, contrast.decided_at, contrast.boundary = decide_prefixes(
+        prefixes, rule.alpha / k, margin, lower_is_better, rule, contrast.looks
     )
     return contrast
 
@@ -552,10 +528,10 @@ def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = Non
     names = variants or sorted({r.variant for r in runs})
     history = study.get("rule_history") or []
     after = [i for i, h in enumerate(history) if h.get("set_after_results")]
-    changed = [(i, history[i]) for i in after if voids_guarantee(_changed_fields(history, i))]
+    changed = [(i, history[i]) for i in after if voids_guarantee(_changed_fields(history, i), _design(history, i))]
     return {
-        "method": "anytime-valid t-test from e-values (group-invariant safe t-test, mixture over g "
-        f"{', '.join(f'{g:g}' for g in MIXTURE_G)}), Bonferroni over {len(contrasts)} contrast(s)",
+        "design": rule.design,
+        "method": method_text(rule, len(contrasts)),
         "rule": rule.to_dict(),
         "rule_history": history,
         "rule_changed_after_results": bool(changed),
@@ -571,16 +547,40 @@ def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = Non
     }
 
 
-# Where a study stops does not touch the anytime-valid design's guarantee: Ville's inequality holds at any stopping
-# time, so raising (or lowering) max_seeds after results is no change of the decision rule. A group-sequential
-# design (looks fixed in advance, alpha spent per look) would refuse it: its entry here would be empty.
-STOPPING_ONLY = {"anytime": frozenset({"max_seeds"})}
+# The rule fields that only say where a study stops, which may change after results without touching a design's
+# guarantee. anytime: Ville's inequality holds at any stopping time, so max_seeds may be raised or lowered; the
+# group-sequential design fixed its looks' information fractions against max_seeds, so raising it is refused there
+# (lowering it is stopping early: the budget's way). Futility is non-binding: the boundaries never assumed it.
+STOPPING_ONLY = {
+    "anytime": frozenset({"max_seeds", "budget", "futility"}),
+    "group_sequential": frozenset({"budget", "futility"}),
+}
 
 
-def voids_guarantee(fields: set[str], design: str = "anytime") -> bool:
+def voids_guarantee(fields: set[str] | None, design: str = "anytime") -> bool:
     """Whether changing these rule fields after results were seen voids the study's error guarantee under `design`
     (None for a rule first set after results: it does)."""
     return fields is None or not fields <= STOPPING_ONLY.get(design, frozenset())
+
+
+def method_text(rule: DecisionRule, contrasts: int) -> str:
+    if rule.design == "anytime":
+        g = ", ".join(f"{g:g}" for g in MIXTURE_G)
+        return (
+            f"anytime-valid t-test from e-values (group-invariant safe t-test, mixture over g {g}), Bonferroni over "
+            f"{contrasts} contrast(s)"
+        )
+    futility = f", futility below {rule.futility:g} (non-binding)" if rule.futility else ""
+    return (
+        f"group-sequential t-test over looks up to {rule.max_seeds} seeds ({rule.spending} alpha spending on the "
+        f"information fraction, boundaries calibrated for the t by simulation; repeated confidence intervals"
+        f"{futility}), Bonferroni over {contrasts} contrast(s)"
+    )
+
+
+def _design(history: list[dict], i: int) -> str:
+    """The design the study ran under before history entry i changed its rule."""
+    return DecisionRule.from_dict(history[max(i - 1, 0)]["rule"]).design
 
 
 def _changed_fields(history: list[dict], i: int) -> set[str] | None:

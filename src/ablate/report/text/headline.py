@@ -214,7 +214,7 @@ OPTIONAL_STOPPING_NOTE = (
     "tests looked at the data after every round; the adaptive study's anytime-valid decisions are the ones to read"
 )
 _STOPPED = {
-    "decided": "stopped: every contrast decided",
+    "decided": "stopped: every contrast decided or closed",
     "max_seeds": "stopped at max seeds",
     "budget": "stopped by the budget",
 }
@@ -231,7 +231,8 @@ def _contrast_text(c: dict, with_metric: bool) -> str:
         return f"{name}{c['a']} vs {c['b']} equivalent within {c['margin']:g} at {c['decided_at']} seeds"
     lo, hi = c["interval"] or (None, None)
     bounds = f" (interval [{lo:.3g}, {hi:.3g}])" if lo is not None and hi is not None else ""
-    return f"{name}{c['a']} vs {c['b']} open at {c['seeds']} seeds{bounds}"
+    state = "undecidable within max seeds, closed" if c["decision"] == "undecidable" else "open"
+    return f"{name}{c['a']} vs {c['b']} {state} at {c['seeds']} seeds{bounds}"
 
 
 def sequential_text(section: dict) -> str:
@@ -240,12 +241,15 @@ def sequential_text(section: dict) -> str:
     contrasts = section["contrasts"]
     several = len({c["metric"] for c in contrasts}) > 1
     still_open = [c for c in contrasts if c["decision"] == "open"]
-    named = contrasts if len(still_open) <= 3 else [c for c in contrasts if c["decision"] != "open"]
-    parts = [_contrast_text(c, several) for c in named]
-    if len(still_open) > 3:  # one clause for many open contrasts (the table lists each)
-        seeds = sorted({c["seeds"] for c in still_open})
-        at = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-        parts.append(f"{len(still_open)} of {len(contrasts)} contrasts open at {at} seeds (see the table)")
+    parts = []
+    for state, word in (("open", "open"), ("undecidable", "undecidable within max seeds")):
+        left = [c for c in contrasts if c["decision"] == state]
+        if len(left) > 3:  # one clause for many open (or undecidable) contrasts (the table lists each)
+            seeds = sorted({c["seeds"] for c in left})
+            at = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+            parts.append(f"{len(left)} of {len(contrasts)} contrasts {word} at {at} seeds (see the table)")
+    many = {state for state in ("open", "undecidable") if sum(c["decision"] == state for c in contrasts) > 3}
+    parts[:0] = [_contrast_text(c, several) for c in contrasts if c["decision"] not in many]
     compute = section["compute"]
     if compute["fixed_design_share"] is not None:
         parts.append(
@@ -254,7 +258,8 @@ def sequential_text(section: dict) -> str:
     stopped = _STOPPED.get(section["stopped"], "not stopped yet (rounds still to come)")
     if still_open and section["stopped"] != "decided" and len(still_open) <= 3:
         stopped += f", {len(still_open)} contrast(s) open"
-    text = "; ".join(parts) + f" ({stopped}; anytime-valid, alpha {section['alpha']:g} over the whole study)"
+    design = {"group_sequential": "group-sequential"}.get(section.get("design", "anytime"), "anytime-valid")
+    text = "; ".join(parts) + f" ({stopped}; {design}, alpha {section['alpha']:g} over the whole study)"
     if section["rule_changed_after_results"]:
         text += (
             ". FLAGGED: the decision rule changed after results were seen ("

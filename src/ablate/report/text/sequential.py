@@ -8,7 +8,7 @@ import math
 
 from ablate.report.text.fmt import Section, fmt, fmt_seconds
 
-_DECISION = {"equivalent": "equivalent", "open": "open"}
+_DECISION = {"equivalent": "equivalent", "open": "open", "undecidable": "undecidable within max seeds"}
 
 
 def _decision(c: dict) -> str:
@@ -39,16 +39,14 @@ def section(report: dict) -> Section | None:
             + (f"; budget {rule['budget']}" if rule["budget"] else "")
             + f". {seq['rounds']} round(s); "
             + {
-                "decided": "stopped: every contrast decided",
+                "decided": "stopped: every contrast decided or closed as undecidable",
                 "max_seeds": "stopped at max seeds",
                 "budget": "stopped by the budget",
             }.get(seq["stopped"], "not stopped (rounds may follow)")
             + ".",
-            f"Method: {seq['method']}, each interval at {seq['alpha_per_contrast']:.3g}. Each interval is a "
-            "confidence sequence for mean(a - b) over the paired seeds (the running intersection over the rounds): "
-            f"with probability >= {1 - seq['alpha']:g} every interval covers its true difference at every round, "
-            "whenever the study stopped, so alpha bounds the chance of any wrong winner or wrong equivalence. "
-            "Equivalent: the interval inside +-margin (checked first); a side better: the interval excludes 0. "
+            f"Method: {seq['method']}, each interval at {seq['alpha_per_contrast']:.3g}. "
+            + _DESIGN_TEXT[seq.get("design", "anytime")].format(level=f"{1 - seq['alpha']:g}")
+            + " Equivalent: the interval inside +-margin (checked first); a side better: the interval excludes 0. "
             "Recomputed here from the run folders; the seed-level variance is floored by the items' noise, as in "
             "the fixed-n tests.",
             f"Compute: {fmt(compute['tokens'])} training tokens"
@@ -68,6 +66,7 @@ def section(report: dict) -> Section | None:
             + "; ".join(seq["rule_changes"])
             + "). The guarantee above assumes a rule fixed before any result; it does not hold for this study."
         )
+    anytime = seq.get("design", "anytime") == "anytime"
     rows = [
         [
             c["metric"],
@@ -77,14 +76,35 @@ def section(report: dict) -> Section | None:
             "" if c["decided_at"] is None else str(c["decided_at"]),
             fmt(c["estimate"]),
             _interval(c),
+            *([] if anytime else [_boundary(c)]),
             "none" if c["margin"] is None else f"+-{c['margin']:g}",
             c["note"],
         ]
         for c in seq["contrasts"]
     ]
-    header = ["metric", "contrast", "decision", "paired seeds", "decided at", "a - b", "anytime interval", "margin"]
+    interval = ["anytime interval"] if anytime else ["repeated interval", "boundary |t|"]
+    header = ["metric", "contrast", "decision", "paired seeds", "decided at", "a - b", *interval, "margin"]
     sec.tables.append(("Contrasts (a - b on the metric's scale)", [*header, "note"], rows))
     return sec
+
+
+_DESIGN_TEXT = {
+    "anytime": "Each interval is a confidence sequence for mean(a - b) over the paired seeds (the running "
+    "intersection over the rounds): with probability >= {level} every interval covers its true difference at every "
+    "round, whenever the study stopped and however far it was extended, so alpha bounds the chance of any wrong "
+    "winner or wrong equivalence.",
+    "group_sequential": "Each interval is a repeated confidence interval for mean(a - b) at the boundary of its "
+    "look (alpha spent over the looks up to max seeds, fixed before round 1; the running intersection over the "
+    "rounds): with probability >= {level} every interval covers its true difference at every look, wherever the "
+    "study stopped, so alpha bounds the chance of any wrong winner or wrong equivalence. Undecidable: its chance of "
+    "being decided by max seeds, at the difference seen, fell below the futility threshold (non-binding: the "
+    "guarantee holds whether or not the rule is followed); its variants get no more seeds for it.",
+}
+
+
+def _boundary(c: dict) -> str:
+    value = c.get("boundary")
+    return "none yet" if value is None else f"{value:.3g}"
 
 
 def _margin(value) -> str:
@@ -101,8 +121,10 @@ def contrast_line(c: dict) -> str:
         "a": f"decided: {c['a']} better",
         "b": f"decided: {c['b']} better",
         "equivalent": f"decided: equivalent within +-{_margin(c.get('margin'))}",
+        "undecidable": "closed: undecidable within max seeds (futility)",
     }.get(c["decision"], "open")
     interval = c.get("interval")  # an end not bounded yet is null
     shown = f"[{_end(interval[0], '-inf')}, {_end(interval[1], '+inf')}]" if interval else "none yet"
     note = f"; {c['note']}" if c.get("note") else ""
-    return f"{c['metric']}  {c['a']} vs {c['b']}: {verdict}  ({c['seeds']} seeds, interval of a-b {shown}{note})"
+    held = f", boundary |t| {c['boundary']:.3g}" if c.get("boundary") is not None else ""
+    return f"{c['metric']}  {c['a']} vs {c['b']}: {verdict}  ({c['seeds']} seeds, interval of a-b {shown}{held}{note})"
