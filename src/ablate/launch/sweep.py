@@ -340,10 +340,7 @@ def run_side_by_side(
                 states[slot.job.index - 1] = state
                 report(slot.job.index, slot.job.run, state, message)
                 slot.job = None
-    except KeyboardInterrupt:
-        _stop_workers(slots, timeout=60)  # Ctrl-C reached the workers too: they record where they stopped
-        raise
-    finally:
+    finally:  # on Ctrl-C too: it reached the workers as well, and they record where they stopped
         _stop_workers(slots, timeout=60)
         shutil.rmtree(scratch, ignore_errors=True)
     return [s or "failed" for s in states]
