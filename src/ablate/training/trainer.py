@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from ablate import rundir
+from ablate import checkpoint_files, rundir
 from ablate.config import ConfigError, RunConfig
 from ablate.cost.memory import kv_cache_bytes_per_token
 from ablate.data.batch_schedule import largest_pass, lr_batch_scale, rank_micro_batches
@@ -298,7 +298,7 @@ class Trainer:
         """Restore the newest checkpoint's weights, optimizer and step, keeping the data position: the batches
         read since (the offending one among them) are skipped, as PaLM did for loss spikes. Logs from the
         abandoned steps are dropped; callbacks start again from the restored step (pre_train)."""
-        ckpt = checkpoint.latest_checkpoint(rundir.checkpoint_root(self.run_dir))
+        ckpt = checkpoint_files.latest_checkpoint(rundir.checkpoint_root(self.run_dir))
         if ckpt is None:
             raise FloatingPointError(f"{self.run.name}: {reason}, and no checkpoint to roll back to yet")
         from_step = self.step
