@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from ablate.config import FOLDER_NAME_RULE
+from ablate.text import FOLDER_NAME_RULE
 from ablate.report import plots
 from ablate.report.fmt import md_escape, md_line
 from ablate.setup.experiment import ExperimentError, load_experiment

@@ -337,7 +337,7 @@ def test_rollbacks_are_capped():
     spikes, trainer = detector("rollback"), fake_trainer()
     assert feed(spikes, trainer, losses[:80]) == ["take"] * 80
     trainer.rollbacks, trainer.last_loss = [{}] * MAX_ROLLBACKS, losses[80]
-    verdict = spikes.before_update(trainer)  # the trainer raises FloatingPointError(reason): the run diverged
+    verdict = spikes.before_update(trainer)  # the trainer raises Divergence(reason): the run diverged
     assert verdict.action == "stop" and verdict.reason.startswith("step 81: loss spike")
     assert f"already rolled back {MAX_ROLLBACKS} times, stopped" in verdict.reason
     trainer.rollbacks = [{}] * (MAX_ROLLBACKS - 1)  # one rollback left: rolled back

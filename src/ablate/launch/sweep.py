@@ -45,6 +45,7 @@ def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> t
 
     run_dir = run_dir_for(out_root, run)
     before = _summary_text(run_dir)
+    started = time.time()
     try:
         summary = train(run, out_root, callbacks)
     except rundir.RunLocked as exc:
@@ -53,8 +54,10 @@ def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> t
         return "diverged", str(exc)
     except (ConfigError, rundir.RunFolderError) as exc:
         return "failed", str(exc)
-    except Exception as exc:  # the traceback is in the run folder's error.txt
-        return "failed", f"{type(exc).__name__}: {exc} (traceback: {run_dir_for(out_root, run) / rundir.ERROR})"
+    except Exception as exc:  # train() wrote the traceback to error.txt, unless another process holds the folder
+        error = run_dir / rundir.ERROR
+        written = error.is_file() and error.stat().st_mtime >= started - 1
+        return "failed", f"{type(exc).__name__}: {exc}" + (f" (traceback: {error})" if written else "")
     if before is not None and before == json.dumps(summary, sort_keys=True):  # finished before this command
         return "finished", finished_message(run, run_dir, summary)
     return "finished", f"{_losses(summary)}  {summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s"

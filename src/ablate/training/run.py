@@ -8,6 +8,7 @@ complete checkpoint, or returns the summary of a finished run without redoing it
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import shutil
@@ -23,7 +24,7 @@ from ablate.config import ConfigError, RunConfig
 from ablate.data.batch_schedule import largest_pass
 from ablate.rundir import run_dir_for
 from ablate.setup.checks import CheckedRun, check_run
-from ablate.training.callbacks import Callback
+from ablate.training.callbacks import Callback, Divergence
 from ablate.training.callbacks.metrics import reset_peak_memory
 from ablate.training.parallel import free_memory, init_distributed
 from ablate.training.trainer import Trainer, run_callbacks
@@ -110,10 +111,14 @@ def _wait_for_parent(run: RunConfig, run_dir: Path, poll_seconds: float = 2.0, s
 
 
 def _decide(run: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
-    try:  # every rank must hear rank 0's verdict, even when a file cannot be read
+    """Rank 0's verdict on the run folder, which every rank must hear even when deciding fails: a file that cannot
+    be read refuses the run; any other error comes back as ("failed", the exception), raised by train()."""
+    try:
         return _open_run_folder(run, run_dir, world, lock)
     except rundir.RunFolderError as exc:
         return "refused", str(exc)
+    except Exception as exc:
+        return "failed", exc
 
 
 def finished_note(run: RunConfig, run_dir: Path, summary: dict) -> str:
@@ -148,8 +153,13 @@ def _has_progress(run_dir: Path) -> bool:
     )
 
 
-def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) -> None:
-    """status.json (and error.txt with the traceback) for a run that stopped; rank 0 only."""
+def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException, lock: rundir.RunLock) -> None:
+    """status.json (and error.txt with the traceback) for a run that stopped, at whatever stage; rank 0 only. A
+    folder whose lock another live process holds is that process's to write: left as it is (the exception still
+    reaches the caller, whole); a diverged or finished run's status stays."""
+    if lock.fd is None and not lock.acquire():  # a failure before the folder decision: taken here, released by train
+        return
+    final = (rundir.read_status(run_dir) or {}).get("state") == "diverged" or (run_dir / rundir.SUMMARY).exists()
     step = trainer.step if trainer is not None else 0
     skipped = {"skipped_steps": trainer.skipped_steps} if trainer is not None else {}
     message = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
@@ -163,10 +173,12 @@ def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException) 
             message=f"interrupted at step {step}; rerun the same command to resume from step {resume}",
         )
         return
-    if isinstance(exc, FloatingPointError):  # NonFiniteGuard: a final state, reported instead of resumed
+    if isinstance(exc, Divergence):  # a final state, reported instead of resumed
         rundir.write_status(run_dir, "diverged", step=step, message=str(exc), **skipped)
         return
-    (run_dir / rundir.ERROR).write_text(traceback.format_exc())
+    (run_dir / rundir.ERROR).write_text("".join(traceback.format_exception(exc)))
+    if final:  # a failure before the decision never overwrites a final state (the next attempt must still see it)
+        return
     rundir.write_status(
         run_dir, "failed", step=step, message=message, error_file=str(run_dir / rundir.ERROR), **skipped
     )
@@ -176,36 +188,41 @@ def train(run: RunConfig | CheckedRun, out_root: str | Path = "runs", callbacks:
     """Train one run (resuming if its folder has a checkpoint); return its summary. `callbacks`: your own
     (ablate.training.callbacks.Callback), added to the standard ones (all run by `order`), a fresh copy for each
     run. Rank 0 holds the run's lock and writes the files. Raises RunLocked when another live process trains the run,
-    RunDiverged when it diverged (now or on an earlier attempt); any other failure is recorded in status.json and
-    error.txt, then raised."""
+    RunDiverged when it diverged (now or on an earlier attempt), ConfigError when the folder holds another config;
+    any other failure, at any stage from the process group on, is recorded in status.json and error.txt (the
+    traceback), then raised."""
     run_dir = run_dir_for(out_root, run)
     summary = rundir.finished_summary(run_dir, run.identity())
     if summary is not None:  # before any check, data or lock: a finished run's folder is only read
         return summary
     run = check_run(run)  # as it is when loading checked it (ablate.setup.checks); before any folder or data
     every_callback = run_callbacks(run.config, callbacks)  # a name clash or a non-callback is refused here too
-    d = init_distributed(run.train.device)
-    run = check_run(run, d.world)  # the world torchrun started agrees with WORLD_SIZE: the same check
     lock = rundir.RunLock(run_dir)
-    trainer = None
+    d = trainer = None
     try:
-        decision, detail = d.broadcast_object(_decide(run, run_dir, d.world, lock) if d.is_main else None)
-        if decision == "finished":
-            return detail
-        if decision != "train":
-            raise {"locked": rundir.RunLocked, "diverged": rundir.RunDiverged, "refused": ConfigError}[decision](detail)
-        try:
-            reset_peak_memory(d.device)  # summary.json's peak_memory_bytes is this run's, not an earlier one's
-            trainer = Trainer(run, run_dir, d, every_callback)
-            if d.is_main:  # the run folder carries its tokenizer, so eval and export need nothing from the data cache
-                shutil.copyfile(trainer.data.tokenizer_path, run_dir / rundir.TOKENIZER)
-            summary = trainer.fit()
+        try:  # from here on, a failure at any stage is recorded in the run folder
+            d = init_distributed(run.train.device)
+            run = check_run(run, d.world)  # the world torchrun started agrees with WORLD_SIZE: the same check
+            decided = _decide(run, run_dir, d.world, lock) if d.is_main else None
+            decision, detail = d.broadcast_object(_shareable(decided))
+            if decision == "failed":
+                raise decided[1] if d.is_main else RuntimeError(f"{run_dir}: rank 0 failed deciding: {detail}")
+            if decision == "train":
+                reset_peak_memory(d.device)  # summary.json's peak_memory_bytes is this run's, not an earlier one's
+                trainer = Trainer(run, run_dir, d, every_callback)
+                if d.is_main:  # the run folder carries its tokenizer: eval and export need nothing from the cache
+                    shutil.copyfile(trainer.data.tokenizer_path, run_dir / rundir.TOKENIZER)
+                summary = trainer.fit()
         except BaseException as exc:
-            if d.is_main:
-                _record_failure(run_dir, trainer, exc)
-            if isinstance(exc, FloatingPointError):
+            if d.is_main if d is not None else os.environ.get("RANK", "0") == "0":  # no group yet: torchrun's rank
+                _record_failure(run_dir, trainer, exc, lock)
+            if isinstance(exc, Divergence):
                 raise rundir.RunDiverged(f"{run_dir}: {exc}") from None
             raise
+        if decision == "finished":
+            return detail
+        if decision != "train":  # a refusal (locked, diverged before, another config): the folder is not ours
+            raise {"locked": rundir.RunLocked, "diverged": rundir.RunDiverged, "refused": ConfigError}[decision](detail)
         if d.is_main:
             rundir.write_json_atomic(run_dir / rundir.SUMMARY, summary)
             rundir.write_status(
@@ -216,4 +233,13 @@ def train(run: RunConfig | CheckedRun, out_root: str | Path = "runs", callbacks:
     finally:
         lock.release()
         trainer = None
-        free_memory(d.device)
+        if d is not None:
+            free_memory(d.device)
+
+
+def _shareable(decided: tuple[str, object] | None) -> tuple[str, object] | None:
+    """Rank 0's decision as every rank hears it: a failure as its one-line message (rank 0 keeps the exception)."""
+    if decided is None or decided[0] != "failed":
+        return decided
+    exc = decided[1]
+    return "failed", f"{type(exc).__name__}: {exc}"

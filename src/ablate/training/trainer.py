@@ -31,7 +31,7 @@ from ablate.optim import build_optimizer, lr_factor, set_lr
 from ablate.setup import auto
 from ablate.setup.checks import CheckedRun, check_run
 from ablate.training import checkpoint
-from ablate.training.callbacks import TAKE, Callback, Verdict
+from ablate.training.callbacks import TAKE, Callback, CallbackStateError, Divergence, Verdict
 from ablate.training.callbacks.checkpointing import Checkpointer
 from ablate.training.callbacks.experts import ExpertBalance
 from ablate.training.callbacks.metrics import MetricsChannel, TrainMetrics, peak_memory_bytes
@@ -221,7 +221,7 @@ class Trainer:
         self.last_lr, self.last_batch = lr, batch
         verdict = self.callbacks_verdict()
         if verdict.action == "stop":  # the run ends as diverged (ablate.training.run records it)
-            raise FloatingPointError(f"{self.run.name}: {verdict.reason}")
+            raise Divergence(f"{self.run.name}: {verdict.reason}")
         if verdict.action == "rollback":  # this step never happened
             self.roll_back(verdict.reason)
             self.optimizer.zero_grad(set_to_none=True)
@@ -271,7 +271,8 @@ class Trainer:
     def restore(self, ckpt: Path, keep_data_position: bool = False) -> dict:
         """Continue from `ckpt` (model, optimizer, step, counters, callbacks' states; with keep_data_position,
         the sampler stays where it is: a rollback skips the data it had read since). Raises
-        checkpoint.DamagedCheckpointError (resume then tries an older one)."""
+        checkpoint.DamagedCheckpointError when the checkpoint's own files are not whole (resume then tries an older
+        one), CallbackStateError when a callback cannot take its state back (the run fails; nothing is set aside)."""
         meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
         try:
             self.step, self.tokens = meta["step"], meta["tokens"]
@@ -286,12 +287,20 @@ class Trainer:
                 self.skipped_steps, self.rollbacks = meta["skipped_steps"], list(meta.get("rollbacks", []))
                 self.wall_seconds_before, self.last_loss = meta["wall_seconds"], meta["last_loss"]
                 states = meta.get("callbacks") or _callback_states_before_callbacks(meta)
-                for callback in self.callbacks:
-                    callback.load_state_dict(states.get(callback.name, {}))
+                if not isinstance(states, dict):
+                    raise TypeError(f"callbacks is a {type(states).__name__}, not a mapping")
         except ConfigError:
             raise
         except (KeyError, TypeError, ValueError) as exc:  # a meta.json that parses but is not whole
             raise checkpoint.DamagedCheckpointError(ckpt, f"{checkpoint.META}: {type(exc).__name__}: {exc}") from None
+        if not keep_data_position:
+            # outside the damage check: a callback that cannot read its state is a bug in the callback, and
+            # setting the run's checkpoints aside one by one for it would lose them all
+            for callback in self.callbacks:
+                try:
+                    callback.load_state_dict(states.get(callback.name, {}))
+                except Exception as exc:
+                    raise CallbackStateError(callback.name, ckpt, exc) from exc
         return meta
 
     def roll_back(self, reason: str) -> Path:
@@ -300,7 +309,7 @@ class Trainer:
         abandoned steps are dropped; callbacks start again from the restored step (pre_train)."""
         ckpt = checkpoint_files.latest_checkpoint(rundir.checkpoint_root(self.run_dir))
         if ckpt is None:
-            raise FloatingPointError(f"{self.run.name}: {reason}, and no checkpoint to roll back to yet")
+            raise Divergence(f"{self.run.name}: {reason}, and no checkpoint to roll back to yet")
         from_step = self.step
         self.restore(ckpt, keep_data_position=True)
         self.rollbacks.append({"from_step": from_step, "to_step": self.step, "reason": reason})

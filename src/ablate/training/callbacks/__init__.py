@@ -3,6 +3,6 @@ in base.py, importable from here; the standard callbacks in metrics.py, validati
 nonfinite.py, experts.py, stability.py and evals.py, imported from their own modules (writing a callback needs
 none of them)."""
 
-from ablate.training.callbacks.base import TAKE, Callback, TrainerView, Verdict
+from ablate.training.callbacks.base import TAKE, Callback, CallbackStateError, Divergence, TrainerView, Verdict
 
-__all__ = ["Callback", "Verdict", "TrainerView", "TAKE"]
+__all__ = ["Callback", "Verdict", "TrainerView", "TAKE", "Divergence", "CallbackStateError"]

@@ -48,6 +48,23 @@ if TYPE_CHECKING:
 ACTIONS = ("take", "skip", "rollback", "stop")  # the verdicts, weakest first
 
 
+class Divergence(Exception):
+    """The run diverged: a final state (status.json "diverged", never retried), not a failure with a traceback.
+    Raised by the non-finite guard, by a "stop" verdict, and by a rollback with no checkpoint to return to; any
+    other exception, a FloatingPointError among them, is a failure."""
+
+
+class CallbackStateError(Exception):
+    """A callback could not take back the state a checkpoint saved for it: a bug in the callback (or a state of
+    another version of it), never a damaged checkpoint, so no checkpoint is set aside for it."""
+
+    def __init__(self, callback: str, ckpt: Path, exc: BaseException):
+        super().__init__(
+            f"callback {callback!r} failed to load its state from {ckpt}: {type(exc).__name__}: {exc} "
+            f"(load_state_dict gets {{}} when the checkpoint holds no state for it; the checkpoint is kept)"
+        )
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A callback's word on this step's update (from before_update): "take" it; "skip" it (the weights stay, the

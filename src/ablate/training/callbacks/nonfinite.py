@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from ablate.training.callbacks.base import TAKE, Callback, TrainerView, Verdict
+from ablate.training.callbacks.base import TAKE, Callback, Divergence, TrainerView, Verdict
 
 
 class NonFiniteGuard(Callback):
     """Skips the update of a step whose loss or gradient is NaN/inf; stops a run that has `patience` of them in a
-    row (FloatingPointError: the run ends as diverged)."""
+    row (Divergence: the run ends as diverged)."""
 
     name, order = "non_finite_guard", 0
 
@@ -24,7 +24,7 @@ class NonFiniteGuard(Callback):
 
     def post_step(self, trainer: TrainerView) -> None:
         if self.in_a_row >= self.patience:  # raised after the step, so the skipped step counts in status.json
-            raise FloatingPointError(
+            raise Divergence(
                 f"{trainer.run_name}: {self.in_a_row} steps in a row had a non-finite loss or "
                 f"gradient (last at step {trainer.step}); lower optim.lr, set model.z_loss or "
                 f"model.qk_norm, or check the data"

@@ -59,7 +59,7 @@ class LossSpikes(Callback):
     updates taken, and the spikes found so far ({step, loss, z, median, action}, summary.json "spikes"). A skipped
     spike never enters the window. After a rollback the window keeps its losses up to the restored step and drops
     those of the abandoned steps (it may then hold fewer than spike_window until it refills). "rollback" before the
-    first checkpoint cannot roll back: the run then ends as diverged (Trainer.roll_back raises FloatingPointError),
+    first checkpoint cannot roll back: the run then ends as diverged (Trainer.roll_back raises Divergence),
     and so does a run that has rolled back MAX_ROLLBACKS times (a "stop" verdict)."""
 
     name, order = "loss_spikes", 10  # after NonFiniteGuard, before every callback that logs the step
