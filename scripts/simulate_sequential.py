@@ -1,5 +1,5 @@
 """Adaptive studies simulated through the decision code `ablate run --until-decided` and `ablate report` use
-(ablate.report.sequential: the confidence sequence, its running intersection, decide, open_variants), with the
+(ablate.report.inference.sequential: the confidence sequence, its running intersection, decide, open_variants), with the
 study's round logic: round 1 trains 3 seeds of every variant, each later round one more seed of every variant in an
 open contrast, up to 8 seeds.
 
@@ -38,8 +38,8 @@ import time
 
 import numpy as np
 
-from ablate.report.sequential import Contrast, decide, decide_prefixes, open_variants
-from ablate.report.stats import paired_noise
+from ablate.report.inference.sequential import Contrast, decide, decide_prefixes, open_variants
+from ablate.report.inference.stats import paired_noise
 
 VARIANTS = ("A", "B", "C")
 PAIRS = [("A", "B"), ("A", "C"), ("B", "C")]

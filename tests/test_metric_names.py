@@ -9,7 +9,7 @@ from report_fixtures import write_run
 from ablate.eval.metrics import ANSWER_BLIND, CONTINUOUS, ItemScores, item_metrics
 from ablate.eval.suite import metrics_for
 from ablate.eval.tasks import Task
-from ablate.report.runs import load_runs, task_infos
+from ablate.report.inputs.runs import load_runs, task_infos
 
 STEPS = [10, 20]
 

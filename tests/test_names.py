@@ -12,8 +12,8 @@ import textwrap
 import pytest
 
 from ablate.text import FOLDER_NAME_RULE
-from ablate.report import plots
-from ablate.report.fmt import md_escape, md_line
+from ablate.report.text import plots
+from ablate.report.text.fmt import md_escape, md_line
 from ablate.setup.experiment import ExperimentError, load_experiment
 from conftest import run_cli
 

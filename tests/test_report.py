@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, ReportError, build_report, write_report
-from ablate.report import stats
+from ablate.report.inference import stats
 from conftest import run_cli
 from report_fixtures import STEPS, TOY, accuracy_items, build_toy_experiment, write_run
 
@@ -141,7 +141,7 @@ def test_files_agree_with_report_json(toy):
     on_disk = json.loads((root / "report.json").read_text())
     assert on_disk == report
     md, page = (root / "report.md").read_text(), (root / "report.html").read_text()
-    assert report["headline"]["text"].split(";")[0] in md.replace("\\", "")  # markdown escapes (~ etc.) aside
+    assert report["headline"]["verdict"] in md.replace("\\", "")  # markdown escapes (~ etc.) aside
     assert page.count("data:image/png;base64,") >= 4  # training loss, val_loss, flat, toy, ranking
     tau = series(report, "toy:cf", "acc_per_char")["quality"]["ranking"]["tau_second_half"]
     assert f"{tau:.3g}" in md and f"{tau:.3g}" in page

@@ -7,12 +7,12 @@ better) and a task accuracy (0/1 per item, higher is better). Each run's value o
     + run effect (this run's own) + item noise (this run on this item) [+ the planted effect]
 so run-level scores vary from seed to seed and items add evaluation noise, as in real ablations.
 
-Most studies run in memory through the functions `ablate report` itself uses (decide.pairwise -> seed-level tests,
-decide.apply_family -> Benjamini-Hochberg, decide.decide_series and decide.winner -> the headline's decisions);
+Most studies run in memory through the functions `ablate report` itself uses (pairs.pairwise -> seed-level tests,
+families.apply_family -> Benjamini-Hochberg, headline.decide_series and families.winner -> the headline's decisions);
 the designs users run (3 and 5 seeds, 60 and 1000 items, quantized accuracies, per-run item quirks that persist over
-checkpoints, a scale axis, a subject floor: ablate.report.calibrate, as scripts/calibrate_report.py) go through
-analyze_runs, the report's whole path after loading; a handful go through write_report on run folders. `pytest -s`
-prints the measured rates.
+checkpoints, a scale axis, a subject floor: ablate.report.inference.calibrate, as scripts/calibrate_report.py) go
+through analyze_runs, the report's whole path after loading; a handful go through write_report on run folders.
+`pytest -s` prints the measured rates.
 """
 
 import math
@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.report import Options, calibrate, decide, stats, write_report
+from ablate.report import Options, write_report
+from ablate.report.inference import calibrate, families, pairs, stats
+from ablate.report.text.headline import decide_series
 from report_fixtures import write_run
 
 SIG_RUN, SIG_SEED, SIG_ITEM, ITEMS = 0.02, 0.01, 0.3, 200  # loss: run, seed and item-noise sds; items per eval
@@ -94,13 +96,13 @@ def decide_study(study: dict, opts=OPTS):
                 "primary": True,
                 "direction": "higher" if sign > 0 else "lower",
                 "final": final,
-                "best": None,  # decide_series finds the leader from the pairwise rows (decide.best)
-                "pairwise": decide.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts),
+                "best": None,  # decide_series finds the leader from the pairwise rows (pairs.best)
+                "pairwise": pairs.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts),
             }
         )
-    decide.apply_family(series, opts, "in a simulated study")
-    decisions = [d for s in series if (d := decide.decide_series(s, opts))]
-    return decide.winner(decisions), series, decisions
+    _, series = families.apply_family(series, opts, "in a simulated study")
+    decisions = [d for s in series if (d := decide_series(s, opts))]
+    return families.winner(decisions), series, decisions
 
 
 def claims(series) -> bool:
@@ -267,7 +269,7 @@ def test_full_report_planted_names_the_winner(tmp_path, study):
     print(f"\nplanted report {study}: {head['text']}")
 
 
-# ---- the whole report on the designs users run (ablate.report.calibrate; scripts/calibrate_report.py) ---------------
+# ---- the whole report on the designs users run (ablate.report.inference.calibrate; scripts/calibrate_report.py) ----
 
 JOBS = 2  # the whole-report calibrations end the suite, when the other pytest worker has little left: both cores
 MC_SE = 2 * math.sqrt(ALPHA * (1 - ALPHA) / 200)  # two standard errors of a rate of alpha over 200 studies: 0.031

@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.report import Options, da
+from ablate.report import Options
 from ablate.report.analyze import analyze_runs
-from ablate.report.choose import CANNOT_VALIDATE
-from ablate.report.render import to_markdown
-from ablate.report.runs import Point, Run, TaskInfo
-from ablate.report.tracking import from_runs
+from ablate.report.inference import da
+from ablate.report.signal.choose import CANNOT_VALIDATE
+from ablate.report.text.render import to_markdown
+from ablate.report.inputs.runs import Point, Run, TaskInfo
+from ablate.report.signal.tracking import from_runs
 
 STEPS = [10, 20, 30, 40]
 SEEDS = (0, 1, 2)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.sequential import STUDY_FILE, DecisionRule, study_contrasts, trained_order
+from ablate.report.inference.sequential import STUDY_FILE, DecisionRule, study_contrasts, trained_order
 from report_fixtures import STEPS, write_run
 
 FAST = Options(bootstrap=0)
@@ -208,7 +208,8 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
     """correct_prob rises with training as the accuracy does (pooled over (run, checkpoint) points their rank
     correlation is high), but orders A, B, C exactly against it (Kendall -1): refused. One swap among three (tau
     1/3) is refused too; the accuracy's own order passes."""
-    from ablate.report import stats, tracking
+    from ablate.report.inference import stats
+    from ablate.report.signal import tracking
 
     rank = {"A": 2, "B": 1, "C": 0}
     accuracy = _series("acc", {v: [0.3 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})
@@ -240,7 +241,7 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
 
 def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
     """0 of 0 primary pairs rejected is not 'every pair it tested': the task family keeps alpha x (1 - share)."""
-    from ablate.report import decide
+    from ablate.report.inference import families
 
     def series(task: str, testable: bool) -> dict:
         row = {"a": "A", "b": "B", "testable": testable, "p_seeds": 0.001 if testable else None, "significant": None}
@@ -249,12 +250,12 @@ def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
         return {"task": task, "metric": "loss" if task == "val_loss" else "acc", "primary": True, "pairwise": [row]}
 
     primary, task = series("val_loss", testable=False), series("quiz:cf", testable=True)
-    out = decide.apply_family([primary, task], FAST, "(one scale)")
+    out, _ = families.apply_family([primary, task], FAST, "(one scale)")
     first, second = out["families"]
     assert first["tests"] == 0 and second["alpha"] == pytest.approx(0.01) and not second["carried_forward"]
     assert "rejected every pair it tested" not in out["family"]
     primary["pairwise"][0] |= {"testable": True, "p_seeds": 0.001}  # tested and rejected: now it carries
-    carried = decide.apply_family([primary, series("quiz:cf", testable=True)], FAST, "(one scale)")
+    carried, _ = families.apply_family([primary, series("quiz:cf", testable=True)], FAST, "(one scale)")
     assert carried["families"][1]["alpha"] == pytest.approx(0.05) and "its alpha carried forward" in carried["family"]
 
 

@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from ablate.report import Options, decide, stats, write_report
+from ablate.report import Options, write_report
+from ablate.report.inference import families, pairs, stats
+from ablate.report.text import headline
 from report_fixtures import STEPS, write_run
 
 FAST = Options(bootstrap=0)
@@ -135,9 +137,9 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
                     v: {"mean": float(np.mean(list(x.values()))), "seeds": list(x), "tokens": None}
                     for v, x in (("A", a), ("B", b))
                 }
-                pairs = decide.pairwise(["A", "B"], {"A": a, "B": b}, None, 1, FAST)
-                series.append({"task": task, "metric": "m", "primary": True, "final": final, "pairwise": pairs})
-            decide.apply_family(series, FAST, "simulated")
+                rows = pairs.pairwise(["A", "B"], {"A": a, "B": b}, None, 1, FAST)
+                series.append({"task": task, "metric": "m", "primary": True, "final": final, "pairwise": rows})
+            _, series = families.apply_family(series, FAST, "simulated")
             found += bool(series[1]["pairwise"][0]["significant"])
         return found / studies
 
@@ -153,7 +155,7 @@ def test_seeds_needed_is_a_range_for_an_sd_from_three_seeds():
     lo, hi = stats.sd_interval(1.0, 2)
     assert lo == pytest.approx(math.sqrt(2 / 4.605), rel=1e-3) and hi == pytest.approx(math.sqrt(2 / 0.2107), rel=1e-3)
     row = {"seeds_needed": 9, "seeds_needed_range": [5, 60]}
-    assert decide.needed_text(row) == "~9 seeds needed (5 to 60 within the sd's uncertainty)"
+    assert headline.needed_text(row) == "~9 seeds needed (5 to 60 within the sd's uncertainty)"
 
 
 def test_a_variant_with_diverged_seeds_is_never_named_winner(tmp_path):
@@ -217,7 +219,7 @@ def test_unequal_seed_sets_pair_over_the_shared_seeds():
 def test_the_report_and_the_eval_agree_on_answer_blind_metrics():
     """The report keeps its own copy (it imports nothing of ablate.eval): the two must not drift apart."""
     from ablate.eval.metrics import ANSWER_BLIND
-    from ablate.report.runs import ANSWER_BLIND as REPORT_BLIND
+    from ablate.report.inputs.runs import ANSWER_BLIND as REPORT_BLIND
 
     assert set(ANSWER_BLIND) == REPORT_BLIND
 

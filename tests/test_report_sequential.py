@@ -7,7 +7,7 @@ import pytest
 
 from ablate import rundir
 from ablate.report import Options, ReportError, write_report
-from ablate.report.sequential import STUDY_FILE, DecisionRule
+from ablate.report.inference.sequential import STUDY_FILE, DecisionRule
 from test_sequential import three_variant_study
 
 FAST = Options(bootstrap=0)
@@ -83,7 +83,7 @@ def test_a_rule_changed_after_results_is_flagged(tmp_path):
 def test_raising_max_seeds_after_results_keeps_the_anytime_guarantee(tmp_path):
     """Ville's inequality holds at any stopping time: more seeds for the e-value design is no change of its rule
     (listed as a stopping change, never FLAGGED); the hook still refuses it for a design that would (none yet)."""
-    from ablate.report.sequential import voids_guarantee
+    from ablate.report.inference.sequential import voids_guarantee
 
     seeds = {"baseline": 4, "slow": 3, "twin": 4}
     root = three_variant_study(tmp_path / "exp", seeds)
@@ -117,7 +117,7 @@ def test_no_study_no_section_and_a_damaged_record_is_named(tmp_path):
 
 
 def test_many_open_contrasts_are_one_clause_of_the_headline():
-    from ablate.report.decide import sequential_text
+    from ablate.report.text.headline import sequential_text
 
     def contrast(a, b, decision, seeds=8):
         return {

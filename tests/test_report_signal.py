@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ablate.report import Options, build_report, da, write_report
+from ablate.report import Options, build_report, write_report
+from ablate.report.inference import da
 from conftest import cli_in_process
 from report_fixtures import STEPS, write_run
 

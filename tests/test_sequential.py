@@ -1,5 +1,5 @@
-"""Adaptive studies' statistics (ablate.report.sequential): the safe t-test's e-value against its definition, the
-confidence sequence and decisions, their error rates under optional stopping through the study's round logic
+"""Adaptive studies' statistics (ablate.report.inference.sequential): the safe t-test's e-value against its definition,
+the confidence sequence and decisions, their error rates under optional stopping through the study's round logic
 (scripts/simulate_sequential.py), the decision rule, and contrasts read from run folders."""
 
 import math
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from ablate.report.sequential import (
+from ablate.report.inference.sequential import (
     MIXTURE_G,
     DecisionRule,
     confidence_sequence,

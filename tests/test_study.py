@@ -151,7 +151,7 @@ def test_rounds_through_the_local_launcher(tmp_path):
 
 
 def test_next_seeds_goes_to_open_variants_only():
-    from ablate.report.sequential import DecisionRule
+    from ablate.report.inference.sequential import DecisionRule
 
     rounds = {"rounds": [{"seeds": {"a": [0, 1, 2], "b": [0, 1, 2], "c": [0, 1, 2]}}]}
     contrasts = [

@@ -45,14 +45,14 @@ def train(run: RunConfig, out_root: str = "runs", callbacks: list = ()) -> dict:
 
 
 def __getattr__(name: str):
-    """Callback and Verdict (ablate.training.callbacks), DecisionRule (ablate.report.sequential) on first use: importing
-    ablate stays free of torch and quick."""
+    """Callback and Verdict (ablate.training.callbacks), DecisionRule (ablate.report.inference.sequential) on first
+    use: importing ablate stays free of torch and quick."""
     if name in ("Callback", "Verdict"):
         from ablate.training import callbacks
 
         return getattr(callbacks, name)
     if name == "DecisionRule":
-        from ablate.report.sequential import DecisionRule
+        from ablate.report.inference.sequential import DecisionRule
 
         return DecisionRule
     raise AttributeError(f"module 'ablate' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Round 1 trains every variant at the file's seeds (0, 1, 2 when it names none: an interval needs paired seeds).
 After each round the contrasts on the rule's metrics are computed from the run folders
-(ablate.report.sequential, the report's own reading), and each variant of an open contrast gets one more seed,
+(ablate.report.inference.sequential, the report's own reading), and each variant of an open contrast gets one more seed,
 until every contrast is decided, every open variant has max_seeds seeds, or the next round would exceed the budget.
 
 The rule is recorded in <out>/<experiment>/study.json before the first run, with every round (its seeds, tokens,
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ablate import rundir
 from ablate.config import ConfigError
-from ablate.report.render_sequential import contrast_line
+from ablate.report.text.sequential import contrast_line
 from ablate.setup.overrides import parse_set_args
 
 if TYPE_CHECKING:  # annotations only: the study's own bookkeeping needs no torch
@@ -34,7 +34,7 @@ STUDY_FLAGS = ("max_seeds", "budget", "margin", "alpha", "new_study")  # refused
 
 def study_rule(args, file_rule):
     """The file's `decision` (or the default rule) with the command line's flags over it, checked."""
-    from ablate.report.sequential import DecisionRule
+    from ablate.report.inference.sequential import DecisionRule
 
     rule = file_rule or DecisionRule()
     changes = {"max_seeds": args.max_seeds, "budget": args.budget, "alpha": args.alpha}
@@ -131,7 +131,7 @@ def over_budget(rule, study: dict, runs: list[CheckedRun], out: str) -> str | No
     """Why the next round's runs would exceed the rule's budget (None: they fit, or there is no budget)."""
     if not rule.budget:
         return None
-    from ablate.report.sequential import parse_budget
+    from ablate.report.inference.sequential import parse_budget
 
     kind, budget = parse_budget(rule.budget)
     if kind == "tokens":
@@ -149,7 +149,7 @@ def over_budget(rule, study: dict, runs: list[CheckedRun], out: str) -> str | No
 def next_seeds(study: dict, rule, contrasts: list) -> tuple[dict[str, list[int]] | None, str | None]:
     """The next round's {variant: [seed]}: one more seed (the same unused number) for every variant of an open
     contrast that has fewer than max_seeds; or (None, why it stops)."""
-    from ablate.report.sequential import open_variants
+    from ablate.report.inference.sequential import open_variants
 
     still_open = open_variants(SimpleNamespace(**c) for c in contrasts)  # as recorded in study.json
     if not still_open:
@@ -186,7 +186,7 @@ def _file_rule_and_seeds(args):
 def run_study(args, train_round: Callable[[list[CheckedRun]], int]) -> int:
     """The whole study: rounds until decided, max seeds or budget. Exit 0 when it stops (open contrasts too), the
     round's exit code when runs of a round failed (1) or were interrupted (130): rerun to continue."""
-    from ablate.report.sequential import study_contrasts, trained_order
+    from ablate.report.inference.sequential import study_contrasts, trained_order
 
     if "RANK" in os.environ:
         raise ConfigError("--until-decided: not under torchrun (each run can be a group: --gpus-per-run G)")

@@ -1,27 +1,19 @@
 """`ablate report`: many small runs -> which variant wins, how sure, and which tasks to trust.
 
-runs.py     run folders -> runs, tasks, scale groups
-stats.py    bootstrap CIs, seed-level tests (seeds + item-set noise), Benjamini-Hochberg, seeds needed, Spearman,
-            Kendall, SNR, decision accuracy (numpy/scipy)
-match.py    like with like: finals at equal tokens, scores over identical item sets
-subjects.py groups (MMLU subjects) below an SNR floor, left out of their task's average
-analyze.py  every figure, as one JSON-ready dict (report.json)
-across.py   every task x metric's SNR and decision accuracy from each smaller scale against the task's target at
-            the largest (its primary metric), against validation loss, and against itself
-da.py       decision accuracy's bootstrap (variants sharing a seed resampled together, the items shared by every
-            seed resampled once per replicate) and its coverage
-tracking.py whether a continuous metric tracks its task (target DA, or correlation with its accuracy)
-choose.py   each task's best measured metric (every metric a candidate, judged by signal and noise)
-decide.py   the two families (primary metric, task metrics), one sentence per decision metric, the winner
-calibrate.py constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
+The report's rooms, by job (each folder's __init__ maps its files):
+
+inputs/     what is read: run folders -> runs and tasks, like with like (equal tokens, identical item sets),
+            subjects below an SNR floor, the runs' tokenizers compared
+inference/  how sure: seed-level tests and their noise model, the two families (Benjamini-Hochberg), seeds needed,
+            the winner, decision accuracy's bootstrap, adaptive studies' anytime-valid rule, the calibration
+signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric
+text/       the report in words: the headline, report.md and report.html, the plots
 grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
-fmt.py      what the text shares: the Section, numbers as shown, markdown escaping
-render.py   report.json -> report.md and report.html (plots.py draws the embedded PNGs)
-sequential.py  adaptive studies (ablate run --until-decided): the decision rule, anytime-valid confidence sequences
-            per contrast, the report's `sequential` section (render_sequential.py its table)
+analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
+options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
 
 The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads
-sequential.py alone, not the analysis (numpy, scipy, matplotlib).
+inference/sequential.py alone, not the analysis (numpy, scipy, matplotlib).
 """
 
 from __future__ import annotations
@@ -31,18 +23,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ablate.report.analyze import Options
+    from ablate.report.options import Options
 
 __all__ = ["Options", "ReportError", "build_report", "write_report"]
 
 
 def __getattr__(name: str):
-    if name in ("Options", "build_report"):
-        from ablate.report import analyze
+    if name == "Options":
+        from ablate.report.options import Options
 
-        return getattr(analyze, name)
+        return Options
+    if name == "build_report":
+        from ablate.report.analyze import build_report
+
+        return build_report
     if name == "ReportError":
-        from ablate.report.runs import ReportError
+        from ablate.report.inputs.runs import ReportError
 
         return ReportError
     raise AttributeError(f"module 'ablate.report' has no attribute {name!r}")
@@ -52,7 +48,7 @@ def write_report(runs_dir: str | Path, out_dir: str | Path | None = None, opts: 
     """Write report.json, report.md and report.html into out_dir (default: runs_dir); return the report as read
     back from report.json, which is what the markdown and HTML are rendered from."""
     from ablate.report.analyze import build_report
-    from ablate.report.render import to_html, to_json, to_markdown
+    from ablate.report.text.render import to_html, to_json, to_markdown
 
     text = to_json(build_report(runs_dir, opts))
     out = Path(out_dir or runs_dir)

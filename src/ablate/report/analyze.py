@@ -11,51 +11,34 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ablate.report import choose, decide, match, sequential, stats, subjects, tokenizers
-from ablate.report.across import RESAMPLE, across_scales
 from ablate.report.grid.analysis import analyze_sweep
-from ablate.report.runs import (
+from ablate.report.inference import families, pairs, sequential, stats
+from ablate.report.inputs import match, subjects, tokenizers
+from ablate.report.signal import choose
+from ablate.report.options import Options
+from ablate.report.signal.across import RESAMPLE, across_scales
+from ablate.report.text import headline as words
+from ablate.report.inputs.runs import (
     ANSWER_BLIND,
     BASELINE_METRICS,
     PRIOR_CONTROLLED,
     VAL_TASK,
+    Point,
     ReportError,
     Run,
     TaskInfo,
     direction,
+    direction_name,
     group_by_scale,
     is_accuracy,
     load_runs,
     task_infos,
 )
 from ablate.text import natural_key
-
-
-@dataclass
-class Options:
-    alpha: float = 0.05  # the study's error rate: A/A any-claim rate over both families (decide.apply_family)
-    primary_share: float = 0.8  # the primary metric's family is tested at alpha x this; the task metrics at the rest
-    primary: str | None = None  # the primary metric: "task" or "task/metric"; None: validation loss (or its bpb)
-    max_token_gap: float = match.MAX_TOKEN_GAP  # pairs whose points are further apart in tokens: not tested
-    min_seeds: int = 3  # seeds per variant below which a difference is not tested (seeds needed are estimated)
-    power: float = 0.8  # the power "seeds needed" is computed for
-    min_shared_items: float = 0.5  # runs scored different items: compare over the shared ids if >= this share
-    min_monotonicity: float = 0.5  # mean Spearman rho of score vs step (FineTasks' threshold)
-    min_tau: float = 0.6  # mean Kendall tau vs the final ranking over the second half of training
-    min_z: float = 2.0  # "above chance": final score this many standard errors past chance
-    min_snr: float | None = None  # optional SNR threshold (FineTasks used 20); None: not a criterion
-    last_k: int = 3  # checkpoints at the end of a run whose spread is its noise
-    average_last: int = 1  # a run's score: the mean of its last this many evaluations (1: the compared one alone)
-    subject_snr_floor: float | None = None  # leave groups (MMLU subjects) of lower SNR out of the average; None: keep
-    early_fraction: float = 0.25  # "early" checkpoint for decision accuracy: first at >= this share of training
-    bootstrap: int = 2000  # bootstrap replicates for confidence intervals
-    seed: int = 0  # bootstrap RNG seed: the same runs give the same report
-    scale: list[str] = field(default_factory=list)  # config fields forming a scale axis, e.g. ["model.d_model"]
 
 
 def _series_points(run: Run, key) -> list:
@@ -74,28 +57,16 @@ def _value_at(run: Run, key, step: int):
     return next(p for p in _series_points(run, key) if p.step == step)
 
 
-def _curve(runs: list[Run], key) -> dict:
-    steps = _common_steps(runs, key)
-    values = np.array([[_value_at(r, key, s).value for s in steps] for r in runs]) if steps else np.zeros((0, 0))
-    return {
-        "steps": steps,
-        "tokens": [_value_at(runs[0], key, s).tokens for s in steps],
-        "mean": values.mean(axis=0).tolist() if steps else [],
-        "std": values.std(axis=0, ddof=1).tolist() if len(runs) >= 2 and steps else None,
-        "min": values.min(axis=0).tolist() if steps else [],
-        "max": values.max(axis=0).tolist() if steps else [],
-    }
-
-
-def _train_curve(runs: list[Run]) -> dict:
-    by_step = [{p.step: p for p in r.train_loss} for r in runs]
+def _curve(points: list[list[Point]]) -> dict:
+    """Mean, sd, min and max over runs (each run's points, one a step) at the steps every run has."""
+    by_step = [{p.step: p for p in run} for run in points]
     steps = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
     values = np.array([[b[s].value for s in steps] for b in by_step]) if steps else np.zeros((0, 0))
     return {
         "steps": steps,
         "tokens": [by_step[0][s].tokens for s in steps],
         "mean": values.mean(axis=0).tolist() if steps else [],
-        "std": values.std(axis=0, ddof=1).tolist() if len(runs) >= 2 and steps else None,
+        "std": values.std(axis=0, ddof=1).tolist() if len(points) >= 2 and steps else None,
         "min": values.min(axis=0).tolist() if steps else [],
         "max": values.max(axis=0).tolist() if steps else [],
     }
@@ -302,7 +273,7 @@ def analyze_series(
         "task": task.key,
         "metric": metric,
         "primary": metric == task.primary,
-        "direction": "higher" if sign > 0 else "lower",
+        "direction": direction_name(sign),
         "chance": task.chance_for(metric),
         "baseline": metric in BASELINE_METRICS,
         "diagnostic": metric in ANSWER_BLIND,
@@ -326,12 +297,12 @@ def analyze_series(
         },
         "final": final,
         "best": None,  # the leader from the paired estimates (decide.best), set below and again after the families
-        "pairwise": decide.pairwise(list(final), scores, items, sign, opts, stderrs, final),
-        "curve": {v: _curve(rs, key) for v, rs in with_scores.items()},
+        "pairwise": pairs.pairwise(list(final), scores, items, sign, opts, stderrs, final),
+        "curve": {v: _curve([_series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
         "quality": _quality(with_scores, final, task, metric, sign, opts, m),
         RESAMPLE: {"ids": m.ids, "items": items, "stderr": stderrs},  # for across.py; not a figure of the report
     }
-    series["best"] = decide.best(series)
+    series["best"] = pairs.best(series)
     return series
 
 
@@ -355,12 +326,12 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
     runs = [r for rs in finished.values() for r in rs]
     return {
         "scale": scale,
-        "failures": decide.failed_seeds(runs_by_variant),
+        "failures": families.failed_seeds(runs_by_variant),
         "variants": list(finished),
         "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
         "shape_differences": match.shape_differences(runs),
         "item_mismatch": list(mismatches.values()),
-        "train_loss": {v: _train_curve(rs) for v, rs in finished.items()},
+        "train_loss": {v: _curve([r.train_loss for r in rs]) for v, rs in finished.items()},
         "series": series,
     }
 
@@ -495,7 +466,7 @@ def analyze_runs(
     subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     target = groups[-1]  # the largest scale: what decisions are about
-    if opts.primary and not any(decide.is_primary(s, opts) for s in target["series"]):
+    if opts.primary and not any(families.is_primary(s, opts) for s in target["series"]):
         have = sorted({f"{s['task']}/{s['metric']}" for s in target["series"]})
         raise ReportError(
             f"--primary {opts.primary}: no such task or task/metric in these runs; they have: {', '.join(have)}"
@@ -505,20 +476,23 @@ def analyze_runs(
         del s[RESAMPLE]
     recommendation = choose.recommendation(target, tasks, across, opts)
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
-    decisions = decide.decision_series(target, recommendation, opts)
-    inference = decide.apply_family(decide.family_series(target, decisions), opts, where or "(one scale)", decisions)
-    for s in target["series"]:  # no significant pair may put the leader behind
-        s["best"] = decide.best(s)
-    headline = decide.headline(experiment + (f" {where}" if where else ""), target, recommendation, overview, opts)
-    if tokenizer_note["text"]:
-        headline["text"] += " " + tokenizer_note["text"]
+    decisions = families.decision_series(target, recommendation, opts)
+    family = families.family_series(target, decisions)
+    inference, tested = families.apply_family(family, opts, where or "(one scale)", decisions)
+    # the tested series take their place; no significant pair may put the leader behind
+    as_tested = {id(s): {**t, "best": pairs.best(t)} for s, t in zip(family, tested)}
+    target = {**target, "series": [as_tested.get(id(s), s) for s in target["series"]]}
+    groups[-1] = target
+    decisions = [as_tested[id(s)] for s in decisions]
+    name = experiment + (f" {where}" if where else "")
+    headline = words.headline(name, target, decisions, recommendation, overview, opts, tokenizer_note["text"])
     adaptive = None
     if study is not None:  # recomputed from the runs, under the report's own like-with-like rule
         adaptive = sequential.study_section(runs, runs_dir, study, opts.max_token_gap)
     if adaptive is not None:  # the sequential decisions lead; the fixed-n tests stay, labelled
         inference["valid_under_optional_stopping"] = False
-        inference["optional_stopping_note"] = decide.OPTIONAL_STOPPING_NOTE
-        decide.sequential_headline(headline, adaptive, experiment)
+        inference["optional_stopping_note"] = words.OPTIONAL_STOPPING_NOTE
+        headline = words.sequential_headline(headline, adaptive, experiment)
     return {
         "schema": 3,
         "experiment": experiment,

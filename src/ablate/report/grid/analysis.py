@@ -17,10 +17,10 @@ from collections import Counter
 
 import numpy as np
 
-from ablate.report import stats
 from ablate.report.grid import fits
-from ablate.report.match import final_points
-from ablate.report.runs import VAL_TASK, ReportError, Run, get_dotted
+from ablate.report.inference import stats
+from ablate.report.inputs.match import final_points
+from ablate.report.inputs.runs import VAL_TASK, ReportError, Run, get_dotted
 
 LR_AXIS, BATCH_AXIS = "optim.lr", "train.global_batch"
 SIZE_FIELDS = ("model.d_model", "model.n_layers", "model.ffn_hidden")

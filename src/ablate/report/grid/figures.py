@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from ablate.report.plots import png
+from ablate.report.text.plots import png
 
 
 def _fig():

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report.analyze import Options, analyze_runs
-from ablate.report.runs import Point, Run, TaskInfo
+from ablate.report.analyze import analyze_runs
+from ablate.report.options import Options
+from ablate.report.inputs.runs import Point, Run, TaskInfo
 
 STEPS = (10, 20, 30, 40)
 SIG_SEED, SIG_RUN, SIG_CKPT = 0.01, 0.02, 0.005  # run quality: seed, run and checkpoint sds

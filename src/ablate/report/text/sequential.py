@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ablate.report.fmt import Section, fmt, fmt_seconds
+from ablate.report.text.fmt import Section, fmt, fmt_seconds
 
 _DECISION = {"equivalent": "equivalent", "open": "open"}
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from ablate.report.fmt import fmt
-from ablate.report.runs import VAL_TASK, Run, TaskInfo
+from ablate.report.inputs.runs import VAL_TASK, Run, TaskInfo
 from ablate.text import natural_key
 
 BPB = "bpb"
@@ -136,15 +135,3 @@ def overview_fields(run: Run) -> dict:
         "continued_word_rate": figures.get("continued_word_rate"),
         "vocab_use": figures.get("vocab_use"),
     }
-
-
-def runs_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """The tokenizer columns of the runs table (header, a row of cells per run); none when no run has figures."""
-    if not any(r.get("final_val_bpb") is not None or r.get("fertility") is not None for r in rows):
-        return [], [[] for _ in rows]
-    header = ["tokenizer", "val bpb", "fertility", "bytes/token"]
-    cells = [
-        [r.get("tokenizer") or ""] + [fmt(r.get(k)) for k in ("final_val_bpb", "fertility", "bytes_per_token")]
-        for r in rows
-    ]
-    return header, cells

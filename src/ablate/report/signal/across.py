@@ -10,18 +10,15 @@ Each side is oriented by its own direction. A target at chance at the largest sc
 chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (da.py): a
 bootstrap of seeds (the variants sharing a seed kept together) and of the items every seed scored (the noise
 model's persistent part), shown only where its measured coverage holds. SNR is
-stats.signal_noise at that scale (analyze.py's quality figures). section(): these figures as the report's section.
+stats.signal_noise at that scale (analyze.py's quality figures); text/across.py lays these figures out.
 """
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
-from ablate.report import da, stats
-from ablate.report.fmt import Section, fmt, fmt_ci
-from ablate.report.runs import VAL_TASK
+from ablate.report.inference import da, stats
+from ablate.report.inputs.runs import VAL_TASK, sign_of
 
 # A series' working data for the DA bootstrap (analyze.analyze_series sets it, analyze_runs drops it after
 # across_scales): {"ids": compared item ids or None, "items": {variant: (seeds, items) values} or None, "stderr":
@@ -41,10 +38,6 @@ def _find(group: dict, task: str, metric: str | None = None) -> dict | None:
     )
 
 
-def _sign(s: dict) -> int:
-    return 1 if s["direction"] == "higher" else -1
-
-
 def _shared(a: dict | None, b: dict | None) -> list[str]:
     return [v for v in b["final"] if v in a["final"]] if a is not None and b is not None else []
 
@@ -55,15 +48,15 @@ def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, fl
     variants = _shared(small, large)
     if len(variants) < 2:
         return None, None
-    guess = [_sign(small) * small["final"][v]["mean"] for v in variants]
-    truth = [_sign(large) * large["final"][v]["mean"] for v in variants]
+    guess = [sign_of(small["direction"]) * small["final"][v]["mean"] for v in variants]
+    truth = [sign_of(large["direction"]) * large["final"][v]["mean"] for v in variants]
     return stats.decision_accuracy(guess, truth), stats.kendall(guess, truth)
 
 
 def _scale(s: dict, variants: list[str]) -> da.Scale:
     """What the DA bootstrap resamples at one scale: each variant's {seed: oriented run score}, and its runs'
     oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' RESAMPLE entry)."""
-    sign, work = _sign(s), s[RESAMPLE]
+    sign, work = sign_of(s["direction"]), s[RESAMPLE]
     scores = [{k: sign * x for k, x in zip(s["final"][v]["seeds"], s["final"][v]["values"])} for v in variants]
     if work["items"] is not None:
         items = [dict(zip(s["final"][v]["seeds"], sign * work["items"][v])) for v in variants]
@@ -138,79 +131,3 @@ def across_scales(groups: list[dict], opts) -> list[dict]:
 def entry(across: list[dict], task: str, metric: str) -> dict | None:
     """A task x metric's across-scales entry (None without a scale axis or without the metric at a smaller scale)."""
     return next((a for a in across if (a["task"], a["metric"]) == (task, metric)), None)
-
-
-# ---- the report section ----------------------------------------------------------------------------------------
-
-
-def _da_cell(r: dict) -> str:
-    """Target DA with its interval where one is shown (the note under the table says why one is not)."""
-    return f"{fmt(r['decision_accuracy'], 3)} {fmt_ci(r['ci'])}" if r["ci"] else fmt(r["decision_accuracy"], 3)
-
-
-def _cells(a: dict, smaller: list) -> list[str]:
-    """One table row: per smaller scale SNR, DA (with its interval where shown), DA vs val loss, self-agreement;
-    then SNR at the largest and the three means."""
-    by = {json.dumps(r["scale"]): r for r in a["by_scale"]}
-    cells = []
-    for sc in smaller:
-        r = by.get(json.dumps(sc))
-        if r is None:
-            cells += ["", "", "", ""]
-            continue
-        cells += [fmt(r["snr"], 3), _da_cell(r), fmt(r["decision_accuracy_val"], 3), fmt(r["self_agreement"], 3)]
-    means = [a["mean_decision_accuracy"], a["mean_decision_accuracy_val"], a["mean_self_agreement"]]
-    note = " (primary)" if a["primary"] else " (baseline)" if a["metric"] == "acc_choices_only" else ""
-    return [a["task"], a["metric"] + note] + cells + [fmt(a["snr"], 3)] + [fmt(m, 3) for m in means]
-
-
-def _notes(across: list[dict]) -> list[str]:
-    """Why intervals are not shown, where seeds were not paired, and which targets are at chance."""
-    out = [n[0].upper() + n[1:] for n in sorted({r["ci_note"] for a in across for r in a["by_scale"] if r["ci_note"]})]
-    unpaired = sorted({a["task"] for a in across for r in a["by_scale"] if r["paired"] is False})
-    if unpaired:
-        out.append("Variants ran different seed lists, so their seeds were resampled apart: " + ", ".join(unpaired))
-    at_chance = sorted(
-        {f"{a['task']} ({a['target']['metric']})" for a in across if a["target"] and not a["target_valid"]}
-    )
-    if at_chance:
-        out.append(
-            "Targets at chance at the largest scale (no ranking to validate a metric against: read DA vs val loss): "
-            + ", ".join(at_chance)
-        )
-    return out
-
-
-def section(report: dict) -> Section | None:
-    """The report's "Which signal to trust at which scale" (render.py lays it out): SNR at each scale, and decision
-    accuracy to the largest against the task's target, against validation loss, and against itself."""
-    across = report["across_scales"]
-    if not across:
-        return None
-    largest = report["groups"][-1]["scale"]
-    smaller = [g["scale"] for g in report["groups"][:-1]]
-    per_scale = ("SNR @{}", "DA {}->" + str(largest), "DA vs val loss {}->" + str(largest), "self {}->" + str(largest))
-    header = (
-        ["task", "metric"]
-        + [h.format(sc) for sc in smaller for h in per_scale]
-        + [f"SNR @{largest}", "mean DA", "mean DA vs val loss", "mean self"]
-    )
-    paragraphs = [
-        "Decision accuracy (DA, as DataDecide defines it): the share of variant pairs a metric at a smaller scale "
-        f"orders as the target orders them at the largest ({largest}); each side oriented by its own direction, a "
-        "pair tied at the smaller scale counts one half. DA: against the task's primary metric at the largest "
-        "scale (validation loss: its own loss). DA vs val loss: against validation loss at the largest scale. "
-        "Self: against the same metric at the largest scale (whether it agrees with itself, not whether it "
-        "predicts the task). With few variants DA moves in coarse steps (2 variants: 0, 1/2 or 1). Kendall tau "
-        "against the target is in report.json (across_scales).",
-        f"95% interval of DA: a bootstrap ({report['options']['bootstrap']} replicates) that resamples seed indices "
-        "once for every variant of a scale (seed k shares data order and init), each scale apart, and the eval "
-        "items once per replicate for every seed (the same items on every seed: the noise model's persistent part; "
-        "without per-item files, each variant's logged standard error); shown only where it covered the true DA in "
-        ">= 90% of constructed ladders at that number of seeds (docs/reports.md).",
-    ]
-    return Section(
-        "Which signal to trust at which scale",
-        paragraphs + _notes(across),
-        tables=[("SNR and decision accuracy by scale", header, [_cells(a, smaller) for a in across])],
-    )

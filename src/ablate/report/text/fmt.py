@@ -1,5 +1,6 @@
 """What every part of the report's text shares: the Section a renderer lays out, numbers as shown, and names escaped
-for markdown. Used by render.py and grid/sections.py; imports nothing of ablate (and no matplotlib).
+for markdown. Used by render.py and grid/sections.py, and by `ablate status` through sequential.py: it loads no
+numpy, scipy or matplotlib.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ class Section:
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # (caption, header, rows)
     images: list[tuple[str, str]] = field(default_factory=list)  # (caption, base64 PNG), HTML only
+    after: list[str] = field(default_factory=list)  # paragraphs after the tables
+    folded: str | None = None  # the summary line of a section shown folded (HTML <details>), None: open
     bullets: list[str] = field(default_factory=list)
 
 
@@ -39,6 +42,21 @@ def fmt_p(p) -> str:
 
 def fmt_ci(ci, digits: int = 4) -> str:
     return "n/a" if not ci else f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
+
+
+def seeds_needed(row: dict, more_than: str, number=str) -> tuple[str, tuple[str, str] | None] | None:
+    """A pair's seeds needed as text, and the range an sd from few seeds leaves where it is one (None: the seed
+    spread is unknown); counts past stats.MAX_SEEDS read `more_than` MAX_SEEDS."""
+    from ablate.report.inference.stats import MAX_SEEDS  # numpy and scipy: loaded by then, where a report is made
+
+    need, span = row["seeds_needed"], row.get("seeds_needed_range")
+    if need is None:
+        return None
+
+    def n(x):
+        return f"{more_than}{MAX_SEEDS}" if x > MAX_SEEDS else number(x)
+
+    return n(need), ((n(span[0]), n(span[1])) if span and None not in span and span[0] != span[1] else None)
 
 
 def fmt_seconds(s) -> str:

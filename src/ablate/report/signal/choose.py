@@ -24,10 +24,11 @@ import math
 
 import numpy as np
 
-from ablate.report import stats, tracking
-from ablate.report.across import entry
-from ablate.report.decide import decision_series
-from ablate.report.runs import VAL_TASK, TaskInfo
+from ablate.report.inference import stats
+from ablate.report.inference.families import decision_series
+from ablate.report.signal import tracking
+from ablate.report.signal.across import entry
+from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
 
 
 def _f(x, digits: int = 3) -> str:
@@ -226,7 +227,7 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
     if chosen and len(variants) >= 2:
         zs, ranks = {v: [] for v in variants}, {v: [] for v in variants}
         for s in chosen:
-            sign = 1 if s["direction"] == "higher" else -1
+            sign = sign_of(s["direction"])
             names = [v for v in variants if v in s["final"]]
             m = np.array([sign * s["final"][v]["mean"] for v in names])
             z = (m - m.mean()) / m.std() if m.std() > 0 else np.zeros_like(m)

@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ablate.report.runs import Point, Run, TaskInfo
+from ablate.report.inputs.runs import Point, Run, TaskInfo
 
 MAX_TOKEN_GAP = 0.05  # default --max-token-gap: compared points further apart in tokens (relative) are not compared
 

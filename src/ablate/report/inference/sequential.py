@@ -56,7 +56,6 @@ from ablate.rundir import STUDY
 
 STUDY_FILE = STUDY  # runs/<experiment>/study.json: the rule, its history and the rounds (written by the driver)
 MIXTURE_G = (1.0, 10.0, 100.0, 1000.0)  # prior variances of the standardized effect, equally weighted
-DECISIONS = ("a", "b", "equivalent", "open")
 VAL_METRICS = {"val_loss": ("val_loss", "loss"), "val_bpb": ("val_loss", "bpb")}  # names -> (task key, metric)
 _TOKENS = re.compile(r"^(\d+(?:\.\d*)?(?:[eE]\d+)?)([kKMBT]?)$")
 _HOURS = re.compile(r"^(\d+(?:\.\d*)?)h$")
@@ -333,8 +332,9 @@ def study_contrasts(
     numbers (a file's seeds 5, 6, 7 then seed 0: 0 is the fourth). Like with like as in the fixed report: a pair
     whose compared points fail match.token_gap (max_token_gap, default --max-token-gap's) is not decided; a variant
     with a failed or diverged seed is never decided better, nor equivalent (its survivors are a selected sample)."""
-    from ablate.report import decide, match, tokenizers
-    from ablate.report.runs import direction, load_runs, task_infos
+    from ablate.report.inference import families
+    from ablate.report.inputs import match, tokenizers
+    from ablate.report.inputs.runs import direction, load_runs, task_infos
     from ablate.text import natural_key
 
     if runs is None:
@@ -344,7 +344,7 @@ def study_contrasts(
     k = max(1, len(pairs) * len(rule.metrics))
     finished = {v: [r for r in runs if r.variant == v and r.status == "finished"] for v in names}
     unpaired = {v: sorted(r.seed for r in runs if r.variant == v and r.status != "finished") for v in names}
-    failed = decide.failure_texts(decide.failed_seeds({v: [r for r in runs if r.variant == v] for v in names}))
+    failed = families.failure_texts(families.failed_seeds({v: [r for r in runs if r.variant == v] for v in names}))
     tasks = task_infos([r for rs in finished.values() for r in rs])
     compare_bpb = _tokenizers_differ(runs, tasks)
     gap = match.MAX_TOKEN_GAP if max_token_gap is None else max_token_gap
@@ -372,7 +372,7 @@ def study_contrasts(
 
 
 def _never_better_on_survivors(c: Contrast, failed: dict[str, str]) -> None:
-    """The fixed report's rule (decide.winner's `never`) in an adaptive study: a variant with a failed or diverged
+    """The fixed report's rule (families.winner's `never`) in an adaptive study: a variant with a failed or diverged
     seed is compared on its finished seeds, which survived a selection, so the contrast may find it worse but never
     better or equivalent (in place: such a decision becomes open, and the note says why)."""
     for v in (c.a, c.b):
@@ -410,7 +410,7 @@ def _seeds(seeds: list[int]) -> str:
 
 
 def _tokenizers_differ(runs, tasks) -> bool:
-    from ablate.report import tokenizers
+    from ablate.report.inputs import tokenizers
 
     return len(set(tokenizers.identities(runs).values())) > 1 and "val_loss" in tasks
 
@@ -421,7 +421,7 @@ def _scores(finished: dict, task, metric: str) -> dict | None:
     report scores a series."""
     import numpy as np
 
-    from ablate.report import match
+    from ablate.report.inputs import match
 
     if task is None:
         return None
@@ -442,7 +442,8 @@ def _scores(finished: dict, task, metric: str) -> dict | None:
 
 
 def _contrast(a, b, metric, scores, alpha, margin, lower_is_better, task_key, order, max_token_gap) -> Contrast:
-    from ablate.report import match, stats
+    from ablate.report.inference import stats
+    from ablate.report.inputs import match
 
     contrast = Contrast(a, b, metric, "open", 0, None, None, margin)
     if scores is None or a not in scores or b not in scores:

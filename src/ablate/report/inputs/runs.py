@@ -55,6 +55,16 @@ def direction(metric: str) -> int:
     return -1 if parts & LOWER_IS_BETTER_PARTS else 1
 
 
+def direction_name(sign: int) -> str:
+    """A series' "direction" in report.json: "higher" (+1, higher is better) or "lower" (-1)."""
+    return "higher" if sign > 0 else "lower"
+
+
+def sign_of(direction: str) -> int:
+    """A series' "direction" back as its sign: a figure times its sign is larger when better."""
+    return 1 if direction == "higher" else -1
+
+
 def is_accuracy(metric: str) -> bool:
     return metric == "acc" or metric.startswith("acc_")
 

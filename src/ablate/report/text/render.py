@@ -11,13 +11,25 @@ import html
 import json
 import math
 
-from ablate.report import across, plots, render_sequential, stats, tokenizers
-from ablate.report.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line
+from ablate.report.inputs.runs import sign_of
+from ablate.report.text import across, opening, plots, sequential, tokenizers
+from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
 from ablate.report.grid.sections import grid_sections
 
 
 def _group_title(group: dict, groups: list[dict]) -> str:
     return "" if len(groups) == 1 and group["scale"] is None else f" (scale {group['scale']})"
+
+
+def _constant_columns(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]], list]:
+    """The columns after the first (the run) that read the same on every row of two or more, dropped: (header, rows,
+    [(column, value)] of those to state once; an empty column is dropped unsaid)."""
+    if len(rows) < 2:
+        return header, rows, []
+    same = [i for i in range(1, len(header)) if len({row[i] for row in rows}) == 1]
+    keep = [i for i in range(len(header)) if i not in same]
+    stated = [(header[i], rows[0][i]) for i in same if rows[0][i]]
+    return [header[i] for i in keep], [[row[i] for i in keep] for row in rows], stated
 
 
 def _overview_section(report: dict) -> Section:
@@ -53,6 +65,9 @@ def _overview_section(report: dict) -> Section:
     if len({r.get("kv_bytes_per_token") for r in o["runs"]} - {None}) > 1:  # attention choices: KV memory vs loss
         header.insert(7, "KV cache B/token")
         rows = [row[:7] + [fmt(r.get("kv_bytes_per_token"))] + row[7:] for row, r in zip(rows, o["runs"])]
+    header, rows, same = _constant_columns(header, rows)
+    if same:
+        sec.paragraphs.append(", ".join(f"{h} {v}" for h, v in same) + " for every run.")
     sec.tables.append(("Runs", header, rows))
     if o["not_analyzed"]:
         sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o["not_analyzed"]))
@@ -83,7 +98,7 @@ def _vs(p: dict, leader: str) -> tuple[str, float, list | None]:
 
 def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]]:
     """All pairs for up to 3 variants; else each variant against the best one (all pairs stay in report.json)."""
-    sign = 1 if s["direction"] == "higher" else -1
+    sign = sign_of(s["direction"])
     leader = s["best"] or max(s["final"], key=lambda v: sign * s["final"][v]["mean"])
     rows = s["pairwise"] if len(s["final"]) <= 3 else [p for p in s["pairwise"] if leader in (p["a"], p["b"])]
     out = []
@@ -120,14 +135,11 @@ def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]
 
 def _needed(p: dict) -> str:
     """Seeds needed, with the range an sd from few seeds leaves: '13 (6-210)'."""
-    need, span = p["seeds_needed"], p.get("seeds_needed_range")
-    if need is None:
+    found = seeds_needed(p, ">", fmt)
+    if found is None:
         return "n/a"
-
-    def n(x):
-        return f">{stats.MAX_SEEDS}" if x > stats.MAX_SEEDS else fmt(x)
-
-    return n(need) + (f" ({n(span[0])}-{n(span[1])})" if span and None not in span and span[0] != span[1] else "")
+    need, span = found
+    return need + (f" ({span[0]}-{span[1]})" if span else "")
 
 
 _PAIR_COLUMNS = [
@@ -147,32 +159,12 @@ _PAIR_COLUMNS = [
 def _final_scores_section(group: dict, suffix: str, report: dict) -> Section:
     o, inference = report["options"], report["inference"]
     decisions = {tuple(k) for k in inference["metrics"]} if group is report["groups"][-1] else set()
-    sec = Section(
-        f"Final scores{suffix}",
-        [
-            "A run's score is its mean over the items every compared run scored, at the compared evaluation (equal "
-            "tokens: see each table). Mean and seed sd over seeds; 95% CI: two-level bootstrap (seeds, then items). "
-            "Pairwise, diff = a - b, tested at the level of replication, the training seed: a paired t-test over the "
-            "per-seed differences of the seeds both variants ran (Welch's t-test when they share fewer than 2), its "
-            "variance floored by the items' own sampling noise of one difference, so a difference every seed repeats "
-            f"is never p = 0; not tested with fewer than {o['min_seeds']} seeds, or where the compared points are more "
-            f"than {o.get('max_token_gap', 0.05):.0%} apart in tokens (the note says which). Error control "
-            f"({inference['family']}): p_BH is Benjamini-Hochberg adjusted within the pair's family; significant: "
-            "p_BH below its family's alpha, for tested pairs at the largest scale only (n/a elsewhere); decisions are "
-            f"read on the decision metrics alone. Seeds needed: per variant, for {o['power']:.0%} power at the level "
-            "the pair is tested at (its family's alpha / the family's size: Benjamini-Hochberg's first step), taking "
-            "the observed difference as the one to detect and the test's noise (seed spread over the seeds, floored "
-            "by fresh answer noise, plus the item set's persistent part, which seeds do not remove: 'more items, not "
-            "more seeds' where that part alone hides the difference); "
-            "in brackets the range over an 80% interval of the sd, which a few seeds leave wide. p (items): paired "
-            "t-test over items with the seeds held fixed: evaluation noise only, never the decision."
-        ],
-    )
+    sec = Section(f"Final scores{suffix}", [])
     if report.get("sequential"):  # seeds were added where decisions were open: the fixed-n p's looked every round
         sec.paragraphs.append(
             f"Adaptive study: p (seeds) and p_BH here are {report['inference']['optional_stopping_note']}."
         )
-    if o.get("average_last", 1) > 1:
+    if o.get("average_last", opening.DEFAULTS.average_last) > 1:
         sec.paragraphs.append(
             f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
             f"to the compared one (each item's mean, where per-item files exist; runs with fewer "
@@ -457,33 +449,13 @@ def _recommendation(report: dict) -> Section:
 
 
 def sections(report: dict, with_images: bool) -> list[Section]:
+    """The report in reading order: the verdict and decisions first, the method folded, then the evidence."""
     groups = report["groups"]
-    k = report["options"].get("average_last", 1)
-    averaged = (
-        f" Each run's score is the mean of its last {k} evaluations up to the compared one (--average-last "
-        f"{k}), per item where per-item files exist."
-        if k > 1
-        else ""
-    )
-    adaptive = render_sequential.section(report)  # an adaptive study's decisions, beside the headline
+    adaptive = sequential.section(report)  # an adaptive study's decisions, beside the headline
     out = [
-        Section(
-            "Headline",
-            [
-                report["headline"]["text"],
-                "Decisions rest on the primary metric and each task's best measured metric that passes the "
-                "signal criteria (see Recommendation), tested over training seeds; error control "
-                + report["inference"]["family"]
-                + "."
-                + averaged
-                + (
-                    f" Under the adaptive study these are {report['inference']['optional_stopping_note']}."
-                    if adaptive
-                    else ""
-                ),
-            ],
-        ),
+        opening.headline_section(report),
         *([adaptive] if adaptive else []),
+        opening.method_section(report),
         _overview_section(report),
     ]
     floor = _subject_floor(report)
@@ -516,6 +488,8 @@ def to_markdown(report: dict) -> str:
     lines = [f"# Ablation report: {md_escape(report['experiment'])}", ""]
     for sec in sections(report, with_images=False):
         lines += [f"## {md_escape(sec.title)}", ""]
+        if sec.folded:  # folded where markdown renders HTML (GitHub), plain text elsewhere
+            lines += [f"<details><summary>{html.escape(sec.folded)}</summary>", ""]
         for p in sec.paragraphs:
             lines += [md_line(p), ""]
         if sec.bullets:
@@ -529,6 +503,10 @@ def to_markdown(report: dict) -> str:
             ]
             lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
             lines.append("")
+        for p in sec.after:
+            lines += [md_line(p), ""]
+        if sec.folded:
+            lines += ["</details>", ""]
     lines.append(
         f"_Analysis took {report['seconds']:.1f}s over {md_escape(report['runs_dir'])}; every figure is "
         f"in report.json._"
@@ -540,7 +518,8 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}
 th{background:#f2f2f2}caption{text-align:left;font-weight:600;padding:4px 0}.headline{font-size:17px;
 background:#eef5ff;padding:10px;border-left:4px solid #36c}img{border:1px solid #ddd}
-figure{display:inline-block;margin:4px;vertical-align:top;max-width:560px}figcaption{font-size:12px;color:#555}"""
+figure{display:inline-block;margin:4px;vertical-align:top;max-width:560px}figcaption{font-size:12px;color:#555}
+.note{font-size:14px;color:#444;margin:.3em 0}summary{cursor:pointer;color:#36c}"""
 
 
 def to_html(report: dict) -> str:
@@ -553,6 +532,8 @@ def to_html(report: dict) -> str:
         content = sections(report, with_images=True)
     for sec in content:
         parts.append(f"<h2>{e(sec.title)}</h2>")
+        if sec.folded:
+            parts.append(f"<details><summary>{e(sec.folded)}</summary>")
         for p in sec.paragraphs:
             first = sec.title == "Headline" and p is sec.paragraphs[0]
             parts.append(f"<p class='headline'>{e(p)}</p>" if first else f"<p>{e(p)}</p>")
@@ -566,11 +547,14 @@ def to_html(report: dict) -> str:
                 + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
                 + "</table>"
             )
+        parts += [f"<p class='note'>{e(p)}</p>" for p in sec.after]
         for caption, png in sec.images:
             parts.append(
                 f"<figure><img alt='{e(caption, quote=True)}' src='data:image/png;base64,{png}'>"
                 f"<figcaption>{e(caption)}</figcaption></figure>"
             )
+        if sec.folded:
+            parts.append("</details>")
     parts.append(
         f"<p><em>Analysis took {report['seconds']:.1f}s over {e(report['runs_dir'])}; every figure is in "
         f"report.json.</em></p></body></html>"

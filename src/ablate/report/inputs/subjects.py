@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from ablate.report import stats
-from ablate.report.runs import Run, TaskInfo
+from ablate.report.inference import stats
+from ablate.report.inputs.runs import Run, TaskInfo
 
 
 def _group_snr(by_variant: dict[str, list[Run]], key, group: str, last_k: int) -> float | None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report import stats
-from ablate.report.runs import VAL_TASK, is_accuracy
+from ablate.report.inference import stats
+from ablate.report.inputs.runs import VAL_TASK, is_accuracy, sign_of
 
 MIN_TAU = 0.5  # least mean Kendall tau of the variants' ranking; above 1/3, what one swap among three variants gives
 MIN_DA = 0.5  # decision accuracy must beat a coin flip
@@ -43,7 +43,7 @@ def task_accuracy(task_series: list[dict]) -> dict | None:
 
 
 def _oriented(s: dict) -> dict[str, dict[int, float]]:
-    sign = 1 if s["direction"] == "higher" else -1
+    sign = sign_of(s["direction"])
     return {label: dict(zip(r["steps"], (sign * v for v in r["values"]))) for label, r in s["runs"].items()}
 
 

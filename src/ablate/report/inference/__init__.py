@@ -1,0 +1,13 @@
+"""How sure: seed-level tests under one noise model, the study's error control, the decisions' statistics, an
+adaptive study's anytime-valid rule, and the report calibrated on studies with known answers.
+
+stats.py       bootstrap CIs, seed-level tests (seeds + item-set noise), Benjamini-Hochberg, seeds needed,
+               Spearman, Kendall, SNR, decision accuracy (numpy/scipy)
+pairs.py       one pair of variants tested over training seeds; a series' leader from its pairs
+families.py    the two families (primary metric, task metrics), the decision metrics, the winner, failed seeds
+da.py          decision accuracy's bootstrap (variants sharing a seed resampled together, the items shared by every
+               seed resampled once per replicate) and its coverage
+sequential.py  adaptive studies (ablate run --until-decided): the decision rule, anytime-valid confidence sequences
+               per contrast, the report's `sequential` section (numpy/scipy only when a study is read)
+calibrate.py   constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
+"""

@@ -1,0 +1,157 @@
+"""One pair of variants tested at the level of replication, the training seed, and a series' leader read from its
+pairs.
+
+- A pair is tested over run-level scores (a paired t over the per-seed differences of the seeds both variants ran,
+  Welch over the two samples when they share fewer than 2) under one noise model (stats.seed_test): the seed
+  variance divided by the seeds plus the persistent item-set variance, not divided by them, on Satterthwaite's
+  degrees of freedom; a difference repeated exactly by every seed is evidence only as far as the items it rests on
+  are. The CI adds item noise with a two-level bootstrap (seeds, then items); the item-level p is shown as
+  evaluation noise only.
+- Fewer than `min_seeds` seeds per variant, or compared points more than `max_token_gap` apart in tokens, or a
+  token count missing (match.token_gap): not tested, and the report says why.
+
+`compare` and `pairwise` are what the report runs; the calibration (inference/calibrate.py) runs the same functions
+on simulated studies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ablate.report.inference import stats
+from ablate.report.inputs import match
+from ablate.report.inputs.runs import sign_of
+
+
+def best(s: dict) -> str | None:
+    """A series' leader, from the paired estimates on shared seeds (each pairwise row's `better`), never from the
+    variants' own means: with unequal seed sets (an adaptive study stops giving seeds to decided variants) a mean
+    over other seeds can put first a variant that every paired comparison puts behind. The variant ahead of every
+    other; where the estimates cycle, the one ahead of most; in both cases among the variants no significant pair
+    puts behind (once the families are applied), the means breaking what is left. None when several stay tied."""
+    sign = sign_of(s["direction"])
+    variants, rows = list(s["final"]), s["pairwise"]
+    behind = {p["b"] if p["better"] == p["a"] else p["a"] for p in rows if p["significant"] and p["better"]}
+    candidates = [v for v in variants if v not in behind] or variants
+    wins = {v: sum(p["better"] == v for p in rows) for v in candidates}
+    leaders = [v for v in candidates if wins[v] == max(wins.values())]
+    top = max(sign * s["final"][v]["mean"] for v in leaders)
+    leaders = [v for v in leaders if sign * s["final"][v]["mean"] == top]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def _rows(matrix: np.ndarray | None, seeds: dict, keep: list[int]) -> np.ndarray | None:
+    """The rows of a (seeds, items) matrix (rows in sorted seed order) for the seeds `keep`."""
+    return None if matrix is None else matrix[[sorted(seeds).index(s) for s in keep]]
+
+
+def compare(
+    a: dict[int, float],
+    b: dict[int, float],
+    sign: int,
+    opts,
+    items_a: np.ndarray | None = None,
+    items_b: np.ndarray | None = None,
+    stderr_a: dict | None = None,
+    stderr_b: dict | None = None,
+    tokens: tuple[list, list] | None = None,
+) -> dict:
+    """One pair: a and b map seed -> run-level score; items_a/items_b are (seeds, items) matrices, rows in sorted
+    seed order, columns the same items (None without per-item files); stderr_*: seed -> logged standard error;
+    tokens: the two variants' compared token counts (run order irrelevant)."""
+    with_items = items_a is not None and items_b is not None and items_a.shape[1] == items_b.shape[1]
+    ia, ib = (items_a, items_b) if with_items else (None, None)
+    t = stats.seed_test(a, b, ia, ib, stderr_a, stderr_b)
+    diff = t["diff"]
+    shared = sorted(set(a) & set(b))
+    n_tested = t["n_shared"] if t["paired"] else min(t["n_a"], t["n_b"])
+    gap, refused = match.token_gap(tokens[0] + tokens[1], opts.max_token_gap) if tokens else (None, None)
+    testable = n_tested >= opts.min_seeds and t["p"] is not None and not refused
+    row = {
+        "diff": diff,
+        "better": None,
+        "test": t["test"],
+        "paired": t["paired"],
+        "p_seeds": t["p"],
+        "n_seeds": t["n_shared"] if t["paired"] else None,
+        "n_seeds_a": t["n_a"],
+        "n_seeds_b": t["n_b"],
+        "sd_diff": t["sd_diff"],
+        "sd_seeds": t["sd_seeds"],
+        "noise_floor_sd": t["noise_floor_sd"],
+        "item_sd": t["item_sd"],
+        "item_df": t["item_df"],
+        "noise_source": t["noise_source"],
+        "noise_assumption": stats.STDERR_ASSUMPTION if t["noise_source"] == "logged standard errors" else None,
+        "df": t["df"],
+        "seeds_agree": None,
+        "testable": testable,
+        "token_gap": gap,
+        "untested": None,  # why a pair was not tested: "tokens", "seeds" or "no_spread"
+        "seeds_needed": None,
+        "seeds_needed_range": None,
+        "more_items": None,  # the item set alone hides a difference this size: more items, not more seeds
+        "ci": None,
+        "p_items": None,
+        "n_items": None,
+        "family": None,
+        "p_bh": None,
+        "significant": None,
+        "note": "",
+    }
+    if sign * diff > 0 or sign * diff < 0:
+        row["better"] = "a" if sign * diff > 0 else "b"
+    if t["paired"] and diff != 0:
+        per_seed = np.array([a[s] - b[s] for s in shared])
+        row["seeds_agree"] = int(np.sum(np.sign(per_seed) == np.sign(diff)))
+    if with_items:
+        row["n_items"] = int(items_a.shape[1])
+        pa, pb = (_rows(items_a, a, shared), _rows(items_b, b, shared)) if t["paired"] else (items_a, items_b)
+        row["p_items"] = stats.item_pvalue(pa, pb)
+        if opts.bootstrap > 0:
+            row["ci"] = stats.bootstrap_diff(pa, pb, t["paired"], opts.bootstrap, opts.seed)
+    if refused:
+        row["untested"] = "tokens"
+        row["note"] = f"not tested: {refused}"
+    elif n_tested < opts.min_seeds:
+        row["untested"] = "seeds"
+        what = f"{n_tested} seeds both ran" if t["paired"] else f"{n_tested} seeds on the smaller side"
+        row["note"] = f"not tested: {what}, fewer than {opts.min_seeds}"
+    elif t["p"] is None:
+        row["untested"] = "no_spread"
+        row["note"] = "not tested: no seed spread and no item noise known to bound it"
+    if t["paired"] and (len(shared) < len(a) or len(shared) < len(b)):
+        row["note"] = (row["note"] + "; " if row["note"] else "") + (
+            f"paired over the {len(shared)} seeds both ran ({len(a)} vs {len(b)})"
+        )
+    return row
+
+
+def pairwise(
+    variants: list[str],
+    scores: dict[str, dict[int, float]],
+    items: dict[str, np.ndarray] | None,
+    sign: int,
+    opts,
+    stderrs: dict[str, dict] | None = None,
+    final: dict | None = None,
+) -> list[dict]:
+    """Every pair (a before b in `variants` order), each a `compare` row with a and b named. final: the series'
+    final dict (its compared token counts refuse pairs too far apart)."""
+    rows = []
+    for i, a in enumerate(variants):
+        for b in variants[i + 1 :]:
+            row = compare(
+                scores[a],
+                scores[b],
+                sign,
+                opts,
+                items[a] if items else None,
+                items[b] if items else None,
+                stderrs.get(a) if stderrs else None,
+                stderrs.get(b) if stderrs else None,
+                (final[a]["tokens"], final[b]["tokens"]) if final else None,
+            )
+            row["better"] = {"a": a, "b": b}.get(row["better"])
+            rows.append({"a": a, "b": b, **row})
+    return rows
