@@ -31,6 +31,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from ablate.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from ablate.setup.checks import check_run  # noqa: E402
 from ablate.training.parallel import init_distributed  # noqa: E402
 from ablate.training.trainer import Trainer  # noqa: E402
 
@@ -133,7 +134,7 @@ def main() -> None:
         for dtype in args.dtypes.split(","):
             run = ablate_config(shape, dtype, 400 if args.smoke else None)
             sides = {
-                "ablate": Trainer(run, Path(out) / dtype, d, callbacks=[]),
+                "ablate": Trainer(check_run(run, d.world), Path(out) / dtype, d, callbacks=[]),
                 "nanoGPT-style": ReferenceTrainer(shape, dtype),
             }
             sides["ablate"].start_time = time.perf_counter()

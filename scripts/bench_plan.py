@@ -156,6 +156,7 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
 
     from ablate.config import RunConfig
     from ablate.data.prepare import prepare_data
+    from ablate.setup.checks import check_run
     from ablate.training.parallel import init_distributed
     from ablate.training.run import Trainer
 
@@ -177,7 +178,7 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
         profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         profiler.start()
     start = time.perf_counter()
-    trainer = Trainer(run, run_dir, d, callbacks=[])
+    trainer = Trainer(check_run(run, d.world), run_dir, d, callbacks=[])
     trainer.model.train()
     with record_function("bench_plan_steps"):
         for _ in range(steps):
@@ -251,10 +252,11 @@ def _child(args) -> int:
 def compare(name: str, world: int, steps: int, rss: bool) -> dict:
     from ablate.config import RunConfig
     from ablate.cost.memory import estimate_memory
+    from ablate.setup.checks import check_run
 
     run_dict = case_config(name, world)
     return {
-        "estimate": estimate_memory(RunConfig.from_dict(run_dict), world, "cpu"),
+        "estimate": estimate_memory(check_run(RunConfig.from_dict(run_dict), world), world, "cpu"),
         "live": measure_in_subprocess(run_dict, world, steps),
         "rss": measure_in_subprocess(run_dict, world, steps, rss=True) if rss else None,
     }

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from ablate.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
 from ablate.kernels.reference import default_chunk_rows  # noqa: E402
+from ablate.setup.checks import check_run  # noqa: E402
 from ablate.training.parallel import init_distributed, machine_key, measure_peak_flops, remember_peak  # noqa: E402
 from ablate.training.trainer import Trainer  # noqa: E402
 
@@ -148,7 +149,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         for mode in args.modes.split(","):
             run = bench_config(size, mode)
-            trainer = Trainer(run, Path(out) / mode, d, callbacks=[])  # the step alone
+            trainer = Trainer(check_run(run, d.world), Path(out) / mode, d, callbacks=[])  # the step alone
             trainer.start_time = time.perf_counter()
             for _ in range(args.warmup):  # the first step pays the compile, if any
                 trainer.train_step()

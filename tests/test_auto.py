@@ -141,13 +141,15 @@ def test_the_cpu_keeps_its_cache_blocks_bit_for_bit():
 
 def tiny_trainer(tmp_path, **fields):
     """The tiny experiment's Trainer on CPU, not logging, validating or checkpointing in its first steps."""
+    from ablate.setup.checks import check_run
     from ablate.training.parallel import init_distributed
     from ablate.training.trainer import Trainer
 
     quiet = {"train.max_steps": 3, "train.log_every": 100, "train.val_every": 0, "train.ckpt_every": 0}
     run = load_experiment(TINY, only=["mha"])[0]
     run = apply_overrides(run, {**quiet, "train.device": "cpu", **fields})
-    trainer = Trainer(run, tmp_path / "run", init_distributed("cpu"))
+    d = init_distributed("cpu")
+    trainer = Trainer(check_run(run, d.world), tmp_path / "run", d)
     trainer.start_time = 0.0
     return trainer
 

@@ -9,11 +9,11 @@ import shutil
 import pytest
 import torch
 
+from ablate import checkpoint_files
+from ablate.checkpoint_files import CheckpointError, DamagedCheckpointError
 from ablate.eval.load import load_model
 from ablate.setup.experiment import load_experiment
-from ablate.training import checkpoint
 from ablate.training import parallel
-from ablate.training.checkpoint import CheckpointError, DamagedCheckpointError
 from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli
 
@@ -110,14 +110,14 @@ def test_non_tensor_entries_load_as_plain_data_only(tmp_path):
     checkpoint_dir = tmp_path / "plain"
     torch.distributed.checkpoint.save({"group": plain}, checkpoint_id=str(checkpoint_dir), no_dist=True)
     state = {"group": dict.fromkeys(plain)}
-    checkpoint.dcp_load(state, checkpoint_dir)
+    checkpoint_files.dcp_load(state, checkpoint_dir)
     assert state["group"] == plain
     crafted_dir = tmp_path / "crafted"  # as if an optimizer's lr were a Touch
     torch.distributed.checkpoint.save(
         {"group": {"lr": Touch(tmp_path / "ran")}}, checkpoint_id=str(crafted_dir), no_dist=True
     )
     with pytest.raises(DamagedCheckpointError, match=r"entry group\.lr is not plain data .*posix\.system"):
-        checkpoint.dcp_load({"group": {"lr": None}}, crafted_dir)
+        checkpoint_files.dcp_load({"group": {"lr": None}}, crafted_dir)
     assert not (tmp_path / "ran").exists()
 
 
@@ -201,7 +201,7 @@ def test_readers_skip_a_damaged_checkpoint_and_leave_the_folder_alone(finished, 
     with pytest.raises(DamagedCheckpointError) as caught:  # named explicitly: no substitute
         load_model(ckpts / "step_12")
     assert str(caught.value).startswith(f"{ckpts / 'step_12'}: damaged checkpoint (__0_0.distcp is truncated")
-    assert checkpoint.check_checkpoint(ckpts / "step_10") is None
+    assert checkpoint_files.check_checkpoint(ckpts / "step_10") is None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ablate import checkpoint_files
 from ablate.config import ModelConfig
 from ablate.model import Transformer
 from ablate.setup.experiment import load_experiment
@@ -47,7 +48,7 @@ def save(tmp_path, d, model, optimizer):
 
 
 def saved_keys(ckpt) -> set[str]:
-    return set(checkpoint.read_metadata(ckpt).state_dict_metadata)
+    return set(checkpoint_files.read_metadata(ckpt).state_dict_metadata)
 
 
 class CudaHere:
@@ -111,8 +112,8 @@ def test_a_checkpoint_of_another_world_size_restores_no_rng(tmp_path, monkeypatc
     """Its rng_rank{r} entries belong to ranks of another run layout: none is asked for, none restored."""
     d, model, optimizer = tiny_training_state()
     ckpt = save(tmp_path, d, model, optimizer)
-    meta = json.loads((ckpt / checkpoint.META).read_text())
-    (ckpt / checkpoint.META).write_text(json.dumps({**meta, "world": 2}))
+    meta = json.loads((ckpt / checkpoint_files.META).read_text())
+    (ckpt / checkpoint_files.META).write_text(json.dumps({**meta, "world": 2}))
     cuda = CudaHere(monkeypatch)
     torch.manual_seed(7)
     expected = torch.rand(3)

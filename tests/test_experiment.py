@@ -110,8 +110,8 @@ def test_an_experiment_file_executes_once_per_process(tmp_path):
     """
     path = write(tmp_path, body)
     checked = load_checked(path)
-    assert [r.train.seed for r in checked] == [0, 1] and all(r.world == 1 for r in checked)
-    assert checked[0].batch_schedule and checked[0].config == load_experiment(path)[0]
+    assert [r.config.train.seed for r in checked] == [0, 1] and all(r.world == 1 for r in checked)
+    assert checked[0].batch_plan and checked[0].config == load_experiment(path)[0]
     assert experiment_study(path) == (None, [0, 1]) and experiment_callbacks(path) == []
     assert counter.read_text() == "x"
     path.write_text(path.read_text() + "\nseeds = [3]\n")
@@ -133,7 +133,7 @@ def test_a_checked_run_is_checked_again_only_for_another_world(monkeypatch):
 
     monkeypatch.setattr(checks, "check_data_config", refuse)
     on_two = checks.check_run(checked, 2)
-    assert on_two.world == 2 and on_two.config is checked.config and on_two.batch_schedule == checked.batch_schedule
+    assert on_two.world == 2 and on_two.config is checked.config and on_two.batch_plan == checked.batch_plan
     with pytest.raises(ConfigError, match="world"):
         checks.check_run(checked, 3)
     with pytest.raises(AssertionError, match="checked already"):

@@ -12,7 +12,7 @@ from ablate.config import ConfigError
 from ablate.cost import memory
 from ablate.launch import slurm
 from ablate.launch import sweep
-from ablate.setup.experiment import load_experiment
+from ablate.setup.experiment import load_checked
 from ablate.training import parallel
 from conftest import TINY, cli_in_process
 
@@ -53,7 +53,7 @@ class FakeExecutor:
 
 
 def test_local_launcher_submits_each_task_on_its_own_gpus(monkeypatch):
-    runs = load_experiment(TINY, seeds=[0, 1])[:3]
+    runs = load_checked(TINY, seeds=[0, 1])[:3]
     monkeypatch.setattr(sweep, "visible_gpus", lambda: ["0", "1", "2", "3"])
     executor = FakeExecutor()
     jobs = slurm._submit_locally(executor, runs, "out", {"gpus_per_run": 2, "max_requeues": 0}, 1, None)
@@ -76,14 +76,14 @@ def test_local_launcher_submits_each_task_on_its_own_gpus(monkeypatch):
 
 
 def test_gpus_per_run_rule(monkeypatch):
-    on = load_experiment(TINY)  # train.device='auto'
+    on = load_checked(TINY)  # train.device='auto'
     monkeypatch.setattr(slurm, "_sinfo_partitions", lambda: None)  # no SLURM here
     monkeypatch.setattr(sweep, "visible_gpus", lambda: [])
     assert slurm.resolve_gpus_per_run({"gpus_per_run": 3}, on, local=True) == (3, "")
     assert slurm.resolve_gpus_per_run({}, on, local=True) == (0, "no CUDA GPU visible here: CPU")
     monkeypatch.setattr(sweep, "visible_gpus", lambda: ["0", "1"])
     assert slurm.resolve_gpus_per_run({}, on, local=True) == (1, "this machine sees 2 CUDA GPU(s)")
-    cpu_runs = load_experiment(TINY, overrides={"train.device": "cpu"})
+    cpu_runs = load_checked(TINY, overrides={"train.device": "cpu"})
     assert slurm.resolve_gpus_per_run({}, cpu_runs, local=True)[0] == 0
     # on a cluster the partition's GRES decides, whatever the login node has
     monkeypatch.setattr(slurm, "_sinfo_partitions", lambda: "cpu*|(null)\ngpu|gpu:a100:4\n")
@@ -253,8 +253,7 @@ def test_the_sweep_parent_never_initialises_cuda(tmp_path, side_by_side):
 
 def test_each_run_is_checked_against_its_share_of_the_gpu(tmp_path, side_by_side):
     seen, _, probe = side_by_side
-    run = load_experiment(TINY, only=["mha"])[0]
-    needs = memory.estimate_memory(run, 1).total
+    needs = memory.estimate_memory(load_checked(TINY, only=["mha"])[0], 1).total
     probe(int(needs * 1.5))  # one run fits the GPU, two do not fit it together
     assert cli_in_process("run", TINY, "--out", tmp_path).returncode == 0  # one run per GPU
     shared = cli_in_process("run", TINY, "--out", tmp_path, "--runs-per-gpu", "2", check=False)

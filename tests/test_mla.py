@@ -15,6 +15,7 @@ from ablate.cost import memory
 from ablate.cost import plan
 from ablate.eval.export import check_exportable
 from ablate.model import LatentAttention, Transformer, attention_logit_max
+from ablate.setup.checks import check_run
 from test_plan import _saved_by_autograd
 
 BASE = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, attention="mla")
@@ -117,7 +118,8 @@ def test_kv_cache_bytes_per_token_for_every_attention_choice():
         RunConfig(name=n, model=c, data=DataConfig(seq_len=16), train=TrainConfig(max_steps=2, global_batch=4))
         for n, c in (("mha", ModelConfig(**m)), ("mla", mla))
     ]
-    shown = plan.format_report([plan.plan_run(r, device_type="cpu") for r in runs], 1, None, None, "none")
+    plans = [plan.plan_run(check_run(r, prechecked=True), device_type="cpu") for r in runs]  # no data: vocab 64
+    shown = plan.format_report(plans, 1, None, None, "none")
     header, mha_row, mla_row = shown.splitlines()[1:4]
     column = header.split().index("KV/token")
     assert mha_row.split()[column] == "768B" and mla_row.split()[column] == "120B"
@@ -131,7 +133,7 @@ def test_counts_and_flops():
     ffn = 3 * 32 * cfg.ffn_dim
     assert model.num_params() == 64 * 32 + 2 * (attention + ffn + 2 * 32) + 32
     run = RunConfig(model=cfg, data=DataConfig(seq_len=16), train=TrainConfig(max_steps=2, global_batch=4))
-    planned = plan.plan_run(run, device_type="cpu")
+    planned = plan.plan_run(check_run(run, prechecked=True), device_type="cpu")  # shapes: no data behind vocab 64
     assert planned.params == planned.active == model.num_params()
     n = model.num_params(exclude_embedding=True)
     assert planned.flops_per_token == 6 * n + 6 * 2 * 4 * (2 * 8 + rope) * 16  # scores over 12 dims, values over 8

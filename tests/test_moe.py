@@ -20,6 +20,7 @@ from ablate.eval.export import check_exportable
 from ablate.model import MoE, Transformer
 from ablate.optim import assign_roles, build_optimizer
 from ablate.optim.muon import newton_schulz, update_scale
+from ablate.setup.checks import check_run
 from ablate.training.callbacks.experts import ExpertBalance
 from ablate.training.trainer import standard_callbacks
 from conftest import TINY, run_cli
@@ -220,7 +221,7 @@ def test_total_and_active_counts():
     dense_flops = 6 * model.num_params(exclude_embedding=True, active=True)
     assert model.flops_per_token(8) - dense_flops == 12 * 4 * 2 * 8 * 8  # layers x heads x head_dim x seq
     run = RunConfig(model=cfg, data=DataConfig(seq_len=8), train=TrainConfig(max_steps=2, global_batch=4))
-    planned = plan.plan_run(run, device_type="cpu")
+    planned = plan.plan_run(check_run(run, prechecked=True), device_type="cpu")  # shapes: no data behind vocab 64
     assert (planned.params, planned.active) == (model.num_params(), model.num_params(active=True))
     shown = plan.format_report([planned], 1, None, None, "none")
     assert "active" in shown.splitlines()[1] and "KV/token" in shown.splitlines()[1]

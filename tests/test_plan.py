@@ -15,6 +15,7 @@ from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, Run
 from ablate.cost import memory
 from ablate.cost import plan
 from ablate.model import Transformer
+from ablate.setup.checks import check_run
 from conftest import REPO, TINY, cli_in_process, run_cli
 
 
@@ -42,7 +43,7 @@ def test_parse_size_reads_binary_and_decimal_units():
 def test_counts_match_the_real_model(tie):
     run = _run(model=ModelConfig(vocab_size=512, d_model=64, n_layers=3, n_heads=4, tie_embeddings=tie))
     real = Transformer(run.model, max_seq_len=run.data.seq_len)
-    p = plan.plan_run(run)
+    p = plan.plan_run(check_run(run))
     assert p.params == sum(x.numel() for x in real.parameters()) == real.num_params()
     assert p.non_embedding == p.params - 512 * 64
     assert p.flops_per_token == real.flops_per_token(run.data.seq_len)
@@ -53,12 +54,12 @@ def test_counts_match_the_real_model(tie):
 
 def test_a_branch_costs_only_its_steps_after_the_branch_point():
     parent = _run()
-    whole = plan.plan_run(parent)
-    part = plan.plan_run(branch(parent, 6, "decay", {"schedule.name": "wsd"}))
+    whole = plan.plan_run(check_run(parent))
+    part = plan.plan_run(check_run(branch(parent, 6, "decay", {"schedule.name": "wsd"})))
     assert part.steps == 4 and part.tokens == 4 * 8 * 32
     assert part.model_tokens == whole.model_tokens == whole.tokens  # the final model saw the parent's tokens too
     assert part.flops == pytest.approx(whole.flops * 4 / 10)
-    longer = plan.plan_run(branch(parent, 6, "longer", {"train.max_steps": 20}))
+    longer = plan.plan_run(check_run(branch(parent, 6, "longer", {"train.max_steps": 20})))
     assert longer.steps == 14 and longer.model_tokens == 20 * 8 * 32
 
 
@@ -77,14 +78,14 @@ def test_a_batch_schedule_takes_the_steps_its_plan_lists():
     from ablate.data.batch_schedule import batch_plan
 
     steps = batch_plan(run.train, 32)
-    p = plan.plan_run(run)
+    p = plan.plan_run(check_run(run))
     assert p.steps == len(steps) > 16384 // (16 * 32)  # small batches first: more steps than at the full batch
     assert p.tokens == sum(steps) * 32 >= 16384
 
 
 def test_world_size_must_split_the_batch():
     with pytest.raises(ConfigError, match="base: .*world size"):
-        plan.plan_run(_run(), world=3)
+        plan.plan_run(check_run(_run()), world=3)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -155,7 +156,7 @@ def test_dropout_is_counted_roughly():
 
 def test_more_ranks_shard_the_state_but_not_the_activations():
     run = _run(train=TrainConfig(max_steps=10, global_batch=8, micro_batch=4))
-    one, two = memory.estimate_memory(run, 1, "cpu"), memory.estimate_memory(run, 2, "cpu")
+    one, two = memory.estimate_memory(check_run(run), 1, "cpu"), memory.estimate_memory(check_run(run), 2, "cpu")
     assert two.params < 0.55 * one.params and two.optimizer < 0.55 * one.optimizer
     assert one.optimizer == pytest.approx(2 * (one.params - memory.model_shapes(run).buffer_bytes))  # AdamW: 2 states
     assert two.activations == pytest.approx(one.activations, rel=0.05)
@@ -163,24 +164,25 @@ def test_more_ranks_shard_the_state_but_not_the_activations():
 
 
 def test_accumulation_finds_gradients_waiting():
-    alone = memory.estimate_memory(_run(), 1, "cpu")  # global 8 = micro 4 x 2: the second micro-batch has grads
-    no_accumulation = memory.estimate_memory(_run(train=TrainConfig(global_batch=4, micro_batch=4)), 1, "cpu")
+    alone = memory.estimate_memory(check_run(_run()), 1, "cpu")  # global 8 = micro 4 x 2: the 2nd micro-batch has grads
+    single = check_run(_run(train=TrainConfig(global_batch=4, micro_batch=4)))
+    no_accumulation = memory.estimate_memory(single, 1, "cpu")
     assert "micro-batch 2" in alone.moment and alone.grads >= alone.params - memory.model_shapes(_run()).buffer_bytes
     assert no_accumulation.total < alone.total
 
 
 def test_muon_keeps_one_state_for_hidden_matrices():
-    adamw = memory.estimate_memory(_run(), 1, "cpu")
-    muon = memory.estimate_memory(_run(optim=OptimConfig(name="muon")), 1, "cpu")
+    adamw = memory.estimate_memory(check_run(_run()), 1, "cpu")
+    muon = memory.estimate_memory(check_run(_run(optim=OptimConfig(name="muon"))), 1, "cpu")
     assert 0.5 * adamw.optimizer < muon.optimizer < adamw.optimizer
     with pytest.raises(ConfigError, match="optim.name"):
-        memory.estimate_memory(_run(optim=OptimConfig(name="lion")), 1, "cpu")
+        memory.estimate_memory(check_run(_run(optim=OptimConfig(name="lion"))), 1, "cpu")
 
 
 def test_bf16_halves_gathered_parameters_and_activations():
-    fp32 = memory.estimate_memory(_run(train=TrainConfig(global_batch=4, micro_batch=4)), 1, "cpu")
+    fp32 = memory.estimate_memory(check_run(_run(train=TrainConfig(global_batch=4, micro_batch=4))), 1, "cpu")
     run = _run(train=TrainConfig(global_batch=4, micro_batch=4, dtype="bf16"))
-    cpu, gpu = memory.estimate_memory(run, 1, "cpu"), memory.estimate_memory(run, 1, "cuda")
+    cpu, gpu = memory.estimate_memory(check_run(run), 1, "cpu"), memory.estimate_memory(check_run(run), 1, "cuda")
     assert cpu.params == fp32.params and cpu.optimizer == fp32.optimizer  # fp32 shards: the master weights
     assert cpu.gathered == pytest.approx(fp32.gathered / 2) and cpu.gathered == gpu.gathered
     assert cpu.activations < 0.75 * fp32.activations  # bf16 activations (the norms keep fp32 on CPU)
@@ -188,11 +190,11 @@ def test_bf16_halves_gathered_parameters_and_activations():
 
 def test_check_fits_refuses_naming_what_the_run_needs_and_has():
     run = _run()
-    need = memory.estimate_memory(run, 1, "cpu").total
-    assert memory.check_fits(run, 1, None, "cpu").total == need
-    assert memory.check_fits(run, 1, need, "cpu").total == need
+    need = memory.estimate_memory(check_run(run), 1, "cpu").total
+    assert memory.check_fits(check_run(run), 1, None, "cpu").total == need
+    assert memory.check_fits(check_run(run), 1, need, "cpu").total == need
     with pytest.raises(ConfigError) as refused:
-        memory.check_fits(run, 1, need - 1, "cpu")
+        memory.check_fits(check_run(run), 1, need - 1, "cpu")
     message = str(refused.value)
     assert "base (seed 0)" in message and memory.format_bytes(need) in message
     assert memory.format_bytes(need - 1) in message and "train.micro_batch" in message
@@ -230,7 +232,7 @@ def test_estimate_is_within_20_percent_of_the_measured_peak(case, world):
     bench = _bench()
     run_dict = bench.case_config(case, world)
     measured = bench.measure_in_subprocess(run_dict, world, steps=2)
-    estimate = memory.estimate_memory(RunConfig.from_dict(run_dict), world, "cpu")
+    estimate = memory.estimate_memory(check_run(RunConfig.from_dict(run_dict)), world, "cpu")
     assert measured["peak_bytes"] > 150 * 2**20  # large enough not to be noise
     assert 0.8 < estimate.total / measured["peak_bytes"] < 1.2, (estimate, measured)
 

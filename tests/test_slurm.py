@@ -21,7 +21,8 @@ from ablate.launch.slurm import (
     parse_slurm_options,
     submit,
 )
-from ablate.setup.experiment import load_experiment
+from ablate.setup.checks import check_run
+from ablate.setup.experiment import load_checked, load_experiment
 from conftest import TINY
 
 submitit = pytest.importorskip("submitit")
@@ -105,7 +106,7 @@ def test_sbatch_script_asks_for_one_task_per_gpu(tmp_path):
 
 
 def test_cluster_needs_a_time_limit_and_slurm(tmp_path):
-    runs = load_experiment(TINY, only=["mha"])
+    runs = load_checked(TINY, only=["mha"])
     with pytest.raises(ConfigError, match="time=MINUTES: required"):
         submit(runs, str(tmp_path), parse_slurm_options("partition=gpu"))
     if not shutil.which("srun"):
@@ -125,10 +126,10 @@ def test_requeues_are_counted_and_bounded(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_local_array_end_to_end(tmp_path, capsys):
-    runs = load_experiment(TINY)
+    runs = load_checked(TINY)
     assert submit(runs, str(tmp_path), {}, local=True) == ["finished", "finished"]
     for run in runs:
-        assert (run_dir(tmp_path, run) / "summary.json").is_file()
+        assert (run_dir(tmp_path, run.config) / "summary.json").is_file()
     out = capsys.readouterr().out
     assert out.count("submitted job ") == 2 and "slurm: 2 finished, 0 failed, 0 diverged" in out
 
@@ -138,7 +139,7 @@ def test_one_run_over_two_processes(tmp_path):
     """gpus_per_run=2: one task of 2 processes, joined through the torchrun variables RunTask exports (gloo on
     CPU here: submitit's LocalExecutor hands out GPU ids it does not check)."""
     run = load_experiment(TINY, only=["mha"])[0]
-    assert submit([run], str(tmp_path), {"gpus_per_run": 2}, local=True) == ["finished"]
+    assert submit([check_run(run)], str(tmp_path), {"gpus_per_run": 2}, local=True) == ["finished"]
     assert json.loads((run_dir(tmp_path, run) / "summary.json").read_text())["world_size"] == 2
 
 
@@ -146,12 +147,13 @@ def test_one_run_over_two_processes(tmp_path):
 def test_crashed_task_counts_as_failed(tmp_path, capsys):
     """A task that dies outright (here: killed) never returns a state: it is counted failed, with its message."""
     run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "1000"})[0]
-    jobs = launch([run], str(tmp_path), {}, local=True)
+    runs = [check_run(run)]
+    jobs = launch(runs, str(tmp_path), {}, local=True)
     jobs[0]._results_timeout_s = 0  # submitit waits 15 s for a result file a slow network disk may not show yet
     _wait_for_checkpoint(run_dir(tmp_path, run), jobs[0])
     for pid in _task_pids(jobs[0]):
         os.kill(pid, signal.SIGKILL)
-    assert collect(jobs, [run], str(tmp_path)) == ["failed"]
+    assert collect(jobs, runs, str(tmp_path)) == ["failed"]
     out = capsys.readouterr().out
     assert f"failed job {jobs[0].job_id}" in out and "slurm: 0 finished, 1 failed, 0 diverged" in out
     status = json.loads((run_dir(tmp_path, run) / "status.json").read_text())
@@ -183,12 +185,13 @@ def test_preempted_task_is_requeued_and_resumes(tmp_path):
     newest checkpoint to the same losses as an uninterrupted twin trained beside it."""
     run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "200", "train.ckpt_every": "10"})[0]
     twin = dataclasses.replace(run, name="uninterrupted")
-    jobs = launch([run, twin], str(tmp_path), {}, local=True)
+    runs = [check_run(run), check_run(twin)]
+    jobs = launch(runs, str(tmp_path), {}, local=True)
     folder = run_dir(tmp_path, run)
     _wait_for_checkpoint(folder, jobs[0])
     for pid in _task_pids(jobs[0]):
         os.kill(pid, submitit.JobEnvironment._usr_sig())  # SIGUSR2
-    assert collect(jobs, [run, twin], str(tmp_path)) == ["finished", "finished"]
+    assert collect(jobs, runs, str(tmp_path)) == ["finished", "finished"]
 
     assert (folder / REQUEUES_FILE).read_text() == "1\n"
     log = Path(json.loads((folder / "status.json").read_text())["log"]).read_text()  # the task's console log

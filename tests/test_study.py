@@ -46,7 +46,7 @@ def interrupted(tmp_path_factory):
             seen["study"] = json.loads((folder / rundir.STUDY).read_text())
             seen["summaries"] = list(folder.glob(f"*/*/{rundir.SUMMARY}"))
             return train_runs(runs, args, in_study)
-        seen["round 2"] = sorted(f"{r.name} seed{r.train.seed}" for r in runs)
+        seen["round 2"] = sorted(f"{r.config.name} seed{r.config.train.seed}" for r in runs)
         return 130
 
     with pytest.MonkeyPatch.context() as patch:

@@ -305,16 +305,17 @@ class Block(nn.Module):
         self.ffn_norm.reset_parameters()
         self.ffn.init_weights(generator)
 
-    def forward(self, x, cos, sin, attn_mask=None):
-        x = x + self.dropout(self.attn(self.attn_norm(x), cos, sin, attn_mask))
-        return x + self.dropout(self.ffn(self.ffn_norm(x)))
-
-    def forward_with_logit_max(self, x, cos, sin, attn_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward`, and the largest pre-softmax attention logit of this layer (Transformer.stability_stats).
-        A method of its own so FSDP2 can gather the block's parameters for it (parallel.py registers it)."""
+    def forward(self, x, cos, sin, attn_mask=None, *, logit_max: bool = False):
+        """The block's output; with `logit_max`, also the largest pre-softmax attention logit of this layer."""
         q, k, v = self.attn.project(self.attn_norm(x), cos, sin)
         x = x + self.dropout(self.attn.attend(q, k, v, attn_mask))
-        return x + self.dropout(self.ffn(self.ffn_norm(x))), attention_logit_max(q, k, attn_mask)
+        x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+        return (x, attention_logit_max(q, k, attn_mask)) if logit_max else x
+
+    def forward_with_logit_max(self, x, cos, sin, attn_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward(..., logit_max=True)` for Transformer.stability_stats, under a name of its own so FSDP2 can
+        gather the block's parameters for it (parallel.py registers it) and a compiled block runs it uncompiled."""
+        return self.forward(x, cos, sin, attn_mask, logit_max=True)
 
 
 def layer_uses_rope(cfg: ModelConfig, i: int) -> bool:

@@ -43,7 +43,7 @@ def cmd_plan(args) -> int:
     runs = load_checked(args.file, only=args.only, seeds=args.seeds, overrides=overrides)
     device_memory = memory.parse_size(args.device_memory) if args.device_memory else memory.device_memory_default()
     plans = [plan.plan_run(run, args.world_size) for run in runs]
-    mfu, mfu_source = plan.earlier_mfu(args.out, runs[0].experiment)
+    mfu, mfu_source = plan.earlier_mfu(args.out, runs[0].config.experiment)
     print(plan.format_report(plans, args.world_size, device_memory, mfu, mfu_source), flush=True)
     unfit = plan.unfit(plans, device_memory)
     if unfit:

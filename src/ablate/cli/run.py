@@ -135,8 +135,9 @@ def _refuse_study_flags(args) -> None:
 
 
 def train_runs(runs, args, in_study: bool = False) -> int:
-    """Train `runs` as `ablate run` does: here (one after another or side by side) or through submitit. In a
-    study (a round of it) submitted jobs are waited for, and the closing lines leave out what to run next."""
+    """Train `runs` (CheckedRuns) as `ablate run` does: here (one after another or side by side) or through
+    submitit. In a study (a round of it) submitted jobs are waited for, and the closing lines leave out what to run
+    next."""
     from ablate.launch.sweep import file_callbacks
 
     out = args.out  # checked by its rule (RUNS_ROOT): a folder, or nothing yet
@@ -176,7 +177,7 @@ def train_runs(runs, args, in_study: bool = False) -> int:
 def _check_cpu_runs(runs, gpus_per_run: int | None) -> None:
     """--gpus-per-run 0 trains on CPU: a run that insists on CUDA contradicts it."""
     if gpus_per_run == 0:
-        for run in runs:
+        for run in (checked.config for checked in runs):
             if run.train.device == "cuda":
                 raise ConfigError(
                     f"--gpus-per-run 0: trains on CPU, but {run.name} sets train.device='cuda'; allowed with "
@@ -209,13 +210,14 @@ def _split_finished(runs, out: str) -> tuple[list, list]:
     from ablate.launch.sweep import finished_message, run_label
 
     to_train, finished = [], []
-    for k, run in enumerate(runs, 1):
+    for k, checked in enumerate(runs, 1):
+        run = checked.config
         run_dir = rundir.run_dir_for(out, run)
         summary = rundir.finished_summary(run_dir, run.identity())
         if summary is None:
-            to_train.append(run)
+            to_train.append(checked)
             continue
-        finished.append(run)
+        finished.append(checked)
         if int(os.environ.get("RANK", 0)) == 0:  # as the sweep's console tells a run's end
             print(
                 f"run {k}/{len(runs)} finished {run_label(run)}: {finished_message(run, run_dir, summary)}", flush=True
@@ -234,7 +236,7 @@ def _run_here(
     from ablate.training.parallel import init_distributed, shutdown_distributed
 
     serial = sweep.in_this_process(slots, gpu_ids)
-    d = init_distributed(runs[0].train.device) if serial else None
+    d = init_distributed(runs[0].config.train.device) if serial else None
     is_main = d is None or d.is_main
     states: list[str] = []
     progress = _Progress(len(runs), is_main)
@@ -244,7 +246,7 @@ def _run_here(
             _mark_pending(runs, out)
         if serial:
             for k, run in enumerate(runs, 1):
-                progress(k, run, "started", str(rundir.run_dir_for(out, run)))
+                progress(k, run, "started", str(rundir.run_dir_for(out, run.config)))
                 state, message = sweep.attempt(run, out, callbacks)
                 progress(k, run, state, message)
                 states.append(state)
@@ -252,7 +254,7 @@ def _run_here(
             print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
             states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks))
     except KeyboardInterrupt:
-        for run in runs:
+        for run in (checked.config for checked in runs):
             status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
             if status.get("state") == "interrupted" and is_main:
                 print(f"{sweep.run_label(run)}: {status['message']}", file=sys.stderr, flush=True)
@@ -270,11 +272,11 @@ class _Progress:
     def __init__(self, total: int, enabled: bool):
         self.total, self.enabled = total, enabled
 
-    def __call__(self, index, run, state, message) -> None:
+    def __call__(self, index, checked, state, message) -> None:
         from ablate.launch.sweep import run_label
 
         if self.enabled:
-            print(f"run {index}/{self.total} {state} {run_label(run)}: {message}", flush=True)
+            print(f"run {index}/{self.total} {state} {run_label(checked.config)}: {message}", flush=True)
 
 
 def _describe(slots) -> str:
@@ -289,7 +291,7 @@ def _mark_pending(runs, out: str) -> None:
     """`ablate status` lists queued runs too; a folder that already has a status keeps it."""
     from ablate import rundir
 
-    for run in runs:
+    for run in (checked.config for checked in runs):
         run_dir = rundir.run_dir_for(out, run)
         if not (run_dir / rundir.STATUS).exists() and not (run_dir / rundir.SUMMARY).exists():
             rundir.write_status(run_dir, "pending", step=0, max_steps=run.train.max_steps, message="")
@@ -300,7 +302,7 @@ def _closing(states: list[str], runs, out: str, say_next: bool = True) -> int:
     counts = {s: states.count(s) for s in ("finished", "failed", "diverged", "locked", "interrupted") if s in states}
     text = ", ".join(f"{n} {'skipped (locked by another process)' if s == 'locked' else s}" for s, n in counts.items())
     print(f"{len(states)} run{'s' if len(states) != 1 else ''}: {text}", flush=True)
-    for experiment in sorted({r.experiment for r in runs} if say_next else ()):
+    for experiment in sorted({r.config.experiment for r in runs} if say_next else ()):
         print(f"next: ablate status {out}/{experiment}   ablate report {out}/{experiment}", flush=True)
     return 1 if counts.get("failed") else 0
 
@@ -337,7 +339,7 @@ def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finishe
     _mark_pending(runs, out)
     if args.launcher == "slurm" and not in_study:  # a sweep outlives a login shell: submit, then follow it
         slurm.submit(runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks))
-        for experiment in sorted({r.experiment for r in runs}):
+        for experiment in sorted({r.config.experiment for r in runs}):
             print(
                 f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
                 f"report {out}/{experiment}",

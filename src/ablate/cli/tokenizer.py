@@ -26,10 +26,6 @@ SPEC_FORMS = (
     "bpe:N (a byte-level BPE of N >= 257 tokens trained on FILES, as data.tokenizer='bpe' trains one), a "
     "tokenizer.json, or a run folder holding one; comma-separated"
 )
-FILES_FORMS = (
-    "'default' (the embedded corpus, one row per language: default/en, default/es, default/fr), one of those "
-    "languages, or a data source as data.source takes it (a jsonl/jsonl.gz/json/parquet/txt file, folder or glob)"
-)
 
 
 def add_command(subparsers) -> None:

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import torch
 
 from ablate.config import ConfigError, ModelConfig, RunConfig
-from ablate.data.batch_schedule import largest_pass, rank_passes, batch_schedule
+from ablate.data.batch_schedule import largest_pass, rank_passes
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
 from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
 from ablate.setup import auto
+from ablate.setup.checks import CheckedRun
 
 FP32 = 4
 
@@ -305,14 +306,14 @@ class Memory:
 
 
 def estimate_memory(
-    run: RunConfig, world: int = 1, device_type: str | None = None, shapes: Shapes | None = None
+    checked: CheckedRun, world: int = 1, device_type: str | None = None, shapes: Shapes | None = None
 ) -> Memory:
-    """The per-rank memory peak of a training step of `run` under FSDP2 over `world` ranks: the largest of the
-    step's moments, each the sum of the buffers alive then."""
+    """The per-rank memory peak of a training step of a checked run under FSDP2 over `world` ranks: the largest of
+    the step's moments, each the sum of the buffers alive then."""
+    run, plan = checked.config, checked.batch_plan
     m, t = run.model, run.train
     shapes = shapes or model_shapes(run)
     p = precision_of(run, device_type or auto.device_type(run.train.device))
-    plan = batch_schedule(run)
     batch, seq = largest_pass(plan, world, t.micro_batch), run.data.seq_len  # a rank's largest forward pass
     tokens, d, layers = batch * seq, m.d_model, m.n_layers
     head = m.vocab_size * d  # the output projection (the embedding when tied)
@@ -412,12 +413,14 @@ def estimate_memory(
     return max(moments, key=lambda mem: mem.total)
 
 
-def check_fits(run: RunConfig, world: int, device_memory_bytes: int | None, device_type: str | None = None) -> Memory:
+def check_fits(
+    checked: CheckedRun, world: int, device_memory_bytes: int | None, device_type: str | None = None
+) -> Memory:
     """The run's per-rank memory estimate at `world` ranks; ConfigError when it exceeds `device_memory_bytes`
     (None: nothing to check against). `device_type` defaults to where the run would train."""
-    memory = estimate_memory(run, world, device_type)
+    memory = estimate_memory(checked, world, device_type)
     if device_memory_bytes is not None and memory.total > device_memory_bytes:
-        raise ConfigError(refusal([(run, memory)], world, device_memory_bytes))
+        raise ConfigError(refusal([(checked.config, memory)], world, device_memory_bytes))
     return memory
 
 

@@ -24,8 +24,9 @@ from ablate.cost.memory import (
     model_shapes,
     precision_of,
 )
-from ablate.data.batch_schedule import check_plan, largest_pass, batch_schedule
+from ablate.data.batch_schedule import check_plan, largest_pass
 from ablate.setup import auto
+from ablate.setup.checks import CheckedRun
 from ablate.text import aligned
 from ablate.training.parallel import peak_flops_for
 
@@ -37,6 +38,7 @@ from ablate.training.parallel import peak_flops_for
 @dataclass
 class RunPlan:
     run: RunConfig
+    rank_micro_batch: int  # the most sequences one rank takes in a forward pass (largest_pass)
     params: int
     non_embedding: int  # parameters outside the embedding table (an untied head counts)
     active: int  # parameters one token uses: with experts, top_k of the routed ones (else params)
@@ -73,11 +75,12 @@ def _machine_peak(device_type: str, dtype: torch.dtype) -> float:
     return _PEAKS[device_type, dtype]
 
 
-def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> RunPlan:
-    """Parameters, FLOPs, tokens, steps and per-rank memory of `run` at `world` ranks, from its config alone."""
+def plan_run(checked: CheckedRun, world: int = 1, device_type: str | None = None) -> RunPlan:
+    """Parameters, FLOPs, tokens, steps and per-rank memory of a checked run at `world` ranks, before any compute."""
+    run = checked.config
     device_type = device_type or auto.device_type(run.train.device)
     seq = run.data.seq_len
-    batches = batch_schedule(run)  # a branch's: 0 for the steps its parent trained
+    batches = checked.batch_plan  # a branch's: 0 for the steps its parent trained
     try:
         check_plan(batches, world, run.train)
     except ConfigError as exc:
@@ -93,6 +96,7 @@ def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> 
         source = f"this GPU's, {dtype_name}" if device_type == "cuda" else f"measured on this CPU, {dtype_name}"
     return RunPlan(
         run=run,
+        rank_micro_batch=largest_pass(batches, world, run.train.micro_batch),
         params=shapes.total,
         non_embedding=shapes.total - run.model.vocab_size * run.model.d_model,
         active=shapes.active,
@@ -101,7 +105,7 @@ def plan_run(run: RunConfig, world: int = 1, device_type: str | None = None) -> 
         steps=len(batches) - start,
         tokens=sum(batches) * seq,
         model_tokens=parent_tokens + sum(batches) * seq,
-        memory=estimate_memory(run, world, device_type, shapes),
+        memory=estimate_memory(checked, world, device_type, shapes),
         peak_flops=peak,
         peak_source=source,
     )
@@ -234,7 +238,7 @@ def format_report(
             [
                 name,
                 precision_of(p.run, auto.device_type(p.run.train.device)).mode,
-                f"{largest_pass(batch_schedule(p.run), world, p.run.train.micro_batch)}x{p.run.data.seq_len}",
+                f"{p.rank_micro_batch}x{p.run.data.seq_len}",
                 format_bytes(mem.params),
                 format_bytes(mem.grads),
                 format_bytes(mem.optimizer),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ablate.config import ConfigError, TrainConfig, parse_batch_stages
+from ablate.config import ConfigError, RunConfig, TrainConfig, parse_batch_stages
 
 
 def _round_to(batch: float, multiple: int) -> int:
@@ -65,12 +65,9 @@ def batch_plan(train: TrainConfig, seq_len: int, start_step: int = 0, start_toke
     return plan
 
 
-def batch_schedule(run) -> list[int]:
-    """The global batch of every step of a run: a branch's starts where its parent's checkpoint is (0 before). A
-    checked run (ablate.setup.checks.CheckedRun) carries it, resolved once."""
-    carried = getattr(run, "batch_schedule", None)
-    if carried is not None:
-        return list(carried)
+def run_batch_plan(run: RunConfig) -> list[int]:
+    """The global batch of every step of a run: a branch's starts where its parent's checkpoint is (0 before).
+    Computed once, by check_run: a checked run (ablate.setup.checks.CheckedRun) carries it as `batch_plan`."""
     branch = run.branch or {"step": 0, "tokens": 0}
     return batch_plan(run.train, run.data.seq_len, branch["step"], branch["tokens"])
 

@@ -2,7 +2,7 @@
 
 No process group is needed: DCP reads a checkpoint written by any number of ranks into one plain model. Readers
 never modify a run folder: a damaged checkpoint is skipped with a warning (training sets it aside), and nothing
-in a checkpoint is unpickled except plain data and DCP's metadata classes (see checkpoint.py).
+in a checkpoint is unpickled except plain data and DCP's metadata classes (see checkpoint_files.py).
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from collections.abc import Callable
 
 import torch
 
-from ablate import rundir
+from ablate import checkpoint_files, rundir
+from ablate.checkpoint_files import CheckpointError, DamagedCheckpointError
 from ablate.config import RunConfig
 from ablate.model import Transformer
-from ablate.training import checkpoint
-from ablate.training.checkpoint import CheckpointError, DamagedCheckpointError
 
 
 @dataclass
@@ -47,7 +46,7 @@ def _locate(path: Path) -> tuple[Path, list[Path], bool]:
     if rundir.STEP_NAME.fullmatch(path.name) and path.parent.name == rundir.CHECKPOINTS and path.is_dir():
         return path.parent.parent, [path], True
     if (path / rundir.CONFIG).is_file():
-        found = checkpoint.list_checkpoints(rundir.checkpoint_root(path))[::-1]
+        found = checkpoint_files.list_checkpoints(rundir.checkpoint_root(path))[::-1]
         if not found:
             raise FileNotFoundError(f"{path}: a run folder with no complete checkpoint under {rundir.CHECKPOINTS}/")
         return path, found, False
@@ -65,7 +64,7 @@ def _use_newest_loadable(path: str | Path, use: Callable[..., T]) -> T:
     damaged = []
     for ckpt in candidates:
         try:
-            return use(run_dir, ckpt, *checkpoint.verify_checkpoint(ckpt))
+            return use(run_dir, ckpt, *checkpoint_files.verify_checkpoint(ckpt))
         except DamagedCheckpointError as exc:
             if named:
                 raise
@@ -77,11 +76,6 @@ def _use_newest_loadable(path: str | Path, use: Callable[..., T]) -> T:
             )
     listing = ", ".join(f"{exc.path.name} ({exc.reason})" for exc in damaged)
     raise CheckpointError(f"{run_dir}: every checkpoint is damaged ({listing})")
-
-
-def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
-    """(run folder, checkpoint folder) from a run folder (its newest intact checkpoint) or a checkpoints/step_N."""
-    return _use_newest_loadable(path, lambda run_dir, ckpt, *_: (run_dir, ckpt))
 
 
 def read_run_config(path: str | Path) -> RunConfig:
@@ -103,7 +97,7 @@ def _load(run_dir: Path, ckpt: Path, meta: dict, metadata, device: str | torch.d
     run = _config_of(run_dir)
     model = Transformer(run.model, max_seq_len=run.data.seq_len)
     state = {"model": model.state_dict()}
-    checkpoint.dcp_load(state, ckpt, metadata)
+    checkpoint_files.dcp_load(state, ckpt, metadata)
     model.load_state_dict(state["model"])
     model.reset_buffers()
     model.to(device).eval()

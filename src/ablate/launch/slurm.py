@@ -23,10 +23,14 @@ import math
 import os
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ablate import rundir
 from ablate.config import ConfigError, RunConfig
 from ablate.rundir import run_dir_for
+
+if TYPE_CHECKING:  # torch: parsing --slurm imports this module, and needs none
+    from ablate.setup.checks import CheckedRun
 
 try:
     import submitit
@@ -97,14 +101,14 @@ def _check_nodes(options: dict) -> None:
         )
 
 
-def resolve_gpus_per_run(options: dict, runs: list[RunConfig], local: bool) -> tuple[int, str]:
+def resolve_gpus_per_run(options: dict, runs: list[CheckedRun], local: bool) -> tuple[int, str]:
     """gpus_per_run as given, or (left out) chosen, with the reason to print ('' when given). The rule: every run
     sets train.device='cpu' -> 0; one sets 'cuda' -> 1; else 1 where the tasks will see a GPU: locally this
     machine's (counted without initialising CUDA), on a cluster the partition's GRES by `sinfo` (this machine's
     when sinfo cannot tell: a login node often has none, so a GPU partition is asked for by name or its GRES)."""
     if "gpus_per_run" in options:
         return options["gpus_per_run"], ""
-    devices = {run.train.device for run in runs}
+    devices = {run.config.train.device for run in runs}
     if devices == {"cpu"}:
         return 0, "every run sets train.device='cpu'"
     if "cuda" in devices:
@@ -248,7 +252,7 @@ def _threads(options: dict, n_runs: int, local: bool) -> int | None:
 
 
 def launch(
-    runs: list[RunConfig], out_root: str, options: dict, local: bool = False, experiment_file: str | None = None
+    runs: list[CheckedRun], out_root: str, options: dict, local: bool = False, experiment_file: str | None = None
 ) -> list:
     """Submit one array task per run; return submitit's jobs in run order (print a line per run). Each task loads
     the callbacks `experiment_file` defines (a path every task can read)."""
@@ -263,7 +267,7 @@ def launch(
     _check_nodes(options)
     if not local and "time" not in options:  # submitit would otherwise ask SLURM for 5 minutes
         raise ConfigError("--slurm time=MINUTES: required on a cluster (the time limit of each task)")
-    experiment = runs[0].experiment
+    experiment = runs[0].config.experiment
     folder = Path(options.get("folder") or Path(out_root) / experiment / ".slurm")
     # submitit's own timeout count also bounds requeues; ours (RunTask) counts preemptions as well
     cls = submitit.LocalExecutor if local else submitit.SlurmExecutor
@@ -275,15 +279,15 @@ def launch(
     threads = _threads(options, len(runs), local)
     if not local:
         task = RunTask(options["max_requeues"], threads, experiment_file)
-        jobs = executor.map_array(task, [r.to_dict() for r in runs], [str(out_root)] * len(runs))
+        jobs = executor.map_array(task, [r.config.to_dict() for r in runs], [str(out_root)] * len(runs))
     else:
         jobs = _submit_locally(executor, runs, out_root, options, threads, experiment_file)
     for job, run in zip(jobs, runs):
-        print(f"submitted job {job.job_id}: {run_dir_for(out_root, run)}", flush=True)
+        print(f"submitted job {job.job_id}: {run_dir_for(out_root, run.config)}", flush=True)
     return jobs
 
 
-def _submit_locally(executor, runs, out_root, options: dict, threads, experiment_file) -> list:
+def _submit_locally(executor, runs: list[CheckedRun], out_root, options: dict, threads, experiment_file) -> list:
     """One local task per run, each on its own GPUs: submitit's LocalExecutor would give every task GPUs 0..G-1."""
     from ablate.launch.sweep import visible_gpus
 
@@ -301,11 +305,11 @@ def _submit_locally(executor, runs, out_root, options: dict, threads, experiment
     for index, run in enumerate(runs):
         mine = local_job_gpus(gpu_ids, gpus, index)  # [] on CPU: submitit's default (none with G=0)
         executor.update_parameters(visible_gpus=tuple(int(g) for g in mine))
-        jobs.append(executor.submit(task, run.to_dict(), str(out_root)))
+        jobs.append(executor.submit(task, run.config.to_dict(), str(out_root)))
     return jobs
 
 
-def collect(jobs: list, runs: list[RunConfig], out_root: str) -> list[str]:
+def collect(jobs: list, runs: list[CheckedRun], out_root: str) -> list[str]:
     """Wait for every task; its state in run order. A task that crashed outright (killed, out of memory: no
     state returned) counts as failed: its message is printed and, unless a live process holds the run, recorded
     in the run's status.json as sweep's workers do."""
@@ -314,7 +318,7 @@ def collect(jobs: list, runs: list[RunConfig], out_root: str) -> list[str]:
         try:
             state = job.results()[0]  # rank 0's answer
         except Exception as exc:
-            state, folder = "failed", run_dir_for(out_root, run)
+            state, folder = "failed", run_dir_for(out_root, run.config)
             print(
                 f"failed job {job.job_id}: {folder}: {type(exc).__name__}: {str(exc).strip()[-2000:]}\n"
                 f"  log: {job.paths.stdout}",
@@ -331,7 +335,7 @@ def collect(jobs: list, runs: list[RunConfig], out_root: str) -> list[str]:
 
 
 def submit(
-    runs: list[RunConfig],
+    runs: list[CheckedRun],
     out_root: str,
     options: dict,
     local: bool = False,

@@ -18,12 +18,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from ablate import rundir
-from ablate.config import ConfigError, RunConfig
-from ablate.data.batch_schedule import batch_schedule
+from ablate.config import ConfigError
 from ablate.report.text.sequential import contrast_line
 from ablate.setup.overrides import parse_set_args
+
+if TYPE_CHECKING:  # annotations only: the study's own bookkeeping needs no torch
+    from ablate.setup.checks import CheckedRun
 
 FIRST_SEEDS = [0, 1, 2]  # round 1 when the file names no seeds: three paired seeds, so an interval exists
 STUDY_FLAGS = ("max_seeds", "budget", "margin", "alpha", "design", "new_study")  # refused without --until-decided
@@ -46,9 +49,9 @@ def study_rule(args, file_rule):
     return rule
 
 
-def run_tokens(run: RunConfig) -> int:
+def run_tokens(checked: CheckedRun) -> int:
     """The tokens a run trains (a branch: only its own steps)."""
-    return sum(batch_schedule(run)) * run.data.seq_len
+    return sum(checked.batch_plan) * checked.config.data.seq_len
 
 
 def _has_results(folder: Path) -> bool:
@@ -135,9 +138,9 @@ def _device_seconds(run_dir: Path) -> float | None:
         return None
 
 
-def _estimated_device_seconds(runs: list[RunConfig], out: str) -> float:
+def _estimated_device_seconds(runs: list[CheckedRun], out: str) -> float:
     """The next round's compute, from the finished runs of the same variants (or of the experiment)."""
-    folder = rundir.run_dir_for(out, runs[0]).parent.parent
+    folder = rundir.run_dir_for(out, runs[0].config).parent.parent
     every = {}
     for summary in folder.glob(f"*/{rundir.SEED_PREFIX}*/{rundir.SUMMARY}"):
         seconds = _device_seconds(summary.parent)
@@ -146,12 +149,12 @@ def _estimated_device_seconds(runs: list[RunConfig], out: str) -> float:
     overall = [s for values in every.values() for s in values]
     total = 0.0
     for run in runs:
-        measured = every.get(run.name) or overall
+        measured = every.get(run.config.name) or overall
         total += sum(measured) / len(measured) if measured else 0.0
     return total
 
 
-def over_budget(rule, study: dict, runs: list[RunConfig], out: str) -> str | None:
+def over_budget(rule, study: dict, runs: list[CheckedRun], out: str) -> str | None:
     """Why the next round's runs would exceed the rule's budget (None: they fit, or there is no budget)."""
     if not rule.budget:
         return None
@@ -191,13 +194,13 @@ def next_seeds(study: dict, rule, contrasts: list) -> tuple[dict[str, list[int]]
 # the rounds
 
 
-def _round_runs(args, plan: dict[str, list[int]]) -> list[RunConfig]:
+def _round_runs(args, plan: dict[str, list[int]]) -> list[CheckedRun]:
     """The runs of a round, from the experiment file loaded again (it has no side effects)."""
     from ablate.setup.experiment import load_checked
 
     every_seed = sorted({s for seeds in plan.values() for s in seeds})
     runs = load_checked(args.file, only=args.only, seeds=every_seed, overrides=parse_set_args(args.set))
-    return [r for r in runs if r.train.seed in plan.get(r.name, [])]
+    return [r for r in runs if r.config.train.seed in plan.get(r.config.name, [])]
 
 
 def _file_rule_and_seeds(args):
@@ -207,7 +210,7 @@ def _file_rule_and_seeds(args):
     return study_rule(args, file_rule), args.seeds or file_seeds or FIRST_SEEDS
 
 
-def run_study(args, train_round: Callable[[list[RunConfig]], int]) -> int:
+def run_study(args, train_round: Callable[[list[CheckedRun]], int]) -> int:
     """The whole study: rounds until decided, max seeds or budget. Exit 0 when it stops (open contrasts too), the
     round's exit code when runs of a round failed (1) or were interrupted (130): rerun to continue."""
     from ablate.report.inference.sequential import study_contrasts, trained_order
@@ -217,7 +220,7 @@ def run_study(args, train_round: Callable[[list[RunConfig]], int]) -> int:
     rule, first = _file_rule_and_seeds(args)
     variants = _variant_names(args, first)
     runs = _round_runs(args, {name: first for name in variants})
-    folder = rundir.run_dir_for(args.out, runs[0]).parent.parent
+    folder = rundir.run_dir_for(args.out, runs[0].config).parent.parent
     why = over_budget(rule, {"rounds": []}, runs, args.out)  # every study of this rule starts with round 1
     if why:
         raise ConfigError(f"--budget {rule.budget}: round 1 alone: {why}; allowed: a larger budget")
@@ -251,7 +254,8 @@ def run_study(args, train_round: Callable[[list[RunConfig]], int]) -> int:
             rundir.write_json_atomic(folder / rundir.STUDY, study)
             print(f"study round {entry['round']}: not every run finished; rerun the same command to continue")
             return code
-        entry["device_seconds"] = round(sum(_device_seconds(rundir.run_dir_for(args.out, r)) or 0.0 for r in runs), 3)
+        seconds = [_device_seconds(rundir.run_dir_for(args.out, r.config)) or 0.0 for r in runs]
+        entry["device_seconds"] = round(sum(seconds), 3)
         contrasts = study_contrasts(folder, rule, variants, trained=trained_order(study))  # prefixes as trained
         entry["contrasts"] = [c.to_dict() for c in contrasts]
         rundir.write_json_atomic(folder / rundir.STUDY, study)
@@ -263,15 +267,15 @@ def _variant_names(args, seeds: list[int]) -> list[str]:
     from ablate.setup.experiment import load_checked
 
     runs = load_checked(args.file, only=args.only, seeds=seeds[:1], overrides=parse_set_args(args.set))
-    return list(dict.fromkeys(r.name for r in runs))
+    return list(dict.fromkeys(r.config.name for r in runs))
 
 
-def _new_round(n: int, plan: dict[str, list[int]], runs: list[RunConfig]) -> dict:
+def _new_round(n: int, plan: dict[str, list[int]], runs: list[CheckedRun]) -> dict:
     tokens = sum(run_tokens(r) for r in runs)
     return {"round": n, "seeds": plan, "tokens": tokens, "wall_seconds": 0.0, "device_seconds": None, "contrasts": None}
 
 
-def _stopped(folder: Path, study: dict, reason: str, rule, runs: list[RunConfig], out: str) -> int:
+def _stopped(folder: Path, study: dict, reason: str, rule, runs: list[CheckedRun], out: str) -> int:
     study["stopped"] = reason
     rundir.write_json_atomic(folder / rundir.STUDY, study)
     last = study["rounds"][-1]

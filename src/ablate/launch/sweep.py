@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from ablate import rundir
 from ablate.config import ConfigError, ExperimentError, RunConfig
 from ablate.rundir import run_dir_for
+from ablate.setup.checks import CheckedRun
 
 RESULT_ENV = "ABLATE_RESULT"  # a worker writes its final state there, so the parent needs no exit-code mapping
 # K runs sharing a GPU: each worker caps its CUDA allocator at 1/K of the GPU (set by the parent, applied at start)
@@ -38,12 +39,13 @@ def run_label(run: RunConfig) -> str:
     return f"{run.name} seed{run.train.seed}"
 
 
-def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> tuple[str, str]:
-    """Train one run (with the user's `callbacks` beside the standard ones); return (state, one-line message). A
-    run's own failure never raises (Ctrl-C does)."""
+def attempt(run: RunConfig | CheckedRun, out_root: str | Path, callbacks: Sequence = ()) -> tuple[str, str]:
+    """Train one run, checked or not, as train() takes it (with the user's `callbacks` beside the standard ones);
+    return (state, one-line message). A run's own failure never raises (Ctrl-C does)."""
     from ablate.training.run import train
 
-    run_dir = run_dir_for(out_root, run)
+    config = run.config if isinstance(run, CheckedRun) else run
+    run_dir = run_dir_for(out_root, config)
     before = _summary_text(run_dir)
     started = time.time()
     try:
@@ -59,7 +61,7 @@ def attempt(run: RunConfig, out_root: str | Path, callbacks: Sequence = ()) -> t
         written = error.is_file() and error.stat().st_mtime >= started - 1
         return "failed", f"{type(exc).__name__}: {exc}" + (f" (traceback: {error})" if written else "")
     if before is not None and before == json.dumps(summary, sort_keys=True):  # finished before this command
-        return "finished", finished_message(run, run_dir, summary)
+        return "finished", finished_message(config, run_dir, summary)
     return "finished", f"{_losses(summary)}  {summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s"
 
 
@@ -74,7 +76,7 @@ def finished_message(run: RunConfig, run_dir: Path, summary: dict) -> str:
     return f"{_losses(summary)}; {finished_note(run, run_dir, summary)}"
 
 
-def file_callbacks(path: str | Path, runs: list[RunConfig]) -> list:
+def file_callbacks(path: str | Path, runs: list[CheckedRun]) -> list:
     """The callbacks an experiment file defines (`callbacks = [...]`, for every run of the file), checked against
     each run's standard ones before any compute (ExperimentError naming the file); [] when it defines none."""
     from ablate.setup.experiment import experiment_callbacks
@@ -85,7 +87,7 @@ def file_callbacks(path: str | Path, runs: list[RunConfig]) -> list:
 
         for run in runs:
             try:
-                run_callbacks(run, found)
+                run_callbacks(run.config, found)
             except ConfigError as exc:
                 raise ExperimentError(f"{path}: {exc}") from None
     return found
@@ -129,14 +131,14 @@ def run_one(
     return state
 
 
-def prepare_all(runs: list[RunConfig], d=None) -> None:
+def prepare_all(runs: list[CheckedRun], d=None) -> None:
     """Tokenize every distinct data config once, before any run starts: bad data, or too little of it for a run's
     global batch, stops the sweep here (exit 2), and runs started side by side find the cache ready instead of
     building it N times."""
     from ablate.data.prepare import prepare_data
 
     first: dict[str, tuple[RunConfig, int]] = {}  # data config -> (a run using it, the largest global batch)
-    for run in runs:
+    for run in (checked.config for checked in runs):
         key = json.dumps([run.data.__dict__, run.model.vocab_size], sort_keys=True)
         known, batch = first.get(key, (run, 0))
         first[key] = (known, max(batch, run.train.global_batch))
@@ -222,7 +224,7 @@ def visible_gpus() -> list[str]:
 @dataclass
 class Job:
     index: int  # 1-based position in the sweep
-    run: RunConfig
+    run: CheckedRun
     log_path: Path
     result_path: Path
 
@@ -249,7 +251,7 @@ def _dispatch(slot: Slot, job: Job, out_root: str, experiment_file: str | None) 
     for several GPUs, to a torchrun group of its own."""
     job.log_path.parent.mkdir(parents=True, exist_ok=True)
     request = {
-        "run": job.run.to_dict(),
+        "run": job.run.config.to_dict(),  # the worker checks it again, in its own process
         "out_root": str(out_root),
         "log": str(job.log_path),
         "result": str(job.result_path),
@@ -303,14 +305,14 @@ def _outcome(slot: Slot, out_root: str) -> tuple[str, str]:
     code = slot.process.returncode
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     message = f"worker process ended ({how}) before recording a result; see {job.log_path}"
-    run_dir = run_dir_for(out_root, job.run)
+    run_dir = run_dir_for(out_root, job.run.config)
     if not rundir.RunLock(run_dir).held_by_live_process():
         rundir.write_status(run_dir, "failed", message=message, log=str(job.log_path))
     return "failed", message
 
 
 def run_side_by_side(
-    runs: list[RunConfig], out_root: str, slots: list[Slot], report, experiment_file: str | None = None
+    runs: list[CheckedRun], out_root: str, slots: list[Slot], report, experiment_file: str | None = None
 ) -> list[str]:
     """Run every run in worker processes, as many at once as there are slots, each with the callbacks
     `experiment_file` defines; returns the states in run order. `report(index, run, state, message)` is told each
@@ -330,7 +332,7 @@ def run_side_by_side(
                     Job(
                         index,
                         run,
-                        run_dir_for(out_root, run) / rundir.LOGS / f"{stamp}-{index}.log",
+                        run_dir_for(out_root, run.config) / rundir.LOGS / f"{stamp}-{index}.log",
                         scratch / f"{index}.json",
                     ),
                     out_root,
@@ -343,10 +345,7 @@ def run_side_by_side(
                 states[slot.job.index - 1] = state
                 report(slot.job.index, slot.job.run, state, message)
                 slot.job = None
-    except KeyboardInterrupt:
-        _stop_workers(slots, timeout=60)  # Ctrl-C reached the workers too: they record where they stopped
-        raise
-    finally:
+    finally:  # on Ctrl-C too: it reached the workers as well, and they record where they stopped
         _stop_workers(slots, timeout=60)
         shutil.rmtree(scratch, ignore_errors=True)
     return [s or "failed" for s in states]
@@ -359,7 +358,7 @@ def _next_free_slot(slots: list[Slot]) -> Slot | None:
     return min(free, key=lambda s: sum(1 for o in slots if o.job and o.gpus == s.gpus), default=None)
 
 
-def _measure_cpu_peaks(runs: list[RunConfig], threads: int) -> None:
+def _measure_cpu_peaks(runs: list[CheckedRun], threads: int) -> None:
     """This machine's peak FLOP/s at the slots' thread count (for MFU), measured here once if no run measured it
     before: N workers measuring at once would each see a share of the machine, and the low figure would be kept."""
     import torch
@@ -368,7 +367,7 @@ def _measure_cpu_peaks(runs: list[RunConfig], threads: int) -> None:
     from ablate.training.parallel import peak_flops_for
 
     cpu = torch.device("cpu")
-    measured = [r for r in runs if not r.train.peak_flops]
+    measured = [r.config for r in runs if not r.config.train.peak_flops]
     dtypes = {torch.bfloat16 if uses_bf16(r.train.dtype, cpu) else torch.float32 for r in measured}
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # part of the peak's key

@@ -67,7 +67,6 @@ ROLES = (
     Role("vector", "a 1-D parameter: norm weights and biases", False, "vector_lr_scale", _is_vector),
     Role("head", f"the weight of the untied output projection ({OUTPUT_HEAD})", True, "head_lr_scale", _is_head),
 )
-ROLE_BY_NAME = {role.name: role for role in ROLES}
 
 
 class RoleError(ValueError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ablate.config import ConfigError, RunConfig, validate
-from ablate.data.batch_schedule import check_plan, batch_schedule
+from ablate.data.batch_schedule import check_plan, run_batch_plan
 from ablate.data.prepare import check_data_config
 from ablate.optim.registry import check_optimizer_name
 from ablate.setup.auto import device as resolve_device
@@ -24,19 +24,14 @@ from ablate.setup.auto import uses_bf16
 
 @dataclass(frozen=True)
 class CheckedRun:
-    """A RunConfig checked for a world of `world` ranks, with what its "auto" fields and batch schedule resolve to.
-    Its config's fields read through (`checked.name`, `checked.train.seed`), so it goes wherever a run goes."""
+    """A RunConfig checked for a world of `world` ranks, with what its "auto" fields and batch schedule resolve to
+    (`checked.config.name`, `checked.batch_plan`): a plain record, which pickles and copies as its fields do."""
 
     config: RunConfig
     world: int
     device: torch.device  # train.device resolved (ablate.setup.auto)
     bf16: bool  # train.dtype resolved: bf16 mixed precision, or fp32 throughout
-    batch_schedule: tuple[int, ...]  # the global batch of every step (0 before a branch's start)
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name == "config":  # pickling looks these up before `config` is set
-            raise AttributeError(name)
-        return getattr(self.config, name)
+    batch_plan: tuple[int, ...]  # the global batch of every step (0 before a branch's start)
 
 
 def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked: bool = False) -> CheckedRun:
@@ -56,9 +51,9 @@ def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked:
     device = resolve_device(run.train.device)
     if run.train.float8:
         check_float8(device)
-    schedule = batch_schedule(run)
-    check_plan(schedule, world, run.train)
-    return CheckedRun(run, world, device, uses_bf16(run.train.dtype, device), tuple(schedule))
+    plan = run_batch_plan(run)
+    check_plan(plan, world, run.train)
+    return CheckedRun(run, world, device, uses_bf16(run.train.dtype, device), tuple(plan))
 
 
 def check_registered_names(run: RunConfig) -> RunConfig:

@@ -30,9 +30,10 @@ from ablate.training.parallel import free_memory, init_distributed
 from ablate.training.trainer import Trainer, run_callbacks
 
 
-def _open_run_folder(run: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+def _open_run_folder(checked: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
     """On rank 0: take the run's lock and decide what to do with its folder. Returns ("train", None), or
     ("finished", summary), ("locked" | "diverged" | "refused", message)."""
+    run = checked.config
     if not lock.acquire():
         return "locked", f"{run_dir}: skipped, being trained by {lock.holder()}"
     config_path = run_dir / rundir.CONFIG
@@ -60,7 +61,7 @@ def _open_run_folder(run: CheckedRun, run_dir: Path, world: int, lock: rundir.Ru
         refusal = _wait_for_parent(run, run_dir)
         if refusal:
             return "refused", refusal
-    plan = run.batch_schedule
+    plan = checked.batch_plan
     steps = len(plan)  # what max_steps was before batch schedules
     rundir.write_json_atomic(
         config_path,
@@ -110,11 +111,11 @@ def _wait_for_parent(run: RunConfig, run_dir: Path, poll_seconds: float = 2.0, s
     return ""
 
 
-def _decide(run: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
+def _decide(checked: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
     """Rank 0's verdict on the run folder, which every rank must hear even when deciding fails: a file that cannot
     be read refuses the run; any other error comes back as ("failed", the exception), raised by train()."""
     try:
-        return _open_run_folder(run, run_dir, world, lock)
+        return _open_run_folder(checked, run_dir, world, lock)
     except rundir.RunFolderError as exc:
         return "refused", str(exc)
     except Exception as exc:
@@ -191,25 +192,26 @@ def train(run: RunConfig | CheckedRun, out_root: str | Path = "runs", callbacks:
     RunDiverged when it diverged (now or on an earlier attempt), ConfigError when the folder holds another config;
     any other failure, at any stage from the process group on, is recorded in status.json and error.txt (the
     traceback), then raised."""
-    run_dir = run_dir_for(out_root, run)
-    summary = rundir.finished_summary(run_dir, run.identity())
+    config = run.config if isinstance(run, CheckedRun) else run
+    run_dir = run_dir_for(out_root, config)
+    summary = rundir.finished_summary(run_dir, config.identity())
     if summary is not None:  # before any check, data or lock: a finished run's folder is only read
         return summary
-    run = check_run(run)  # as it is when loading checked it (ablate.setup.checks); before any folder or data
-    every_callback = run_callbacks(run.config, callbacks)  # a name clash or a non-callback is refused here too
+    checked = check_run(run)  # as it is when loading checked it (ablate.setup.checks); before any folder or data
+    every_callback = run_callbacks(config, callbacks)  # a name clash or a non-callback is refused here too
     lock = rundir.RunLock(run_dir)
     d = trainer = None
     try:
         try:  # from here on, a failure at any stage is recorded in the run folder
-            d = init_distributed(run.train.device)
-            run = check_run(run, d.world)  # the world torchrun started agrees with WORLD_SIZE: the same check
-            decided = _decide(run, run_dir, d.world, lock) if d.is_main else None
+            d = init_distributed(config.train.device)
+            checked = check_run(checked, d.world)  # the world torchrun started agrees with WORLD_SIZE: the same check
+            decided = _decide(checked, run_dir, d.world, lock) if d.is_main else None
             decision, detail = d.broadcast_object(_shareable(decided))
             if decision == "failed":
                 raise decided[1] if d.is_main else RuntimeError(f"{run_dir}: rank 0 failed deciding: {detail}")
             if decision == "train":
                 reset_peak_memory(d.device)  # summary.json's peak_memory_bytes is this run's, not an earlier one's
-                trainer = Trainer(run, run_dir, d, every_callback)
+                trainer = Trainer(checked, run_dir, d, every_callback)
                 if d.is_main:  # the run folder carries its tokenizer: eval and export need nothing from the cache
                     shutil.copyfile(trainer.data.tokenizer_path, run_dir / rundir.TOKENIZER)
                 summary = trainer.fit()

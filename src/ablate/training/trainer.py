@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from ablate import rundir
+from ablate import checkpoint_files, rundir
 from ablate.config import ConfigError, RunConfig
 from ablate.cost.memory import kv_cache_bytes_per_token
 from ablate.data.batch_schedule import largest_pass, lr_batch_scale, rank_micro_batches
@@ -29,7 +29,7 @@ from ablate.data.token_files import PreparedData
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
 from ablate.setup import auto
-from ablate.setup.checks import CheckedRun, check_run
+from ablate.setup.checks import CheckedRun
 from ablate.training import checkpoint
 from ablate.training.callbacks import TAKE, Callback, CallbackStateError, Divergence, Verdict
 from ablate.training.callbacks.checkpointing import Checkpointer
@@ -98,13 +98,14 @@ def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> floa
 class Trainer:
     """What callbacks read of it is ablate.training.callbacks.TrainerView."""
 
-    def __init__(self, run: RunConfig | CheckedRun, run_dir: Path, d: Dist, callbacks: list[Callback] | None = None):
-        checked = check_run(run, d.world)  # as it is when train() (or loading) checked it for this world
+    def __init__(self, checked: CheckedRun, run_dir: Path, d: Dist, callbacks: list[Callback] | None = None):
+        if checked.world != d.world:  # check_run(run, d.world) checks a run for this world
+            raise ValueError(f"{checked.config.name}: checked for a world of {checked.world}, trained in {d.world}")
         run = self.run = checked.config
         self.run_dir, self.dist = run_dir, d
         t = run.train
         self.run_name, self.seq_len = run.name, run.data.seq_len
-        self.batch_plan = list(checked.batch_schedule)  # the global batch of every step (0 before a branch's start)
+        self.batch_plan = list(checked.batch_plan)  # the global batch of every step (0 before a branch's start)
         self.max_steps = len(self.batch_plan)
         self.callbacks = sorted(callbacks if callbacks is not None else standard_callbacks(run), key=lambda c: c.order)
         self.channel = MetricsChannel(run_dir, f"[{run.name} seed{t.seed}]", d.is_main)
@@ -271,7 +272,7 @@ class Trainer:
     def restore(self, ckpt: Path, keep_data_position: bool = False) -> dict:
         """Continue from `ckpt` (model, optimizer, step, counters, callbacks' states; with keep_data_position,
         the sampler stays where it is: a rollback skips the data it had read since). Raises
-        checkpoint.DamagedCheckpointError when the checkpoint's own files are not whole (resume then tries an older
+        DamagedCheckpointError when the checkpoint's own files are not whole (resume then tries an older
         one), CallbackStateError when a callback cannot take its state back (the run fails; nothing is set aside)."""
         meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
         try:
@@ -292,7 +293,9 @@ class Trainer:
         except ConfigError:
             raise
         except (KeyError, TypeError, ValueError) as exc:  # a meta.json that parses but is not whole
-            raise checkpoint.DamagedCheckpointError(ckpt, f"{checkpoint.META}: {type(exc).__name__}: {exc}") from None
+            raise checkpoint_files.DamagedCheckpointError(
+                ckpt, f"{checkpoint_files.META}: {type(exc).__name__}: {exc}"
+            ) from None
         if not keep_data_position:
             # outside the damage check: a callback that cannot read its state is a bug in the callback, and
             # setting the run's checkpoints aside one by one for it would lose them all
@@ -307,7 +310,7 @@ class Trainer:
         """Restore the newest checkpoint's weights, optimizer and step, keeping the data position: the batches
         read since (the offending one among them) are skipped, as PaLM did for loss spikes. Logs from the
         abandoned steps are dropped; callbacks start again from the restored step (pre_train)."""
-        ckpt = checkpoint.latest_checkpoint(rundir.checkpoint_root(self.run_dir))
+        ckpt = checkpoint_files.latest_checkpoint(rundir.checkpoint_root(self.run_dir))
         if ckpt is None:
             raise Divergence(f"{self.run.name}: {reason}, and no checkpoint to roll back to yet")
         from_step = self.step
