@@ -71,7 +71,7 @@ def console_text(report: dict) -> str:
 
     head = report["headline"]
     lines = [f"{report['experiment']}: {head['verdict']}"]
-    if head.get("sequential"):
+    if head.get("sequential") and head["sequential"] not in head["verdict"]:
         lines.append(f"adaptive study: {head['sequential']}")
     _, header, rows = verdict.table(head, report["options"]["power"])
     if rows:
