@@ -27,6 +27,7 @@ base = RunConfig(
         val_source="../shared/data/wiki2015/wiki-09.jsonl.gz",
         seq_len=128,
         max_documents=2000,
+        val_sequences=1024,  # ~130k tokens of whole validation documents: 64 sequences held only two wiki articles
     ),
     train=TrainConfig(max_steps=64, global_batch=16, micro_batch=16, log_every=16, val_every=64, ckpt_every=64),
 )

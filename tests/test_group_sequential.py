@@ -126,3 +126,13 @@ def test_futility_closes_a_contrast_that_cannot_be_decided_and_zero_turns_it_off
     assert decision == "b" and decided_at == 3 and interval[0] > 0 and math.isfinite(boundary)
     chance = gs.decision_chance(0.07, 1.0, 0.0, 3, 8, 2.5)
     assert 0 < chance < 0.1 and gs.decision_chance(5.0, 1.0, 0.0, 3, 8, 2.5) > 0.9
+
+
+def test_the_designs_comparison_prints_every_table(capsys):
+    """scripts/simulate_sequential.py --designs at 2 studies a cell: every mix under each design, with and without
+    an item term, the spending families and M2's futility trade-off."""
+    sim.compare_designs(2, 0.05, np.random.default_rng(0))
+    out = capsys.readouterr().out
+    assert out.count("| M2: six at 0, 0.8, ..., 4.0 |") == 3 and out.count("| 6 variants, F worse by 8 |") == 2
+    assert "| mix | fixed right | pocock | hsd:1 | hsd:-1 | hsd:-2 | obrien_fleming |" in out
+    assert out.count("futility ") >= 5

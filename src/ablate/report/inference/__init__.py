@@ -1,5 +1,5 @@
 """How sure: seed-level tests under one noise model, the study's error control, the decisions' statistics, an
-adaptive study's anytime-valid rule, and the report calibrated on studies with known answers.
+adaptive study's rule under either design, and the report calibrated on studies with known answers.
 
 stats.py       bootstrap CIs, seed-level tests (seeds + item-set noise), Benjamini-Hochberg, seeds needed,
                Spearman, Kendall, SNR, decision accuracy (numpy/scipy)
@@ -7,7 +7,10 @@ pairs.py       one pair of variants tested over training seeds; a series' leader
 families.py    the two families (primary metric, task metrics), the decision metrics, the winner, failed seeds
 da.py          decision accuracy's bootstrap (variants sharing a seed resampled together, the items shared by every
                seed resampled once per replicate) and its coverage
-sequential.py  adaptive studies (ablate run --until-decided): the decision rule, anytime-valid confidence sequences
-               per contrast, the report's `sequential` section (numpy/scipy only when a study is read)
+sequential.py  adaptive studies (ablate run --until-decided): the decision rule, each contrast decided under its
+               design, the report's `sequential` section (numpy/scipy only when a study is read)
+group_sequential.py  the default design: alpha spending over the looks, boundaries calibrated for the t,
+               repeated intervals, non-binding futility
+anytime.py     the anytime design: the safe t-test's e-values and confidence sequences
 calibrate.py   constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 """
