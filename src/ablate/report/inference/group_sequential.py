@@ -10,7 +10,8 @@ is I(n) / I(N) = (1/N + rho) / (1/n + rho), rho = tau^2 / sigma^2 the item-set s
 study: tau^2 is (from the items), sigma^2 only through the seeds' s^2 on n - 1 degrees of freedom. A schedule and
 boundaries read off an estimated rho inflate the error: at 2 degrees of freedom a small s^2 (which happens) claims a
 large share, lighter-tailed boundaries and a larger |t| at once (measured: a 6-variant A/A with tau^2 = 0.1 sigma^2
-made a wrong decision in 12% of studies at alpha 0.05; with rho known, 4.3%). So the schedule is the seeds' own,
+made a wrong decision in 12% of studies at alpha 0.05, the share from an 80% upper bound on sigma^2; with rho known,
+4.3%). So the schedule is the seeds' own,
 fractions n / N (rho = 0), and the boundaries are calibrated for the t of seeds alone. That is conservative when
 there is an item term: the known n tau^2 in the t's denominator only lightens its tails (scripts/simulate_sequential.py
 --designs measures both the error and the power it costs).
