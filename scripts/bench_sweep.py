@@ -2,7 +2,7 @@
 overhead of a run.
 
     python scripts/bench_sweep.py [--steps 60] [--runs 8]
-    python scripts/bench_sweep.py --smoke      # 4 tiny runs of 3 steps on 300 documents: checks the script runs
+    python scripts/bench_sweep.py --smoke      # 2 tiny runs of 3 steps on 300 documents: checks the script runs
 
 The runs are experiments/lr_batch_sweep.py's base (vocab 8192, d_model 64, 4 layers, seq 256, batch 16, the
 embedded corpus, validation every 25 steps) cut to --steps, at two learning rates x --runs/2 seeds. Prints the wall
@@ -122,11 +122,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--runs", type=int, default=8, help="an even number (2 learning rates x seeds)")
-    parser.add_argument("--smoke", action="store_true", help="4 tiny runs of 3 steps on 300 documents")
+    parser.add_argument("--smoke", action="store_true", help="2 tiny runs of 3 steps on 300 documents")
     args = parser.parse_args()
     overrides = {}
     if args.smoke:
-        args.steps, args.runs, overrides = 3, 4, SMOKE
+        args.steps, args.runs, overrides = 3, 2, SMOKE
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as work:
         found = measure(Path(work), args.steps, args.runs, overrides)

@@ -82,7 +82,7 @@ def test_names_show_as_written_in_status_and_report(awkward):
     assert report["experiment"] == EXPERIMENT
     assert sorted(report["overview"]["variants"]) == sorted(ACCEPTED)
     assert {r["run"] for r in report["overview"]["runs"]} == {f"{n}/seed0" for n in ACCEPTED}
-    assert report["headline"]["text"] == outputs["report"].splitlines()[0]
+    assert f"{EXPERIMENT}: {report['headline']['verdict']}" == outputs["report"].splitlines()[0]
 
     page = (runs_dir / "report.html").read_text()
     assert f"<title>ablate report: {html.escape(EXPERIMENT)}</title>" in page

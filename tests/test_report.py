@@ -242,7 +242,8 @@ def test_cli_report_prints_the_verdict_and_the_decisions_table(toy, tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0] == f"toy: {head['verdict']}" and lines[0].startswith("toy: No winner: too few seeds")
     assert lines[1].split() == "metric status leader pairs decided closest open pair seeds needed".split()
-    assert lines[2].startswith("val_loss ") and len(lines) == 3 + len(head["decisions"])
+    rows = len(head["decisions"])
+    assert lines[2].startswith("val_loss ") and lines[2 + rows : -1] == head["notes"] and head["notes"]
     assert (tmp_path / "out" / "report.html").is_file()
     assert json.loads((tmp_path / "out" / "report.json").read_text())["options"]["min_tau"] == 0.5
     missing = run_cli("report", str(tmp_path / "nothing"), check=False)

@@ -65,7 +65,7 @@ def cmd_report(args) -> int:
 
 def console_text(report: dict) -> str:
     """What the terminal shows, read in ten seconds as the report opens: the verdict, an adaptive study's decisions
-    in words, and the decisions table (the whole headline is report.md's, report.json's `headline.text`)."""
+    in words, the decisions table and its notes (the whole headline is report.json's `headline.text`)."""
     from ablate.report.text import verdict
     from ablate.text import aligned
 
@@ -76,4 +76,5 @@ def console_text(report: dict) -> str:
     _, header, rows = verdict.table(head, report["options"]["power"])
     if rows:
         lines.append(aligned([header, *rows], text_columns=tuple(range(len(header)))))
+    lines += head.get("notes") or []  # what the decisions leave out: no-signal tasks, runs left out, refusals
     return "\n".join(lines)
