@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from ablate.report.inference.group_sequential import repeated_interval
+
 MIXTURE_G = (1.0, 10.0, 100.0, 1000.0)  # prior variances of the standardized effect, equally weighted
 
 
@@ -86,16 +88,8 @@ def confidence_sequence(
     variance); item_var: the persistent item-set variance of the mean difference, which seeds do not average away
     (the mean's variance is max(s^2, floor_var) / n + item_var). None for fewer than 2 differences or no variance
     at all; (-inf, inf) where n cannot reach 1 / alpha."""
-    values = [float(x) for x in diffs]
-    n = len(values)
-    if n < 2:
-        return None
-    mean = sum(values) / n
-    var = max(sum((x - mean) ** 2 for x in values) / (n - 1), floor_var or 0.0) + n * (item_var or 0.0)
-    if not var > 1e-30:  # equal differences and no item noise known: no evidence of how far they may move
-        return None
-    half = critical_t(n, alpha) * math.sqrt(var / n)
-    return mean - half, mean + half
+    n = len(diffs)
+    return repeated_interval(diffs, critical_t(n, alpha), floor_var, item_var) if n >= 2 else None
 
 
 def running_interval(prefixes: list[tuple], alpha: float) -> tuple[float, float] | None:

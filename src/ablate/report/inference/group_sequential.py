@@ -147,7 +147,8 @@ def simulated_t(looks: tuple[int, ...], rho: float, studies: int, seed: int = 0)
 
 def repeated_interval(diffs, critical: float, floor_var: float = 0.0, item_var: float = 0.0):
     """mean +- critical * se for per-seed differences under the noise model (se^2 = (max(s^2, floor) + n tau^2) /
-    n); None for fewer than 2 differences or no variance at all."""
+    n), either design's interval at its critical value; None for fewer than 2 differences or no variance at all
+    (equal differences and no item noise known: no evidence of how far they may move)."""
     values = [float(x) for x in diffs]
     n = len(values)
     if n < 2:
