@@ -2,7 +2,7 @@
 researchers run: A/A and planted-effect studies at 3, 5 and 8 seeds, 60 and 1000 items a task, with per-run item
 quirks that persist across checkpoints and per-variant item quirks that persist across seeds (a population null), a
 scale axis (decision accuracy ranks each task's metrics) and a subject floor. Every study goes through the report's
-own path (ablate.report.inference.calibrate). docs/reports.md quotes its output.
+own path (ablate.report.calibrate). docs/reports.md quotes its output.
 
     python scripts/calibrate_report.py --jobs 2     # 2000 studies per design (about an hour on two cores)
     python scripts/calibrate_report.py --smoke      # 2 studies per design: the script still works
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ablate.report.inference.calibrate import SD_DIFF, Design, calibrate
+from ablate.report.calibrate import SD_DIFF, Design, calibrate
 
 
 def designs(effect: float, items=(60, 1000)) -> list[Design]:

@@ -10,7 +10,7 @@ so run-level scores vary from seed to seed and items add evaluation noise, as in
 Most studies run in memory through the functions `ablate report` itself uses (pairs.pairwise -> seed-level tests,
 families.apply_family -> Benjamini-Hochberg, headline.decide_series and families.winner -> the headline's decisions);
 the designs users run (3 and 5 seeds, 60 and 1000 items, quantized accuracies, per-run item quirks that persist over
-checkpoints, a scale axis, a subject floor: ablate.report.inference.calibrate, as scripts/calibrate_report.py) go
+checkpoints, a scale axis, a subject floor: ablate.report.calibrate, as scripts/calibrate_report.py) go
 through analyze_runs, the report's whole path after loading; a handful go through write_report on run folders.
 `pytest -s` prints the measured rates.
 """
@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.inference import calibrate, families, pairs, stats
+from ablate.report import calibrate
+from ablate.report.inference import families, pairs, stats
 from ablate.report.text.headline import decide_series
 from report_fixtures import write_run
 
@@ -269,7 +270,7 @@ def test_full_report_planted_names_the_winner(tmp_path, study):
     print(f"\nplanted report {study}: {head['text']}")
 
 
-# ---- the whole report on the designs users run (ablate.report.inference.calibrate; scripts/calibrate_report.py) ----
+# ---- the whole report on the designs users run (ablate.report.calibrate; scripts/calibrate_report.py) ----
 
 JOBS = 2  # the whole-report calibrations end the suite, when the other pytest worker has little left: both cores
 STUDIES = 120  # per design: the suite's budget (scripts/calibrate_report.py runs 1000 for the docs' figures)

@@ -134,6 +134,30 @@ def ablate_imports(module: str) -> set[str]:
     return {m for m in imports_of(MODULES[module]) if m.split(".")[0] == "ablate"}
 
 
+# Inside `report` (one group above), its rooms import one way too (docs/architecture.md): what is read, how sure,
+# which signal, the grid's figures, the options, the text, then the orchestrator and the whole-report calibration.
+REPORT_ROOMS = ["inputs", "inference", "signal", "grid", "options", "text", "analyze", "calibrate"]
+
+
+def _report_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["ablate", "report"] else None
+
+
+def test_the_report_rooms_import_one_way():
+    rank = {room: i for i, room in enumerate(REPORT_ROOMS)}
+    rooms = {_report_room(m) for m in MODULES} - {None}
+    assert rooms <= set(rank), f"place {sorted(rooms - set(rank))} in REPORT_ROOMS (and docs/architecture.md)"
+    wrong = []
+    for module in MODULES:
+        room = _report_room(module)
+        for target in ablate_imports(module) if room else ():
+            other = _report_room(target)
+            if other is not None and rank[other] > rank[room]:
+                wrong.append(f"{module} ({room}) imports {target} ({other})")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_every_module_is_placed_in_a_layer():
     unplaced = sorted({group_of(m) for m in MODULES} - set(LAYER))
     assert not unplaced, f"add {unplaced} to LAYERS in tests/test_structure.py (and docs/architecture.md)"

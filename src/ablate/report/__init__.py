@@ -3,14 +3,19 @@
 The report's rooms, by job (each folder's __init__ maps its files):
 
 inputs/     what is read: run folders -> runs and tasks, like with like (equal tokens, identical item sets),
-            subjects below an SNR floor, the runs' tokenizers compared
+            the runs' tokenizers compared
 inference/  how sure: seed-level tests and their noise model, the two families (Benjamini-Hochberg), seeds needed,
-            the winner, decision accuracy's bootstrap, adaptive studies' anytime-valid rule, the calibration
-signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric
-text/       the report in words: the headline, report.md and report.html, the plots
-grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"], its sections)
+            the winner, decision accuracy's bootstrap, adaptive studies' rule under either design
+signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric,
+            subjects below an SNR floor
+grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"])
+text/       the report in words: the headline, report.md and report.html, the plots, the grid's sections
 analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
 options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
+calibrate.py  constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
+
+The rooms import one way (tests/test_structure.py): inputs < inference < signal < grid < options < text < analyze <
+calibrate.
 
 The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads
 inference/sequential.py alone, not the analysis (numpy, scipy, matplotlib).

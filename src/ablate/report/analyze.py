@@ -17,8 +17,8 @@ import numpy as np
 
 from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.inference import families, pairs, sequential, stats
-from ablate.report.inputs import match, subjects, tokenizers
-from ablate.report.signal import choose
+from ablate.report.inputs import match, tokenizers
+from ablate.report.signal import choose, subjects
 from ablate.report.options import Options
 from ablate.report.signal.across import RESAMPLE, across_scales
 from ablate.report.text import headline as words

@@ -12,5 +12,4 @@ sequential.py  adaptive studies (ablate run --until-decided): the decision rule,
 group_sequential.py  the default design: alpha spending over the looks, boundaries calibrated for the t,
                repeated intervals, non-binding futility
 anytime.py     the anytime design: the safe t-test's e-values and confidence sequences
-calibrate.py   constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 """

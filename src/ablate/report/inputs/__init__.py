@@ -1,8 +1,7 @@
-"""What the report reads: run folders -> runs and tasks, like compared with like, subjects kept or left out, and
+"""What the report reads: run folders -> runs and tasks, like compared with like, and
 whether the runs' tokenizers let validation compare by loss or only by bits per byte.
 
 runs.py        run folders -> runs, tasks, scale groups; a metric's direction
 match.py       like with like: finals at equal tokens, scores over identical item sets
-subjects.py    groups (MMLU subjects) below an SNR floor, left out of their task's average
 tokenizers.py  the runs' tokenizers compared: bits per byte where they differ, on the same text only
 """

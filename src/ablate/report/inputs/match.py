@@ -12,7 +12,7 @@
   compared one, per item where per-item files exist (Signal and Noise: averaging checkpoints cuts noise).
 - Groups (MMLU's subjects): a task averaged over groups scores each run as the mean over groups of the group's
   mean, so per-item values are weighted to make their plain mean that macro average; groups a floor left out
-  (subjects.py) are left out of the items too.
+  (signal/subjects.py) are left out of the items too.
 """
 
 from __future__ import annotations

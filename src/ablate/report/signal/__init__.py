@@ -5,4 +5,5 @@ across.py    every task x metric's SNR and decision accuracy from each smaller s
              the largest (its primary metric), against validation loss, and against itself
 tracking.py  whether a continuous metric tracks its task (target DA, or correlation with its accuracy)
 choose.py    each task's best measured metric (every metric a candidate, judged by signal and noise)
+subjects.py  groups (MMLU subjects) below an SNR floor, left out of their task's average
 """

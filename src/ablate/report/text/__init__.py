@@ -9,4 +9,6 @@ across.py      the "Which signal to trust at which scale" section (signal/across
 sequential.py  an adaptive study's section (inference/sequential.py's contrasts) and its one-line contrasts
 tokenizers.py  the runs table's tokenizer columns
 plots.py       the embedded PNGs (matplotlib, Agg)
+grid_sections.py  report["sweep"] -> the report's Sweep sections
+grid_figures.py   their plots, as base64 PNGs (plots.py's png())
 """

@@ -14,7 +14,7 @@ import math
 from ablate.report.inputs.runs import sign_of
 from ablate.report.text import across, opening, plots, sequential, tokenizers
 from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
-from ablate.report.grid.sections import grid_sections
+from ablate.report.text.grid_sections import grid_sections
 
 
 def _group_title(group: dict, groups: list[dict]) -> str:

@@ -5,7 +5,7 @@ bullets). Every number shown is read from the dict (report.json), none recompute
 from __future__ import annotations
 
 from ablate.report.text.fmt import Section, fmt, fmt_ci
-from ablate.report.grid import figures
+from ablate.report.text import grid_figures as figures
 
 
 def _share(fit: dict) -> str:
