@@ -81,7 +81,7 @@ def record_rule(folder: Path, rule, new_study: bool) -> dict:
     changed = rule.changes_from(recorded)
     if not changed:
         return study
-    fields = {k for k, v in rule.to_dict().items() if v != recorded.to_dict()[k]}
+    fields = set(rule.changes_from(recorded, fields_only=True))
     if not new_study and not voids_guarantee(fields, recorded.design):
         entry["round"] = len(study["rounds"]) + 1
         study = {**study, "rule": rule.to_dict(), "rule_history": [*study["rule_history"], entry], "stopped": None}
@@ -90,7 +90,7 @@ def record_rule(folder: Path, rule, new_study: bool) -> dict:
         return study
     if not new_study:
         why = (
-            f"max_seeds fixed the {recorded.design} design's looks before round 1: raising it after results voids "
+            f"max_seeds fixed the {recorded.design} design's looks before round 1: changing it after results voids "
             f"its error guarantee; "
             if "max_seeds" in fields
             else ""

@@ -160,11 +160,12 @@ class DecisionRule:
                 f"hours of compute, wall time x devices ('3h')"
             ) from None
 
-    def changes_from(self, other: DecisionRule) -> list[str]:
-        """What differs from `other`, one "field: other's -> this one's" each (["alpha: 0.05 -> 0.1"]); [] when
-        equal."""
+    def changes_from(self, other: DecisionRule, fields_only: bool = False) -> list[str]:
+        """What differs from `other`, one "field: other's -> this one's" each (["alpha: 0.05 -> 0.1"]), or only the
+        fields' names; [] when equal."""
         mine, theirs = self.to_dict(), other.to_dict()
-        return [f"{k}: {_shown(theirs[k])} -> {_shown(mine[k])}" for k in mine if mine[k] != theirs[k]]
+        changed = [k for k in mine if mine[k] != theirs[k]]
+        return changed if fields_only else [f"{k}: {_shown(theirs[k])} -> {_shown(mine[k])}" for k in changed]
 
 
 def _shown(value) -> str:
@@ -587,8 +588,8 @@ def _changed_fields(history: list[dict], i: int) -> set[str] | None:
     """The rule fields history entry i changed from entry i - 1 (None for the first entry: the rule set)."""
     if not i:
         return None
-    new, old = (DecisionRule.from_dict(history[k]["rule"]).to_dict() for k in (i, i - 1))
-    return {k for k in new if new[k] != old[k]}
+    new, old = (DecisionRule.from_dict(history[k]["rule"]) for k in (i, i - 1))
+    return set(new.changes_from(old, fields_only=True))
 
 
 def _change_text(history: list[dict], i: int) -> str:
