@@ -47,9 +47,10 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 from ablate.report.grid.fits import power_law_params
 
@@ -84,7 +85,7 @@ class Cell:
     def n(self) -> int:
         return len(self.losses)
 
-    @property
+    @cached_property  # read many times per fit; a cell's losses are not changed after it is built
     def mean(self) -> float:
         return float(np.mean(list(self.losses.values())))
 
@@ -236,22 +237,29 @@ def _sensitivity(base: list[Cell], variant: Cell, est: dict, floor: float, floor
     return {"E_range": [low, high], "multipliers": [at[low], at[high]], "flagged": bool(flagged)}
 
 
-def shared_floor(curves_cells: dict[Hashable, list[Cell]], grid: int = 200) -> float | None:
-    """One E for every rung: the value on a grid below the lowest baseline loss that minimizes the rungs' summed
-    squared residuals with E pinned (each rung keeps its own A and alpha). None if no rung can be fitted."""
+def shared_floor(curves_cells: dict[Hashable, list[Cell]], grid: int = 40) -> float | None:
+    """One E for every rung: the value below the lowest baseline loss that minimizes the rungs' summed squared
+    residuals with E pinned (each rung keeps its own A and alpha): a grid, then a bounded search between the best
+    grid value's neighbours. None if no rung can be fitted."""
     lowest = min(c.mean for cells in curves_cells.values() for c in cells)
-    best, best_sse = None, math.inf
-    for e in lowest * (1 - np.geomspace(1e-3, 1, grid)):
-        sse = 0.0
+
+    def sse(e: float) -> float:
+        total = 0.0
         for cells in curves_cells.values():
             curve = fit_curve(cells, floor=float(e))
             if isinstance(curve, str):
-                sse = math.inf
-                break
-            sse += float(((curve.loss_at([c.flops for c in cells]) - [c.mean for c in cells]) ** 2).sum())
-        if sse < best_sse:
-            best, best_sse = float(e), sse
-    return best
+                return math.inf
+            total += float(((curve.loss_at([c.flops for c in cells]) - [c.mean for c in cells]) ** 2).sum())
+        return total
+
+    floors = np.sort(lowest * (1 - np.geomspace(1e-3, 1, grid)))
+    found = [sse(e) for e in floors]
+    k = int(np.argmin(found))
+    if not math.isfinite(found[k]):
+        return None
+    low, high = floors[max(k - 1, 0)], floors[min(k + 1, grid - 1)]
+    best = optimize.minimize_scalar(sse, bounds=(low, high), method="bounded", options={"xatol": 1e-6})
+    return float(best.x) if best.fun <= found[k] else float(floors[k])
 
 
 def _row(variant: str, baseline: str, rung, cell: Cell, kind: str, level: float) -> dict:
@@ -322,12 +330,14 @@ def multipliers(
     floor: float | str | None = None,
     floor_range: tuple[float, float] | None = None,
     throughput: dict | None = None,
+    kinds: tuple[str, ...] = ("data", "frontier"),
 ) -> dict:
     """Every variant's multipliers against `baseline`, rung by rung, and its trend across rungs.
 
     floor: None (E fitted where >= 4 baseline points; no number elsewhere), a value (E pinned there at every rung)
     or "shared" (one E for all rungs, shared_floor). floor_range: the E range of the sensitivity check.
     throughput: (arm, rung) -> measured flops per second on this machine, for the wall-clock multiplier.
+    kinds: the multipliers wanted ("frontier" is given only where the baseline has >= 3 rungs).
     Returns {"rows": [...], "trends": {variant: trend}, "E": the shared E or None}."""
     cells = group_cells(points)
     base = {rung: cs for (arm, rung), cs in cells.items() if arm == baseline}
@@ -338,10 +348,12 @@ def multipliers(
         if arm == baseline:
             continue
         for cell in arm_cells:
-            kinds = {"data": curves.get(rung, f"no baseline points at rung {rung!r}")}
-            if len(curves) >= 3:
-                kinds["frontier"] = _frontier(curves, cell)
-            for kind, curve in kinds.items():
+            against = {"data": curves.get(rung, f"no baseline points at rung {rung!r}")}
+            if "frontier" in kinds and len(curves) >= 3:
+                against["frontier"] = _frontier(curves, cell)
+            for kind, curve in against.items():
+                if kind not in kinds:
+                    continue
                 row = _row(arm, baseline, rung, cell, kind, level)
                 _fill(row, curve, cell, level, pinned, floor_range)
                 speeds = (throughput or {}).get((arm, rung)), (throughput or {}).get((baseline, rung))
@@ -371,6 +383,9 @@ def trend(rows: list[dict], level: float = LEVEL) -> dict:
     used = sorted(by_rung.values(), key=lambda r: r["flops"])
     y = np.array([r["log_multiplier"] for r in used])
     var = np.array([r["log_se"] ** 2 for r in used])
+    if not var.all():
+        out["note"] += "a rung's log M has no seed spread (identical seeds?): no weights, no trend"
+        return out
     df = min(r["df"] for r in used)
     t = _t(level, df)
     if len(used) == 2:
