@@ -5,4 +5,5 @@ runs.py        run folders -> runs, tasks, scale groups; a metric's direction
 match.py       like with like: finals at equal tokens, scores over identical item sets
 subjects.py    groups (MMLU subjects) below an SNR floor, left out of their task's average
 tokenizers.py  the runs' tokenizers compared: bits per byte where they differ, on the same text only
+flops.py       a run's FLOPs per token from its config.json, without torch (runs from before summary.json had it)
 """
