@@ -16,6 +16,7 @@ from ablate.config import ConfigError, ExperimentError, RunConfig, validate
 from ablate.data.batch_schedule import batch_plan
 from ablate.data.sources import entries
 from ablate.setup.overrides import apply_overrides
+from ablate.text import COMPUTE_POINT_MARK
 
 
 def variant(
@@ -77,9 +78,6 @@ def branch(parent: RunConfig, at: float | int, name: str, changes: dict | None =
                 f"data mix, eval"
             )
     return _attach(run, parent, at)
-
-
-COMPUTE_POINT_MARK = "~"  # compute_points' runs at other budgets than the rung's: "<name>~0.5x", "<name>~2x"
 
 
 def compute_points(

@@ -6,4 +6,5 @@ match.py       like with like: finals at equal tokens, scores over identical ite
 subjects.py    groups (MMLU subjects) below an SNR floor, left out of their task's average
 tokenizers.py  the runs' tokenizers compared: bits per byte where they differ, on the same text only
 flops.py       a run's FLOPs per token from its config.json, without torch (runs from before summary.json had it)
+compute_points.py  one arm at several budgets: the main runs apart from the compute points of the multipliers
 """
