@@ -1,4 +1,4 @@
-"""Compute multipliers (ablate.report.inference.multipliers) on constructed ladders with a planted multiplier.
+"""Compute multipliers (ablate.report.grid.multipliers) on constructed ladders with a planted multiplier.
 
 Rung r (r = 0, 1, 2) has budget C_r = 1e17 * 4^r flops and a baseline curve L_r(C) = 2.0 + a_r (C / C_r)^-0.3 with
 a_r = 1.2 * 4^(-0.15 r) (larger models reach lower loss). The baseline is trained to several compute points per
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from ablate.report.inference.multipliers import Point, bootstrap_interval, multipliers
+from ablate.report.grid.multipliers import Point, bootstrap_interval, multipliers
 
 E, ALPHA, SEED_SD, POINT_SD = 2.0, 0.3, 0.008, 0.006
 BUDGETS = [1e17 * 4**r for r in range(3)]

@@ -1,4 +1,4 @@
-"""Compute multipliers on a ladder (ablate.report.inference.multipliers), on ladders built by
+"""Compute multipliers on a ladder (ablate.report.grid.multipliers), on ladders built by
 scripts/simulate_multipliers.py: the baseline's curve per rung, a variant on it at m times the compute.
 
 The coverage bounds here are looser than the script's figures: at 200 ladders a cell (3 rungs each) the script
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.report.inference.multipliers import (
+from ablate.report.grid.multipliers import (
     Point,
     bootstrap_interval,
     fit_curve,
