@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from ablate.config import ConfigError
 from ablate.launch.sweep import attempt
+from ablate.model import Transformer
 from ablate.setup.experiment import load_checked, load_experiment
 from ablate.setup.overrides import apply_overrides, parse_set_args
 from ablate.training.run import run_dir_for, train
@@ -52,6 +53,10 @@ def test_run_folder_holds_everything(tiny_run):
         + 2 * (4 * 32 * 32 + 3 * 32 * 96 + 2 * 32)
         + 32
     )  # embedding (tied) + 2 blocks + final norm
+    # 6 x (2 blocks + final norm + the tied output projection) + attention's 12 x layers x d_model x seq_len
+    flops_per_token = 6 * summary["params"] + 12 * 2 * 32 * 32
+    assert summary["flops_per_token"] == flops_per_token == Transformer(run.model, 32).flops_per_token(32)
+    assert summary["flops"] == flops_per_token * summary["tokens"]
     losses = train_losses(run_dir)
     assert sorted(losses) == list(range(1, 13))
     assert losses[12] < losses[1] - 0.1  # it learns

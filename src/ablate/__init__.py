@@ -13,7 +13,7 @@ from ablate.config import (
     ScheduleConfig,
     TrainConfig,
 )
-from ablate.setup.variants import branch, grid, variant
+from ablate.setup.variants import branch, compute_points, grid, variant
 
 __all__ = [
     "RunConfig",
@@ -26,6 +26,7 @@ __all__ = [
     "variant",
     "grid",
     "branch",
+    "compute_points",
     "ConfigError",
     "train",
     "Callback",

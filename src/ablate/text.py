@@ -35,6 +35,8 @@ def aligned(rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
 # leave room for the names made from them. A backslash is allowed: POSIX file systems take it (ablate runs on POSIX
 # only), and names such as $\alpha$=0.5 carry it.
 FOLDER_NAME_MAX_BYTES = 200
+# compute_points() names an arm's runs at budgets other than its rung's "<name>~0.5x": the report knows them by it
+COMPUTE_POINT_MARK = "~"
 FOLDER_NAME_RULE = (
     f"printable characters of any script and the space, except /; not '.', '..' or a name beginning "
     f"with '.'; no space at either end; at most {FOLDER_NAME_MAX_BYTES} bytes in UTF-8"

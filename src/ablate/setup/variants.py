@@ -1,8 +1,9 @@
 """The runs of an experiment file, built from a base run: `variant` (one named change), `grid` (every combination
-of values on some axes) and `branch` (a run continuing another's checkpoint), with `resolve_branches`, which puts
-each branch after its parent once seeds and --set are applied.
+of values on some axes), `branch` (a run continuing another's checkpoint) and `compute_points` (one arm at several
+budgets, for compute multipliers), with `resolve_branches`, which puts each branch after its parent once seeds and
+--set are applied.
 
-All three take the dotted syntax of the CLI's `--set` ({"model.n_kv_heads": 1}). Nothing here imports torch:
+All take the dotted syntax of the CLI's `--set` ({"model.n_kv_heads": 1}). Nothing here imports torch:
 experiment files import these through `ablate`, and loading one never starts compute.
 """
 
@@ -15,6 +16,7 @@ from ablate.config import ConfigError, ExperimentError, RunConfig, validate
 from ablate.data.batch_schedule import batch_plan
 from ablate.data.sources import entries
 from ablate.setup.overrides import apply_overrides
+from ablate.text import COMPUTE_POINT_MARK
 
 
 def variant(
@@ -76,6 +78,46 @@ def branch(parent: RunConfig, at: float | int, name: str, changes: dict | None =
                 f"data mix, eval"
             )
     return _attach(run, parent, at)
+
+
+def compute_points(
+    base: RunConfig, name: str, budgets: tuple[float, ...] = (0.5, 1, 2), decay: float = 0.2
+) -> list[RunConfig]:
+    """One arm of a rung at several compute budgets from one WSD run per seed: the baseline's loss-vs-compute curve
+    for the report's compute multipliers. `base`'s train.max_steps is the rung's budget (1x). The longest budget is
+    a WSD run that decays over its last `decay` share; each shorter budget b is a branch from that run's stable phase
+    at (1 - decay) x b x the rung's steps, decaying over its last `decay` share to b x the rung's steps, so every
+    point ends annealed. The warmup is the rung's in steps at every budget (its share scaled by 1 / the longest
+    budget): the 1x run's schedule is that of a lone WSD run of the rung's length. The 1x run is named `name` (the
+    run every arm of the rung shares, the one today's comparisons see); the others `name~<b>x`. An arm's every run
+    is built by the same call, so arms compare alike at each budget."""
+    steps = base.train.max_steps
+    if base.train.batch_schedule != "constant":
+        raise ConfigError(
+            f"compute_points {name!r}: train.batch_schedule={base.train.batch_schedule!r}; allowed: 'constant' "
+            f"(budgets are multiples of train.max_steps)"
+        )
+    if 1 not in budgets or any(b <= 0 for b in budgets) or len(set(budgets)) != len(budgets):
+        raise ConfigError(
+            f"compute_points {name!r}: budgets={budgets!r}; allowed: distinct positive multiples of the rung's "
+            f"train.max_steps, 1 among them"
+        )
+    if not 0 < decay < 1:
+        raise ConfigError(f"compute_points {name!r}: decay={decay!r}; allowed: a share in (0, 1)")
+    longest = max(budgets)
+
+    def label(b: float) -> str:
+        return name if b == 1 else f"{name}{COMPUTE_POINT_MARK}{b:g}x"
+
+    wsd = {"schedule.name": "wsd", "schedule.decay": decay, "schedule.warmup": base.schedule.warmup / longest}
+    parent = variant(base, label(longest), {**wsd, "train.max_steps": round(longest * steps)}, axes=base.axes)
+    runs = [parent]
+    for b in sorted(budgets):
+        if b != longest:
+            at = round((1 - decay) * b * steps)  # the branch's decay starts where it leaves the parent's stable phase
+            point = branch(parent, at, label(b), {"train.max_steps": round(b * steps)})
+            runs.append(dataclasses.replace(point, axes=dict(base.axes)))  # a branch starts off any grid: keep base's
+    return runs
 
 
 def _branch_point(parent: RunConfig, at: float | int, name: str) -> tuple[int, int]:

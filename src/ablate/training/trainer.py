@@ -382,6 +382,10 @@ class Trainer:
             "tokens": self.tokens,
             "params": self.model.num_params(),
             "params_active": self.model.num_params(active=True),  # with experts: those one token uses
+            # the model's own count (attention included): a variant that changes FLOPs per token is compared in
+            # FLOPs, never tokens (the report's compute multipliers)
+            "flops_per_token": self.flops_per_token,
+            "flops": self.flops_per_token * self.tokens,
             "kv_cache_bytes_per_token": kv_cache_bytes_per_token(self.run.model),  # bf16, every layer: beside the loss
             "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
             "tokens_per_second": math.nan,

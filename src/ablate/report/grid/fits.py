@@ -286,7 +286,13 @@ def _power_law_profile(n: np.ndarray, loss: np.ndarray) -> np.ndarray:
     return np.array([floors[k], intercept[k], -slope[k]])
 
 
-def _power_law_params(n: np.ndarray, loss: np.ndarray) -> np.ndarray | None:
+def power_law_params(n: np.ndarray, loss: np.ndarray, floor: float | None = None) -> np.ndarray | None:
+    """(E, log A, alpha) of L(N) = E + A N^-alpha by least squares on L; None when L does not fall with N.
+
+    floor: E held at this value (below every loss), only log A and alpha fitted: 3 points cannot identify E, since
+    3 free parameters pass through them exactly (ablate.report.grid.multipliers pins E there)."""
+    if floor is not None:
+        return _pinned_power_law(np.log(n), loss, floor)
     start = _power_law_profile(n, loss)
     if start[2] <= 0:
         return None
@@ -299,6 +305,18 @@ def _power_law_params(n: np.ndarray, loss: np.ndarray) -> np.ndarray | None:
     return fit.x
 
 
+def _pinned_power_law(logn: np.ndarray, loss: np.ndarray, floor: float) -> np.ndarray | None:
+    if floor >= loss.min():
+        return None
+    slope, intercept = np.polyfit(logn, np.log(loss - floor), 1)  # the log-log line: the start
+    if slope >= 0:
+        return None
+    bounds = ([-np.inf, 1e-6], [np.inf, 10.0])
+    start = [intercept, -slope]
+    fit = optimize.least_squares(lambda p: floor + np.exp(p[0] - p[1] * logn) - loss, start, bounds=bounds)
+    return np.array([floor, *fit.x])
+
+
 def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, seed: int = 0) -> dict:
     """Fit L(N) = E + A N^-alpha (least squares on L). values_by_size[k]: the per-seed losses behind loss[k], for
     a bootstrap CI of E, A and alpha (seeds resampled at each size, refit)."""
@@ -307,7 +325,7 @@ def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, se
     if len(n) < 3 or len(set(n.tolist())) < 3:
         out["note"] = f"{len(set(n.tolist()))} model size(s): L(N) = E + A N^-alpha needs >= 3"
         return out
-    params = _power_law_params(n, loss)
+    params = power_law_params(n, loss)
     if params is None:
         out.update(status="not_decreasing", note="the loss does not fall with model size: no power law")
         return out
@@ -328,7 +346,7 @@ def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, se
     reps = [
         p
         for _ in range(n_boot)
-        if (p := _power_law_params(n, resample_means([np.asarray(v, float) for v in values_by_size], rng))) is not None
+        if (p := power_law_params(n, resample_means([np.asarray(v, float) for v in values_by_size], rng))) is not None
     ]
     out["n_boot"] = n_boot
     if reps:
