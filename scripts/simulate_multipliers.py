@@ -7,16 +7,19 @@ Seed noise: a seed effect N(0, 0.008) shared by one seed's runs at a rung (the b
 run's annealed endpoints; the variant with that seed shares its data order), plus N(0, 0.006) per point: a point's
 seed sd is 0.01 in loss, as in small real runs.
 
-Designs: "pinned E, 3 points" (the baseline at 0.5, 1.41 and 4 x C_r, E pinned at its true 2.0) and "free E, 4
-points" (0.5, 1, 2 and 4 x C_r, E fitted); 3 and 5 seeds; planted m = 1.0, 1.3, 2.0 at every rung. Printed per cell:
+Designs: "pinned E 3 points" (the baseline at 0.5, 1.41 and 4 x C_r, E pinned at its true 2.0) and "free E 4
+points" (0.5, 1, 2 and 4 x C_r, E fitted), and the report's default for compute_points()' 0.5, 1 and 2 x C_r: one E
+shared across the rungs ("shared E 3 points", at 3 rungs and at 2); 3 and 5 seeds; planted m = 1.0, 1.3, 2.0 at every
+rung. Printed per cell:
 the nominal 90% interval's coverage of m over every (ladder, rung) row (with its Monte Carlo standard error), the
 share of rows with no number (extrapolated), and for m = 1.0 the rate at which it is called a gain (interval above
 1). Then the trend: A/A (m = 1 at every rung) the false-positive rate of an established slope, and a planted
 shrink (2.0, 1.5, 1.2; and a milder 1.3, 1.15, 1.0) the share whose slope
 interval lies below 0. And at 5 seeds, the seed bootstrap's coverage.
 
-    python scripts/simulate_multipliers.py            # 200 ladders per cell (about a minute on one core)
+    python scripts/simulate_multipliers.py            # 200 ladders per cell
     python scripts/simulate_multipliers.py --smoke    # 20 per cell
+    python scripts/simulate_multipliers.py --designs "shared E 3 points"   # one design
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from ablate.report.grid.multipliers import Point, bootstrap_interval, multiplier
 E, ALPHA, SEED_SD, POINT_SD = 2.0, 0.3, 0.008, 0.006
 BUDGETS = [1e17 * 4**r for r in range(3)]
 SHRINKS = (("A/A 1,1,1", [1.0] * 3), ("shrink 2,1.5,1.2", [2.0, 1.5, 1.2]), ("shrink 1.3,1.15,1", [1.3, 1.15, 1.0]))
-DESIGNS = {"pinned E, 3 points": ([0.5, 2**0.5, 4.0], E), "free E, 4 points": ([0.5, 1.0, 2.0, 4.0], None)}
+# name: (the baseline's budgets as multiples of the rung's, E: pinned value / None: fitted / "shared", rungs)
+DESIGNS = {
+    "pinned E 3 points": ([0.5, 2**0.5, 4.0], E, 3),
+    "free E 4 points": ([0.5, 1.0, 2.0, 4.0], None, 3),
+    # what compute_points() and `ablate report --baseline` give by default: 0.5, 1 and 2x, one E for every rung
+    "shared E 3 points": ([0.5, 1.0, 2.0], "shared", 3),
+    "shared E 3 points 2 rungs": ([0.5, 1.0, 2.0], "shared", 2),
+}
 
 
 def true_loss(rung: int, flops: float) -> float:
@@ -62,7 +72,8 @@ def _rate(hits: int, n: int) -> str:
 
 
 def cell(rng, design: str, seeds: int, planted: list[float], ladders: int) -> dict:
-    fractions, floor = DESIGNS[design]
+    fractions, floor, rungs = DESIGNS[design]
+    planted = planted[:rungs]
     covered = rows = gains = missing = established_down = established = 0
     for _ in range(ladders):
         out = multipliers(ladder(rng, planted, fractions, seeds), "baseline", floor=floor, kinds=("data",))
@@ -78,7 +89,8 @@ def cell(rng, design: str, seeds: int, planted: list[float], ladders: int) -> di
             gains += low > 1
         t = out["trends"]["variant"]
         established += t["established"]
-        established_down += t["established"] and t["interval"][1] < 0
+        shrinks = t["interval"] is not None and t["interval"][1] < (0 if t["slope"] is not None else 1)
+        established_down += t["established"] and shrinks
     return {
         "coverage": _rate(covered, rows),
         "gain": _rate(gains, rows),
@@ -89,7 +101,7 @@ def cell(rng, design: str, seeds: int, planted: list[float], ladders: int) -> di
 
 
 def bootstrap_coverage(rng, ladders: int, planted: float = 1.3, n_boot: int = 100) -> str:
-    fractions, floor = DESIGNS["free E, 4 points"]
+    fractions, floor, _ = DESIGNS["free E 4 points"]
     hits = n = 0
     for _ in range(ladders):
         points = ladder(rng, [planted], fractions, 5)
@@ -105,25 +117,31 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="20 ladders per cell")
     parser.add_argument("--ladders", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--designs", default=",".join(DESIGNS), help=f"comma-separated, of: {', '.join(DESIGNS)} (default: all)"
+    )
     args = parser.parse_args()
+    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
+    if unknown := [d for d in designs if d not in DESIGNS]:
+        parser.error(f"--designs {', '.join(unknown)}: allowed: {', '.join(DESIGNS)}")
     ladders = 20 if args.smoke else args.ladders
     rng = np.random.default_rng(args.seed)
     start = time.time()
-    print(f"{ladders} ladders per cell, 3 rungs, nominal 90% intervals (coverage over every rung's row)")
-    print(f"{'design':20s} {'seeds':>5s} {'m':>4s}  {'coverage':14s}  {'called a gain':14s}  no number")
-    for design in DESIGNS:
+    print(f"{ladders} ladders per cell, nominal 90% intervals (coverage over every rung's row)")
+    print(f"{'design':24s} {'seeds':>5s} {'m':>4s}  {'coverage':14s}  {'called a gain':14s}  no number")
+    for design in designs:
         for seeds in (3, 5):
             for m in (1.0, 1.3, 2.0):
                 r = cell(rng, design, seeds, [m] * 3, ladders)
                 gain = r["gain"] if m == 1.0 else ""
-                print(f"{design:20s} {seeds:5d} {m:4.1f}  {r['coverage']}  {gain:14s}  {r['missing']:.3f}")
-    print("\ntrend across 3 rungs (slope of log M on log compute)")
-    print(f"{'design':20s} {'seeds':>5s} {'planted':14s}  {'established':14s}  {'slope < 0':14s}")
-    for design in DESIGNS:
+                print(f"{design:24s} {seeds:5d} {m:4.1f}  {r['coverage']}  {gain:14s}  {r['missing']:.3f}")
+    print("\ntrend across the rungs (3: slope of log M on log compute; 2: the ratio of the two M)")
+    print(f"{'design':24s} {'seeds':>5s} {'planted':16s}  {'established':14s}  {'shrinking':14s}")
+    for design in designs:
         for seeds in (3, 5):
             for name, planted in SHRINKS:
                 r = cell(rng, design, seeds, planted, ladders)
-                print(f"{design:20s} {seeds:5d} {name:16s}  {r['established']}  {r['down']}")
+                print(f"{design:24s} {seeds:5d} {name:16s}  {r['established']}  {r['down']}")
     boot = max(10, ladders // 8)
     covered = bootstrap_coverage(rng, boot)
     print(f"\nseed bootstrap, free E, 5 seeds, m = 1.3, one rung: coverage {covered} ({boot} ladders)")

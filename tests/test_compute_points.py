@@ -97,3 +97,19 @@ def test_a_rung_without_one_marked_main_budget_is_left_whole(tmp_path):
         "rung []: no compute points read: budgets [(40, 0), (80, 0)] are each shared by every "
         "arm, none marked as the compute points"
     ]
+
+
+def test_two_names_of_one_config_are_two_arms(tmp_path):
+    """An A/A pair (equal configs, two names) at several budgets: each name keeps its own points."""
+    root = tmp_path / "points"
+    for name in ("a", "b"):
+        for run in compute_points(BASE, name, budgets=(1, 2)):
+            _write(root, run, 0, 3.3 if run.name == name else 3.0)
+    split = split_budgets(load_runs(root)[0], [])
+    assert sorted(r.variant for r in split.main) == ["a", "b"]
+    assert {p.run: p.arm for p in split.points} == {
+        "a/seed0": "a",
+        "a~2x/seed0": "a",
+        "b/seed0": "b",
+        "b~2x/seed0": "b",
+    }

@@ -16,7 +16,7 @@ def _accepts(f: Field):
     if isinstance(accepts, str):  # text: a list field takes comma-separated names
         if f.default is MISSING:
             return text(accepts, lambda value: [name for name in value.split(",") if name], names=True)
-        return text(accepts)
+        return text(accepts, f.metadata.get("check"))
     return number(accepts.kind, accepts.low, accepts.high, accepts.open_low, accepts.open_high)
 
 
@@ -77,4 +77,6 @@ def console_text(report: dict) -> str:
     if rows:
         lines.append(aligned([header, *rows], text_columns=tuple(range(len(header)))))
     lines += head.get("notes") or []  # what the decisions leave out: no-signal tasks, runs left out, refusals
+    if head.get("compute"):  # compute multipliers on a ladder, or how to ask for them
+        lines.append(head["compute"])
     return "\n".join(lines)

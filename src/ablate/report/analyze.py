@@ -16,12 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report.grid.analysis import analyze_sweep
+from ablate.report.grid.compute import multipliers_section
 from ablate.report.inference import families, pairs, sequential, stats
 from ablate.report.inputs import match, tokenizers
+from ablate.report.inputs.compute_points import split_budgets
 from ablate.report.signal import choose, subjects
-from ablate.report.options import Options
+from ablate.report.options import Options, floor_value
 from ablate.report.signal.across import RESAMPLE, across_scales
 from ablate.report.text import headline as words
+from ablate.report.text import multipliers as compute_words
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
     BASELINE_METRICS,
@@ -462,7 +465,17 @@ def analyze_runs(
     recomputed from the runs into report["sequential"]."""
     overview = _overview(runs, skipped or [])
     tokenizer_note = tokenizers.apply(runs, tasks)  # runs of several tokenizers: validation in bits per byte
-    scales = group_by_scale(runs, opts.scale)
+    # an arm at several budgets: the comparisons see it once, at the budget every arm shares; the other budgets are
+    # compute points, read by the multipliers alone (inputs/compute_points.py)
+    split = split_budgets(runs, opts.scale)
+    overview["compute_points"] = [r.label for r in split.extra]
+    scales = group_by_scale(split.main, opts.scale)
+    label_of = {r.variant: label for _, by_variant in scales for label, rs in by_variant.items() for r in rs}
+    try:  # a report built in code gets the command line's check
+        floor = floor_value(opts.multiplier_floor)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+    compute = multipliers_section(split, split.main, label_of, opts, floor, tasks.get(VAL_TASK))
     subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     target = groups[-1]  # the largest scale: what decisions are about
@@ -493,8 +506,10 @@ def analyze_runs(
         inference["valid_under_optional_stopping"] = False
         inference["optional_stopping_note"] = words.OPTIONAL_STOPPING_NOTE
         headline = words.sequential_headline(headline, adaptive, experiment)
+    if compute is not None:  # what each variant is worth in compute: said after the decisions, never deciding one
+        headline = compute_words.with_headline(headline, compute, opts.scale)
     return {
-        "schema": 3,
+        "schema": 4,
         "experiment": experiment,
         "runs_dir": runs_dir,
         "options": dataclasses.asdict(opts),
@@ -515,7 +530,8 @@ def analyze_runs(
         "subject_floor": subject_floor,
         "recommendation": recommendation,
         "inference": inference,
-        "sweep": analyze_sweep(runs, opts),  # grid() runs on their axes; None without a grid
+        "sweep": analyze_sweep(split.main, opts),  # grid() runs on their axes; None without a grid
+        "multipliers": compute,  # compute multipliers on a ladder; None without compute points or --baseline
         "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
         "headline": headline,
         "tokenizers": tokenizer_note,

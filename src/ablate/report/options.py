@@ -28,14 +28,37 @@ CORRELATION = Bounds(float, -1, 1)
 NON_NEGATIVE = Bounds(float, 0)
 
 
-def option(default, help: str, accepts: Bounds | str, metavar: str | None = None, shown: str | None = None):
+def option(
+    default,
+    help: str,
+    accepts: Bounds | str,
+    metavar: str | None = None,
+    shown: str | None = None,
+    check=None,
+):
     """A field that is also a flag of `ablate report`: --NAME (underscores as dashes). accepts: the numbers it takes,
     or in words the text it takes (a list default: comma-separated names); shown: the default as the help says it
-    (default: the value; None: "off")."""
-    metadata = {"help": help, "accepts": accepts, "metavar": metavar, "shown": shown}
+    (default: the value; None: "off"); check: text -> the value, raising ValueError that says what is allowed."""
+    metadata = {"help": help, "accepts": accepts, "metavar": metavar, "shown": shown, "check": check}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+FLOOR_CHOICES = ("auto", "shared")
+
+
+def floor_value(text: str | float) -> str | float:
+    """--multiplier-floor: "auto", "shared" or a loss in nats > 0 (E pinned there at every rung)."""
+    if text in FLOOR_CHOICES:
+        return text
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not (value > 0 and value < float("inf")):
+        raise ValueError(f"--multiplier-floor {text}: allowed: auto, shared, or a loss in nats > 0")
+    return value
 
 
 @dataclass
@@ -93,6 +116,25 @@ class Options:
         "config field(s) forming a scale axis, e.g. model.d_model (comma-separated)",
         "config fields, comma-separated, e.g. model.d_model",
         shown="none: one scale",
+    )
+    baseline: str | None = option(
+        None,
+        "the method compute multipliers are measured against: its name without the scale suffix",
+        "a method's name, e.g. baseline",
+        shown="none: no compute multipliers",
+    )
+    multiplier_floor: str | float = option(
+        "auto",
+        "the baseline curve's E (irreducible loss): shared (one E across rungs), a loss to pin it at, or auto "
+        "(fitted at a rung with >= 4 compute points, else shared)",
+        "auto, shared, or a loss in nats > 0",
+        check=floor_value,
+    )
+    multiplier_target: float | None = option(
+        None,
+        "project each compute multiplier along its trend to this many FLOPs (labelled an extrapolation)",
+        Bounds(float, 0, open_low=True),
+        metavar="FLOPS",
     )
 
 

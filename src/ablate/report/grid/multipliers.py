@@ -15,10 +15,11 @@ and reached mean loss L_v is worth M = C_base(L_v) / C_v: the baseline would nee
 
 Identifiability. With fewer than 4 baseline compute points E is not identifiable (3 points and 3 parameters fit
 exactly, any E): E must be pinned (a given value, or "shared": one E profiled across the rungs' pinned fits). The
-multiplier is then recomputed at the ends of a stated E range (default the pinned E +- 5%) and flagged when it moves
-more than its interval's half-width. A variant whose mean loss lies outside the range of the baseline's point losses
-gets no number (`extrapolated: true`): only a bound, M > C_max / C_v (or M < C_min / C_v), with the span of the
-budgets. Fewer than 2 seeds in any cell: a number, no interval. One rung: no trend.
+multiplier is then recomputed at the ends of a stated E range (default E +- 5% of the lowest baseline loss, within
+[0, that loss)) and flagged when it moves more than its interval's half-width. A variant whose mean loss lies
+outside the range of the baseline's point losses gets no number (`extrapolated: true`): only a bound, M > C_max / C_v
+(or M < C_min / C_v), with the span of the budgets. Fewer than 2 seeds in any cell: a number, no interval. One rung:
+no trend.
 
 Interval (level 0.9). A delta-method t interval on log M. log M is a smooth function of the cells' mean losses
 (the baseline points' through the fitted parameters, d theta / d ybar = (J'J)^-1 J' at the fit, and the variant's
@@ -27,8 +28,11 @@ value z_s = sum_j h_j y_js is formed and Var(log M) = var(z) / n with n - 1 degr
 of replication, and a seed's compute points (one run, several endpoints) and the variant run sharing its seed are
 taken together, whatever their correlation. Otherwise the cells are taken as independent, Var = sum_j h_j^2 s_j^2
 / n_j, on min(n_j) - 1 degrees of freedom (conservative: Satterthwaite's would be larger). The validation set is the
-same for every seed, so a persistent item term does not shrink with seeds: a point's optional `item_var` (the
-variance of its mean loss from the finite validation set) is added as sum_j h_j^2 item_var_j, as known.
+same for every seed, so a persistent item term does not shrink with seeds. Where every point has its per-item
+validation losses (`items`), the (seeds, items) matrix of linearized per-item values sum_j h_j y_jsi is split as
+every paired difference of the report is (inference/stats.paired_noise: seed variance floored by the fresh noise,
+the persistent item variance, Satterthwaite df); a point's optional `item_var` (a known variance of its mean loss
+from the finite validation set) is added as sum_j h_j^2 item_var_j.
 A cluster bootstrap resampling whole seeds (bootstrap_interval) checks it where >= 5 seeds; at 3 seeds there are
 only 10 distinct resamples, and it is not given.
 
@@ -43,7 +47,10 @@ compute, seed sd 0.01 in loss, 3 rungs, 200 ladders a cell): the nominal 90% int
 (1.0, 1.3, 2.0) in 0.88 to 0.91 of rows (MC se 0.012) at 3 and 5 seeds, E pinned at its true value (3 points)
 and free (4 points); a planted 1.0 was called a gain in 0.04 to 0.06 of rows (nominal 0.05); the A/A trend was
 established in 0.03 to 0.08 of ladders (nominal 0.10), shrinks of 2.0, 1.5, 1.2 and 1.3, 1.15, 1.0 in all of
-them. The seed bootstrap at 5 seeds covered in 0.64 +- 0.10 (25 ladders): with 5 seeds a percentile interval is
+them. The report's default for 0.5, 1 and 2x points, one E shared across the rungs (profiled, then held fixed:
+its own uncertainty is not in the interval): coverage 0.87 to 0.93 (3 rungs 0.88 to 0.91), a planted 1.0 called a
+gain in 0.048 to 0.083 of rows, the A/A trend established in 0.03 to 0.10. The seed bootstrap at 5 seeds covered
+in 0.64 +- 0.10 (25 ladders; 0.80 +- 0.08 in a later run): with 5 seeds a percentile interval is
 too narrow (no t correction, variance shrunk by (n - 1) / n); it is a check, not the interval. With E pinned away
 from its true value, M is biased: that is what the sensitivity check reports.
 """
@@ -53,18 +60,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 from scipy import optimize, stats
 
 from ablate.report.grid.fits import power_law_params
+from ablate.report.inference.stats import paired_noise
 
 LEVEL = 0.9
 MIN_FREE_E_POINTS = 4  # fewer: E + A C^-alpha passes through every point for any E
 MIN_BOOT_SEEDS = 5  # n seeds have C(2n-1, n) distinct resamples: 10 at 3, 35 at 4, 126 at 5
-FLOOR_SPREAD = 0.05  # the default E range for the sensitivity check: the pinned E +- 5%
+FLOOR_SPREAD = 0.05  # the default E range for the sensitivity check: E +- 5% of the baseline's lowest loss
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,7 @@ class Point:
     flops: float
     loss: float
     item_var: float = 0.0
+    items: np.ndarray | None = field(default=None, compare=False)  # per-item validation losses, one id order
 
 
 @dataclass
@@ -87,6 +96,7 @@ class Cell:
     flops: float
     losses: dict
     item_var: float = 0.0
+    items: dict | None = None  # seed -> per-item losses (every point of the cell has them, all of one length)
 
     @property
     def n(self) -> int:
@@ -113,6 +123,7 @@ def group_cells(points: Iterable[Point]) -> dict[tuple[str, Hashable], list[Cell
                 flops=float(np.mean([p.flops for p in ps])),
                 losses={p.seed: p.loss for p in ps},
                 item_var=float(np.mean([p.item_var for p in ps])),
+                items={p.seed: p.items for p in ps} if all(p.items is not None for p in ps) else None,
             )
             for _, ps in sorted(by_flops.items())
         ]
@@ -197,8 +208,15 @@ def log_multiplier(curve: Curve, variant: Cell) -> dict:
         return out
     item = sum(w * w * c.item_var for w, c in zip(weights, cells))
     if len({frozenset(c.losses) for c in cells}) == 1:  # every cell holds the same seeds: the seed is the unit
-        z = [sum(w * c.losses[s] for w, c in zip(weights, cells)) for s in variant.losses]
+        seeds = list(variant.losses)
+        z = np.array([sum(w * c.losses[s] for w, c in zip(weights, cells)) for s in seeds])
         out.update(var=float(np.var(z, ddof=1)) / len(z) + item, df=len(z) - 1, paired=True)
+        if all(c.items is not None for c in cells) and len({c.items[s].size for c in cells for s in seeds}) == 1:
+            # the validation set is one fixed sample: the persistent item term, the report's noise model
+            per_item = sum(w * np.stack([c.items[s] for s in seeds]) for w, c in zip(weights, cells))
+            noise = paired_noise(z, per_item)
+            out.update(var=noise["seed_var"] / len(z) + noise["item_var"] + item, df=noise["df"])
+            out["item_var"] = noise["item_var"]
     else:
         seed_var = sum(w * w * c.var / c.n for w, c in zip(weights, cells))
         out.update(var=seed_var + item, df=min(c.n for c in cells) - 1)
@@ -233,7 +251,10 @@ def _interval(est: dict, level: float) -> list[float] | None:
 
 def _sensitivity(base: list[Cell], variant: Cell, est: dict, floor: float, floor_range, level: float) -> dict:
     """M at the ends of the E range; flagged when either moves log M more than the interval's half-width."""
-    low, high = floor_range if floor_range is not None else (floor * (1 - FLOOR_SPREAD), floor * (1 + FLOOR_SPREAD))
+    if floor_range is None:  # in units of the losses, not of E: an E found at 0 still gets a range
+        lowest = min(c.mean for c in base)
+        floor_range = (max(floor - FLOOR_SPREAD * lowest, 0.0), min(floor + FLOOR_SPREAD * lowest, 0.999 * lowest))
+    low, high = floor_range
     at = {}
     for e in (low, high):
         curve = fit_curve(base, floor=e)
@@ -289,11 +310,12 @@ def _row(variant: str, baseline: str, rung, cell: Cell, kind: str, level: float)
         "E": None,
         "E_pinned": None,
         "sensitivity": None,
+        "item_var": None,
         "note": "",
     }
 
 
-def _fill(row: dict, curve: Curve | str, cell: Cell, level: float, floor, floor_range) -> None:
+def _fill(row: dict, curve: Curve | str, cell: Cell, level: float, floor, floor_range, shared: bool = False) -> None:
     """The row's multiplier, interval and notes against one curve (or the reason there is none)."""
     notes = []
     if isinstance(curve, str):
@@ -305,6 +327,7 @@ def _fill(row: dict, curve: Curve | str, cell: Cell, level: float, floor, floor_
         return
     est = log_multiplier(curve, cell)
     row.update(multiplier=math.exp(est["log_m"]), log_multiplier=est["log_m"], df=est["df"])
+    row["item_var"] = est.get("item_var")  # the persistent item term of Var(log M), None without per-item files
     row["interval"] = _interval(est, level)
     if est["var"] is None:
         notes.append("fewer than 2 seeds in a cell: no interval")
@@ -312,7 +335,8 @@ def _fill(row: dict, curve: Curve | str, cell: Cell, level: float, floor, floor_
         row["log_se"] = math.sqrt(est["var"])
     if curve.pinned:
         row["sensitivity"] = _sensitivity(curve.cells, cell, est, curve.E, floor_range, level)
-        notes.append(f"E pinned at {curve.E:.4g}")
+        if not shared:  # a shared E is said once, for every row
+            notes.append(f"E pinned at {curve.E:.4g}")
         if row["sensitivity"]["flagged"]:
             low, high = row["sensitivity"]["E_range"]
             notes.append(f"sensitive to E: over E in [{low:.4g}, {high:.4g}] M moves more than its interval")
@@ -345,7 +369,7 @@ def multipliers(
     or "shared" (one E for all rungs, shared_floor). floor_range: the E range of the sensitivity check.
     throughput: (arm, rung) -> measured flops per second on this machine, for the wall-clock multiplier.
     kinds: the multipliers wanted ("frontier" is given only where the baseline has >= 3 rungs).
-    Returns {"rows": [...], "trends": {variant: trend}, "E": the shared E or None}."""
+    Returns {"rows": [...], "trends": {variant: trend}, "E": the shared E or None, "curves": {rung: Curve or why}}."""
     cells = group_cells(points)
     base = {rung: cs for (arm, rung), cs in cells.items() if arm == baseline}
     pinned = shared_floor(base) if floor == "shared" and base else floor
@@ -362,7 +386,9 @@ def multipliers(
                 if kind not in kinds:
                     continue
                 row = _row(arm, baseline, rung, cell, kind, level)
-                _fill(row, curve, cell, level, pinned, floor_range)
+                _fill(row, curve, cell, level, pinned, floor_range, shared=floor == "shared")
+                if kind == "frontier" and not isinstance(curve, str):  # the rung whose baseline attains the envelope
+                    row["frontier_rung"] = next(r for r, c in curves.items() if c is curve)
                 speeds = (throughput or {}).get((arm, rung)), (throughput or {}).get((baseline, rung))
                 if row["multiplier"] is not None and None not in speeds:
                     row["wall_clock_multiplier"] = row["multiplier"] * speeds[0] / speeds[1]
@@ -370,7 +396,60 @@ def multipliers(
                 rows.append(row)
     variants = sorted({r["variant"] for r in rows})
     trends = {v: trend([r for r in rows if r["variant"] == v and r["kind"] == "data"], level) for v in variants}
-    return {"rows": rows, "trends": trends, "E": pinned if floor == "shared" else None}
+    return {"rows": rows, "trends": trends, "E": pinned if floor == "shared" else None, "curves": curves}
+
+
+def _nearest(cells: list[Cell], flops: float | None) -> Cell:
+    return cells[-1] if flops is None else min(cells, key=lambda c: abs(math.log(c.flops / flops)))
+
+
+def curve_band(curve: Curve, flops, level: float = LEVEL) -> dict:
+    """The fitted loss at each of `flops` with its pointwise delta-method interval (the same noise model as
+    log_multiplier: each seed's linearized value where every point holds the same seeds, else independent points).
+    low/high are None where a point has < 2 seeds."""
+    flops = np.asarray(flops, float)
+    fitted = curve.loss_at(flops)
+    u = np.log(flops / curve.c0)
+    core = np.exp(curve.log_a - curve.alpha * u)
+    by_theta = np.column_stack([np.ones_like(u), core, -u * core])  # d L / d (E, log a, alpha)
+    weights = by_theta @ curve.dtheta  # (flops, points): d L(C) / d point means
+    out = {"flops": flops.tolist(), "loss": fitted.tolist(), "low": None, "high": None}
+    cells = curve.cells
+    if min(c.n for c in cells) < 2:
+        return out
+    if len({frozenset(c.losses) for c in cells}) == 1:
+        seeds = list(cells[0].losses)
+        y = np.array([[c.losses[s] for c in cells] for s in seeds])  # (seeds, points)
+        var = np.var(y @ weights.T, axis=0, ddof=1) / len(seeds)
+        df = len(seeds) - 1
+    else:
+        var = (weights**2) @ np.array([c.var / c.n for c in cells])
+        df = min(c.n for c in cells) - 1
+    half = _t(level, df) * np.sqrt(var)
+    out.update(low=(fitted - half).tolist(), high=(fitted + half).tolist())
+    return out
+
+
+def projection(rows: list[dict], target_flops: float, level: float = LEVEL) -> dict:
+    """One variant's data multiplier carried along its least squares line in log M vs log compute to
+    `target_flops` (rows: one per rung, with log_multiplier and log_se): an extrapolation, labelled so."""
+    used = [r for r in rows if r["log_se"] is not None]
+    out = {"target_flops": target_flops, "multiplier": None, "interval": None, "extrapolation": True, "note": ""}
+    if len({r["rung"] for r in used}) < 2:
+        out["note"] = "a projection needs a multiplier with its interval at >= 2 rungs"
+        return out
+    x = np.log([r["flops"] for r in used])
+    y = np.array([r["log_multiplier"] for r in used])
+    var = np.array([r["log_se"] ** 2 for r in used])
+    xc = x - x.mean()
+    # the fitted line at the target is a linear combination of the rungs' log M: its variance follows
+    coef = 1 / len(used) + (math.log(target_flops) - x.mean()) * xc / float(xc @ xc)
+    estimate, se = float(coef @ y), math.sqrt(float(coef**2 @ var))
+    half = _t(level, min(r["df"] for r in used)) * se
+    out.update(multiplier=math.exp(estimate), interval=[math.exp(estimate - half), math.exp(estimate + half)])
+    span = f"{min(r['flops'] for r in used):.3g} to {max(r['flops'] for r in used):.3g} FLOPs"
+    out["note"] = f"extrapolated along the trend from rungs at {span}; no measurement at the target"
+    return out
 
 
 def trend(rows: list[dict], level: float = LEVEL) -> dict:
@@ -420,9 +499,11 @@ def bootstrap_interval(
     level: float = LEVEL,
     n_boot: int = 400,
     seed: int = 0,
+    flops: float | None = None,
 ) -> dict:
-    """Percentile interval of the data multiplier at one rung (the variant's largest-flops cell), resampling whole
-    seeds: a drawn seed brings all its points, baseline's and variant's. None below MIN_BOOT_SEEDS seeds."""
+    """Percentile interval of the data multiplier at one rung (the variant's cell nearest `flops`, default its
+    largest), resampling whole seeds: a drawn seed brings all its points, baseline's and variant's. None below
+    MIN_BOOT_SEEDS seeds."""
     points = [p for p in points if p.rung == rung and p.arm in (variant, baseline)]
     seeds = sorted({p.seed for p in points}, key=str)
     out = {"interval": None, "n_boot": 0, "used": 0, "note": ""}
@@ -447,7 +528,7 @@ def bootstrap_interval(
         if (baseline, rung) not in cells or (variant, rung) not in cells:
             continue
         curve = fit_curve(cells[(baseline, rung)], floor=floor)
-        cell = cells[(variant, rung)][-1]
+        cell = _nearest(cells[(variant, rung)], flops)
         if not isinstance(curve, str) and _extrapolation_note(curve, cell) is None:
             found.append(curve.log_compute_for(cell.mean) - math.log(cell.flops))
     out.update(n_boot=n_boot, used=len(found))

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from ablate.report.inputs.flops import run_flops
-from ablate.report.inputs.runs import Run, _flatten
+from ablate.report.inputs.runs import Run, flatten
 from ablate.text import COMPUTE_POINT_MARK
 
 BUDGET_FIELDS = ("train.max_steps", "train.max_tokens")
@@ -76,7 +76,7 @@ def budget_of(run: Run) -> tuple:
 def _method(run: Run) -> str:
     """The config with the budget, what follows it, names, seed, bookkeeping and branch point left out."""
     dropped = {"experiment", "name", "train.seed", *BUDGET_FIELDS, *FOLLOW_BUDGET}
-    flat = _flatten({k: v for k, v in run.config.items() if k not in ("axes", "branch")})
+    flat = flatten({k: v for k, v in run.config.items() if k not in ("axes", "branch")})
     return json.dumps(sorted((k, v) for k, v in flat.items() if k not in dropped), default=str)
 
 
@@ -91,6 +91,15 @@ def arm_keys(runs: list[Run]) -> dict[int, tuple]:
         parent = by_name.get((parent_name, run.seed))
         same_line = parent_name is None or (parent is not None and method[id(parent)] == method[id(run)])
         keys[id(run)] = (method[id(run)],) if same_line else (method[id(run)], parent_name)
+    # Two names of one config at one budget and seed (an A/A pair) are two arms, never one arm's points: such a
+    # key is split by the name without its compute-point mark ("base~2x" -> "base")
+    seen: dict[tuple, set[str]] = {}
+    for run in runs:
+        seen.setdefault((keys[id(run)], budget_of(run), run.seed), set()).add(run.variant)
+    clashing = {key for (key, _, _), names in seen.items() if len(names) > 1}
+    for run in runs:
+        if keys[id(run)] in clashing:
+            keys[id(run)] += (run.variant.split(COMPUTE_POINT_MARK)[0],)
     return keys
 
 

@@ -296,11 +296,11 @@ def load_runs(runs_dir: str | Path) -> tuple[list[Run], list[str]]:
     return runs, skipped
 
 
-def _flatten(config: dict, prefix: str = "") -> dict:
+def flatten(config: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in config.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -322,11 +322,12 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
         return [(None, groups)]
     leaves = {f.split(".")[-1] for f in scale_fields}
     scale_of = {id(r): tuple(get_dotted(r.config, f) for f in scale_fields) for r in runs}
-    dropped = {"experiment", "name", "train.seed", *scale_fields}
+    # a branch's parent_identity holds its seed's parent: a fact of the run, like its seed, never of the method
+    dropped = {"experiment", "name", "train.seed", "branch.parent_identity", *scale_fields}
     # "axes" (grid() bookkeeping) repeats values held in the sections, scale fields included: never a method field
     method_of = {
         id(r): json.dumps(
-            sorted((k, v) for k, v in _flatten(r.config).items() if k not in dropped and not k.startswith("axes.")),
+            sorted((k, v) for k, v in flatten(r.config).items() if k not in dropped and not k.startswith("axes.")),
             default=str,
         )
         for r in runs

@@ -11,4 +11,6 @@ tokenizers.py  the runs table's tokenizer columns
 plots.py       the embedded PNGs (matplotlib, Agg)
 grid_sections.py  report["sweep"] -> the report's Sweep sections
 grid_figures.py   their plots, as base64 PNGs (plots.py's png())
+multipliers.py    report["multipliers"] -> the headline's compute sentence and the Compute multipliers section
+multiplier_figures.py  its plots: loss vs FLOPs per rung with the matched-loss arrows, M vs compute
 """

@@ -36,6 +36,14 @@ def fmt(x, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def rung_label(rung, scale_fields: list[str]) -> str:
+    """A rung in words: "d_model=64" (the scale fields' last parts), "this size" without a scale axis."""
+    if rung is None or not scale_fields:
+        return "this size"
+    values = rung if isinstance(rung, list) else [rung]
+    return ",".join(f"{f.split('.')[-1]}={v}" for f, v in zip(scale_fields, values))
+
+
 def fmt_p(p) -> str:
     return "n/a" if p is None else "0 (no spread)" if p == 0 else f"{p:.2g}"
 

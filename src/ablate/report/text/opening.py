@@ -17,6 +17,8 @@ def headline_section(report: dict) -> Section:
     if "verdict" not in head:
         return Section("Headline", [head["text"]])
     sec = Section("Headline", [head["verdict"]], after=list(head["notes"]))
+    if head.get("compute"):  # what each variant is worth in compute (report["multipliers"])
+        sec.paragraphs.append(head["compute"])
     if head["decisions"]:
         caption, header, rows = verdict.table(head, report["options"]["power"])
         if report.get("sequential"):

@@ -12,7 +12,7 @@ import json
 import math
 
 from ablate.report.inputs.runs import sign_of
-from ablate.report.text import across, opening, plots, sequential, tokenizers
+from ablate.report.text import across, multipliers, opening, plots, sequential, tokenizers
 from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
 from ablate.report.text.grid_sections import grid_sections
 
@@ -474,6 +474,9 @@ def sections(report: dict, with_images: bool) -> list[Section]:
     out.append(_recommendation(report))
     if report.get("sweep"):  # grid runs on their axes (grid/analysis.py; their text and plots: grid/)
         out += grid_sections(report["sweep"], with_images)
+    compute = multipliers.section(report, with_images)  # effects in compute, on a ladder's compute points
+    if compute:
+        out.append(compute)
     out.append(
         Section(
             "Cannot compute",
