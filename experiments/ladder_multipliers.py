@@ -43,3 +43,4 @@ runs = [
     )
 ]
 seeds = [0, 1, 2]
+multiplier_baseline = "baseline"  # recorded in every run folder: `ablate report` measures against it unasked

@@ -30,7 +30,8 @@ import time
 
 import numpy as np
 
-from ablate.report.grid.multipliers import Point, bootstrap_interval, multipliers
+from ablate.report.grid.multiplier_checks import bootstrap_interval
+from ablate.report.grid.multipliers import Point, multipliers
 
 E, ALPHA, SEED_SD, POINT_SD = 2.0, 0.3, 0.008, 0.006
 BUDGETS = [1e17 * 4**r for r in range(3)]

@@ -156,3 +156,23 @@ def test_the_quickstart_is_an_ablation_and_the_reference_a_single_run():
     assert base.train.max_steps * base.train.global_batch * base.data.seq_len == 204_800
     (reference,) = load_experiment(REPO / "experiments" / "reference.py")
     assert reference.name == "baseline" and reference.model.d_model == 128 and reference.train.max_steps == 250
+
+
+def test_multiplier_baseline_is_checked_and_recorded_in_every_run(tmp_path):
+    body = """
+        from ablate import RunConfig, TrainConfig, compute_points, variant
+        base = RunConfig(train=TrainConfig(max_steps=8))
+        runs = compute_points(variant(base, "adamw@d64"), "adamw@d64") + [variant(base, "muon@d64")]
+        multiplier_baseline = {name!r}
+    """
+    runs = load_experiment(write(tmp_path, body.format(name="adamw")))
+    assert {r.multiplier_baseline for r in runs} == {"adamw"}
+    assert runs[0].identity() == variant_identity(runs[0])  # bookkeeping: the identity does not change
+    with pytest.raises(ExperimentError, match=r"exp.py:5: multiplier_baseline is 'sgd'; allowed: .*adamw, .*muon"):
+        load_experiment(write(tmp_path, body.format(name="sgd")))
+
+
+def variant_identity(run):
+    import dataclasses
+
+    return dataclasses.replace(run, multiplier_baseline="").identity()

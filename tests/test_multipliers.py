@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ablate.report.grid.multiplier_checks import bootstrap_interval
 from ablate.report.grid.multipliers import (
     Point,
-    bootstrap_interval,
     fit_curve,
     group_cells,
     multipliers,

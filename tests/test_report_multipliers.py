@@ -178,5 +178,24 @@ def test_the_interval_carries_the_validation_items_term_where_per_item_files_exi
         shutil.rmtree(folder)
     without = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200))["multipliers"]
     rows = {r["rung"]: r for r in without["rows"]}
-    assert rows[64]["item_var"] is None and rows[32]["item_var"] is not None
+    assert rows[64]["item_var"] is None
+    # with E fitted across the rungs, every row's interval reads every rung's points: none gets a partial item term
+    assert without["floor"]["E_carried"] and rows[32]["item_var"] is None
     assert any(n.startswith("rung(s) 64: no per-item validation losses") for n in without["notes"])
+
+
+def test_the_experiment_files_baseline_recorded_in_the_run_folders_is_used_unasked(tmp_path):
+    root = _write_ladder(tmp_path / "ladder", {"fast": 1.3})
+    for path in root.glob("*/seed*/config.json"):  # as train() writes it for a file with multiplier_baseline
+        record = json.loads(path.read_text())
+        record["config"]["multiplier_baseline"] = "baseline"
+        path.write_text(json.dumps(record))
+    report = build_report(root, Options(scale=["model.d_model"], bootstrap=200))
+    found = report["multipliers"]
+    assert found["baseline"] == "baseline" and found["baseline_from"] == "the experiment file's multiplier_baseline"
+    assert report["options"]["baseline"] == "baseline" and found["rows"][0]["multiplier"] is not None
+    record = json.loads(path.read_text())
+    record["config"]["multiplier_baseline"] = "fast"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ReportError, match="different multiplier_baseline values \\(baseline, fast\\)"):
+        build_report(root, Options(scale=["model.d_model"], bootstrap=200))

@@ -241,7 +241,7 @@ class EvalConfig(_Identity):
 class RunConfig(_Identity):
     # names and bookkeeping (axes records values already in the sections), and evaluation, which never changes the
     # trained weights; a branch ({} for a run that is none) was added later
-    identity_omits: ClassVar[tuple[str, ...]] = ("experiment", "name", "eval", "axes")
+    identity_omits: ClassVar[tuple[str, ...]] = ("experiment", "name", "eval", "axes", "multiplier_baseline")
     identity_added_later: ClassVar[tuple[str, ...]] = ("branch",)
 
     experiment: str = "default"
@@ -258,6 +258,9 @@ class RunConfig(_Identity):
     # Set by branch(): {"parent": variant name, "at": as given, "step": N, "tokens": seen by then,
     # "parent_identity": ...}. The run starts from the parent's checkpoint at step N (same seed).
     branch: dict[str, int | float | str] = field(default_factory=dict)
+    # Bookkeeping, like the name: the experiment file's `multiplier_baseline`, the method the report's compute
+    # multipliers are measured against ("" for none), kept in config.json so `ablate report` finds it unasked.
+    multiplier_baseline: str = ""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report.grid.analysis import analyze_sweep
-from ablate.report.grid.compute import multipliers_section
+from ablate.report.grid.compute import multipliers_section, recorded_baseline
 from ablate.report.inference import families, pairs, sequential, stats
 from ablate.report.inputs import match, tokenizers
 from ablate.report.inputs.compute_points import split_budgets
@@ -475,7 +475,10 @@ def analyze_runs(
         floor = floor_value(opts.multiplier_floor)
     except ValueError as exc:
         raise ReportError(str(exc)) from None
-    compute = multipliers_section(split, split.main, label_of, opts, floor, tasks.get(VAL_TASK))
+    baseline_from = "--baseline"
+    if opts.baseline is None and (recorded := recorded_baseline(runs)) is not None:
+        opts, baseline_from = dataclasses.replace(opts, baseline=recorded), "the experiment file's multiplier_baseline"
+    compute = multipliers_section(split, split.main, label_of, opts, floor, tasks.get(VAL_TASK), baseline_from)
     subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     target = groups[-1]  # the largest scale: what decisions are about

@@ -23,6 +23,7 @@ from ablate.data.prepare import check_data_config
 from ablate.setup.checks import CheckedRun, check_run
 from ablate.setup.overrides import apply_overrides
 from ablate.setup.variants import resolve_branches
+from ablate.text import COMPUTE_POINT_MARK
 
 
 def _line_in(path: Path, exc: BaseException) -> str:
@@ -217,6 +218,20 @@ def _decision_of(path: Path, namespace: dict):
     return found
 
 
+def _multiplier_baseline_of(path: Path, namespace: dict, runs: list[RunConfig]) -> str:
+    """The file's `multiplier_baseline`: a method's name (a run's name without its scale suffix "@..." and
+    compute-point mark "~..."), checked against the file's runs; "" when it defines none."""
+    if "multiplier_baseline" not in namespace:
+        return ""
+    found, where = namespace["multiplier_baseline"], f"{_defined_at(path, 'multiplier_baseline')}: multiplier_baseline"
+    methods = sorted({r.name.split(COMPUTE_POINT_MARK)[0].split("@")[0] for r in runs} | {r.name for r in runs})
+    if not isinstance(found, str) or found not in methods:
+        raise ExperimentError(
+            f"{where} is {found!r}; allowed: the name of one of the file's methods: {', '.join(methods)}"
+        )
+    return found
+
+
 def experiment_study(path: str | Path) -> tuple[object | None, list[int] | None]:
     """What a study (`ablate run --until-decided`) takes from the file: its `decision` (a DecisionRule, or None)
     and its own `seeds` (None when it defines none). Raises ExperimentError naming the file and the field."""
@@ -263,6 +278,7 @@ def load_checked(
     chosen = {r.name for r in select_runs(every_run, only, path)}
     chosen_seeds = _seeds_of(path, namespace, seeds)
     _decision_of(path, namespace)  # checked by every command, not only by a study
+    multiplier_baseline = _multiplier_baseline_of(path, namespace, every_run)
     overrides = overrides or {}
     _check_name_override(overrides, [r for r in every_run if r.name in chosen])
     resolved, picked = [], set()  # picked: the chosen runs, by id (--set name=... renames one)
@@ -273,6 +289,8 @@ def load_checked(
         try:
             if run.experiment == "default":  # the file's name names the experiment unless the file says otherwise
                 run = dataclasses.replace(run, experiment=path.stem)
+            if multiplier_baseline and not run.multiplier_baseline:  # recorded in config.json, for the report
+                run = dataclasses.replace(run, multiplier_baseline=multiplier_baseline)
             run = apply_overrides(
                 run, overrides if is_chosen else {k: v for k, v in overrides.items() if k != "name"}, from_text=True
             )

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ablate.report.grid import multiplier_checks as checks
 from ablate.report.grid import multipliers as mult
 from ablate.report.inputs.compute_points import BudgetSplit, ComputePoint
 from ablate.report.inputs.runs import ReportError, Run, TaskInfo
@@ -42,13 +43,16 @@ def _resolve_floor(value, base_cells: dict) -> tuple[float | str | None, str]:
     return None, "one rung with < 4 compute points: E cannot be fitted; pin it with --multiplier-floor VALUE"
 
 
-def _floor_words(words: str, shared_e, base_cells: dict) -> str:
-    """The floor's words, and where a shared E came out at 0 (the edge of its search), that the points do not pin it."""
+def _floor_words(words: str, shared_e, carried: bool, base_cells: dict) -> str:
+    """The floor's words: a shared E's value, whether its uncertainty is in the intervals, and where it came out at
+    0 (the edge of its search), that the points do not pin it."""
     if shared_e is None:
         return words
     lowest = min(c.mean for cells in base_cells.values() for c in cells)
     said = f"{words}: E = {shared_e:.4g}"
-    if shared_e < 1e-3 * lowest:
+    if carried:
+        said += " (fitted with every rung's points; its uncertainty is in each interval)"
+    elif shared_e <= mult.EDGE_SHARE * lowest:
         said += (
             " (the edge of its search: losses this far above any floor do not pin E, and each curve is close to a "
             "pure power law; M is read between the baseline's points, where E matters least: each row's "
@@ -135,6 +139,16 @@ def _item_losses(points: list[ComputePoint], runs: dict[str, Run], val_task: Tas
     return found, why
 
 
+def recorded_baseline(runs: list[Run]) -> str | None:
+    """The baseline the runs' experiment file named (config.json's multiplier_baseline), or None; several: an error."""
+    names = sorted({b for r in runs if isinstance(b := r.config.get("multiplier_baseline"), str) and b})
+    if len(names) > 1:
+        raise ReportError(
+            f"the runs record different multiplier_baseline values ({', '.join(names)}); name one with --baseline"
+        )
+    return names[0] if names else None
+
+
 def multipliers_section(
     split: BudgetSplit,
     main_runs: list[Run],
@@ -142,11 +156,13 @@ def multipliers_section(
     opts,
     floor_option,
     val_task: TaskInfo | None = None,
+    baseline_from: str = "--baseline",
 ) -> dict | None:
     """report["multipliers"], or None where the runs hold no compute points and no baseline was named.
 
     label_of: a main run's variant folder -> its method name (group_by_scale's labels); floor_option: the checked
-    --multiplier-floor (options.floor_value); val_task: validation loss, whose per-item files give the item term."""
+    --multiplier-floor (options.floor_value); val_task: validation loss, whose per-item files give the item term;
+    baseline_from: where the baseline's name came from, as errors and the section say it."""
     extra = len(split.extra)
     if opts.baseline is None:
         if not extra:
@@ -162,7 +178,9 @@ def multipliers_section(
         }
     methods = sorted(set(label_of.values()))
     if opts.baseline not in methods:
-        raise ReportError(f"--baseline {opts.baseline}: no such method in these runs; they have: {', '.join(methods)}")
+        raise ReportError(
+            f"{baseline_from} {opts.baseline}: no such method in these runs; they have: {', '.join(methods)}"
+        )
     arm_label = {}  # a point's arm (its main-budget folder) -> the method's name
     for p in split.points:
         arm_label[p.arm] = label_of.get(p.arm, p.arm)
@@ -203,16 +221,18 @@ def multipliers_section(
     projections = None
     if opts.multiplier_target is not None:
         projections = {
-            v: mult.projection(rs, opts.multiplier_target, mult.LEVEL) for v, rs in sorted(data_rows.items())
+            v: checks.projection(rs, opts.multiplier_target, mult.LEVEL) for v, rs in sorted(data_rows.items())
         }
     return {
         "baseline": opts.baseline,
+        "baseline_from": baseline_from,
         "level": mult.LEVEL,
         "floor": {
             "option": opts.multiplier_floor,
             "used": floor,
             "E": found["E"],
-            "text": _floor_words(floor_words, found["E"], base_cells),
+            "E_carried": found["E_carried"],
+            "text": _floor_words(floor_words, found["E"], found["E_carried"], base_cells),
         },
         "rungs": [
             {"rung": rung_value(rung), "baseline": _curve_entry(found["curves"][rung], mult.LEVEL)}
@@ -240,6 +260,6 @@ def _bootstrap(points: list, rows: list[dict], baseline: str, floor) -> dict:
         if row["kind"] != "data" or row["multiplier"] is None or row["seeds"] < mult.MIN_BOOT_SEEDS:
             continue
         rung = tuple(row["rung_key"])
-        found = mult.bootstrap_interval(points, row["variant"], baseline, rung, floor=floor, flops=row["flops"])
+        found = checks.bootstrap_interval(points, row["variant"], baseline, rung, floor=floor, flops=row["flops"])
         out[f"{row['variant']} at {rung_value(rung)}"] = found
     return out

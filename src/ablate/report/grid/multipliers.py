@@ -14,7 +14,8 @@ and reached mean loss L_v is worth M = C_base(L_v) / C_v: the baseline would nee
   that needs fewer flops but runs slower is worth less in seconds).
 
 Identifiability. With fewer than 4 baseline compute points E is not identifiable (3 points and 3 parameters fit
-exactly, any E): E must be pinned (a given value, or "shared": one E profiled across the rungs' pinned fits). The
+exactly, any E): E must be pinned (a given value, or "shared": one E profiled across the rungs' pinned fits, its
+estimation error then carried into every interval by the joint linearization, carry_shared_e). The
 multiplier is then recomputed at the ends of a stated E range (default E +- 5% of the lowest baseline loss, within
 [0, that loss)) and flagged when it moves more than its interval's half-width. A variant whose mean loss lies
 outside the range of the baseline's point losses gets no number (`extrapolated: true`): only a bound, M > C_max / C_v
@@ -47,11 +48,11 @@ compute, seed sd 0.01 in loss, 3 rungs, 200 ladders a cell): the nominal 90% int
 (1.0, 1.3, 2.0) in 0.88 to 0.91 of rows (MC se 0.012) at 3 and 5 seeds, E pinned at its true value (3 points)
 and free (4 points); a planted 1.0 was called a gain in 0.04 to 0.06 of rows (nominal 0.05); the A/A trend was
 established in 0.03 to 0.08 of ladders (nominal 0.10), shrinks of 2.0, 1.5, 1.2 and 1.3, 1.15, 1.0 in all of
-them. The report's default for 0.5, 1 and 2x points, one E shared across the rungs (profiled, then held fixed:
-its own uncertainty is not in the interval): coverage 0.87 to 0.93 (3 rungs 0.88 to 0.91), a planted 1.0 called a
-gain in 0.048 to 0.083 of rows, the A/A trend established in 0.03 to 0.10. The seed bootstrap at 5 seeds covered
-in 0.64 +- 0.10 (25 ladders; 0.80 +- 0.08 in a later run): with 5 seeds a percentile interval is
-too narrow (no t correction, variance shrunk by (n - 1) / n); it is a check, not the interval. With E pinned away
+them. The report's default for 0.5, 1 and 2x points, one E shared across the rungs and carried: coverage 0.877 to
+0.920, a planted 1.0 called a gain in 0.035 to 0.052 of rows, the A/A trend established in 0.030 to 0.045 (held as
+if known instead: coverage 0.868 to 0.931, gains up to 0.083). The seed bootstrap at 5 seeds covered in 0.64 to
+0.80 (four runs of 25 ladders, se ~0.09): with 5 seeds a percentile interval is too narrow (no t correction,
+variance shrunk by (n - 1) / n); it is a check, not the interval. With E pinned away
 from its true value, M is biased: that is what the sensitivity check reports.
 """
 
@@ -73,6 +74,7 @@ LEVEL = 0.9
 MIN_FREE_E_POINTS = 4  # fewer: E + A C^-alpha passes through every point for any E
 MIN_BOOT_SEEDS = 5  # n seeds have C(2n-1, n) distinct resamples: 10 at 3, 35 at 4, 126 at 5
 FLOOR_SPREAD = 0.05  # the default E range for the sensitivity check: E +- 5% of the baseline's lowest loss
+EDGE_SHARE = 1e-3  # a shared E below this share of the lowest loss is at its search's edge (0): a bound, not a fit
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,13 @@ class Curve:
     alpha: float
     c0: float
     pinned: bool
-    dtheta: np.ndarray  # (3, points); E's row is 0 when pinned
+    dtheta: np.ndarray  # (3, inputs); E's row is 0 when pinned
     cells: list
+    basis: list | None = None  # the points dtheta responds to, where not only this rung's (a shared E: every rung's)
+
+    @property
+    def inputs(self) -> list:
+        return self.basis if self.basis is not None else self.cells
 
     @property
     def A(self) -> float:
@@ -158,7 +165,7 @@ class Curve:
         return math.log(self.c0) + (self.log_a - math.log(loss - self.E)) / self.alpha
 
     def gradients(self, loss: float) -> tuple[np.ndarray, float]:
-        """d log C_base(loss) / d (baseline point means), and / d loss."""
+        """d log C_base(loss) / d (the means of the baseline points in `inputs`), and / d loss."""
         gap = loss - self.E
         by_theta = np.array([1 / (self.alpha * gap), 1 / self.alpha, -(self.log_a - math.log(gap)) / self.alpha**2])
         return by_theta @ self.dtheta, -1 / (self.alpha * gap)
@@ -193,7 +200,7 @@ def fit_curve(cells: list[Cell], floor: float | None = None) -> Curve | str:
     return Curve(e, log_a, alpha, c0, floor is not None, dtheta, list(cells))
 
 
-def _t(level: float, df: float) -> float:
+def t_quantile(level: float, df: float) -> float:
     return float(stats.t.ppf((1 + level) / 2, df))
 
 
@@ -202,7 +209,7 @@ def log_multiplier(curve: Curve, variant: Cell) -> dict:
     docstring); `var` None where a cell has < 2 seeds."""
     loss = variant.mean
     by_points, by_loss = curve.gradients(loss)
-    cells, weights = [*curve.cells, variant], [*by_points, by_loss]
+    cells, weights = [*curve.inputs, variant], [*by_points, by_loss]
     out = {"log_m": curve.log_compute_for(loss) - math.log(variant.flops), "var": None, "df": None, "paired": False}
     if min(c.n for c in cells) < 2:
         return out
@@ -223,7 +230,7 @@ def log_multiplier(curve: Curve, variant: Cell) -> dict:
     return out
 
 
-def _extrapolation_note(curve: Curve, variant: Cell) -> str | None:
+def extrapolation_note(curve: Curve, variant: Cell) -> str | None:
     low, high = curve.loss_range()
     budgets = [c.flops for c in curve.cells]
     span = max(budgets) / min(budgets)
@@ -245,7 +252,7 @@ def _extrapolation_note(curve: Curve, variant: Cell) -> str | None:
 def _interval(est: dict, level: float) -> list[float] | None:
     if est["var"] is None:
         return None
-    half = _t(level, est["df"]) * math.sqrt(est["var"])
+    half = t_quantile(level, est["df"]) * math.sqrt(est["var"])
     return [math.exp(est["log_m"] - half), math.exp(est["log_m"] + half)]
 
 
@@ -259,7 +266,7 @@ def _sensitivity(base: list[Cell], variant: Cell, est: dict, floor: float, floor
     for e in (low, high):
         curve = fit_curve(base, floor=e)
         at[e] = None if isinstance(curve, str) else math.exp(curve.log_compute_for(variant.mean)) / variant.flops
-    half = None if est["var"] is None else _t(level, est["df"]) * math.sqrt(est["var"])
+    half = None if est["var"] is None else t_quantile(level, est["df"]) * math.sqrt(est["var"])
     moves = [abs(math.log(m) - est["log_m"]) for m in at.values() if m is not None and 0 < m < math.inf]
     flagged = any(m is None for m in at.values()) or (half is not None and any(mv > half for mv in moves))
     return {"E_range": [low, high], "multipliers": [at[low], at[high]], "flagged": bool(flagged)}
@@ -288,6 +295,33 @@ def shared_floor(curves_cells: dict[Hashable, list[Cell]], grid: int = 40) -> fl
     low, high = floors[max(k - 1, 0)], floors[min(k + 1, grid - 1)]
     best = optimize.minimize_scalar(sse, bounds=(low, high), method="bounded", options={"xatol": 1e-6})
     return float(best.x) if best.fun <= found[k] else float(floors[k])
+
+
+def carry_shared_e(curves: dict) -> bool:
+    """With one E fitted across the rungs (shared_floor), every rung's (E, log a, alpha) responds to every rung's
+    points: the joint least-squares Jacobian's pseudo-inverse (E one column, each rung its own two) replaces each
+    curve's own, so E's estimation error is in every interval. Not where E came out at the edge of its search (0):
+    there it is a bound, not a fit, and stays held (the sensitivity check says what it moves). Returns whether it
+    was carried."""
+    fitted = [c for c in curves.values() if not isinstance(c, str)]
+    if len(fitted) < 2 or len(fitted) != len(curves):
+        return False
+    if fitted[0].E <= EDGE_SHARE * min(cell.mean for c in fitted for cell in c.cells):
+        return False
+    basis = [cell for c in fitted for cell in c.cells]
+    jac = np.zeros((len(basis), 1 + 2 * len(fitted)))
+    jac[:, 0] = 1.0
+    start = 0
+    for k, c in enumerate(fitted):
+        u = np.log(np.array([cell.flops for cell in c.cells]) / c.c0)
+        core = np.exp(c.log_a - c.alpha * u)
+        jac[start : start + len(u), 1 + 2 * k] = core
+        jac[start : start + len(u), 2 + 2 * k] = -u * core
+        start += len(u)
+    response = np.linalg.pinv(jac)  # (1 + 2 rungs, points): the joint fit's linear response to the point means
+    for k, c in enumerate(fitted):
+        c.dtheta, c.basis = response[[0, 1 + 2 * k, 2 + 2 * k]], basis
+    return True
 
 
 def _row(variant: str, baseline: str, rung, cell: Cell, kind: str, level: float) -> dict:
@@ -322,7 +356,7 @@ def _fill(row: dict, curve: Curve | str, cell: Cell, level: float, floor, floor_
         row["note"] = curve
         return
     row.update(E=curve.E, E_pinned=curve.pinned)
-    if (why := _extrapolation_note(curve, cell)) is not None:
+    if (why := extrapolation_note(curve, cell)) is not None:
         row.update(extrapolated=True, note=why)
         return
     est = log_multiplier(curve, cell)
@@ -369,11 +403,13 @@ def multipliers(
     or "shared" (one E for all rungs, shared_floor). floor_range: the E range of the sensitivity check.
     throughput: (arm, rung) -> measured flops per second on this machine, for the wall-clock multiplier.
     kinds: the multipliers wanted ("frontier" is given only where the baseline has >= 3 rungs).
-    Returns {"rows": [...], "trends": {variant: trend}, "E": the shared E or None, "curves": {rung: Curve or why}}."""
+    Returns {"rows": [...], "trends": {variant: trend}, "E": the shared E or None, "E_carried": whether its
+    uncertainty is in the intervals (carry_shared_e), "curves": {rung: Curve or why}}."""
     cells = group_cells(points)
     base = {rung: cs for (arm, rung), cs in cells.items() if arm == baseline}
     pinned = shared_floor(base) if floor == "shared" and base else floor
     curves = {rung: fit_curve(cs, floor=pinned) for rung, cs in base.items()}
+    carried = floor == "shared" and carry_shared_e(curves)
     rows = []
     for (arm, rung), arm_cells in sorted(cells.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         if arm == baseline:
@@ -396,11 +432,8 @@ def multipliers(
                 rows.append(row)
     variants = sorted({r["variant"] for r in rows})
     trends = {v: trend([r for r in rows if r["variant"] == v and r["kind"] == "data"], level) for v in variants}
-    return {"rows": rows, "trends": trends, "E": pinned if floor == "shared" else None, "curves": curves}
-
-
-def _nearest(cells: list[Cell], flops: float | None) -> Cell:
-    return cells[-1] if flops is None else min(cells, key=lambda c: abs(math.log(c.flops / flops)))
+    shared = pinned if floor == "shared" else None
+    return {"rows": rows, "trends": trends, "E": shared, "E_carried": carried, "curves": curves}
 
 
 def curve_band(curve: Curve, flops, level: float = LEVEL) -> dict:
@@ -414,7 +447,7 @@ def curve_band(curve: Curve, flops, level: float = LEVEL) -> dict:
     by_theta = np.column_stack([np.ones_like(u), core, -u * core])  # d L / d (E, log a, alpha)
     weights = by_theta @ curve.dtheta  # (flops, points): d L(C) / d point means
     out = {"flops": flops.tolist(), "loss": fitted.tolist(), "low": None, "high": None}
-    cells = curve.cells
+    cells = curve.inputs
     if min(c.n for c in cells) < 2:
         return out
     if len({frozenset(c.losses) for c in cells}) == 1:
@@ -425,30 +458,8 @@ def curve_band(curve: Curve, flops, level: float = LEVEL) -> dict:
     else:
         var = (weights**2) @ np.array([c.var / c.n for c in cells])
         df = min(c.n for c in cells) - 1
-    half = _t(level, df) * np.sqrt(var)
+    half = t_quantile(level, df) * np.sqrt(var)
     out.update(low=(fitted - half).tolist(), high=(fitted + half).tolist())
-    return out
-
-
-def projection(rows: list[dict], target_flops: float, level: float = LEVEL) -> dict:
-    """One variant's data multiplier carried along its least squares line in log M vs log compute to
-    `target_flops` (rows: one per rung, with log_multiplier and log_se): an extrapolation, labelled so."""
-    used = [r for r in rows if r["log_se"] is not None]
-    out = {"target_flops": target_flops, "multiplier": None, "interval": None, "extrapolation": True, "note": ""}
-    if len({r["rung"] for r in used}) < 2:
-        out["note"] = "a projection needs a multiplier with its interval at >= 2 rungs"
-        return out
-    x = np.log([r["flops"] for r in used])
-    y = np.array([r["log_multiplier"] for r in used])
-    var = np.array([r["log_se"] ** 2 for r in used])
-    xc = x - x.mean()
-    # the fitted line at the target is a linear combination of the rungs' log M: its variance follows
-    coef = 1 / len(used) + (math.log(target_flops) - x.mean()) * xc / float(xc @ xc)
-    estimate, se = float(coef @ y), math.sqrt(float(coef**2 @ var))
-    half = _t(level, min(r["df"] for r in used)) * se
-    out.update(multiplier=math.exp(estimate), interval=[math.exp(estimate - half), math.exp(estimate + half)])
-    span = f"{min(r['flops'] for r in used):.3g} to {max(r['flops'] for r in used):.3g} FLOPs"
-    out["note"] = f"extrapolated along the trend from rungs at {span}; no measurement at the target"
     return out
 
 
@@ -470,7 +481,7 @@ def trend(rows: list[dict], level: float = LEVEL) -> dict:
     y = np.array([r["log_multiplier"] for r in used])
     var = np.array([r["log_se"] ** 2 for r in used])
     df = min(r["df"] for r in used)
-    t = _t(level, df)
+    t = t_quantile(level, df)
     if len(used) == 2:
         d, se = float(y[1] - y[0]), math.sqrt(var.sum())
         out.update(ratio=math.exp(d), interval=[math.exp(d - t * se), math.exp(d + t * se)])
@@ -487,54 +498,4 @@ def trend(rows: list[dict], level: float = LEVEL) -> dict:
     out.update(slope=slope, interval=[slope - t * se, slope + t * se])
     out["established"] = bool(out["interval"][0] > 0 or out["interval"][1] < 0)
     out["note"] += "slope of log M per unit log compute (least squares; each rung's variance propagated; smallest df)"
-    return out
-
-
-def bootstrap_interval(
-    points: Iterable[Point],
-    variant: str,
-    baseline: str,
-    rung: Hashable,
-    floor: float | None = None,
-    level: float = LEVEL,
-    n_boot: int = 400,
-    seed: int = 0,
-    flops: float | None = None,
-) -> dict:
-    """Percentile interval of the data multiplier at one rung (the variant's cell nearest `flops`, default its
-    largest), resampling whole seeds: a drawn seed brings all its points, baseline's and variant's. None below
-    MIN_BOOT_SEEDS seeds."""
-    points = [p for p in points if p.rung == rung and p.arm in (variant, baseline)]
-    seeds = sorted({p.seed for p in points}, key=str)
-    out = {"interval": None, "n_boot": 0, "used": 0, "note": ""}
-    if len(seeds) < MIN_BOOT_SEEDS:
-        distinct = math.comb(2 * len(seeds) - 1, len(seeds)) if seeds else 0
-        out["note"] = (
-            f"{len(seeds)} seeds have {distinct} distinct resamples: no bootstrap below {MIN_BOOT_SEEDS} seeds"
-        )
-        return out
-    by_seed = defaultdict(list)
-    for p in points:
-        by_seed[p.seed].append(p)
-    rng = np.random.default_rng(seed)
-    found = []
-    for _ in range(n_boot):
-        drawn = [
-            Point(p.arm, p.rung, (k, p.seed), p.flops, p.loss, p.item_var)
-            for k, s in enumerate(rng.choice(len(seeds), len(seeds)))
-            for p in by_seed[seeds[s]]
-        ]
-        cells = group_cells(drawn)
-        if (baseline, rung) not in cells or (variant, rung) not in cells:
-            continue
-        curve = fit_curve(cells[(baseline, rung)], floor=floor)
-        cell = _nearest(cells[(variant, rung)], flops)
-        if not isinstance(curve, str) and _extrapolation_note(curve, cell) is None:
-            found.append(curve.log_compute_for(cell.mean) - math.log(cell.flops))
-    out.update(n_boot=n_boot, used=len(found))
-    if len(found) >= 2:
-        tail = (1 - level) / 2 * 100
-        out["interval"] = [float(math.exp(v)) for v in np.percentile(found, [tail, 100 - tail])]
-    if len(found) < n_boot:
-        out["note"] = f"{n_boot - len(found)} of {n_boot} resamples gave no multiplier (extrapolated or no fit)"
     return out

@@ -120,7 +120,8 @@ def _trend_table(section: dict) -> tuple[str, list[str], list[list[str]]]:
 
 def _method(section: dict) -> str:
     return (
-        f"M = C_base(L_variant) / C_variant: the compute the baseline ({section['baseline']}) needs to reach the "
+        f"M = C_base(L_variant) / C_variant: the compute the baseline ({section['baseline']}, named by "
+        f"{section.get('baseline_from', '--baseline')}) needs to reach the "
         f"variant's mean validation loss, from its curve L(C) = E + A C^-alpha through its compute points (annealed "
         f"ends at several budgets, FLOPs from each model's own count), over the compute the variant used. M > 1: "
         f"the variant is worth more compute than it used. {section['floor']['text']}. Intervals: "
