@@ -17,14 +17,9 @@ import numpy as np
 from ablate.report.grid import multiplier_checks as checks
 from ablate.report.grid import multipliers as mult
 from ablate.report.inputs.compute_points import BudgetSplit, ComputePoint
-from ablate.report.inputs.runs import ReportError, Run, TaskInfo
+from ablate.report.inputs.runs import ReportError, Run, TaskInfo, scale_order, scale_value
 
 BAND_POINTS = 40  # where the baseline's fitted curve and band are drawn
-
-
-def rung_value(rung: tuple):
-    """A rung as report.json writes a scale: the value for one scale field, the list for several, None for none."""
-    return None if not rung else rung[0] if len(rung) == 1 else list(rung)
 
 
 def _resolve_floor(value, base_cells: dict) -> tuple[float | str | None, str]:
@@ -100,7 +95,7 @@ def _curve_entry(curve, level: float) -> dict:
 def _points_entry(p: ComputePoint, label: str) -> dict:
     return {
         "method": label,
-        "rung": rung_value(p.rung),
+        "rung": scale_value(p.rung),
         "seed": p.seed,
         "run": p.run,
         "budget": list(p.budget),
@@ -121,11 +116,11 @@ def _item_losses(points: list[ComputePoint], runs: dict[str, Run], val_task: Tas
     """run label -> its per-item validation losses at its last step, in one id order per rung, for the persistent
     item term of the interval; ({}, why) for a rung where a run lacks them or the runs scored different items."""
     found, missing = {}, []
-    for rung in sorted({p.rung for p in points}, key=_rung_order):
+    for rung in sorted({p.rung for p in points}, key=scale_order):
         mine = [p for p in points if p.rung == rung]
         rows = {p.run: runs[p.run].items(val_task, runs[p.run].last_step) if val_task else None for p in mine}
         if any(r is None for r in rows.values()) or len({frozenset(r) for r in rows.values()}) != 1:
-            missing.append(str(rung_value(rung)))
+            missing.append(str(scale_value(rung)))
             continue
         ids = sorted(next(iter(rows.values())), key=str)
         for label, by_id in rows.items():
@@ -208,11 +203,11 @@ def multipliers_section(
         if row["multiplier"] is not None and key in speeds and (opts.baseline, row["rung"]) in speeds:
             row["wall_clock_multiplier"] = row["multiplier"] * speeds[key] / speeds[(opts.baseline, row["rung"])]
         if "frontier_rung" in row:
-            row["frontier_rung"] = rung_value(row["frontier_rung"])
-        rows.append({**row, "rung": rung_value(row["rung"]), "rung_key": list(row["rung"]), "params": params.get(key)})
+            row["frontier_rung"] = scale_value(row["frontier_rung"])
+        rows.append({**row, "rung": scale_value(row["rung"]), "rung_key": list(row["rung"]), "params": params.get(key)})
     for row in rows:
         row["by_budget"] = budgets.get((row["variant"], tuple(row["rung_key"])), [])
-    order = {rung: i for i, rung in enumerate(sorted({p.rung for p in counted}, key=_rung_order))}
+    order = {rung: i for i, rung in enumerate(sorted({p.rung for p in counted}, key=scale_order))}
     rows.sort(key=lambda r: (r["variant"], order.get(tuple(r["rung_key"]), 0), r["kind"]))
     data_rows = {
         v: [r for r in rows if r["variant"] == v and r["kind"] == "data"] for v in {r["variant"] for r in rows}
@@ -235,8 +230,8 @@ def multipliers_section(
             "text": _floor_words(floor_words, found["E"], found["E_carried"], base_cells),
         },
         "rungs": [
-            {"rung": rung_value(rung), "baseline": _curve_entry(found["curves"][rung], mult.LEVEL)}
-            for rung in sorted(found["curves"], key=_rung_order)
+            {"rung": scale_value(rung), "baseline": _curve_entry(found["curves"][rung], mult.LEVEL)}
+            for rung in sorted(found["curves"], key=scale_order)
         ],
         "rows": rows,
         "trends": trends,
@@ -249,10 +244,6 @@ def multipliers_section(
     }
 
 
-def _rung_order(rung: tuple):
-    return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in rung)
-
-
 def _bootstrap(points: list, rows: list[dict], baseline: str, floor) -> dict:
     """The seed bootstrap beside each data row's interval, where it has >= 5 seeds (a check, not the interval)."""
     out = {}
@@ -261,5 +252,5 @@ def _bootstrap(points: list, rows: list[dict], baseline: str, floor) -> dict:
             continue
         rung = tuple(row["rung_key"])
         found = checks.bootstrap_interval(points, row["variant"], baseline, rung, floor=floor, flops=row["flops"])
-        out[f"{row['variant']} at {rung_value(rung)}"] = found
+        out[f"{row['variant']} at {scale_value(rung)}"] = found
     return out

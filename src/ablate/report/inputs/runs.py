@@ -360,7 +360,14 @@ def group_by_scale(runs: list[Run], scale_fields: list[str]) -> list[tuple[objec
     for run in sorted(runs, key=lambda r: (natural_key(label[key_of[id(r)]]), r.seed)):
         scales.setdefault(scale_of[id(run)], {}).setdefault(label[key_of[id(run)]], []).append(run)
 
-    def order(scale):
-        return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in scale)
+    return [(scale_value(scale), scales[scale]) for scale in sorted(scales, key=scale_order)]
 
-    return [(scale[0] if len(scale) == 1 else list(scale), scales[scale]) for scale in sorted(scales, key=order)]
+
+def scale_value(scale: tuple):
+    """A scale as report.json writes it: the value for one scale field, the list for several, None for none."""
+    return None if not scale else scale[0] if len(scale) == 1 else list(scale)
+
+
+def scale_order(scale: tuple) -> tuple:
+    """Sort key of scale tuples: numbers by value (d32 < d64 < d128), before text."""
+    return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in scale)
