@@ -158,11 +158,10 @@ def multipliers_section(
     label_of: a main run's variant folder -> its method name (group_by_scale's labels); floor_option: the checked
     --multiplier-floor (options.floor_value); val_task: validation loss, whose per-item files give the item term;
     baseline_from: where the baseline's name came from, as errors and the section say it."""
-    extra = len(split.extra)
+    extra, methods = len(split.extra), sorted(set(label_of.values()))
     if opts.baseline is None:
         if not extra:
             return None
-        methods = sorted(set(label_of.values()))
         return {
             "baseline": None,
             "rows": [],
@@ -171,14 +170,11 @@ def multipliers_section(
                 f"the baseline for compute multipliers with --baseline METHOD (one of: {', '.join(methods)})"
             ),
         }
-    methods = sorted(set(label_of.values()))
     if opts.baseline not in methods:
         raise ReportError(
             f"{baseline_from} {opts.baseline}: no such method in these runs; they have: {', '.join(methods)}"
         )
-    arm_label = {}  # a point's arm (its main-budget folder) -> the method's name
-    for p in split.points:
-        arm_label[p.arm] = label_of.get(p.arm, p.arm)
+    arm_label = {p.arm: label_of.get(p.arm, p.arm) for p in split.points}  # its main-budget folder -> the method
     counted = [p for p in split.points if p.counts]
     items, items_note = _item_losses(counted, {r.label: r for r in split.main + split.extra}, val_task)
     points = [mult.Point(arm_label[p.arm], p.rung, p.seed, p.flops, p.loss, items=items.get(p.run)) for p in counted]
