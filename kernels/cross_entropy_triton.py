@@ -4,7 +4,8 @@ The chunk driver and its autograd Function are the reference's (reference.py): p
 the chunk's logits, this kernel turns them in place into their gradient while computing each row's loss and
 logsumexp, and two more matmuls give the chunk's hidden-state gradient and its share of the weight gradient.
 One program per row: pass 1 reads the row for an online max/sum-of-exp (the logsumexp), pass 2 reads it again
-and writes softmax * (1 + 2 z lse) - onehot over it; ignored rows get zero loss and zero gradient.
+and writes softmax * (1 + 2 z lse) - onehot over it; ignored rows get zero loss and zero gradient. The launch is a
+torch.library.triton_op (ablate::cross_entropy_chunk, mutating the logits), which torch.compile traces through.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op
 
 from ablate.kernels import reference
+from ablate.kernels.launch import traced
 
 BLOCK_V = 4096
 NUM_WARPS = 8
@@ -58,7 +61,7 @@ def cross_entropy_chunk_kernel(
             tl.store(row_ptr + cols, grad.to(logits_ptr.dtype.element_ty), mask=mask)
 
 
-@torch.library.custom_op("ablate::cross_entropy_chunk", mutates_args=("logits",))
+@triton_op("ablate::cross_entropy_chunk", mutates_args=("logits",))
 def cross_entropy_chunk_op(
     logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, z_loss: float, write_grad: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,7 +71,7 @@ def cross_entropy_chunk_op(
     ce_rows = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     z_rows = torch.empty_like(ce_rows)
     targets = targets.to(torch.int64).contiguous()  # the variant the AOT check builds
-    cross_entropy_chunk_kernel[(n_rows,)](
+    traced(cross_entropy_chunk_kernel)[(n_rows,)](
         logits,
         targets,
         ce_rows,
@@ -81,12 +84,6 @@ def cross_entropy_chunk_op(
         num_warps=NUM_WARPS,
     )
     return ce_rows, z_rows
-
-
-@cross_entropy_chunk_op.register_fake
-def _(logits, targets, ignore_index, z_loss, write_grad):
-    rows = logits.new_empty(logits.shape[0], dtype=torch.float32)
-    return rows, torch.empty_like(rows)
 
 
 def cross_entropy_chunk(
@@ -103,7 +100,8 @@ def linear_cross_entropy(
     ignore_index: int = -100,
     z_loss: float = 0.0,
     chunk_rows: int | None = None,
+    chunks: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return reference.linear_cross_entropy(
-        hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk=cross_entropy_chunk
+        hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk=cross_entropy_chunk, chunks=chunks
     )

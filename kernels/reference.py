@@ -3,11 +3,13 @@
 Each function has the same signature as its Triton twin. The linear+cross-entropy here is already chunked: the
 output projection and the loss are computed a chunk of rows at a time, and the gradients of hidden states and
 weight are formed in the same pass, so the full (tokens x vocab) logits never exist, on CPU as on GPU. The Triton
-version reuses this driver and only swaps the per-chunk loss step.
+version reuses this driver and only swaps the per-chunk loss step. The driver is plain torch in an autograd.Function,
+so torch.compile(fullgraph=True) traces it whole (its chunk loop unrolled).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -53,9 +55,11 @@ def cross_entropy_chunk(
     """One chunk's loss step: per-row (cross-entropy, logsumexp^2) in fp32, both 0 on ignored rows. With write_grad,
     `logits` (rows, vocab) is overwritten by d(sum of row losses)/d(logits):
     softmax * (1 + 2 * z_loss * lse) - onehot(target), zero on ignored rows (the caller divides by the count).
-    On CPU a block of rows at a time (CACHE_BLOCK_ELEMENTS), elsewhere the whole chunk at once."""
-    # CPU caches only: on a GPU each block would be ~10 kernel launches for a few rows (5 rows at vocab 50k)
-    block = max(1, CACHE_BLOCK_ELEMENTS // logits.shape[-1]) if logits.device.type == "cpu" else logits.shape[0]
+    Eager on CPU a block of rows at a time (CACHE_BLOCK_ELEMENTS), elsewhere the whole chunk at once."""
+    # CPU caches only: on a GPU each block would be ~10 kernel launches for a few rows (5 rows at vocab 50k), and a
+    # compiled graph fuses the passes itself (unrolled blocks made Inductor's CPU compile of a ~10M model 460 s)
+    blocked = logits.device.type == "cpu" and not torch.compiler.is_compiling()
+    block = max(1, CACHE_BLOCK_ELEMENTS // logits.shape[-1]) if blocked else logits.shape[0]
     if logits.shape[0] <= block:
         return _cross_entropy_rows(logits, targets, ignore_index, z_loss, write_grad)
     parts = [
@@ -91,6 +95,47 @@ def default_chunk_rows(n_rows: int, width: int, vocab: int) -> int:
     return max(1, min(n_rows, max(MIN_CHUNK_ROWS, math.ceil(n_rows * width / vocab))))
 
 
+def row_chunks(x: torch.Tensor, chunk_rows: int | None, chunks: int | None) -> tuple[torch.Tensor, ...]:
+    """Views of x's rows: `chunks` pieces of floor or ceil(rows / chunks) rows if given, else pieces of chunk_rows.
+    The `chunks` pieces are cut at i * rows // chunks: a changing row count (a batch ramp, compiled with a dynamic
+    batch) changes their sizes, never their number, and compiles once (tensor_split guards on rows % chunks)."""
+    if chunks is None:
+        return x.split(chunk_rows)
+    bounds = [i * x.shape[0] // chunks for i in range(chunks + 1)]
+    return tuple(x[start:end] for start, end in zip(bounds, bounds[1:]))
+
+
+@functools.cache
+def addmm_takes_fp32_accumulator(device: torch.device) -> bool:
+    """Whether this torch's addmm on `device` adds half-precision factors into an fp32 tensor in one call
+    (out_dtype=float32, the accumulator as input and output). Asked once per device with a 2 x 2 product: torch
+    versions without the out_dtype overload raise, and some with it refuse an fp32 input beside half factors."""
+    accumulator = torch.ones(2, 2, device=device)
+    factor = torch.ones(2, 2, device=device, dtype=torch.bfloat16)
+    try:
+        torch.addmm(accumulator, factor, factor, out_dtype=torch.float32, out=accumulator)
+    except (RuntimeError, TypeError):
+        return False
+    return bool(torch.all(accumulator == 3))
+
+
+def fused_head_gradient(device: torch.device) -> bool:
+    """Whether half-precision chunks add into the fp32 head gradient in one addmm: eager CUDA where torch can
+    (addmm_takes_fp32_accumulator). CPU has no such addmm; under torch.compile the product and the add are Inductor's
+    to schedule (its lowering of addmm with out_dtype failed: pytorch/pytorch#163880)."""
+    return device.type == "cuda" and not torch.compiler.is_compiling() and addmm_takes_fp32_accumulator(device)
+
+
+def accumulate_head_gradient(grad_weight: torch.Tensor, logits: torch.Tensor, rows: torch.Tensor, fused: bool) -> None:
+    """grad_weight (fp32) += logits.T @ rows, for one chunk's logit gradient `logits` and its hidden rows `rows`."""
+    if logits.dtype == grad_weight.dtype:
+        grad_weight.addmm_(logits.T, rows)  # in place: no weight-sized temporary per chunk
+    elif fused:  # half factors, fp32 sums in the matmul's epilogue: no half product, no separate add
+        torch.addmm(grad_weight, logits.T, rows, out_dtype=torch.float32, out=grad_weight)
+    else:  # a half product, then its fp32 add
+        grad_weight += logits.T @ rows
+
+
 def chunked_linear_cross_entropy(
     hidden,
     weight,
@@ -101,11 +146,12 @@ def chunked_linear_cross_entropy(
     ce_chunk,
     with_grads,
     ce_per_row: torch.Tensor | None = None,
+    chunks: int | None = None,
 ):
     """(loss sum, ce sum, valid count, grad_hidden, grad_weight) of hidden (N, D) @ weight (V, D).T, a chunk of rows
-    at a time. Gradients are of the *sums*: the caller divides by the count. ce_chunk is the per-chunk loss step.
-    `ce_per_row` (N,), if given, receives each row's cross-entropy."""
-    n = hidden.shape[0]
+    at a time (row_chunks: `chunks` chunks if given, else chunks of chunk_rows). Gradients are of the *sums*: the
+    caller divides by the count. ce_chunk is the per-chunk loss step. `ce_per_row` (N,), if given, receives each
+    row's cross-entropy."""
     valid_count = (targets != ignore_index).sum()
     ce_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
     z_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -118,20 +164,24 @@ def chunked_linear_cross_entropy(
     ):  # cast once here, not once per chunk and matmul (a third of the time)
         dtype = torch.get_autocast_dtype(device_type)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
-    for start in range(0, n, chunk_rows):
-        rows = hidden[start : start + chunk_rows]
+    fused = with_grads and fused_head_gradient(hidden.device)
+    row_parts = row_chunks(hidden, chunk_rows, chunks)
+    no_parts = (None,) * len(row_parts)
+    for rows, row_targets, grad_rows, ce_rows_out in zip(
+        row_parts,
+        row_chunks(targets, chunk_rows, chunks),
+        row_chunks(grad_hidden, chunk_rows, chunks) if with_grads else no_parts,
+        row_chunks(ce_per_row, chunk_rows, chunks) if ce_per_row is not None else no_parts,
+    ):
         logits = rows @ weight.T  # (rows, vocab): the only vocab-sized buffer, one chunk at a time
-        ce_rows, z_rows = ce_chunk(logits, targets[start : start + chunk_rows], ignore_index, z_loss, with_grads)
+        ce_rows, z_rows = ce_chunk(logits, row_targets, ignore_index, z_loss, with_grads)
         ce_sum += ce_rows.sum()
         z_sum += z_rows.sum()
-        if ce_per_row is not None:
-            ce_per_row[start : start + chunk_rows] = ce_rows
+        if ce_rows_out is not None:
+            ce_rows_out.copy_(ce_rows)
         if with_grads:  # `logits` now holds d(loss sum)/d(logits) for this chunk
-            grad_hidden[start : start + chunk_rows] = logits @ weight
-            if logits.dtype == grad_weight.dtype:
-                grad_weight.addmm_(logits.T, rows)  # in place: no weight-sized temporary per chunk
-            else:  # bf16 logits (autocast or bf16 weights) into the fp32 accumulator
-                grad_weight += logits.T @ rows
+            grad_rows.copy_(logits @ weight)
+            accumulate_head_gradient(grad_weight, logits, rows, fused)
     loss_sum = ce_sum + z_loss * z_sum if z_loss else ce_sum
     return loss_sum, ce_sum, valid_count, grad_hidden, grad_weight
 
@@ -167,9 +217,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     """Gradients are computed in forward, chunk by chunk, and only scaled in backward: nothing vocab-sized is saved."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk):
+    def forward(ctx, hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks):
         loss_sum, ce_sum, count, grad_hidden, grad_weight = chunked_linear_cross_entropy(
-            hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True
+            hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True, chunks=chunks
         )
         ctx.save_for_backward(grad_hidden.div_(count), grad_weight.div_(count).to(weight.dtype))
         ce = ce_sum / count
@@ -179,7 +229,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, _grad_ce):
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None, None
+        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -190,16 +240,21 @@ def linear_cross_entropy(
     z_loss: float = 0.0,
     chunk_rows: int | None = None,
     ce_chunk=cross_entropy_chunk,
+    chunks: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean cross-entropy + z_loss * mean(logsumexp^2), mean cross-entropy detached) over tokens whose target is not
-    ignore_index, for logits = hidden (..., D) @ weight (V, D).T, never holding more than a chunk of logits."""
+    ignore_index, for logits = hidden (..., D) @ weight (V, D).T, never holding more than a chunk of logits: `chunks`
+    chunks of nearly equal rows, or chunks of chunk_rows rows (None: default_chunk_rows); not both."""
+    if chunks is not None and (chunk_rows is not None or chunks < 1):
+        raise ValueError(f"linear_cross_entropy: chunks={chunks} needs chunk_rows=None and chunks >= 1")
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
+    if chunks is None:  # (not computed otherwise: with a dynamic row count it would guard on that count)
+        chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return LinearCrossEntropyFunction.apply(
-            flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk
+            flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks
         )
     loss_sum, ce_sum, count, _, _ = chunked_linear_cross_entropy(
-        flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=False
+        flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=False, chunks=chunks
     )
     return loss_sum / count, ce_sum / count

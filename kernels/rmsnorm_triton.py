@@ -3,7 +3,8 @@
 A program normalizes a tile of BLOCK_ROWS rows x BLOCK_D columns (the whole row, so x is read once). Backward
 loops each program over many tiles and keeps its share of the weight gradient in registers, writing one fp32 row
 per program; torch sums those few rows. All arithmetic is fp32 (loads are converted at once: bf16 math in the
-interpreter is wrong, and fp32 is what the reference does).
+interpreter is wrong, and fp32 is what the reference does). Forward and backward are torch.library.triton_ops
+(ablate::rms_norm_fwd/bwd, the backward registered as the forward's autograd), which torch.compile traces through.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op
+
+from ablate.kernels.launch import traced
 
 MAX_WIDTH = 16384
 BLOCK_SIZES = tuple(64 * 2**i for i in range(9))  # every BLOCK_D that launch_config returns: 64 .. 16384
@@ -91,7 +95,7 @@ def _num_programs(device: torch.device, n_tiles: int) -> int:
     return max(1, min(n_tiles, slots))
 
 
-@torch.library.custom_op("ablate::rms_norm_fwd", mutates_args=())
+@triton_op("ablate::rms_norm_fwd", mutates_args=())
 def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     n_rows, n_cols = x2.shape
@@ -99,7 +103,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous rows of x's shape
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(n_rows, cfg["BLOCK_ROWS"]),)
-    rms_norm_fwd_kernel[grid](
+    traced(rms_norm_fwd_kernel)[grid](
         x2,
         weight.contiguous(),
         y,
@@ -114,15 +118,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
     return y, rstd
 
 
-@rms_norm_fwd.register_fake
-def _(x, weight, eps):
-    return (
-        torch.empty_like(x, memory_format=torch.contiguous_format),
-        x.new_empty(x.numel() // x.shape[-1], dtype=torch.float32),
-    )
-
-
-@torch.library.custom_op("ablate::rms_norm_bwd", mutates_args=())
+@triton_op("ablate::rms_norm_bwd", mutates_args=())
 def rms_norm_bwd(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,7 +130,7 @@ def rms_norm_bwd(
     programs = _num_programs(x.device, tiles)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw_partial = torch.empty(programs, n_cols, dtype=torch.float32, device=x.device)
-    rms_norm_bwd_kernel[(programs,)](
+    traced(rms_norm_bwd_kernel)[(programs,)](
         dy2,
         x2,
         weight.contiguous(),
@@ -152,24 +148,19 @@ def rms_norm_bwd(
     return dx, dw_partial.sum(0).to(weight.dtype)
 
 
-@rms_norm_bwd.register_fake
-def _(dy, x, weight, rstd):
-    return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
+def _save_for_backward(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
 
 
-class RMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        y, rstd = rms_norm_fwd(x, weight, eps)
-        ctx.save_for_backward(x, weight, rstd)
-        return y
+def _backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = rms_norm_bwd(dy, x, weight, rstd)
+    return dx, dw, None
 
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, rstd = ctx.saved_tensors
-        dx, dw = rms_norm_bwd(dy, x, weight, rstd)
-        return dx, dw, None
+
+rms_norm_fwd.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return RMSNormFunction.apply(x, weight, eps)
+    return rms_norm_fwd(x, weight, eps)[0]

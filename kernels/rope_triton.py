@@ -3,7 +3,9 @@
 Elementwise over the logical (B, H, S, D) index, reading x through its strides, so the transposed (B, S, H, D)
 projections need no copy; the output is contiguous (B, H, S, D). Each element reads itself and its partner
 (col +- half, the same row: a cache hit) and cos/sin of its position, shared by every batch row and head.
-Backward is the same rotation by the opposite angle: the same kernel with sin negated.
+Backward is the same rotation by the opposite angle: the same kernel with sin negated. The op is a
+torch.library.triton_op (ablate::rope, its own backward registered as its autograd), which torch.compile traces
+through.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op
+
+from ablate.kernels.launch import traced
 
 BLOCK = 1024
 NUM_WARPS = 4
@@ -77,7 +82,7 @@ def _table_strides(table: torch.Tensor, x4: torch.Tensor) -> tuple[int, int, int
     return tuple(s if n > 1 else 0 for s, n in zip(t4.stride()[:2], t4.shape[:2])) + (t4.stride(2),)
 
 
-@torch.library.custom_op("ablate::rope", mutates_args=())
+@triton_op("ablate::rope", mutates_args=())
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sin_sign: float) -> torch.Tensor:
     x4 = _as_4d(x)
     batch, heads, seq, dim = x4.shape
@@ -92,7 +97,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sin_sign: float)
     cos, sin = cos.float().contiguous(), sin.float().contiguous()
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous: its flat index is the logical one
     n = out.numel()
-    rope_kernel[(triton.cdiv(n, BLOCK),)](
+    traced(rope_kernel)[(triton.cdiv(n, BLOCK),)](
         x4,
         cos,
         sin,
@@ -111,22 +116,19 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sin_sign: float)
     return out
 
 
-@rope.register_fake
-def _(x, cos, sin, sin_sign):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+def _save_for_backward(ctx, inputs, output):
+    _, cos, sin, sin_sign = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.sin_sign = sin_sign
 
 
-class RoPEFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, cos, sin):
-        ctx.save_for_backward(cos, sin)
-        return rope(x, cos, sin, 1.0)
+def _backward(ctx, dout):
+    cos, sin = ctx.saved_tensors
+    return rope(dout, cos, sin, -ctx.sin_sign), None, None, None
 
-    @staticmethod
-    def backward(ctx, dout):
-        cos, sin = ctx.saved_tensors
-        return rope(dout, cos, sin, -1.0), None, None
+
+rope.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return RoPEFunction.apply(x, cos, sin)
+    return rope(x, cos, sin, 1.0)

@@ -1,7 +1,8 @@
 """SwiGLU in Triton: silu(gate) * up, forward and backward, elementwise over flat contiguous tensors.
 
 Backward recomputes sigmoid(gate) instead of saving silu(gate): it reads gate, up and the output gradient and
-writes the two input gradients, the minimum for this op.
+writes the two input gradients, the minimum for this op. Both are torch.library.triton_ops (ablate::swiglu_fwd/bwd,
+the backward registered as the forward's autograd), which torch.compile traces through.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op
+
+from ablate.kernels.launch import traced
 
 BLOCK = 1024
 NUM_WARPS = 4
@@ -47,49 +51,35 @@ def _check(gate: torch.Tensor, up: torch.Tensor) -> None:
         )
 
 
-@torch.library.custom_op("ablate::swiglu_fwd", mutates_args=())
+@triton_op("ablate::swiglu_fwd", mutates_args=())
 def swiglu_fwd(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     _check(gate, up)
     gate, up = gate.contiguous(), up.contiguous()
     out = torch.empty_like(gate)
     n = gate.numel()
-    swiglu_fwd_kernel[(triton.cdiv(n, BLOCK),)](gate, up, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    traced(swiglu_fwd_kernel)[(triton.cdiv(n, BLOCK),)](gate, up, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
     return out
 
 
-@swiglu_fwd.register_fake
-def _(gate, up):
-    return torch.empty_like(gate, memory_format=torch.contiguous_format)
-
-
-@torch.library.custom_op("ablate::swiglu_bwd", mutates_args=())
+@triton_op("ablate::swiglu_bwd", mutates_args=())
 def swiglu_bwd(dout: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     dout, gate, up = dout.contiguous(), gate.contiguous(), up.contiguous()
     dgate, dup = torch.empty_like(gate), torch.empty_like(up)
     n = gate.numel()
-    swiglu_bwd_kernel[(triton.cdiv(n, BLOCK),)](dout, gate, up, dgate, dup, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    traced(swiglu_bwd_kernel)[(triton.cdiv(n, BLOCK),)](dout, gate, up, dgate, dup, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
     return dgate, dup
 
 
-@swiglu_bwd.register_fake
-def _(dout, gate, up):
-    return (
-        torch.empty_like(gate, memory_format=torch.contiguous_format),
-        torch.empty_like(up, memory_format=torch.contiguous_format),
-    )
+def _save_for_backward(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
 
 
-class SwiGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate, up):
-        ctx.save_for_backward(gate, up)
-        return swiglu_fwd(gate, up)
+def _backward(ctx, dout):
+    return swiglu_bwd(dout, *ctx.saved_tensors)
 
-    @staticmethod
-    def backward(ctx, dout):
-        gate, up = ctx.saved_tensors
-        return swiglu_bwd(dout, gate, up)
+
+swiglu_fwd.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    return SwiGLUFunction.apply(gate, up)
+    return swiglu_fwd(gate, up)

@@ -98,6 +98,10 @@ def _gpu_cases(device, dtype):
     def naive_loss(h, w):
         return F.cross_entropy((h @ w.T).float(), targets)
 
+    # the chunks a run's loss takes on this device (kernels.loss_chunks, as the trainer asks it)
+    free = torch.cuda.mem_get_info(device)[0]
+    chunks = kernels.loss_chunks(batch * seq, WIDTH, VOCAB, "cuda", free, logit_bytes=torch.finfo(dtype).bits // 8)
+
     return [
         (
             "rms_norm",
@@ -124,8 +128,8 @@ def _gpu_cases(device, dtype):
             "linear_cross_entropy",
             {
                 "torch full logits": naive_loss,
-                "torch": lambda h, w: reference.linear_cross_entropy(h, w, targets)[0],
-                "triton": lambda h, w: kernels.linear_cross_entropy(h, w, targets, kernels="triton")[0],
+                "torch": lambda h, w: reference.linear_cross_entropy(h, w, targets, chunks=chunks)[0],
+                "triton": lambda h, w: kernels.linear_cross_entropy(h, w, targets, kernels="triton", chunks=chunks)[0],
             },
             lambda: (leaf(batch * seq, WIDTH), leaf(VOCAB, WIDTH, scale=0.02)),
         ),

@@ -199,9 +199,7 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
         "device": d.device.type,
         "what": "rss" if rss else "live",
     }
-    gathered = [None] * d.world
-    torch.distributed.all_gather_object(gathered, result)
-    return max(gathered, key=lambda r: r["peak_bytes"])
+    return max(d.gather_objects(result), key=lambda r: r["peak_bytes"])
 
 
 def measure_in_subprocess(

@@ -4,10 +4,10 @@
     source gpu_bundle/boot.sh                                # there, from the repository root: no pip, no network
     python3 scripts/gpu_acceptance.py --preflight            # there: imports, GPU, memory, versions, data; a verdict
 
-The bundle (about 15 MB; the tree and the bundle travel together under 64 MiB):
-    tokens.bin, tokens.bin.json   the embedded corpus through ablate's BPE (vocab 16384): the speed and packing data
-    summaries_en-us.json          the embedded corpus itself ($ABLATE_DEFAULT_CORPUS): runs on data.source="default"
-                                  need neither its package nor `datasets`
+The bundle (about 9 MB; the tree and the bundle travel together under 64 MiB):
+    summaries_en-us.json          the embedded corpus ($ABLATE_DEFAULT_CORPUS): runs on data.source="default", every
+                                  measured step among them, need neither its package nor `datasets` (each
+                                  vocabulary's BPE and token files are made there, once, in seconds)
     eval_data/hf_datasets/...     the eval sets the GPU tests score, trimmed ($ABLATE_EVAL_DATA)
     wheels/*.whl                  what the GPU tests need that the GPU machine lacks, for its Python (torchao: float8)
     site/sitecustomize.py         maps ablate, ablate.kernels and ablate_evals from the checkout in every process
@@ -47,13 +47,12 @@ export ABLATE_CHECKOUT="$(pwd)"
 export PYTHONPATH="$_bundle/site${{PYTHONPATH:+:$PYTHONPATH}}"
 export ABLATE_DEFAULT_CORPUS="$_bundle/summaries_en-us.json"
 export ABLATE_EVAL_DATA="$_bundle/eval_data"
-export ABLATE_ACCEPTANCE_TOKENS="$_bundle/tokens.bin"
 echo "boot.sh: ablate from $ABLATE_CHECKOUT, the bundle at $_bundle"
-echo "next: python3 scripts/gpu_acceptance.py --preflight"
+echo "next: python3 scripts/gpu_acceptance.py --preflight --part 1 --out OUT"
 """
 
 
-def make_bundle(folder: Path, python_version: str = GPU_PYTHON, vocab: int = 16384) -> dict:
+def make_bundle(folder: Path, python_version: str = GPU_PYTHON) -> dict:
     """Write the bundle into `folder` (made afresh); its manifest."""
     import gpu_acceptance_measure as measure
 
@@ -68,8 +67,7 @@ def make_bundle(folder: Path, python_version: str = GPU_PYTHON, vocab: int = 163
     from ablate.data.sources import default_corpus_path
 
     shutil.copy(default_corpus_path(), folder / "summaries_en-us.json")
-    header = measure.write_token_file(folder / "tokens.bin", vocab, None)
-    print(f"bundle: tokens.bin ({header['tokens']:,} tokens, vocab {header['vocab_size']})", flush=True)
+    print(f"bundle: the corpus ({(folder / 'summaries_en-us.json').stat().st_size / 2**20:.1f} MiB)", flush=True)
     for split, rows in EVAL_SETS.items():
         trim_eval_set(split, rows, folder / "eval_data" / "hf_datasets" / split)
     left_out = download_wheels(folder / "wheels", python_version)
@@ -147,7 +145,7 @@ def tree_bytes() -> int:
 # preflight: seconds, on the GPU machine, before any part
 
 
-def preflight(tokens: Path) -> int:
+def preflight() -> int:
     """Imports, GPU name, free memory, versions and the bundle's data, one line each, then one verdict line.
     0: ready; 1: something a part needs is missing; 2: no CUDA GPU."""
     import importlib.util
@@ -183,7 +181,7 @@ def preflight(tokens: Path) -> int:
         print(f"ablate from {Path(ablate.__file__).parent}")
     except Exception as error:
         problems.append(f"ablate does not import ({type(error).__name__}: {error})")
-    problems += _data_problems(tokens)
+    problems += _data_problems()
     for name in ("datasets", "lm_eval", "submitit"):
         print(f"{name}: {'present' if importlib.util.find_spec(name) else 'absent (not needed)'}")
     if not torch.cuda.is_available():
@@ -198,17 +196,12 @@ def preflight(tokens: Path) -> int:
     verdict = "READY" if not problems else "NOT READY: " + "; ".join(problems)
     print(f"PREFLIGHT {verdict}" + (f" ({'; '.join(notes)})" if notes else ""))
     if not problems:
-        print("next: python3 scripts/gpu_acceptance.py --part 1 --out OUT")
+        print("next: python3 scripts/gpu_acceptance.py --part 1 --out OUT (or both at once: --preflight --part 1)")
     return 0 if not problems else 1
 
 
-def _data_problems(tokens: Path) -> list[str]:
+def _data_problems() -> list[str]:
     problems = []
-    try:
-        header = json.loads(Path(f"{tokens}.json").read_text())
-        print(f"token file {tokens}: {header['tokens']:,} tokens, vocab {header['vocab_size']}")
-    except OSError:
-        problems.append(f"no token file {tokens} (make the bundle: --bundle DIR, then source DIR/boot.sh)")
     try:
         from ablate.data.sources import default_corpus_path
         from ablate.eval.tasks import load_rows

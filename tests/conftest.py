@@ -133,6 +133,28 @@ def _process_state_restored():
         torch.set_rng_state(states[2])
 
 
+def tiny_trainer(tmp_path, only: str = "mha", **fields):
+    """The tiny experiment's Trainer on CPU (world size 1), not logging, validating or checkpointing in its first
+    steps; `fields`: config overrides ("train.max_steps": 5, ...)."""
+    from ablate.setup.checks import check_run
+    from ablate.setup.experiment import load_experiment
+    from ablate.setup.overrides import apply_overrides
+    from ablate.training.parallel import init_distributed
+    from ablate.training.trainer import Trainer
+
+    quiet = {"train.max_steps": 3, "train.log_every": 100, "train.val_every": 0, "train.ckpt_every": 0}
+    run = load_experiment(TINY, only=[only])[0]
+    run = apply_overrides(run, {**quiet, "train.device": "cpu", **fields})
+    d = init_distributed("cpu")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(check_run(run, d.world), run_dir, d)
+    trainer.start_time = 0.0
+    trainer.channel.open(0)  # as fit() starts training
+    trainer.begin()
+    return trainer
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """A byte-level BPE of 300 tokens trained on ARC-Easy's questions: the eval tests' tokenizer."""

@@ -12,7 +12,7 @@ import pytest
 from ablate import rundir
 from ablate.config import ConfigError
 from ablate.setup.experiment import load_experiment
-from ablate.training.callbacks import Callback, TrainerView, Verdict
+from ablate.training.callbacks import Callback, TrainerView, Verdict, whole
 from ablate.training.run import run_dir_for, train
 from conftest import TINY, cli_in_process, run_cli
 
@@ -37,8 +37,8 @@ class EmbeddingNorm(Callback):
 
     def post_step(self, trainer):
         if trainer.step % self.every == 0:
-            weight = trainer.model.embed.weight.detach()  # sharded over ranks (FSDP2): every rank gathers
-            trainer.log({"embedding_norm": weight.full_tensor().norm().item()})
+            weight = whole(trainer.model.embed.weight.detach())  # sharded above world size 1: every rank gathers
+            trainer.log({"embedding_norm": weight.norm().item()})
 
 
 class StepCounter(Callback):
@@ -192,7 +192,7 @@ def test_a_stop_verdict_ends_the_run_as_diverged(tmp_path):
 
 EXPERIMENT = """
 import torch
-from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant
+from ablate import DataConfig, ModelConfig, RunConfig, TrainConfig, variant, whole
 from ablate.training.callbacks import Callback
 
 base = RunConfig(experiment="own", model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4),
@@ -210,7 +210,7 @@ class EmbeddingNorm(Callback):
 
     def post_step(self, trainer):
         if trainer.step % self.every == 0:
-            trainer.log({"embedding_norm": trainer.model.embed.weight.detach().full_tensor().norm().item()})
+            trainer.log({"embedding_norm": whole(trainer.model.embed.weight.detach()).norm().item()})
 
 """
 

@@ -3,7 +3,9 @@
 test_kernels.py checks the same contracts in Triton's CPU interpreter at toy shapes; here the kernels are compiled
 and launched for real: RMSNorm at widths 32 to 16384 over 8k rows, SwiGLU at 8k x 11008, RoPE on (2, 32, 2048, 128)
 through a transposed view, partial, at gathered positions and on MLA's key shared by every head, and the loss at
-GPT-2's vocabularies (50257 odd, 50304 padded) over several chunks with ignored rows and z-loss.
+GPT-2's vocabularies (50257 odd, 50304 padded) over several chunks with ignored rows and z-loss. Then the loss as
+the GPU runs it (kernels.loss_chunks): its head gradient one fp32-output addmm per chunk, at GPT-2 small's shape
+against F.linear + F.cross_entropy in time and memory, and the kernels compiled by Inductor (CUDA graphs too).
 
 The verdict (`assert_as_accurate`): each output and gradient is held against the float64 truth (the reference run on
 float64 inputs), and the kernel's worst error may be at most twice the reference's own in the same dtype, or a few
@@ -24,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ablate import kernels
 from ablate.kernels import reference
@@ -148,9 +151,9 @@ def full_logits_loss(hidden, weight, targets, z_loss):
     return ce + z_loss * torch.logsumexp(logits[keep], -1).square().mean(), ce.detach()
 
 
-def check_linear_cross_entropy(device, dtype, rows, width, vocab, chunk_rows, z_loss=1e-4):
-    """Loss, cross-entropy and both gradients of the Triton loss over rows // chunk_rows chunks, against the chunked
-    reference in the same dtype and the full-logits formula in float64."""
+def check_linear_cross_entropy(device, dtype, rows, width, vocab, chunk_rows=None, z_loss=1e-4, chunks=None):
+    """Loss, cross-entropy and both gradients of the Triton loss over rows // chunk_rows chunks (or `chunks` chunks),
+    against the chunked reference in the same dtype and the full-logits formula in float64."""
     hidden, weight, targets = loss_inputs(device, dtype, rows, width, vocab)
 
     def run(fn, h, w):
@@ -158,10 +161,15 @@ def check_linear_cross_entropy(device, dtype, rows, width, vocab, chunk_rows, z_
         loss, ce = fn(h, w)
         return [loss.detach().double(), ce.double(), *torch.autograd.grad(loss, (h, w))]
 
-    got = run(
-        lambda h, w: kernels.linear_cross_entropy(h, w, targets, -100, z_loss, chunk_rows, "triton"), hidden, weight
+    def triton_loss(h, w):
+        return kernels.linear_cross_entropy(h, w, targets, -100, z_loss, chunk_rows, "triton", chunks=chunks)
+
+    got = run(triton_loss, hidden, weight)
+    ref = run(
+        lambda h, w: reference.linear_cross_entropy(h, w, targets, -100, z_loss, chunk_rows, chunks=chunks),
+        hidden,
+        weight,
     )
-    ref = run(lambda h, w: reference.linear_cross_entropy(h, w, targets, -100, z_loss, chunk_rows), hidden, weight)
     truth = run(lambda h, w: full_logits_loss(h, w, targets, z_loss), hidden.double(), weight.double())
     assert not got[1].requires_grad
     # the losses are float32 sums on both sides: compare them at float32's rounding, the gradients at the dtype's
@@ -169,7 +177,7 @@ def check_linear_cross_entropy(device, dtype, rows, width, vocab, chunk_rows, z_
     assert_as_accurate(got[2:], ref[2:], truth[2:], f"loss grads {vocab} {dtype}")
 
 
-def loss_kernel_launches(device, rows, width, vocab):
+def loss_kernel_launches(device, rows, width, vocab, chunks=None):
     """CUDA kernels launched by one forward + backward of the Triton loss, as torch.profiler counts them."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -177,7 +185,7 @@ def loss_kernel_launches(device, rows, width, vocab):
     hidden.requires_grad_(), weight.requires_grad_()
 
     def step():
-        loss, _ = kernels.linear_cross_entropy(hidden, weight, targets, -100, 1e-4, kernels="triton")
+        loss, _ = kernels.linear_cross_entropy(hidden, weight, targets, -100, 1e-4, kernels="triton", chunks=chunks)
         loss.backward()
 
     step()  # compile and autotune outside the count
@@ -186,6 +194,77 @@ def loss_kernel_launches(device, rows, width, vocab):
         step()
         torch.cuda.synchronize()
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+class OpsSeen(TorchDispatchMode):
+    """(op, shape of its first argument) of every aten op dispatched."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append((str(func), tuple(args[0].shape) if args and isinstance(args[0], torch.Tensor) else None))
+        return func(*args, **(kwargs or {}))
+
+
+def check_head_gradient(device, rows, width, vocab, chunks):
+    """bf16, `chunks` chunks: where reference.fused_head_gradient (eager CUDA, a torch that can), each chunk adds
+    into the fp32 head gradient with one addmm writing fp32, no bf16 product and no separate add; the head gradient
+    at least as accurate (against float64) as the bf16 product + fp32 add it replaces."""
+    hidden, weight, targets = loss_inputs(device, torch.bfloat16, rows, width, vocab)
+
+    def head_gradient(fused):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(reference, "fused_head_gradient", lambda d: fused)
+            w = weight.detach().requires_grad_()
+            with OpsSeen() as seen:
+                loss, _ = kernels.linear_cross_entropy(hidden, w, targets, -100, 1e-4, kernels="triton", chunks=chunks)
+            return torch.autograd.grad(loss, w)[0], seen.ops
+
+    fused = reference.fused_head_gradient(torch.device(device))
+    got, ops = head_gradient(fused)
+    weight_sized_adds = ops.count(("aten.add_.Tensor", (vocab, width)))
+    if fused:
+        assert ops.count(("aten.addmm.dtype_out", (vocab, width))) == chunks and weight_sized_adds == 0, ops
+    else:
+        assert weight_sized_adds == chunks, ops
+    unfused, _ = head_gradient(False)
+    w64 = weight.double().requires_grad_()
+    truth = torch.autograd.grad(full_logits_loss(hidden.double(), w64, targets, 1e-4)[0], w64)[0]
+    assert_as_accurate([got], [unfused], [truth], f"head gradient {rows}x{width}->{vocab}")
+
+
+def head_and_loss_cost(rows, width, vocab, chunks, repeats=10):
+    """(median ms, peak bytes above the inputs) of forward + backward, bf16: the Triton loss in `chunks` chunks, and
+    F.linear + F.cross_entropy on whole logits (fp32 for the loss, as autocast does)."""
+    hidden, weight, targets = loss_inputs("cuda", torch.bfloat16, rows, width, vocab)
+    hidden.requires_grad_(), weight.requires_grad_()
+
+    def chunked():
+        kernels.linear_cross_entropy(hidden, weight, targets, kernels="triton", chunks=chunks)[0].backward()
+
+    def full_logits():
+        F.cross_entropy(F.linear(hidden, weight).float(), targets).backward()
+
+    costs = {}
+    for name, step in (("chunked", chunked), ("full logits", full_logits)):
+        step()  # compile, autotune, cuBLAS workspaces: outside the measurements
+        hidden.grad = weight.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        times = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+            hidden.grad = weight.grad = None
+        costs[name] = (sorted(times)[repeats // 2], torch.cuda.max_memory_allocated() - base)
+    return costs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -232,6 +311,76 @@ def test_the_loss_launches_a_bounded_number_of_kernels():
     assert launches < 12 * chunks + 50
 
 
+@gpu
+def test_the_gpu_chunks_launch_under_a_hundred_kernels():
+    """The same loss in loss_chunks' chunks for 80 GiB free (4 here, not the CPU rule's ~25): about a dozen launches
+    a chunk."""
+    rows, width, vocab = 8192, 2048, 50304
+    chunks = kernels.loss_chunks(rows, width, vocab, "cuda", 80 * 2**30)
+    launches = loss_kernel_launches("cuda", rows, width, vocab, chunks)
+    print(f"CUDA kernels in one forward + backward of the loss: {launches} over {chunks} chunks")
+    assert chunks == 4 and launches < 12 * chunks + 50
+
+
+@gpu
+@pytest.mark.parametrize("vocab", [50257, 50304])
+def test_loss_in_the_gpu_chunks(vocab):
+    check_linear_cross_entropy("cuda", torch.bfloat16, rows=4096, width=768, vocab=vocab, chunks=4)
+
+
+@gpu
+def test_the_head_gradient_is_one_fp32_addmm_per_chunk():
+    """This torch's CUDA addmm takes bf16 factors into the fp32 accumulator (else the loss falls back to a bf16
+    product and a separate fp32 add per chunk: say so here)."""
+    assert reference.addmm_takes_fp32_accumulator(torch.device("cuda")), f"torch {torch.__version__} refuses"
+    check_head_gradient("cuda", rows=4096, width=768, vocab=50304, chunks=4)
+
+
+@gpu
+@pytest.mark.slow
+def test_gpt2_small_head_and_loss_as_fast_as_full_logits_in_a_quarter_of_the_memory():
+    """16 x 1024 tokens x d768 -> vocab 50304, bf16, in the chunks loss_chunks picks for this GPU's free memory:
+    no slower than F.linear + F.cross_entropy (10% allowed for timing noise), at most 25% of its peak memory."""
+    rows, width, vocab = 16 * 1024, 768, 50304
+    chunks = kernels.loss_chunks(rows, width, vocab, "cuda", torch.cuda.mem_get_info()[0])
+    costs = head_and_loss_cost(rows, width, vocab, chunks)
+    (ours_ms, ours_bytes), (full_ms, full_bytes) = costs["chunked"], costs["full logits"]
+    print(
+        f"{chunks} chunks: {ours_ms:.2f} ms, {ours_bytes / 2**30:.2f} GiB; full logits: {full_ms:.2f} ms, "
+        f"{full_bytes / 2**30:.2f} GiB ({ours_ms / full_ms:.2f}x the time, {ours_bytes / full_bytes:.1%} the memory)"
+    )
+    assert ours_bytes <= 0.25 * full_bytes
+    assert ours_ms <= 1.1 * full_ms
+
+
+@gpu
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["inductor", "cuda-graphs"])
+def test_inductor_compiles_the_loss_and_a_block_with_their_kernels(mode):
+    """torch.compile (Inductor; and CUDA graphs) of the Triton loss in 4 chunks and of a block using RMSNorm, RoPE
+    and SwiGLU with kernels="triton": the kernels launched from the compiled code, eager's numbers."""
+    from ablate.config import ModelConfig
+    from ablate.model import Block, rope_tables
+
+    torch._dynamo.reset()
+    hidden, weight, targets = loss_inputs("cuda", torch.bfloat16, 2048, 768, 50304)
+    cfg = ModelConfig(vocab_size=512, d_model=256, n_heads=4, qk_norm=True, kernels="triton")
+    block = Block(cfg, use_rope=True).to("cuda", torch.bfloat16)
+    cos, sin = (t.to("cuda") for t in rope_tables(64, 64, 128, 10000.0))
+    x = random(4, 128, 256, device="cuda", dtype=torch.bfloat16, seed=3)
+
+    def loss(h, w):  # (1,): outputs_and_grads draws an output gradient of the output's shape
+        return kernels.linear_cross_entropy(h, w, targets, -100, 1e-4, kernels="triton", chunks=4)[0][None]
+
+    for fn, inputs in ((loss, (hidden, weight)), (lambda a: block(a, cos, sin), (x,))):
+        compiled = torch.compile(fn, fullgraph=True, mode=mode)
+        for _ in range(3):  # CUDA graphs: warm up, record, replay
+            torch.compiler.cudagraph_mark_step_begin()
+            got = [t.clone() for t in outputs_and_grads(compiled, inputs)]
+        want = outputs_and_grads(fn, inputs)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # here: every check above at toy sizes in Triton's interpreter, so a broken check fails on CPU first
 
@@ -245,6 +394,8 @@ for dtype in (torch.float32, torch.bfloat16):
         t.check_rope("cpu", kind, dtype, batch=2, heads=3, seq=6, dim=8)
     for vocab in (97, 130):
         t.check_linear_cross_entropy("cpu", dtype, rows=24, width=16, vocab=vocab, chunk_rows=7)
+        t.check_linear_cross_entropy("cpu", dtype, rows=24, width=16, vocab=vocab, chunks=4)
+t.check_head_gradient("cpu", rows=24, width=16, vocab=97, chunks=4)
 print("every check passed")
 """
 

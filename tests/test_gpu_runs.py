@@ -159,8 +159,16 @@ def test_runs_per_gpu_2_gives_each_of_three_runs_its_own_peak_memory(tmp_path):
     }
     print("peak memory per run:", peaks)
     assert all(peak > 0 for peak in peaks.values())
-    # the small runs hold a fraction of the big one's ~200 MB: a peak carried over from it would show
-    assert peaks["after"] < peaks["big"] / 4 and peaks["long"] < peaks["big"] / 4
+    # Every run's peak includes a floor its process holds whatever the model: the cuBLAS workspaces, which torch
+    # takes from its caching allocator (so max_memory_allocated counts them), one per (thread's handle, stream): on
+    # Hopper 32 MiB for the forward's thread and 32 MiB for autograd's, ~67 MB of the small runs' ~68 MB on an H100.
+    # So the small runs cannot be compared with a quarter of the big one's ~202 MB; they are compared with each
+    # other. "long" is the same model as "after" in a process no other run used; "after" runs in the process "big"
+    # left. A peak carried over from "big" (not reset, or its tensors still held) would put "after" above "long" by
+    # about what "big" holds above the floor.
+    big_above_floor = peaks["big"] - peaks["long"]
+    assert big_above_floor > 0, peaks
+    assert abs(peaks["after"] - peaks["long"]) < big_above_floor / 4, peaks
 
 
 @pytest.fixture(scope="module")

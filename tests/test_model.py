@@ -13,6 +13,7 @@ from torch import nn
 
 from ablate.config import ModelConfig, validate, RunConfig
 from ablate.model import Transformer, apply_rope, rope_tables
+from ablate.training.callbacks import whole
 
 SEQ = 16
 
@@ -289,8 +290,9 @@ def test_stability_stats_leave_training_untouched():
 
 
 def check_fsdp_entry_points(d) -> None:
-    """Every entry point of an FSDP2-sharded model gives the plain model's numbers and gradients. Only `forward`
-    gathers the root's parameters by itself: the others work because parallelize registers them. The no-grad ones
+    """Every entry point of the model parallelize makes for `d` (FSDP2-sharded above world size 1, a plain module
+    at 1) gives the plain model's numbers and gradients. Sharded, only `forward` gathers the root's parameters by
+    itself: the others work because parallelize registers them. The no-grad ones
     run between backward and the optimizer step (as a before_update callback would): the step after them must
     still reach the weights the next forward uses."""
     from ablate.training.parallel import parallelize
@@ -307,7 +309,7 @@ def check_fsdp_entry_points(d) -> None:
         loss.backward()
         losses[name] = (loss.item(), ce.item())
     assert losses["sharded"] == pytest.approx(losses["plain"], rel=1e-6)
-    sharded_grads = {name: p.grad.full_tensor() for name, p in sharded.named_parameters()}
+    sharded_grads = {name: whole(p.grad) for name, p in sharded.named_parameters()}
     for name, p in plain.named_parameters():
         torch.testing.assert_close(sharded_grads[name], p.grad, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(
@@ -323,7 +325,7 @@ def check_fsdp_entry_points(d) -> None:
         torch.testing.assert_close(sharded(inputs, doc_ids), plain(inputs, doc_ids))
 
 
-def test_fsdp_entry_points_on_one_rank():
+def test_entry_points_on_one_rank():
     from ablate.training.parallel import init_distributed, shutdown_distributed
 
     started_here = not dist.is_initialized()

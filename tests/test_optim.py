@@ -14,6 +14,7 @@ from ablate.optim.muon import newton_schulz, update_scale
 from ablate.setup.checks import check_registered_names
 from ablate.setup.experiment import ExperimentError, load_experiment
 from ablate.training import checkpoint
+from ablate.training.callbacks import whole
 from ablate.training.parallel import init_distributed, parallelize
 from conftest import TINY, run_cli
 
@@ -207,7 +208,7 @@ def test_muon_reduces_the_loss_of_a_tiny_model():
 # -- checkpoints (DCP, through the trainer's own save and load) ------------------------------------------------------
 
 
-def fsdp_model_and_muon(d, seed: int, cfg: OptimConfig):
+def model_and_muon(d, seed: int, cfg: OptimConfig):
     model = tiny_model(seed, tie_embeddings=False, qk_norm=True)
     parallelize(model, d, param_dtype=None, compile_model=False)
     return model, build_optimizer(model, cfg)
@@ -218,11 +219,11 @@ def test_muon_state_survives_a_dcp_checkpoint(tmp_path):
     step gives the same weights. The group settings stay the loading config's: a branch's changes win."""
     d = init_distributed("cpu")
     cfg = OptimConfig(name="muon", lr=0.01, weight_decay=0.1, head_lr_scale=0.5)
-    model, optimizer = fsdp_model_and_muon(d, 0, cfg)
+    model, optimizer = model_and_muon(d, 0, cfg)
     train_steps(model, optimizer, [tokens(1, seq=9), tokens(2, seq=9)])
     saved = checkpoint.save_checkpoint(tmp_path, 2, model, optimizer, {"tokens": 0, "sampler": {}}, d, keep=1)
 
-    other, other_optimizer = fsdp_model_and_muon(d, 1, dataclasses.replace(cfg, weight_decay=0.0))
+    other, other_optimizer = model_and_muon(d, 1, dataclasses.replace(cfg, weight_decay=0.0))
     checkpoint.load_checkpoint(saved, other, other_optimizer, d)
     assert [(g["role"], g["lr_scale"], g["weight_decay"]) for g in other_optimizer.param_groups] == [
         ("embedding", 1.0, 0.0),
@@ -232,8 +233,8 @@ def test_muon_state_survives_a_dcp_checkpoint(tmp_path):
     ]
     for p, q in zip(optimizer.param_groups[1]["params"], other_optimizer.param_groups[1]["params"]):
         assert torch.equal(
-            optimizer.state[p]["momentum_buffer"].full_tensor(),
-            other_optimizer.state[q]["momentum_buffer"].full_tensor(),
+            whole(optimizer.state[p]["momentum_buffer"]),
+            whole(other_optimizer.state[q]["momentum_buffer"]),
         )
     head = optimizer.param_groups[3]["params"][0]
     assert optimizer.state[head]["step"].item() == 2
@@ -244,7 +245,7 @@ def test_muon_state_survives_a_dcp_checkpoint(tmp_path):
     train_steps(model, optimizer, [tokens(3, seq=9)])
     train_steps(other, other_optimizer, [tokens(3, seq=9)])
     for (name, p), q in zip(model.named_parameters(), other.parameters()):
-        assert torch.equal(p.full_tensor(), q.full_tensor()), name
+        assert torch.equal(whole(p), whole(q)), name
 
 
 # -- one process and two equal ------------------------------------------------------------------------------------

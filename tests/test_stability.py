@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ablate import rundir
 from ablate.config import TrainConfig
 from ablate.setup.experiment import load_experiment
-from ablate.training.callbacks import Callback
+from ablate.training.callbacks import Callback, StepValues
 from ablate.training.callbacks.stability import LossSpikes, local_shard, robust_z
 from ablate.training.run import run_dir_for, train
 from conftest import TINY, run_cli
@@ -33,22 +33,23 @@ def detector(policy: str = "log", window: int = 50) -> LossSpikes:
 
 
 def fake_trainer():
-    """What LossSpikes reads of a Trainer, with its console lines and logged fields kept."""
+    """What LossSpikes reads of a Trainer, with its console lines and logged fields (at their steps) kept."""
     trainer = SimpleNamespace(step=0, last_loss=math.nan, last_grad_norm=1.0, rollbacks=[], said=[], logged=[])
     trainer.say = trainer.said.append
-    trainer.log = lambda fields: trainer.logged.append((trainer.step, fields))
+    trainer.log = lambda fields, at=None: trainer.logged.append((trainer.step if at is None else at.step, fields))
     return trainer
 
 
 def feed(spikes: LossSpikes, trainer, losses) -> list[str]:
-    """Each loss through the callback as the trainer would: before_update, then post_step once the step counts.
-    The verdicts' actions (take, skip, rollback, stop)."""
+    """Each loss through the callback as the trainer would: before_update, then (once the step counts) the step's
+    figures to step_values and post_step. The verdicts' actions (take, skip, rollback, stop)."""
     actions = []
     for loss in losses:
         trainer.last_loss = loss
         verdict = spikes.before_update(trainer)
         actions.append(verdict.action)
         trainer.step += 1
+        spikes.step_values(trainer, StepValues(trainer.step, 0, loss, trainer.last_grad_norm))
         spikes.post_step(trainer)
     return actions
 

@@ -147,8 +147,9 @@ def test_kill_9_then_resume_matches_uninterrupted(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_match_one(tmp_path):
-    """Equal global batch (8): one process accumulates 2 micro-batches of 4, two processes take 4 each."""
+def test_two_gloo_processes_match_one_and_resume_each_other(tmp_path):
+    """Equal global batch (8): one process accumulates 2 micro-batches of 4 (a plain module), two processes take 4
+    each (FSDP2). Then each run's step-5 checkpoint resumes at the other world size: one checkpoint format."""
     args = ["run", str(TINY), "--only", "mqa", "--set", "train.max_steps=10", "--set", "train.ckpt_every=5"]
     run_cli(*args, "--out", str(tmp_path / "one"))
     run_cli(*args, "--out", str(tmp_path / "two"), torchrun_procs=2)
@@ -162,6 +163,17 @@ def test_two_gloo_processes_match_one(tmp_path):
     # the validation set is the same sequences at every world size: val losses compare like with like
     one_val, two_val = (val_losses(tmp_path / o / "tiny" / "mqa" / "seed0") for o in ("one", "two"))
     assert sorted(one_val) == sorted(two_val) and max(abs(one_val[s] - two_val[s]) for s in one_val) < 1e-4
+    for first, then in (("one", 2), ("two", 0)):
+        run_dir = tmp_path / first / "tiny" / "mqa" / "seed0"
+        (run_dir / "summary.json").unlink()
+        shutil.rmtree(run_dir / "checkpoints" / "step_10")
+        resumed = run_cli(*args, "--out", str(tmp_path / first), torchrun_procs=then)
+        assert "resumed from" in resumed.stdout
+        moved = train_losses(run_dir)
+        assert sorted(moved) == list(range(1, 11))
+        worst = max(abs(moved[s] - one[s]) for s in range(6, 11))
+        print(f"{first} process(es) to {then or 1}, resumed at step 5: largest loss difference {worst:.2e}")
+        assert worst < 1e-4
 
 
 def test_validation_set_does_not_depend_on_micro_batch(tmp_path):

@@ -31,6 +31,7 @@ __all__ = [
     "train",
     "Callback",
     "Verdict",
+    "whole",
     "DecisionRule",
 ]
 __version__ = "0.1.0"
@@ -46,9 +47,9 @@ def train(run: RunConfig, out_root: str = "runs", callbacks: list = ()) -> dict:
 
 
 def __getattr__(name: str):
-    """Callback and Verdict (ablate.training.callbacks), DecisionRule (ablate.report.inference.sequential) on first
-    use: importing ablate stays free of torch and quick."""
-    if name in ("Callback", "Verdict"):
+    """Callback, Verdict and whole (ablate.training.callbacks), DecisionRule (ablate.report.inference.sequential)
+    on first use: importing ablate stays free of torch and quick."""
+    if name in ("Callback", "Verdict", "whole"):
         from ablate.training import callbacks
 
         return getattr(callbacks, name)

@@ -345,6 +345,9 @@ class Transformer(nn.Module):
         # Not persistent: recomputed from the config, so they never enter checkpoints (and survive to_empty).
         self.register_buffer("rope_cos", torch.empty(max_seq_len, rotary_pairs), persistent=False)
         self.register_buffer("rope_sin", torch.empty(max_seq_len, rotary_pairs), persistent=False)
+        # How many chunks the training loss splits its rows into (ablate.kernels.loss_chunks, chosen once per run
+        # from the device and its free memory); None: the CPU rule, a chunk of rows sized for the caches.
+        self.loss_chunks: int | None = None
         self.reset_buffers()
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
@@ -423,7 +426,13 @@ class Transformer(nn.Module):
         hidden = self.hidden_states(tokens, doc_ids)
         # The output projection and the loss a chunk of tokens at a time: the full logits are never held.
         loss, ce = linear_cross_entropy(
-            hidden, self.lm_head.weight, targets, ignore_index, self.cfg.z_loss, kernels=self.cfg.kernels
+            hidden,
+            self.lm_head.weight,
+            targets,
+            ignore_index,
+            self.cfg.z_loss,
+            kernels=self.cfg.kernels,
+            chunks=self.loss_chunks,
         )
         for router_loss in [layer.ffn.extra_loss for layer in self.layers if isinstance(layer.ffn, MoE)]:
             loss = loss + router_loss  # the MoE layers' balancing and router z-losses, as this forward left them

@@ -66,7 +66,9 @@ class Router(nn.Module):
         self.capacity, self.bias_rate = cfg.moe_capacity, cfg.moe_bias_rate
         self.gate = nn.Linear(cfg.d_model, cfg.moe_experts, bias=False)
         self.register_buffer("bias", torch.zeros(cfg.moe_experts))  # persistent: checkpointed with the weights
-        self.step_stats: torch.Tensor | None = None  # summed over this step's training passes: see take_step_stats
+        # summed over this step's training passes (see take_step_stats, which the trainer calls before training, so
+        # that every pass of a compiled step adds to a tensor: one graph, not one for the first pass and one after)
+        self.step_stats: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor):
         """x (T, d_model) -> expert (T, k), gate (T, k), keep (T, k) (None: no capacity limit), aux loss, z-loss."""
@@ -99,10 +101,9 @@ class Router(nn.Module):
 
     def take_step_stats(self) -> torch.Tensor:
         """This step's [tokens per expert..., aux loss sum, z-loss sum, dropped choices, passes] (float64), reset."""
-        stats, self.step_stats = self.step_stats, None
-        return (
-            stats if stats is not None else torch.zeros(self.experts + 4, dtype=torch.float64, device=self.bias.device)
-        )
+        empty = torch.zeros(self.experts + 4, dtype=torch.float64, device=self.bias.device)
+        stats, self.step_stats = self.step_stats, empty
+        return stats if stats is not None else empty.clone()
 
     @torch.no_grad()
     def update_bias(self, load: torch.Tensor) -> None:

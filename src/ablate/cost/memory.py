@@ -26,12 +26,14 @@ import torch
 
 from ablate.config import ConfigError, ModelConfig, RunConfig
 from ablate.data.batch_schedule import largest_pass, rank_passes
+from ablate.kernels import loss_chunks
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
 from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
 from ablate.setup import auto
 from ablate.setup.checks import CheckedRun
 
 FP32 = 4
+UNKNOWN_FREE = 2**60  # a device's free memory, before any run: as if unlimited (the loss's largest chunk)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -339,7 +341,10 @@ def estimate_memory(
     if m.ffn == "moe":
         ffn_width = max(ffn_width, (m.moe_top_k + m.moe_shared_experts) * (m.moe_hidden or m.ffn_dim))
     stream_grad = tokens * d * p.stream  # a gradient of the residual stream (also the loss's grad_hidden)
-    rows = default_chunk_rows(tokens, d, m.vocab_size)
+    # the loss's chunk as the trainer sizes it: on a GPU kernels.loss_chunks, whose fewest chunks (free memory not
+    # known before the run: a chunk no smaller than the run's) bound it from above; elsewhere the CPU rule
+    chunks = loss_chunks(tokens, d, m.vocab_size, p.device_type, free_bytes=UNKNOWN_FREE, logit_bytes=p.matmul)
+    rows = -(-tokens // chunks) if chunks else default_chunk_rows(tokens, d, m.vocab_size)
     # the chunked loss in forward: the final norm's output, the hidden-state gradient, the fp32 head-gradient
     # accumulator, one chunk of logits, and the loss step's fp32 temporaries of one block of rows (an fp32 copy of
     # bf16 logits, logsumexp's and softmax's)

@@ -73,6 +73,10 @@ def update_scale(rows: int, cols: int) -> float:
 
 @register("muon")
 class Muon(torch.optim.Optimizer):
+    # No device-side skip (its AdamW part keeps the step count on the host): the trainer reads each step's loss
+    # and gradient norm before the update, and skips a non-finite one on the host.
+    takes_found_inf = False
+
     def __init__(self, groups: list[dict], cfg: OptimConfig):
         defaults = {
             "lr": cfg.lr,

@@ -14,6 +14,7 @@ import hashlib
 import json
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from collections.abc import Callable
 
@@ -97,7 +98,9 @@ def save_checkpoint(
     d.barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd, f"rng_rank{d.rank}": _rng_state()}
-    dcp.save(state, checkpoint_id=str(tmp))
+    with warnings.catch_warnings():  # world size 1 has no process group, as DCP warns it assumes
+        warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
+        dcp.save(state, checkpoint_id=str(tmp), no_dist=d.world == 1)
     d.barrier()
     if d.is_main:
         (tmp / META).write_text(json.dumps({"step": step, "world": d.world, **extra}, indent=1))

@@ -1,7 +1,9 @@
 """Parallelism applied from outside the model: process group, device mesh, FSDP2, seeds, compile.
 
-One code path for every world size: a single CPU process gets a 1-rank gloo group (so FSDP2 and DCP behave the
-same as under torchrun), N processes get gloo on CPU or NCCL on GPUs.
+World size 1 (one GPU, one CPU process): no process group, a plain module, bf16 by autocast over its fp32
+parameters, the model with its loss compiled as one graph (`single_device`). World size N (torchrun): gloo on CPU or
+NCCL on GPUs, fully_shard per block and root, per-block compile (`parallelize`; torchtitan also shards only above one
+data-parallel rank). Both write one checkpoint format (DCP, by parameter name), so a run moves between them.
 """
 
 from __future__ import annotations
@@ -31,45 +33,62 @@ from ablate.setup.checks import check_float8, resolve_device  # noqa: F401  (als
 
 @dataclass
 class Dist:
+    """This process's place in the run. At world size 1 there is no process group (`mesh` None) and every
+    collective below is the identity: nothing is launched, nothing waits."""
+
     rank: int
     world: int
     local_rank: int
     device: torch.device
-    mesh: DeviceMesh
+    mesh: DeviceMesh | None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
     def barrier(self) -> None:
-        dist.barrier()
+        if self.world > 1:
+            dist.barrier()
 
     def mean(self, value: float) -> float:
         """Average a Python float over ranks."""
+        if self.world == 1:
+            return value
         return self.sum_tensor(torch.tensor(value, dtype=torch.float64, device=self.device)).item() / self.world
 
     def sum_tensor(self, value: torch.Tensor) -> torch.Tensor:
-        """A tensor summed over ranks, on the device (no host read)."""
+        """A tensor summed over ranks, on the device (no host read); `value` itself at world size 1."""
+        if self.world == 1:
+            return value
         value = value.clone()
         dist.all_reduce(value)
         return value
 
     def broadcast_object(self, obj):
+        if self.world == 1:
+            return obj
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def gather_objects(self, value) -> list:
+        """Every rank's `value`, in rank order, on every rank."""
+        if self.world == 1:
+            return [value]
+        gathered = [None] * self.world
+        dist.all_gather_object(gathered, value)
+        return gathered
+
     def first_of(self, value):
         """The lowest rank's non-None `value` (an error, say), the same on every rank: lets ranks agree before a
         collective that one of them would otherwise skip."""
-        gathered = [None] * self.world
-        dist.all_gather_object(gathered, value)
-        return next((v for v in gathered if v is not None), None)
+        return next((v for v in self.gather_objects(value) if v is not None), None)
 
 
 def init_distributed(device_choice: str = "auto") -> Dist:
-    """Join the torchrun group if launched by torchrun, else make a 1-process group. Idempotent. On CUDA the
-    process's GPU is set before the group exists (NCCL binds to it: `device_id`)."""
+    """Join the torchrun group if launched by torchrun (or use the group this process already has); a process on
+    its own gets no group at all (world size 1: nothing to agree with, and no NCCL start-up). Idempotent. On CUDA
+    the process's GPU is set before the group exists (NCCL binds to it: `device_id`)."""
     device = resolve_device(device_choice)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device.type == "cuda":
@@ -78,16 +97,14 @@ def init_distributed(device_choice: str = "auto") -> Dist:
         device = torch.device("cuda", local_gpu_index(local_rank, local_world, torch.cuda.device_count(), torchrun))
         torch.cuda.set_device(device)
         apply_gpu_memory_share(device)
-    if not dist.is_initialized():
-        timeout = datetime.timedelta(minutes=30)
+    if not dist.is_initialized() and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         backend = "nccl" if device.type == "cuda" else "gloo"
         bound = {"device_id": device} if device.type == "cuda" else {}
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, timeout=timeout, **bound)
-        else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **bound)
+        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30), **bound)
+    if not dist.is_initialized():
+        return Dist(rank=0, world=1, local_rank=local_rank, device=device, mesh=None)
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
+    mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",)) if world > 1 else None
     return Dist(rank=rank, world=world, local_rank=local_rank, device=device, mesh=mesh)
 
 
@@ -147,20 +164,64 @@ def apply_float8(model: nn.Module) -> None:
     convert_to_float8_training(model.layers, module_filter_fn=float8_filter)
 
 
+# The model's entry points: what a training step, validation, the stability monitors and the eval engine call.
+ENTRY_POINTS = ("forward", "loss", "per_token_loss", "stability_stats")
+
+
 def parallelize(
-    model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool, float8: bool = False
+    model: nn.Module,
+    d: Dist,
+    param_dtype: torch.dtype | None,
+    compile_model: bool,
+    float8: bool = False,
 ) -> nn.Module:
-    """float8 linears if asked, then fully_shard each transformer block, then the root (embedding, final norm,
-    output projection). FSDP2 gathers a module's parameters before its `forward` only: the model's other entry
-    points (and the block method stability_stats calls) are registered to get the same gathers.
+    """The model made ready for `d`'s world size: `single_device` at world size 1, `shard` above. `param_dtype`
+    bf16 asks for bf16 compute (None: fp32 throughout)."""
+    if float8:
+        check_float8(d.device)
+        apply_float8(model)
+    if d.world == 1:
+        return single_device(model, d.device, param_dtype, compile_model)
+    return shard(model, d, param_dtype, compile_model)
+
+
+def single_device(
+    model: nn.Module, device: torch.device, compute_dtype: torch.dtype | None, compile_model: bool
+) -> nn.Module:
+    """World size 1: the model stays a plain module (no hooks, no DTensor, no gathers: a step launches only its
+    own kernels). bf16 by autocast around each entry point, over the fp32 parameters the optimizer updates: matmuls
+    in bf16, the residual stream, norms and loss in fp32. Compiled, the training loss (model and loss) is one graph
+    (`fullgraph=True`: a graph break is an error, not a slow run). Its shapes never change at world size 1: every
+    pass is train.micro_batch sequences (batches, a ramp's included, are whole micro-batches), so it compiles once;
+    the learning rate lives in the optimizer, outside it."""
+    if compute_dtype is not None:
+        for name in ENTRY_POINTS:
+            setattr(model, name, under_autocast(getattr(model, name), device.type, compute_dtype))
+    if compile_model:
+        model.loss = torch.compile(model.loss, fullgraph=True)
+    return model
+
+
+def under_autocast(method, device_type: str, dtype: torch.dtype):
+    """`method` run under torch.autocast(device_type, dtype)."""
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        with torch.autocast(device_type, dtype=dtype):
+            return method(*args, **kwargs)
+
+    return call
+
+
+def shard(model: nn.Module, d: Dist, param_dtype: torch.dtype | None, compile_model: bool) -> nn.Module:
+    """World size N: fully_shard each transformer block, then the root (embedding, final norm, output projection).
+    FSDP2 gathers a module's parameters before its `forward` only: the model's other entry points (and the block
+    method stability_stats calls) are registered to get the same gathers.
 
     Mixed precision is FSDP2's policy on every device: with param_dtype=bf16 the parameters stay fp32 shards (what
     the optimizer updates), each forward and backward gathers a bf16 copy, and gradients are reduced in fp32.
     None: fp32 throughout.
     """
-    if float8:
-        check_float8(d.device)
-        apply_float8(model)
     policy = (
         MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
         if param_dtype
@@ -177,7 +238,7 @@ def parallelize(
         fully_shard(block, mesh=d.mesh, mp_policy=block_policy, reshard_after_forward=i < len(model.layers) - 1)
         register_fsdp_forward_method(block, "forward_with_logit_max")  # a compiled block passes it to the original
     fully_shard(model, mesh=d.mesh, mp_policy=policy)
-    for method in ("loss", "per_token_loss", "stability_stats"):
+    for method in ENTRY_POINTS[1:]:
         register_fsdp_forward_method(model, method)
 
     # FSDP2 keeps the root and the last block gathered after a forward, for the backward that follows. No backward
@@ -285,6 +346,20 @@ def peak_flops_for(device: torch.device, dtype: torch.dtype) -> float:
     return remember_peak(key, measure_peak_flops(device, dtype))
 
 
+def peak_flops_source(device: torch.device, dtype: torch.dtype) -> str:
+    """Where peak_flops_for's figure comes from: "datasheet" (a GPU in GPU_PEAKS) or "measured" (a large matmul on
+    this machine, the best ever seen here: a rough peak, and a shared CPU's speed swings, so MFU against it is
+    recorded but not printed)."""
+    if device.type == "cuda" and gpu_peak_flops(torch.cuda.get_device_name(device), dtype) is not None:
+        return "datasheet"
+    return "measured"
+
+
+def device_name(device: torch.device) -> str:
+    """The chip a run ran on, as summary.json names it: the GPU's name, or the processor's."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+
+
 def _cpu_model() -> str:
     try:
         for line in open("/proc/cpuinfo"):
@@ -301,8 +376,8 @@ def machine_key(device: torch.device, dtype: torch.dtype) -> str:
     """What a measured peak is valid for: this host, its processor, torch's thread count, the dtype."""
     import socket
 
-    chip = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
-    return f"{socket.gethostname()}|{chip}|threads={torch.get_num_threads()}|{dtype}".replace("torch.", "")
+    key = f"{socket.gethostname()}|{device_name(device)}|threads={torch.get_num_threads()}|{dtype}"
+    return key.replace("torch.", "")
 
 
 def _peak_cache_path() -> Path:

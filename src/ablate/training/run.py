@@ -175,6 +175,7 @@ def _record_failure(run_dir: Path, trainer: Trainer | None, exc: BaseException, 
         )
         return
     if isinstance(exc, Divergence):  # a final state, reported instead of resumed
+        step = step if exc.step is None else exc.step  # a divergence learnt of a few steps after it happened
         rundir.write_status(run_dir, "diverged", step=step, message=str(exc), **skipped)
         return
     (run_dir / rundir.ERROR).write_text("".join(traceback.format_exception(exc)))

@@ -26,19 +26,29 @@ from ablate.cost.memory import kv_cache_bytes_per_token
 from ablate.data.batch_schedule import largest_pass, lr_batch_scale, rank_micro_batches
 from ablate.data.prepare import prepare_data
 from ablate.data.token_files import PreparedData
+from ablate.kernels import loss_chunks
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
 from ablate.setup import auto
 from ablate.setup.checks import CheckedRun
 from ablate.training import checkpoint
-from ablate.training.callbacks import TAKE, Callback, CallbackStateError, Divergence, Verdict
+from ablate.training.callbacks import TAKE, Callback, CallbackStateError, Divergence, StepValues, Verdict
 from ablate.training.callbacks.checkpointing import Checkpointer
 from ablate.training.callbacks.experts import ExpertBalance
 from ablate.training.callbacks.metrics import MetricsChannel, TrainMetrics, peak_memory_bytes
 from ablate.training.callbacks.nonfinite import NonFiniteGuard
 from ablate.training.callbacks.stability import LossSpikes, StabilityMonitors
 from ablate.training.callbacks.validation import Validation
-from ablate.training.parallel import Dist, enable_tf32, parallelize, peak_flops_for, seed_everything
+from ablate.training.figures import PendingStep, StepFigures
+from ablate.training.parallel import (
+    Dist,
+    device_name,
+    enable_tf32,
+    parallelize,
+    peak_flops_for,
+    peak_flops_source,
+    seed_everything,
+)
 
 
 def standard_callbacks(run: RunConfig) -> list[Callback]:
@@ -90,6 +100,26 @@ def run_callbacks(run: RunConfig, extra: Sequence[Callback] = ()) -> list[Callba
     return found
 
 
+def loss_chunks_for(run: RunConfig, device: torch.device, rows: int, compiled: bool) -> int | None:
+    """How many chunks the training loss splits a pass's `rows` into on `device` (ablate.kernels.loss_chunks, from
+    the device's free memory before the model is built); None: the CPU rule (a chunk sized for the caches)."""
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_memory()
+    logit_bytes = 2 if auto.uses_bf16(run.train.dtype, device) else 4
+    m = run.model
+    return loss_chunks(rows, m.d_model, m.vocab_size, device.type, free, logit_bytes=logit_bytes, compiled=compiled)
+
+
+def available_memory() -> int:
+    """The host memory a new allocation can take now (Linux's MemAvailable), or 0 where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 @cache
 def _peak_flops(device_type: str, index: int | None, dtype: torch.dtype) -> float:
     return peak_flops_for(torch.device(device_type, index), dtype)
@@ -117,12 +147,14 @@ class Trainer:
                 f"is the most a pass may take; config.json: rank_micro_batch)"
             )
         use_bf16 = checked.bf16
-        # bf16 on every device: FSDP2 keeps the fp32 parameters (the optimizer's master weights) and gathers a bf16
-        # copy of them for each forward and backward; gradients are reduced into the fp32 shards. The model then
-        # computes in bf16 throughout (no per-op autocast casts), its norms, RoPE and loss in fp32 inside.
+        # bf16 keeps fp32 parameters (the optimizer's master weights) on every device: at world size 1 the model
+        # computes under bf16 autocast; above, FSDP2 gathers a bf16 copy of them for each forward and backward and
+        # reduces gradients into the fp32 shards (training.parallel).
         compute_dtype = torch.bfloat16 if use_bf16 else torch.float32
         enable_tf32(d.device)
         self.peak_flops = t.peak_flops or _peak_flops(d.device.type, d.device.index, compute_dtype)
+        # MFU is printed only against a peak that can be trusted: a datasheet's, or the one the config gives
+        self.peak_flops_source = "train.peak_flops" if t.peak_flops else peak_flops_source(d.device, compute_dtype)
 
         self.data: PreparedData = prepare_data(
             run.data, run.model.vocab_size, is_main=d.is_main, share=d.broadcast_object, global_batch=t.global_batch
@@ -137,41 +169,56 @@ class Trainer:
             )
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
         self.step, self.tokens, self.wall_seconds_before = 0, 0, 0.0
-        self.skipped_steps = 0  # updates a callback vetoed (non-finite or spiking loss)
+        self.skipped_steps = 0  # updates not applied: a callback's veto, or a non-finite loss or gradient
         self.rollbacks: list[dict] = []  # checkpoints restored mid-run (spike rollbacks), for summary.json
-        self.last_loss = self.last_lr = self.last_grad_norm = math.nan
+        self.last_lr = math.nan
         self.last_batch, self.last_step_tokens, self.last_step_seconds = 0, 0, 0.0
+        # A non-finite step's update is skipped on the device by the fused optimizer (found_inf), so no step waits
+        # for a host read to decide it; where the optimizer cannot, or ranks must agree on a Ctrl-C, each step's
+        # figures are read before its update, as they always were.
+        self.skips_on_device = d.world == 1 and getattr(self.optimizer, "takes_found_inf", False)
+        self.reads_every_step = not self.skips_on_device
+        self.figures = StepFigures()  # each step's loss and grad norm, on their way to the callbacks
         self.ctrl_c = CtrlC()
 
     def _build_model(self, param_dtype) -> Transformer:
-        """Meta-device model -> FSDP2 -> real storage -> weights initialised once on rank 0 and broadcast, so every
-        world size starts from the same numbers."""
+        """The model made ready for the world size (training.parallel), its weights initialised once on rank 0
+        (and broadcast), so every world size starts from the same numbers. Sharded, it is built on the meta device
+        and gets its storage after fully_shard; at world size 1 it is built where it trains (to_empty from meta
+        would untie the tied head: each module's weight would get storage of its own)."""
         run, d = self.run, self.dist
-        with torch.device("meta"):
+        with torch.device(d.device if d.world == 1 else "meta"):
             model = Transformer(run.model, max_seq_len=self.seq_len)
         run_flops = model.flops_per_token(self.seq_len) * sum(self.batch_plan) * self.seq_len
         self.choices = auto.for_run(run, d.device, run_flops / (self.peak_flops * d.world))  # seconds per device
         self.compiled = self.choices.compile.on
         if self.choices.compile.why:
             self.say(f"train.compile=auto: {self.choices.compile.why}")
+        rows = largest_pass(self.batch_plan, d.world, run.train.micro_batch) * self.seq_len
+        model.loss_chunks = loss_chunks_for(run, d.device, rows, self.compiled and d.world == 1)
         parallelize(model, d, param_dtype=param_dtype, compile_model=self.compiled, float8=run.train.float8)
-        model.to_empty(device=d.device)
+        if d.world > 1:
+            model.to_empty(device=d.device)
         full_state = {}
         if d.is_main:
             reference = Transformer(run.model, max_seq_len=self.seq_len)
             reference.init_weights(torch.Generator().manual_seed(run.train.seed))
             full_state = reference.state_dict()
-        set_model_state_dict(
-            model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        )
+        if d.world == 1:
+            model.load_state_dict(full_state)
+        else:
+            set_model_state_dict(
+                model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+            )
         model.reset_buffers()
         return model
 
     # -- what callbacks call -----------------------------------------------------------------------------------
 
-    def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
-        """Metrics of this step: a metrics.jsonl line and TensorBoard scalars (rank 0)."""
-        self.channel.log(self.step, self.tokens, fields, tensorboard_only=tensorboard_only)
+    def log(self, fields: dict, *, tensorboard_only: bool = False, at: StepValues | None = None) -> None:
+        """Metrics of this step (or of the earlier step `at`): a metrics.jsonl line and TensorBoard scalars (rank 0)."""
+        step, tokens = (at.step, at.tokens) if at is not None else (self.step, self.tokens)
+        self.channel.log(step, tokens, fields, tensorboard_only=tensorboard_only)
 
     def say(self, text: str) -> None:
         """A console line, prefixed with the run's name (rank 0)."""
@@ -184,12 +231,59 @@ class Trainer:
     # -- the step ----------------------------------------------------------------------------------------------
 
     def train_step(self) -> None:
+        """One optimizer step. Nothing here waits for the device unless something needs this step's figures
+        before its update (a callback's verdict that reads them, ranks agreeing on a Ctrl-C, an optimizer that
+        cannot skip a non-finite update on the device); they reach the host later, in batches (`settle`)."""
         t, d = self.run.train, self.dist
         start = time.perf_counter()
-        on_gpu = d.device.type == "cuda"
         batch = self.batch_plan[self.step]
         lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule) * lr_batch_scale(batch, t)
         set_lr(self.optimizer, lr)
+        loss_sum = self.forward_backward(batch)
+        max_norm = self.run.optim.grad_clip or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        pending = self.stage_figures(loss_sum, grad_norm, batch)
+        if self.reads_every_step:
+            self.figures.read()
+        if pending.stop or (d.world == 1 and self.ctrl_c.requested):
+            self.figures.drop_newest()
+            raise KeyboardInterrupt  # before the update: this step never happened
+        self.last_lr, self.last_batch = lr, batch
+        verdict = self.callbacks_verdict()
+        if verdict.action == "take" and not self.skips_on_device and not pending.values.finite:
+            verdict = Verdict("skip", "non-finite loss or gradient")  # the weights never see it
+        if verdict.action == "stop":  # the run ends as diverged (ablate.training.run records it)
+            raise Divergence(f"{self.run.name}: {verdict.reason}")
+        if verdict.action == "rollback":  # this step never happened
+            self.figures.drop_newest()
+            self.settle()
+            self.roll_back(verdict.reason)
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        if verdict.action == "take":
+            if self.skips_on_device:  # fused AdamW leaves weights, moments and step as they are where it is 1
+                self.optimizer.found_inf = pending.nonfinite
+            self.optimizer.step()
+            pending.attempted = True
+        else:  # skip the batch rather than poison the weights
+            self.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.last_step_tokens = batch * self.seq_len
+        self.tokens += self.last_step_tokens
+        pending.over = True
+        self.last_step_seconds = time.perf_counter() - start
+        if pending.values is not None or self.step == self.max_steps or any(c.acts_at(self) for c in self.callbacks):
+            self.settle()
+        for callback in self.callbacks:
+            callback.post_step(self)
+
+    def forward_backward(self, batch: int) -> torch.Tensor:
+        """This rank's passes of the step's `batch` sequences, forward and backward; the sum of their
+        cross-entropies (each pass weighted by its share), on the device."""
+        t, d = self.run.train, self.dist
+        on_gpu = d.device.type == "cuda"
         loss_sum = torch.zeros((), device=d.device)
         passes = rank_micro_batches(
             self.sampler.take(batch),
@@ -198,46 +292,52 @@ class Trainer:
             t.micro_batch,
             lambda part: self.data.train.batch(part, self.seq_len),
         )
+        doc_mask = self.run.data.doc_mask
         for (inputs, targets, doc_ids), share in passes:
             # pinned, the copies to a GPU run while the host goes on (a pageable non_blocking copy still waits)
             inputs, targets, doc_ids = [
-                (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) for x in (inputs, targets, doc_ids)
+                (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) if x is not None else None
+                for x in (inputs, targets, doc_ids if doc_mask else None)
             ]
-            loss, ce = self.model.loss(inputs, targets, doc_ids if self.run.data.doc_mask else None)
+            loss, ce = self.model.loss(inputs, targets, doc_ids)
             (loss / share).backward()  # share: see rank_micro_batches
             loss_sum += ce / share
-        max_norm = self.run.optim.grad_clip or math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        # The step's one host read: the mean loss over ranks (all-reduced on the device, in float64 as before) and
-        # the grad norm together; the callbacks' verdicts need both before the update.
-        # The all-reduce also carries a Ctrl-C, so every rank stops at the same step (see CtrlC).
-        stop = torch.tensor(float(self.ctrl_c.requested), dtype=torch.float64, device=d.device)
-        summed = d.sum_tensor(torch.stack([loss_sum.double(), stop]))
-        self.last_loss, stops, self.last_grad_norm = torch.stack(
-            [summed[0] / d.world, summed[1], grad_norm.double()]
-        ).tolist()
-        if stops:
-            raise KeyboardInterrupt  # before the update: this step never happened
-        self.last_lr, self.last_batch = lr, batch
-        verdict = self.callbacks_verdict()
-        if verdict.action == "stop":  # the run ends as diverged (ablate.training.run records it)
-            raise Divergence(f"{self.run.name}: {verdict.reason}")
-        if verdict.action == "rollback":  # this step never happened
-            self.roll_back(verdict.reason)
-            self.optimizer.zero_grad(set_to_none=True)
-            return
-        if verdict.action == "take":
-            self.optimizer.step()
-        else:  # skip the batch rather than poison the weights
-            self.skipped_steps += 1
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        self.last_step_tokens = batch * self.seq_len
-        self.tokens += self.last_step_tokens
-        self.last_step_seconds = time.perf_counter() - start
-        for callback in self.callbacks:
-            callback.post_step(self)
+        return loss_sum
+
+    def stage_figures(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor, batch: int) -> PendingStep:
+        """This step's figures, left on the device: the loss over ranks (in float64, as it always was) and the grad
+        norm. Above world size 1 the loss's all-reduce also carries a Ctrl-C, so every rank stops at the same step
+        (see CtrlC)."""
+        d, stop = self.dist, None
+        if d.world > 1:
+            flag = torch.tensor(float(self.ctrl_c.requested), dtype=torch.float64, device=d.device)
+            summed = d.sum_tensor(torch.stack([loss_sum.double(), flag]))
+            loss, stop = summed[0] / d.world, summed[1]
+        else:
+            loss = loss_sum.double()
+        return self.figures.stage(self.step + 1, self.tokens + batch * self.seq_len, loss, grad_norm, stop)
+
+    def settle(self) -> None:
+        """Every finished step's figures to the callbacks' step_values, in step order (read first if need be);
+        non-finite steps the device skipped are counted here. A callback that raises (the non-finite guard's
+        Divergence) leaves the steps after the one it raised on undelivered."""
+        for pending in self.figures.finished():
+            if pending.attempted and not pending.values.finite:
+                self.skipped_steps += 1  # skipped on the device (found_inf)
+            for callback in self.callbacks:
+                callback.step_values(self, pending.values)
+
+    @property
+    def last_loss(self) -> float:
+        """This step's training loss, averaged over ranks (reading it waits for the device)."""
+        self.figures.read()
+        return self.figures.last.loss
+
+    @property
+    def last_grad_norm(self) -> float:
+        """This step's gradient norm before clipping (reading it waits for the device)."""
+        self.figures.read()
+        return self.figures.last.grad_norm
 
     def callbacks_verdict(self) -> Verdict:
         """Every callback's verdict on this step's update (each is asked, none skipped because another objected:
@@ -286,7 +386,8 @@ class Trainer:
                         f"(a branch may change the weights of its parent's sources, not the sources)"
                     ) from None
                 self.skipped_steps, self.rollbacks = meta["skipped_steps"], list(meta.get("rollbacks", []))
-                self.wall_seconds_before, self.last_loss = meta["wall_seconds"], meta["last_loss"]
+                self.wall_seconds_before = meta["wall_seconds"]
+                self.figures.restored(self.step, self.tokens, meta["last_loss"])
                 states = meta.get("callbacks") or _callback_states_before_callbacks(meta)
                 if not isinstance(states, dict):
                     raise TypeError(f"callbacks is a {type(states).__name__}, not a mapping")
@@ -337,18 +438,28 @@ class Trainer:
         self.channel.open(self.step)
         try:
             with self.ctrl_c:
-                for callback in self.callbacks:
-                    callback.pre_train(self)
-                self.model.train()
+                self.begin()
                 while self.step < self.max_steps:
                     self.train_step()
                 for callback in self.callbacks:
                     callback.post_train(self)
         finally:
-            for callback in self.callbacks:
-                callback.close()
-            self.channel.close()
+            self.end()
         return self.summary()
+
+    def begin(self) -> None:
+        """Training starts (or restarts) at self.step: each callback's pre_train, the model in training mode. fit
+        calls it once its checkpoint is restored and its metrics channel open (so may a benchmark that steps the
+        trainer itself)."""
+        for callback in self.callbacks:
+            callback.pre_train(self)
+        self.model.train()
+
+    def end(self) -> None:
+        """Training is over, finished or not: each callback's close, then the metrics channel's."""
+        for callback in self.callbacks:
+            callback.close()
+        self.channel.close()
 
     def start_branch(self) -> Path:
         """A branch's first start: the parent's checkpoint at the branch step (weights, optimizer, data position,
@@ -391,6 +502,9 @@ class Trainer:
             "tokens_per_second": math.nan,
             "mfu": None,
             "peak_flops": self.peak_flops,
+            "peak_flops_source": self.peak_flops_source,
+            "device": device_name(self.dist.device),
+            "device_type": self.dist.device.type,
             "skipped_steps": self.skipped_steps,
             "peak_memory_bytes": peak_memory_bytes(self.dist.device),
             "world_size": self.dist.world,

@@ -3,6 +3,15 @@ in base.py, importable from here; the standard callbacks in metrics.py, validati
 nonfinite.py, experts.py, stability.py and evals.py, imported from their own modules (writing a callback needs
 none of them)."""
 
-from ablate.training.callbacks.base import TAKE, Callback, CallbackStateError, Divergence, TrainerView, Verdict
+from ablate.training.callbacks.base import (
+    TAKE,
+    Callback,
+    CallbackStateError,
+    Divergence,
+    StepValues,
+    TrainerView,
+    Verdict,
+    whole,
+)
 
-__all__ = ["Callback", "Verdict", "TrainerView", "TAKE", "Divergence", "CallbackStateError"]
+__all__ = ["Callback", "Verdict", "StepValues", "TrainerView", "TAKE", "Divergence", "CallbackStateError", "whole"]

@@ -11,6 +11,15 @@ first; the standard ones run from 0 to 100, yours default to 50):
 - `before_update(trainer) -> Verdict`: after backward, before the optimizer step (trainer.last_loss and
   last_grad_norm are this step's). Every callback is asked, none skipped because another objected; the trainer
   then acts once on the strongest verdict: stop, then rollback, then skip, then take (None counts as take).
+  Reading trainer.last_loss or last_grad_norm here makes the step wait for the device (on a GPU, the queue
+  drains): do it only where the verdict needs this step's figures (a spike policy that skips or rolls back).
+- `step_values(trainer, values)`: each step's figures as the host reads them (`StepValues`: loss, grad norm),
+  in step order, after the step: at once when the run reads every step, else in batches at the steps where a
+  callback `acts_at` (and at the end), so that ordinary steps never wait for the device. What only needs to be
+  known, not to decide the update (a logged spike, the count of non-finite steps), belongs here.
+- `acts_at(trainer) -> bool`: whether post_step will act at trainer.step (log, validate, checkpoint): the
+  trainer then hands every pending step to step_values first, so what a callback writes at a step follows every
+  step before it (a run that diverged stops before anything is written for a step after its divergence).
 - `post_step(trainer)`: after each step; trainer.step counts it (skipped updates too).
 - `post_train(trainer)`: after the last step (also when a run resumed from its final checkpoint takes no step).
 - `close()`: always, on success or failure.
@@ -34,6 +43,7 @@ all_reduce) must run them on every rank.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -51,7 +61,12 @@ ACTIONS = ("take", "skip", "rollback", "stop")  # the verdicts, weakest first
 class Divergence(Exception):
     """The run diverged: a final state (status.json "diverged", never retried), not a failure with a traceback.
     Raised by the non-finite guard, by a "stop" verdict, and by a rollback with no checkpoint to return to; any
-    other exception, a FloatingPointError among them, is a failure."""
+    other exception, a FloatingPointError among them, is a failure. `step`: the step it diverged at, where it is
+    learnt of later (the guard reads steps in batches); None: the trainer's current step."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
 
 
 class CallbackStateError(Exception):
@@ -86,6 +101,20 @@ class Verdict:
 TAKE = Verdict()
 
 
+@dataclass(frozen=True)
+class StepValues:
+    """One step's figures on the host (Callback.step_values)."""
+
+    step: int  # the step they are of, counted as trainer.step counts it (from 1)
+    tokens: int  # training tokens seen by the end of it
+    loss: float  # its training loss, averaged over ranks
+    grad_norm: float  # its gradient norm before clipping
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.loss) and math.isfinite(self.grad_norm)
+
+
 class TrainerView(Protocol):
     """What a callback may read of the trainer (read only), and the methods it may call."""
 
@@ -93,8 +122,8 @@ class TrainerView(Protocol):
     tokens: int  # training tokens seen so far
     max_steps: int
     seq_len: int
-    last_loss: float  # this step's training loss, averaged over ranks
-    last_grad_norm: float
+    last_loss: float  # this step's training loss, averaged over ranks (reading it waits for the device)
+    last_grad_norm: float  # (so does this)
     last_lr: float
     last_batch: int  # this step's global batch (sequences)
     last_step_tokens: int
@@ -102,6 +131,7 @@ class TrainerView(Protocol):
     rollbacks: list[dict]  # {from_step, to_step, reason} of each rollback so far
     flops_per_token: float  # the model's, at seq_len (for MFU)
     peak_flops: float  # one device's, at the precision the run computes in
+    peak_flops_source: str  # "datasheet", "train.peak_flops" or "measured" (rough: MFU not printed)
     run_name: str
     run_dir: Path
     model: Transformer  # sharded (FSDP2): a forward pass needs every rank
@@ -109,8 +139,9 @@ class TrainerView(Protocol):
     dist: Dist  # rank, world, device, is_main
     data: PreparedData  # .train, .val (TokenData), .eos_id, .tokenizer_path, .vocab_size
 
-    def log(self, fields: dict, *, tensorboard_only: bool = False) -> None:
-        """A metrics.jsonl line {step, tokens, **fields} and TensorBoard scalars (rank 0)."""
+    def log(self, fields: dict, *, tensorboard_only: bool = False, at: StepValues | None = None) -> None:
+        """A metrics.jsonl line {step, tokens, **fields} and TensorBoard scalars (rank 0); `at`: the line of that
+        earlier step (from step_values) instead of this one's."""
 
     def say(self, text: str) -> None:
         """A console line prefixed with the run's name (rank 0)."""
@@ -133,6 +164,13 @@ class Callback:
         """After backward, before the optimizer step: the verdict on this step's update."""
         return TAKE
 
+    def step_values(self, trainer: TrainerView, values: StepValues) -> None:
+        """Each step's figures, in step order, after the step (see the module's docstring)."""
+
+    def acts_at(self, trainer: TrainerView) -> bool:
+        """Whether post_step acts at trainer.step: every pending step reaches step_values first."""
+        return False
+
     def post_step(self, trainer: TrainerView) -> None:
         """After each step; trainer.step counts it."""
 
@@ -153,6 +191,13 @@ class Callback:
         """Figures for summary.json (keys of its own, or the places kept for final_val_loss, tokens_per_second and
         mfu)."""
         return {}
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A parameter (or gradient) whole at any world size: above world size 1 an FSDP2 parameter is this rank's
+    shard (a DTensor) and is gathered from every rank (a collective: call it on every rank); at world size 1 it is
+    already whole."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def due(step: int, every: int, last: int) -> bool:

@@ -18,8 +18,11 @@ class Checkpointer(Callback):
     def __init__(self, every: int, keep: int, keep_steps: list[int]):
         self.every, self.keep, self.keep_steps = every, keep, keep_steps
 
+    def acts_at(self, trainer: TrainerView) -> bool:
+        return due(trainer.step, self.every, trainer.max_steps) or trainer.step in self.keep_steps
+
     def post_step(self, trainer: TrainerView) -> None:
-        if due(trainer.step, self.every, trainer.max_steps) or trainer.step in self.keep_steps:
+        if self.acts_at(trainer):
             save_checkpoint(
                 rundir.checkpoint_root(trainer.run_dir),
                 trainer.step,

@@ -46,7 +46,7 @@ class EvalSuite(Callback):
         if trainer.dist.is_main and path.exists():  # on resume or rollback, forget evals past the step we continue at
             rundir.rewrite_jsonl(path, [r for r in rundir.read_jsonl(path) if r["step"] <= trainer.step])
 
-    def _due(self, trainer: TrainerView) -> bool:
+    def acts_at(self, trainer: TrainerView) -> bool:
         if due(trainer.step, self.every, trainer.max_steps):  # the step cadence all periodic callbacks share
             return True
         return (
@@ -55,7 +55,7 @@ class EvalSuite(Callback):
         )
 
     def post_step(self, trainer: TrainerView) -> None:
-        if self._due(trainer):
+        if self.acts_at(trainer):
             self.evaluate(trainer)
 
     def post_train(self, trainer: TrainerView) -> None:

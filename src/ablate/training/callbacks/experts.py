@@ -26,15 +26,18 @@ class ExpertBalance(Callback):
         for router in trainer.model.routers().values():
             router.take_step_stats()  # a rolled-back step's routing is forgotten
 
+    def acts_at(self, trainer: TrainerView) -> bool:
+        return due(trainer.step, self.log_every, trainer.max_steps)
+
     def post_step(self, trainer: TrainerView) -> None:
         routers = trainer.model.routers()
         stats = torch.stack([router.take_step_stats() for router in routers.values()])
-        torch.distributed.all_reduce(stats)  # every rank's passes: [load per expert..., aux, z, dropped, passes]
+        stats = trainer.dist.sum_tensor(stats)  # every rank's passes: [load per expert..., aux, z, dropped, passes]
         loads, (aux, z, dropped, passes) = stats[:, :-4], stats[:, -4:].unbind(dim=1)
         if self.update_bias:
             for router, load in zip(routers.values(), loads):
                 router.update_bias(load)
-        if not due(trainer.step, self.log_every, trainer.max_steps):
+        if not self.acts_at(trainer):
             return
         shares = (loads / loads.sum(dim=1, keepdim=True).clamp(min=1)).tolist()
         fields = {

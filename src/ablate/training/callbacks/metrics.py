@@ -105,6 +105,15 @@ class MetricsChannel:
             self.writer.close()
 
 
+def mfu_text(trainer: TrainerView, mfu: float | None) -> str:
+    """The console's MFU: only against a datasheet's peak or train.peak_flops. A measured peak (CPU, a GPU not in
+    the table) is rough and a shared machine's speed swings (6.9%, 90.3% and n/a were seen in one CPU run), so
+    it is recorded in metrics.jsonl and summary.json (ablate plan's time estimates use it) but not shown."""
+    if trainer.peak_flops_source == "measured":
+        return ""
+    return " mfu n/a (peak unreliable)" if mfu is None else f" mfu {100 * mfu:.1f}%"
+
+
 class TrainMetrics(Callback):
     """Loss, lr, gradient norm, batch, tokens/s, MFU and memory every `log_every` steps (and the last); the run's
     tokens_per_second and mfu for summary.json."""
@@ -124,11 +133,14 @@ class TrainMetrics(Callback):
             tokens_per_second / trainer.dist.world, trainer.flops_per_token, trainer.peak_flops
         )
 
+    def acts_at(self, trainer: TrainerView) -> bool:
+        return due(trainer.step, self.log_every, trainer.max_steps)
+
     def post_step(self, trainer: TrainerView) -> None:
         # time in the step itself: validation, evals and checkpoints stay out of tokens/s
         self.interval_seconds += trainer.last_step_seconds
         self.interval_tokens += trainer.last_step_tokens
-        if not due(trainer.step, self.log_every, trainer.max_steps):
+        if not self.acts_at(trainer):
             return
         tokens_per_second = self.interval_tokens / max(self.interval_seconds, 1e-9)
         mfu = self.mfu(trainer, tokens_per_second)
@@ -148,10 +160,9 @@ class TrainMetrics(Callback):
         self.throughput.append(tokens_per_second)
         seconds_per_step = self.interval_seconds / max(self.log_every, 1)
         eta = (trainer.max_steps - trainer.step) * seconds_per_step
-        mfu_text = "mfu n/a (peak unreliable)" if mfu is None else f"mfu {100 * mfu:.1f}%"
         trainer.say(
             f"step {trainer.step}/{trainer.max_steps} loss {trainer.last_loss:.4f} lr {trainer.last_lr:.2e} "
-            f"gnorm {trainer.last_grad_norm:.3f} {tokens_per_second / 1e3:.2f}k tok/s {mfu_text} "
+            f"gnorm {trainer.last_grad_norm:.3f} {tokens_per_second / 1e3:.2f}k tok/s{mfu_text(trainer, mfu)} "
             f"mem {memory / 2**30:.2f}GiB eta {_format_duration(eta)}"
         )
         self.interval_seconds, self.interval_tokens = 0.0, 0

@@ -1,33 +1,31 @@
-"""The NonFiniteGuard callback: a NaN/inf loss or gradient never reaches the weights, and a run that keeps making
-them ends as diverged."""
+"""The NonFiniteGuard callback: a run that keeps making NaN/inf losses or gradients ends as diverged.
+
+The update of such a step never reaches the weights: the trainer skips it (on the device, through the fused
+optimizer's `found_inf`, without waiting for a host read; or on the host where the optimizer cannot) and counts it
+in summary.json's skipped_steps. This callback counts them in a row, from the figures each step hands it."""
 
 from __future__ import annotations
 
-import math
-
-from ablate.training.callbacks.base import TAKE, Callback, Divergence, TrainerView, Verdict
+from ablate.training.callbacks.base import Callback, Divergence, StepValues, TrainerView
 
 
 class NonFiniteGuard(Callback):
-    """Skips the update of a step whose loss or gradient is NaN/inf; stops a run that has `patience` of them in a
-    row (Divergence: the run ends as diverged)."""
+    """Stops a run that has `patience` steps in a row with a non-finite loss or gradient (Divergence: the run ends
+    as diverged at the last of them, whenever the trainer hands it their figures)."""
 
     name, order = "non_finite_guard", 0
 
     def __init__(self, patience: int = 5):
         self.patience, self.in_a_row = patience, 0
 
-    def before_update(self, trainer: TrainerView) -> Verdict:
-        finite = math.isfinite(trainer.last_loss) and math.isfinite(trainer.last_grad_norm)
-        self.in_a_row = 0 if finite else self.in_a_row + 1
-        return TAKE if finite else Verdict("skip", "non-finite loss or gradient")
-
-    def post_step(self, trainer: TrainerView) -> None:
-        if self.in_a_row >= self.patience:  # raised after the step, so the skipped step counts in status.json
+    def step_values(self, trainer: TrainerView, values: StepValues) -> None:
+        self.in_a_row = 0 if values.finite else self.in_a_row + 1
+        if self.in_a_row >= self.patience:
             raise Divergence(
                 f"{trainer.run_name}: {self.in_a_row} steps in a row had a non-finite loss or "
-                f"gradient (last at step {trainer.step}); lower optim.lr, set model.z_loss or "
-                f"model.qk_norm, or check the data"
+                f"gradient (last at step {values.step}); lower optim.lr, set model.z_loss or "
+                f"model.qk_norm, or check the data",
+                step=values.step,
             )
 
     def state_dict(self) -> dict:

@@ -7,7 +7,8 @@ robust (Theil-Sen) line through the window, so neither a few earlier spikes nor 
 Above train.spike_threshold, train.spike_policy decides its verdict: "log" records it and takes the update,
 "skip" drops the step's update, "rollback" has the trainer restore the newest checkpoint and skip the batches read
 since (as PaLM did), "stop" ends the run as diverged. The loss is averaged over ranks, so every rank gives the same
-verdict.
+verdict. "log" (the default) decides nothing before the update, so it scores each step from step_values, a few
+steps late and without a host wait; the other policies read each step's loss before its update.
 
 StabilityMonitors logs what decides between QK-norm and z-loss (attention and output logits) and how far each
 block's weights moved in one update, every train.monitor_every steps (0: every train.log_every).
@@ -20,7 +21,7 @@ import statistics
 
 import torch
 
-from ablate.training.callbacks.base import TAKE, Callback, TrainerView, Verdict, due
+from ablate.training.callbacks.base import TAKE, Callback, StepValues, TrainerView, Verdict, due
 
 MAX_ROLLBACKS = 5  # a run that has rolled back this often ends as diverged rather than loop
 MIN_LOSSES = 8  # with fewer recent losses the median and MAD say little: no detection
@@ -78,17 +79,32 @@ class LossSpikes(Callback):
         self.pending = None
 
     def before_update(self, trainer: TrainerView) -> Verdict:
-        step, loss = trainer.step + 1, trainer.last_loss  # trainer.step counts the steps already taken
-        if not (math.isfinite(loss) and math.isfinite(trainer.last_grad_norm)):
+        if self.policy == "log":
+            return TAKE  # nothing to decide before the update: scored from step_values, without a host wait
+        # skip, rollback and stop decide this step's update: its loss is read now (the step waits for the device)
+        step = trainer.step + 1  # trainer.step counts the steps already taken
+        return self._score(trainer, step, trainer.last_loss, trainer.last_grad_norm)
+
+    def step_values(self, trainer: TrainerView, values: StepValues) -> None:
+        if self.policy == "log":
+            self._score(trainer, values.step, values.loss, values.grad_norm, values)
+
+    def _score(
+        self, trainer: TrainerView, step: int, loss: float, grad_norm: float, values: StepValues | None = None
+    ) -> Verdict:
+        """Score one step's loss against the window; the policy's verdict (`values`: the step's figures, given
+        when it is scored after the step)."""
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             return TAKE  # NonFiniteGuard's case; such a loss never enters the window
         if len(self.window) >= MIN_LOSSES:
             z, median = robust_z([x for _, x in self.window], loss, [s for s, _ in self.window], step)
             if z > self.threshold:
-                return self._act(trainer, {"step": step, "loss": loss, "z": z, "median": median, "action": self.policy})
+                spike = {"step": step, "loss": loss, "z": z, "median": median, "action": self.policy}
+                return self._act(trainer, spike, values)
         self._remember(step, loss)
         return TAKE
 
-    def _act(self, trainer: TrainerView, spike: dict) -> Verdict:
+    def _act(self, trainer: TrainerView, spike: dict, values: StepValues | None) -> Verdict:
         """Record a spike; the policy's verdict on this step's update."""
         self.spikes.append(spike)
         text = (
@@ -106,11 +122,12 @@ class LossSpikes(Callback):
                 )
             trainer.say(f"{text}; rolling back")
             return Verdict("rollback", f"loss spike at step {spike['step']} (z {spike['z']:.1f})")
-        self.pending = spike
         if self.policy == "skip":
+            self.pending = spike  # logged in post_step, under the step's number
             trainer.say(f"{text}; update skipped")
             return Verdict("skip", f"loss spike at step {spike['step']}")
         trainer.say(f"{text}; update taken")
+        trainer.log(spike_fields(spike), at=values)  # "log": scored after its step, logged as of it
         self._remember(spike["step"], spike["loss"])
         return TAKE
 
@@ -120,7 +137,7 @@ class LossSpikes(Callback):
 
     def post_step(self, trainer: TrainerView) -> None:
         if self.pending is not None and self.pending["step"] == trainer.step:
-            trainer.log({"stability/spike_z": self.pending["z"], "stability/spike_loss": self.pending["loss"]})
+            trainer.log(spike_fields(self.pending))
         self.pending = None
 
     def state_dict(self) -> dict:
@@ -132,6 +149,11 @@ class LossSpikes(Callback):
 
     def summary(self, trainer: TrainerView) -> dict:
         return {"spikes": self.spikes}
+
+
+def spike_fields(spike: dict) -> dict[str, float]:
+    """A spike's metrics.jsonl fields."""
+    return {"stability/spike_z": spike["z"], "stability/spike_loss": spike["loss"]}
 
 
 def parameter_groups(model: torch.nn.Module) -> dict[str, list[torch.nn.Parameter]]:
@@ -213,8 +235,11 @@ class StabilityMonitors(Callback):
         where the figures stay those CPU runs have always logged."""
         return trainer.dist.device.type == "cuda"
 
+    def acts_at(self, trainer: TrainerView) -> bool:
+        return due(trainer.step, self.every, trainer.max_steps)
+
     def post_step(self, trainer: TrainerView) -> None:
-        if not due(trainer.step, self.every, trainer.max_steps):
+        if not self.acts_at(trainer):
             return
         fields = {}
         if self.before is not None and self.before[0] == trainer.step:  # not a snapshot of an abandoned step
@@ -229,7 +254,7 @@ class StabilityMonitors(Callback):
         totals = torch.stack(
             [squared_norms(params, self.before[1][name], fp32) for name, params in self.groups.items()]
         )
-        torch.distributed.all_reduce(totals)  # float64 sums: the same figure at any world size, up to rounding
+        totals = trainer.dist.sum_tensor(totals)  # float64 sums: the same figure at any world size, up to rounding
         ratios = (totals[:, 0].sqrt() / totals[:, 1].sqrt()).tolist()  # the one host read of the ratios
         return {f"stability/update_ratio/{name}": ratio for name, ratio in zip(self.groups, ratios)}
 

@@ -30,8 +30,11 @@ class Validation(Callback):
         self.last_val_loss = self.last_val_bpb = math.nan
         self.docs: tokenizer_stats.ValDocuments | None = None  # fixed: chosen once per process
 
+    def acts_at(self, trainer: TrainerView) -> bool:
+        return due(trainer.step, self.every, trainer.max_steps)
+
     def post_step(self, trainer: TrainerView) -> None:
-        if due(trainer.step, self.every, trainer.max_steps):
+        if self.acts_at(trainer):
             self.validate(trainer)
 
     def documents(self, trainer: TrainerView) -> tokenizer_stats.ValDocuments:
@@ -77,10 +80,8 @@ class Validation(Callback):
             per_token = trainer.model.per_token_loss(inputs, targets, None)
             nats.update(zip(part, per_token.sum(dim=1).tolist()))
         trainer.model.train()
-        gathered = [None] * d.world
-        torch.distributed.all_gather_object(gathered, nats)
         out = np.zeros(len(docs.starts))
-        for part in gathered:
+        for part in d.gather_objects(nats):
             for i, value in part.items():
                 out[windows[i][0]] += value
         return out
