@@ -310,7 +310,8 @@ class Memory:
 def estimate_memory(
     checked: CheckedRun, world: int = 1, device_type: str | None = None, shapes: Shapes | None = None
 ) -> Memory:
-    """The per-rank memory peak of a training step of a checked run under FSDP2 over `world` ranks: the largest of
+    """The per-rank memory peak of a training step of a checked run under FSDP2 over `world` ranks (at world size
+    1, a plain module: its bf16 autocast copies of the weights stand where FSDP2's gathered ones did): the largest of
     the step's moments, each the sum of the buffers alive then."""
     run, plan = checked.config, checked.batch_plan
     m, t = run.model, run.train

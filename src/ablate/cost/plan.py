@@ -249,9 +249,9 @@ def format_report(
             + ([_fits(mem.total, device_memory)] if device_memory else [])
         )
     lines += [
-        f"memory per rank at the step's peak, FSDP2 over {world} rank{'s' if world > 1 else ''} "
-        f"(activations: saved for backward by one micro-batch, with the gathered parameters and loss buffers "
-        f"alive then)",
+        f"memory per rank at the step's peak, {f'FSDP2 over {world} ranks' if world > 1 else 'one device'} "
+        f"(activations: saved for backward by one micro-batch, with the "
+        f"{'gathered parameters' if world > 1 else 'bf16 weight copies of a bf16 run'} and loss buffers alive then)",
         aligned(rows, text_columns=(0, 1, 8)),
     ]
     if any(auto.device_type(p.run.train.device) == "cpu" for p in plans):
