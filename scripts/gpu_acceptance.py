@@ -89,8 +89,10 @@ PARTS = (
                 "runs",
                 150,
                 "tiny bf16 runs torch vs triton vs compiled, a run killed and resumed, a CPU-written checkpoint "
-                "resumed on the GPU, runs-per-gpu 2 (ablate run, a process each; the four side by side): all pass",
+                "resumed on the GPU, runs-per-gpu 2 (ablate run, a process each; the four side by side); no host "
+                "sync in an ordinary step, eager and compiled (sync debug mode 'error'): all pass",
                 (
+                    "tests/test_on_gpu.py::test_an_ordinary_step_never_waits_for_the_gpu",
                     RUNS + "test_tiny_bf16_run_with_triton_or_compile_follows_the_torch_run",
                     RUNS + "test_a_run_killed_on_the_gpu_resumes_and_follows_the_uninterrupted_run",
                     RUNS + "test_a_checkpoint_written_on_cpu_resumes_on_the_gpu",

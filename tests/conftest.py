@@ -134,8 +134,8 @@ def _process_state_restored():
 
 
 def tiny_trainer(tmp_path, only: str = "mha", **fields):
-    """The tiny experiment's Trainer on CPU (world size 1), not logging, validating or checkpointing in its first
-    steps; `fields`: config overrides ("train.max_steps": 5, ...)."""
+    """The tiny experiment's Trainer at world size 1, on CPU unless `fields` say train.device, not logging,
+    validating or checkpointing in its first steps; `fields`: config overrides ("train.max_steps": 5, ...)."""
     from ablate.setup.checks import check_run
     from ablate.setup.experiment import load_experiment
     from ablate.setup.overrides import apply_overrides
@@ -145,7 +145,7 @@ def tiny_trainer(tmp_path, only: str = "mha", **fields):
     quiet = {"train.max_steps": 3, "train.log_every": 100, "train.val_every": 0, "train.ckpt_every": 0}
     run = load_experiment(TINY, only=[only])[0]
     run = apply_overrides(run, {**quiet, "train.device": "cpu", **fields})
-    d = init_distributed("cpu")
+    d = init_distributed(run.train.device)
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(check_run(run, d.world), run_dir, d)

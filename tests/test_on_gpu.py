@@ -79,3 +79,32 @@ def test_a_short_fp32_run_on_the_gpu_follows_the_cpu_run(tmp_path):
     # same data, same initial weights (made on CPU, rank 0); only the kernels' order of sums differs
     assert gpu["final_loss"] == pytest.approx(cpu["final_loss"], rel=1e-3)
     assert gpu["final_val_loss"] == pytest.approx(cpu["final_val_loss"], rel=1e-3)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_ordinary_step_never_waits_for_the_gpu(tmp_path, compiled):
+    """CUDA's sync debug mode raises on any host sync: none in an ordinary step of a bf16 run (default callbacks,
+    log_every 100), eager or compiled as one graph; a non-finite step is skipped on the device and counted once its
+    figures are read."""
+    import math
+
+    from conftest import tiny_trainer
+
+    fields = {"train.device": "cuda", "train.dtype": "bf16", "train.compile": compiled, "train.max_steps": 20}
+    trainer = tiny_trainer(tmp_path, **fields)
+    trainer.train_step()  # the first step: the compile, the optimizer's state, the allocator's first blocks
+    torch.cuda.synchronize()
+    try:
+        torch.cuda.set_sync_debug_mode("error")
+        for _ in range(3):
+            trainer.train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    loss = trainer.model.loss
+    trainer.model.loss = lambda *args, **kwargs: tuple(x * math.nan for x in loss(*args, **kwargs))
+    trainer.train_step()
+    trainer.model.loss = loss
+    trainer.settle()
+    assert trainer.skipped_steps == 1 and trainer.step == 5
+    assert all(torch.equal(w, p) for w, p in zip(weights, trainer.model.parameters()))
