@@ -54,6 +54,14 @@ def test_cpu_keeps_its_rows_rule(shape):
     assert loss_chunks(*shape, "meta", 80 * GiB) is None
 
 
+def test_a_compiled_loss_on_cpu_takes_a_handful_of_chunks():
+    """Compiled, the CPU takes the GPU's count (Inductor fuses each chunk; every chunk unrolled costs compile time):
+    the ~10M model's 64 row chunks become 4, the tiny model's one stays one."""
+    assert loss_chunks(*MODEL_10M, "cpu", 16 * GiB, logit_bytes=2, compiled=True) == 4
+    assert loss_chunks(*TINY, "cpu", 16 * GiB, compiled=True) == 1
+    assert loss_chunks(*MODEL_10M, "cpu", 16 * GiB) is None  # eager: the cache rule
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # ops of a GPT-2-small step (forward, loss, backward) on the meta device
 
