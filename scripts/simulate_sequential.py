@@ -28,6 +28,8 @@ repeats; counted as a null: a wrong decision if decided); A/A and the k-item cas
     python scripts/simulate_sequential.py --smoke               # 50 per design
     python scripts/simulate_sequential.py --accuracy            # the accuracy designs, 1000 studies each
     python scripts/simulate_sequential.py --accuracy --smoke
+    python scripts/simulate_sequential.py --designs             # group-sequential vs anytime vs fixed 8 seeds
+    python scripts/simulate_sequential.py --spendings [FAMILY ...]  # spending families (Holm, futility 0.1) vs fixed
 """
 
 from __future__ import annotations
@@ -39,7 +41,15 @@ import time
 
 import numpy as np
 
-from ablate.report.inference.sequential import Contrast, DecisionRule, decide, decide_prefixes, open_variants
+from ablate.report.inference.sequential import (
+    FUTILE,
+    Contrast,
+    DecisionRule,
+    decide,
+    decide_contrast,
+    decide_study,
+    open_variants,
+)
 from ablate.report.inference.stats import paired_noise
 
 VARIANTS = ("A", "B", "C")
@@ -77,11 +87,13 @@ def run_rounds(
     rule=None,
     variants=VARIANTS,
     first: int = FIRST_ROUND,
+    recycle: bool = True,
 ) -> dict:
     """The study's round logic: round 1 gives every variant `first` seeds, each later round one more seed to every
     variant in an open contrast (up to the rule's max_seeds, MAX_SEEDS without a rule); after each round every
-    contrast is decided by decide_prefixes at alpha / K (rule: its design, None: anytime; looks: the paired seeds
-    after each round that changed them) from prefixes_of(a, b, n): [(per-seed differences of the first k seeds,
+    contrast is decided by decide_contrast through decide_study (Holm's recycling from alpha / K under a
+    group-sequential rule unless recycle=False, else Bonferroni; rule: its design, None: anytime; looks: the paired
+    seeds after each round that changed them) from prefixes_of(a, b, n): [(per-seed differences of the first k seeds,
     floor_var[, item_var])] for k = 2..n, the seeds both ran."""
     most = rule.max_seeds if rule is not None else MAX_SEEDS
     pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1 :]]
@@ -91,20 +103,25 @@ def run_rounds(
     rounds = 0
     while True:
         rounds += 1
-        contrasts = []
+        inputs = []
         for a, b in pairs:
             n = min(seeds[a], seeds[b])  # seeds are added in order: the shared ones are the first n
             if not looks[(a, b)] or looks[(a, b)][-1] != n:
                 looks[(a, b)].append(n)
-            prefixes = prefixes_of(a, b, n)
-            decision, interval, _, _ = decide_prefixes(
-                prefixes, alpha / len(pairs), margin, lower_is_better, rule, looks[(a, b)]
-            )
-            if decision != "undecidable":
+            inputs.append((prefixes_of(a, b, n), looks[(a, b)]))
+
+        def decide_at(i: int, level: float, inputs=inputs) -> tuple:
+            return decide_contrast(inputs[i][0], level, margin, lower_is_better, rule, inputs[i][1])
+
+        holm = recycle and rule is not None and rule.design != "anytime"
+        results, _ = decide_study(len(pairs), alpha, decide_at, holm)
+        contrasts = []
+        for (a, b), (prefixes, _), (decision, interval, *_) in zip(pairs, inputs, results):
+            if decision != FUTILE:
                 assert decision == decide(interval, margin, lower_is_better)
             estimate = float(np.mean(prefixes[-1][0]))
-            contrasts.append(Contrast(a, b, metric, decision, n, interval, estimate, margin))
-            if decision not in ("open", "undecidable"):
+            contrasts.append(Contrast(a, b, metric, decision, len(prefixes[-1][0]), interval, estimate, margin))
+            if decision not in ("open", FUTILE):
                 decided_round.setdefault((a, b), rounds)
         grow = [v for v in open_variants(contrasts) if seeds[v] < most]
         if not grow:
@@ -233,7 +250,7 @@ def _tally(name: str, studies: int, one, want_of) -> dict:
         bad = False
         for c in study["contrasts"]:
             want = want_of(c.a, c.b)
-            if c.decision not in ("open", "undecidable") and c.decision != want:
+            if c.decision not in ("open", FUTILE) and c.decision != want:
                 bad = True
             if want != "open":
                 real += 1
@@ -241,7 +258,7 @@ def _tally(name: str, studies: int, one, want_of) -> dict:
                     right += 1
                     decided_at.append(c.seeds)
                     by_round[study["decided_round"][(c.a, c.b)] - 1 :] += 1
-                elif c.decision not in ("open", "undecidable"):
+                elif c.decision not in ("open", FUTILE):
                     wrong += 1
         wrong_any += bad
     return {
@@ -265,7 +282,8 @@ def gaussian_study(rng, means: dict, alpha: float, margin, rule, item_var: float
     """One study of len(means) variants on a lower-is-better metric: seed k of variant v gives means[v] + the
     variant's item-set offset (N(0, item_var / 2), the same on every seed) + N(0, 1/2), so a per-seed difference has
     sd 1 and the mean difference a persistent item part of variance item_var (known to the decision, as the noise
-    model's item term)."""
+    model's item term). The study's design decides with Holm's recycling; the fixed one (round 1 at max_seeds) with
+    Bonferroni, as the fixed report does."""
     most = rule.max_seeds
     values = {}
     for v, mu in means.items():
@@ -276,7 +294,8 @@ def gaussian_study(rng, means: dict, alpha: float, margin, rule, item_var: float
         diffs = list(values[a][:n] - values[b][:n])
         return [(diffs[:k], 0.0, item_var) for k in range(2, n + 1)]
 
-    return run_rounds(prefixes_of, alpha, margin, True, "val_loss", rule, tuple(means), first)
+    recycle = first < most  # the fixed design (one look, at max_seeds) is the fixed report's test: Bonferroni
+    return run_rounds(prefixes_of, alpha, margin, True, "val_loss", rule, tuple(means), first, recycle)
 
 
 def true_statement(decision: str, diff: float, margin) -> bool:
@@ -299,7 +318,7 @@ def tally_designs(means: dict, margin, studies: int, alpha: float, rng, rule, it
         bad = False
         for c in study["contrasts"]:
             diff = means[c.a] - means[c.b]
-            decided = c.decision not in ("open", "undecidable")
+            decided = c.decision not in ("open", FUTILE)
             bad |= decided and not true_statement(c.decision, diff, margin)
             if diff != 0 or (margin is not None and abs(diff) < margin):
                 real += 1
@@ -343,7 +362,8 @@ def design_mixes() -> list[tuple[str, dict, float | None]]:
 def compare_designs(studies: int, alpha: float, rng) -> None:
     """The --designs mode's tables: every mix under each design, without and with an item term of half the seed
     variance; the spending families on the two fixed mixes; M2's futility trade-off."""
-    print(f"{studies} studies per cell; alpha {alpha:g} over all contrasts (Bonferroni); max {MAX_SEEDS} seeds; ")
+    print(f"{studies} studies per cell; alpha {alpha:g} over all contrasts (group-sequential: Holm's recycling; ")
+    print(f"anytime and fixed: Bonferroni); max {MAX_SEEDS} seeds; ")
     print("effects in seed-sds of a per-seed difference; compute: seeds used / (variants x 8)\n")
     for item_var in (0.0, 0.5):
         print(f"item term: {'none' if not item_var else 'variance half the seed variance'}\n")
@@ -376,6 +396,159 @@ def compare_designs(studies: int, alpha: float, rng) -> None:
         r = tally_designs(means, margin, studies, alpha, rng, rule, 0.0, first)
         right, compute = _f(r["right"], 3), f"{r['compute']:.0%}"
         print(f"futility {futility:g}: any wrong {_f(r['wrong_any'])}, right {right}, compute {compute}")
+
+
+SPENDING_CHOICES = ("hsd:-2", "hsd:-3", "hsd:-4", "obrien_fleming")  # --spendings' candidates
+
+
+def power_mixes() -> list[tuple[str, dict, float | None]]:
+    """(name, variant -> true mean in seed-sds, margin) of the --spendings mode: two A/A studies (the error) and the
+    four mixes whose power the design must keep ("3 variants 1.5 sd apart" read both ways)."""
+    return [
+        ("3 variants, A/A", dict.fromkeys("ABC", 0.0), None),
+        ("6 variants, A/A", dict.fromkeys("ABCDEF", 0.0), None),
+        ("6 variants, F worse by 2", {v: 2.0 * (v == "F") for v in "ABCDEF"}, None),
+        ("M2: six at 0, 0.8, ..., 4.0", {v: 0.8 * i for i, v in enumerate("ABCDEF")}, None),
+        ("M1: A = B, C worse by 4, margin 1", {"A": 0.0, "B": 0.0, "C": 4.0}, 1.0),
+        ("3 variants 1.5 sd apart (0, 1.5, 3)", {"A": 0.0, "B": 1.5, "C": 3.0}, None),
+        ("3 variants, C worse by 1.5", {"A": 0.0, "B": 0.0, "C": 1.5}, None),  # the other reading of "1.5 sd apart"
+    ]
+
+
+def compare_spendings(studies: int, alpha: float, seed: int, spendings=SPENDING_CHOICES) -> None:
+    """The --spendings mode's table: each spending family under the study's rules (Holm's recycling, futility at the
+    default threshold) against the fixed max_seeds-seed design (Bonferroni), every cell on the same simulated
+    studies (one seed per mix): any wrong, right as a share of the fixed design's right, compute."""
+    print(f"{studies} studies per cell (the same studies in every column); alpha {alpha:g} over all contrasts; max ")
+    print(f"{MAX_SEEDS} seeds; effects in seed-sds of a per-seed difference; no item term; cells: any wrong / right ")
+    print(f"(share of the fixed design's) / compute (seeds used / (variants x {MAX_SEEDS}))\n")
+    print("| mix | fixed 8 seeds: any wrong / right | " + " | ".join(spendings) + " |")
+    print("|---|---|" + "---|" * len(spendings))
+    for i, (name, means, margin) in enumerate(power_mixes()):
+        rule, first = design_rules()[f"fixed {MAX_SEEDS} seeds"]
+        fixed = tally_designs(means, margin, studies, alpha, np.random.default_rng([seed, i]), rule, 0.0, first)
+        cells = []
+        for family in spendings:
+            rule, first = design_rules(spending=family)["group-sequential"]
+            r = tally_designs(means, margin, studies, alpha, np.random.default_rng([seed, i]), rule, 0.0, first)
+            share = f" ({r['right'] / fixed['right']:.0%})" if fixed["right"] else ""
+            cells.append(f"{_f(r['wrong_any'])} / {_f(r['right'], 3)}{share} / {r['compute']:.0%}")
+        print(f"| {name} | {_f(fixed['wrong_any'])} / {_f(fixed['right'], 3)} | {' | '.join(cells)} |", flush=True)
+
+
+ITEM_SHARES = (0.0, 0.1, 0.5, 2.0)  # tau^2 / sigma^2: the item-set variance of the mean difference / the seeds'
+
+
+def item_share_mixes() -> list[tuple[str, dict, float | None]]:
+    """(name, variant -> true mean in seed-sds, margin) of the item-share scenarios."""
+    return [
+        ("6 variants, all equal", dict.fromkeys("ABCDEF", 0.0), None),
+        ("6 variants, F worse by 3", {v: 3.0 * (v == "F") for v in "ABCDEF"}, None),
+        ("3 variants, C worse by 2", {"A": 0.0, "B": 0.0, "C": 2.0}, None),
+    ]
+
+
+def fixed_report_test(means: dict, studies: int, alpha: float, rng, item_var: float) -> dict:
+    """The fixed report's own test on max_seeds seeds of every variant, Bonferroni over the pairs: t = mean /
+    sqrt((s^2 + n tau^2) / n) on n - 1 degrees of freedom (stats.seed_test's noise model), values drawn as
+    gaussian_study draws them. any-wrong share and the share of real contrasts decided on their true side."""
+    from scipy.stats import t as student
+
+    names, n = list(means), MAX_SEEDS
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+    critical = student.ppf(1 - alpha / len(pairs) / 2, n - 1)
+    offsets = rng.normal(0, math.sqrt(item_var / 2), (studies, len(names)))
+    values = np.array([means[v] for v in names])[None, :, None] + offsets[:, :, None]
+    values = values + rng.normal(0, math.sqrt(0.5), (studies, len(names), n))
+    wrong, right, real = np.zeros(studies, dtype=bool), 0, 0
+    for a, b in pairs:
+        d = values[:, names.index(a)] - values[:, names.index(b)]
+        t = d.mean(axis=1) / np.sqrt((d.var(axis=1, ddof=1) + n * item_var) / n)
+        diff = means[a] - means[b]
+        decided = np.abs(t) > critical
+        true_side = np.sign(t) == np.sign(diff)
+        wrong |= decided & ~true_side
+        if diff:
+            real += studies
+            right += int((decided & true_side).sum())
+    return {"wrong_any": float(wrong.mean()), "right": right / real if real else None}
+
+
+def seeds_only(run):
+    """run() with the boundaries of the seeds alone (the item term ignored in the critical |t|: the rule before
+    group_sequential.combined_critical), for comparison."""
+    from ablate.report.inference import group_sequential
+
+    combined = group_sequential.boundaries
+    group_sequential.boundaries = lambda *args, noise=None, **kwargs: combined(*args, **kwargs)
+    try:
+        return run()
+    finally:
+        group_sequential.boundaries = combined
+
+
+NULL_SHARES = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 100.0)
+NULL_LEVELS = ((0.05 / 3, "hsd:-2"), (0.05 / 15, "hsd:-2"), (0.05 / 3, "obrien_fleming"), (0.05, "pocock"))
+
+
+def null_crossings(studies: int, seed: int = 1) -> None:
+    """One contrast under no difference, looks 3..8 of 8, `studies` studies a cell (vectorized): the share of studies
+    whose repeated interval misses the truth at some look, in units of the contrast's alpha, at each item share
+    (tau^2 / sigma^2: per-seed N(0, 1) differences plus one item offset N(0, share) on every seed, the item
+    variance known, the seeds' estimated), with each look's critical |t| combining the seeds' and the item part's
+    boundaries, and (in brackets) with the seeds' boundaries alone. seed: not 0, the boundaries' own simulation."""
+    from ablate.report.inference import group_sequential as gs
+
+    looks = np.arange(FIRST_ROUND, MAX_SEEDS + 1)
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal((studies, MAX_SEEDS))
+    sums, squares = np.cumsum(noise, axis=1)[:, looks - 1], np.cumsum(noise * noise, axis=1)[:, looks - 1]
+    means = sums / looks
+    variances = (squares - looks * means * means) / (looks - 1)
+    offset = rng.standard_normal((studies, 1))
+    print(f"\none contrast under no difference ({studies} studies a cell): misses / alpha, combined (seeds' alone)\n")
+    print("| alpha | spending | " + " | ".join(f"share {r:g}" for r in NULL_SHARES) + " |")
+    print("|---|---|" + "---|" * len(NULL_SHARES))
+    for level, spending in NULL_LEVELS:
+        seeds = np.array(gs.boundaries(tuple(looks), MAX_SEEDS, level, spending))
+        cells = []
+        for share in NULL_SHARES:
+            size = np.abs(means + math.sqrt(share) * offset)
+            se = np.sqrt(variances / looks + share)
+            combined = gs.combined_critical(seeds, gs.item_critical(level), variances, share, looks)
+            now, before = ((size >= c * se).any(axis=1).mean() / level for c in (combined, seeds))
+            cells.append(f"{now:.2f} ({before:.2f})")
+        print(f"| {level:.4f} | {spending} | " + " | ".join(cells) + " |")
+
+
+def compare_item_shares(studies: int, alpha: float, rng) -> None:
+    """The item-share table: at each share tau^2 / sigma^2 (known to the decision, as the noise model's item term),
+    each mix under the group-sequential design (its boundaries combining the seeds' and the item part's), the same
+    with the seeds' boundaries alone (the rule before), the fixed design through the decision code, and the fixed
+    report's own t-test on 8 seeds; then null_crossings at 100 x `studies` studies a cell (200,000 at most)."""
+    rules = design_rules()
+    gs_rule, gs_first = rules["group-sequential"]
+    print(
+        f"\nitem shares ({studies} studies per cell; alpha {alpha:g}; {gs_rule.spending} spending, futility "
+        f"{gs_rule.futility:g}): any wrong / right / compute\n"
+    )
+    fixed_rule, fixed_first = rules[f"fixed {MAX_SEEDS} seeds"]
+    print(
+        "| share | mix | group-sequential | seeds-only boundaries (before) | fixed 8 seeds (decision code) | "
+        "fixed report's t-test, 8 seeds |\n|---|---|---|---|---|---|"
+    )
+    for share in ITEM_SHARES:
+        for name, means, margin in item_share_mixes():
+            cells = []
+            designs = ((gs_rule, gs_first, False), (gs_rule, gs_first, True), (fixed_rule, fixed_first, False))
+            for rule, first, before in designs:
+                args = (means, margin, studies, alpha, rng, rule, share, first)
+                r = seeds_only(lambda: tally_designs(*args)) if before else tally_designs(*args)  # noqa: B023
+                cells.append(f"{_f(r['wrong_any'])} / {_f(r['right'], 3)} / {r['compute']:.0%}")
+            r = fixed_report_test(means, studies, alpha, rng, share)
+            cells.append(f"{_f(r['wrong_any'])} / {_f(r['right'], 3)} / 100%")
+            print(f"| {share:g} | {name} | {' | '.join(cells)} |")
+    null_crossings(min(200_000, 100 * studies))
 
 
 def _f(x, digits=3) -> str:
@@ -423,11 +596,18 @@ def main() -> None:
     parser.add_argument("--accuracy", action="store_true", help="the accuracy-metric designs (0/1 items)")
     parser.add_argument("--items", type=int, default=ITEMS, help="items per run in --accuracy (default 200)")
     parser.add_argument("--designs", action="store_true", help="group-sequential vs anytime vs fixed 8 seeds")
+    parser.add_argument("--spendings", nargs="*", metavar="SPENDING", help="the spending families' power table")
+    parser.add_argument("--item-shares", action="store_true", help="only --designs' item-share table")
     args = parser.parse_args()
     studies = 50 if args.smoke else args.studies
     rng = np.random.default_rng(args.seed)
+    if args.spendings is not None:
+        return compare_spendings(studies, args.alpha, args.seed, tuple(args.spendings) or SPENDING_CHOICES)
+    if args.item_shares:
+        return compare_item_shares(studies, args.alpha, rng)
     if args.designs:
-        return compare_designs(studies, args.alpha, rng)
+        compare_designs(studies, args.alpha, rng)
+        return compare_item_shares(studies, args.alpha, rng)
     se = math.sqrt(args.alpha * (1 - args.alpha) / studies)
     rounds = " | ".join(f"by r{k + 1}" for k in range(MAX_SEEDS - FIRST_ROUND + 1))
     columns = "any wrong decision | real decided right | real decided wrong | seeds at decision | compute vs fixed"

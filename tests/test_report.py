@@ -44,7 +44,9 @@ def test_final_scores_snr_and_chance(toy):
     assert s["final"]["A"]["seed_std"] == pytest.approx(np.std([0.71, 0.69], ddof=1))
     assert s["best"] == "A" and s["final"]["A"]["n_items"] == 100
     lo, hi = s["final"]["A"]["ci"]
-    assert lo < 0.70 < hi and hi - lo < 0.25
+    # the t interval under the tests' noise model: 2 seeds leave about 1 df, so it is far wider than the item
+    # set's own +-2 se (100 items near 0.7: se 0.046) and centred on the mean
+    assert lo < 0.70 < hi and hi - lo > 4 * 0.046 and (lo + hi) / 2 == pytest.approx(0.70)
     q = s["quality"]
     finals = [0.70, 0.60, 0.45]
     assert q["signal"] == pytest.approx((0.70 - 0.45) / np.mean(finals))
@@ -75,11 +77,11 @@ def test_pairwise_two_seeds_establish_nothing(toy):
     assert ab["paired"] and ab["test"] == "paired t over seeds, seeds + items (per-item files)"
     assert 0 < ab["p_seeds"] and ab["sd_seeds"] == 0 and ab["sd_diff"] == ab["noise_floor_sd"] > 0
     assert ab["seeds_needed"] >= 3
-    assert ab["p_items"] < 0.01 and ab["ci"][0] > 0 and ab["seeds_agree"] == 2 and ab["n_items"] == 100
+    assert ab["p_items"] < 0.01 and ab["ci"] is None and ab["seeds_agree"] == 2 and ab["n_items"] == 100
     flat = next(p for p in series(report, "flat:cf", "acc_raw")["pairwise"] if (p["a"], p["b"]) == ("A", "B"))
     # flat is no decision metric but a candidate, so in the family: two seeds, not tested, not significant
     assert flat["diff"] == 0 and flat["better"] is None and flat["significant"] is None
-    assert flat["p_items"] == pytest.approx(1.0) and flat["ci"][0] < 0 < flat["ci"][1] and flat["seeds_needed"] is None
+    assert flat["p_items"] == pytest.approx(1.0) and flat["ci"] is None and flat["seeds_needed"] is None
     val = next(p for p in series(report, "val_loss", "loss")["pairwise"] if (p["a"], p["b"]) == ("A", "C"))
     assert val["diff"] == pytest.approx(-0.2) and val["better"] == "A" and val["significant"] is None
     assert report["inference"]["tests"] == 0 and report["inference"]["comparisons"] == 9  # 3 pairs x 3 candidates
@@ -292,9 +294,6 @@ def test_seed_level_tests_and_bh():
     # normal approximation 4 seeds; the t-test needs 6 for 80% power at d = 1.5
     assert stats.seeds_needed(1.5, 1.0, 0.05, 0.8) == 6 and stats.seeds_needed(0.0, 1.0, 0.05, 0.8) is None
     assert stats.seeds_needed(1.0, None, 0.05, 0.8) is None and stats.seeds_needed(1.0, 0.0, 0.05, 0.8) == 2
-    m = np.array([[0.0, 1.0, 0.0, 1.0]] * 3)
-    lo, hi = stats.bootstrap_diff(m + 0.5, m, paired=False, n_boot=200, seed=0)
-    assert lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
 
 
 def _acc_items(ids, right):

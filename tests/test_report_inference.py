@@ -309,3 +309,85 @@ def test_without_per_item_files_the_logged_stderr_counts_as_persistent():
     t = stats.seed_test(a, b, stderr_a=se, stderr_b=se)
     assert t["noise_source"] == "logged standard errors" and t["item_sd"] == pytest.approx(math.sqrt(2) * 0.02)
     assert t["p"] > 0.5  # 0.01 against an item sd of 0.028 that does not shrink with seeds
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# every interval agrees with its test
+
+
+def _agrees(report: dict, alpha: float) -> int:
+    """Asserts that every pairwise interval of every series is its test's: centred on the difference, excluding 0
+    exactly when the unadjusted p < alpha, and absent where the pair is untested; every final score's interval
+    holds its mean. Returns the intervals checked."""
+    checked = 0
+    for group in report["groups"]:
+        for s in group["series"]:
+            for p in s["pairwise"]:
+                if p["ci"] is None:
+                    assert not p["testable"] or p["df"] is None or p["p_seeds"] == 1.0, p
+                    continue
+                lo, hi = p["ci"]
+                assert (lo + hi) / 2 == pytest.approx(p["diff"], abs=1e-12) and p["testable"]
+                assert (lo > 0 or hi < 0) == (p["p_seeds"] < alpha), (s["task"], s["metric"], p)
+                checked += 1
+            for f in s["final"].values():
+                if f["ci"] is not None:
+                    assert f["ci"][0] <= f["mean"] <= f["ci"][1]
+    return checked
+
+
+def test_a_three_seed_pair_shows_its_tests_interval():
+    """The quickstart's case: 3 seeds, diff ~0.02, p ~0.15. The percentile bootstrap over 3 seed pairs showed
+    [0.0033, 0.0332], excluding 0 beside a test that was not significant; the t on ~2 df needs ~4.3 se either side."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(3.0, 0.05, (3, 200))  # (seeds, validation sequences)
+    shift = np.array([0.004, 0.022, 0.035])[:, None]  # per-seed differences: mean 0.0203, sd 0.0155
+    b = base + shift + rng.normal(0, 0.002, base.shape)
+    seeds = [0, 1, 2]
+    row = pairs.compare(
+        {s: float(b[s].mean()) for s in seeds}, {s: float(base[s].mean()) for s in seeds}, -1, Options(), b, base
+    )
+    lo, hi = row["ci"]
+    assert 0.1 < row["p_seeds"] < 0.25 and lo < 0 < hi
+    se = (hi - lo) / 2 / __import__("scipy").stats.t.isf(0.025, row["df"])
+    assert 1.9 < row["df"] < 2.5 and (hi - lo) / 2 > 4 * se > 4 * 0.0155 / math.sqrt(3) * 0.99
+
+
+@pytest.mark.parametrize(
+    "design",
+    [
+        dict(seeds=3, effect=0.0),
+        dict(seeds=3, effect=1.5),
+        dict(seeds=5, variants=4, effect=1.0, scales=1),
+    ],
+    ids=["aa-3-seeds", "planted-3-seeds", "planted-5-seeds"],
+)
+def test_every_pairwise_interval_agrees_with_its_test_in_calibration_studies(design):
+    from ablate.report import calibrate
+    from ablate.report.analyze import analyze_runs
+
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(2):
+        runs, tasks, opts = calibrate.study(rng, calibrate.Design(**design))
+        checked += _agrees(analyze_runs(runs, tasks, opts, "calibration"), opts.alpha)
+    assert checked > 20
+
+
+def test_every_interval_of_the_docs_fixture_agrees_in_report_json_and_md(tmp_path):
+    """The clear-effect fixture (6 variants x 3 seeds): report.json's intervals agree with their tests, and
+    report.md shows exactly those intervals under the test's level."""
+    from ablate.report.text.fmt import fmt, fmt_ci
+
+    root = tmp_path / "clear"
+    _clear_effect_study(root, np.random.default_rng(1))
+    report = write_report(root, opts=FAST)
+    assert _agrees(json.loads((root / "report.json").read_text()), 0.05) > 100
+    md = (root / "report.md").read_text()
+    assert "95% CI (the test's)" in md and "bootstrap" not in md.split("## Final scores")[1].split("\n## ")[0]
+    val = next(s for s in report["groups"][0]["series"] if s["task"] == "val_loss")
+    leader = val["best"]
+    for p in val["pairwise"]:
+        if leader in (p["a"], p["b"]):  # the table reads each pair from the leader's side
+            ci = p["ci"] if p["a"] == leader else [-p["ci"][1], -p["ci"][0]]
+            assert f"| {fmt_ci(ci)} |" in md and fmt(p["diff"] if p["a"] == leader else -p["diff"]) in md

@@ -151,3 +151,40 @@ def test_many_open_contrasts_are_one_clause_of_the_headline():
     text = sequential_text(section)
     assert "slow worse than base, decided at 3 seeds" in text
     assert "5 of 6 contrasts open at 8 seeds (see the table)" in text and "v0 vs w0" not in text
+
+
+def test_a_contrast_closed_for_futility_says_so_with_its_chance_and_the_fixed_designs_power(tmp_path):
+    """Twins at 3 seeds of 8, no margin: the chance of a decision by 8 is small, so the contrast is closed for
+    futility; report.json records its chance and the fixed 8-seed design's power at the difference seen, and the
+    words are the rule's ("closed for futility (estimated chance of a decision < 0.1)"), never "undecidable". The two
+    losers, decided on a side, pass their alpha on (Holm): the twins are judged at alpha / 1."""
+    seeds = {"baseline": 3, "slow": 3, "twin": 3}
+    root = three_variant_study(tmp_path / "exp", seeds)
+    _write_study(root, DecisionRule(), seeds)
+    report = write_report(root, opts=FAST)
+    twins = report["sequential"]["contrasts"][1]
+    assert (twins["a"], twins["b"], twins["decision"]) == ("baseline", "twin", "futile")
+    assert 0 <= twins["chance"] < 0.1 and 0 < twins["fixed_power"] < 1 and twins["level"] == pytest.approx(0.05)
+    assert [c["level"] for c in report["sequential"]["contrasts"]] == pytest.approx([0.05 / 3, 0.05, 0.05 / 3])
+    words = "closed for futility (estimated chance of a decision < 0.1)"
+    assert f"baseline vs twin {words} at 3 seeds" in report["headline"]["text"]
+    md, html = (root / "report.md").read_text(), (root / "report.html").read_text()
+    assert f"{words}: estimated chance {twins['chance']:.2f}; a fixed 8-seed design's power" in md
+    assert words in html.replace("&lt;", "<")
+    for page in (report["headline"]["text"], md, html):
+        assert "undecidable" not in page.lower()
+
+
+def test_a_study_record_that_says_undecidable_still_reads_as_closed_for_futility():
+    """study.json files written before the word changed hold "undecidable": the console, ablate status and the
+    headline read it as the same decision."""
+    from ablate.report.text.headline import sequential_text
+    from ablate.report.text.sequential import contrast_line
+
+    old = {"a": "x", "b": "y", "metric": "val_loss", "decision": "undecidable", "seeds": 3, "interval": [-1, 1]}
+    line = contrast_line(old, 0.1)
+    assert "x vs y: closed for futility (estimated chance of a decision < 0.1)  (3 seeds" in line
+    section = {"contrasts": [{**old, "decided_at": None, "margin": None, "estimate": 0.0}], "stopped": "decided"}
+    section |= {"alpha": 0.05, "rule": {"futility": 0.1}, "compute": {"fixed_design_share": None}}
+    section |= {"rule_changed_after_results": False}
+    assert "x vs y closed for futility (estimated chance of a decision < 0.1) at 3 seeds" in sequential_text(section)

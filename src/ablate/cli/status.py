@@ -150,7 +150,8 @@ def study_block(folder: Path) -> str | None:
     lines = [head]
     if done:
         lines.append(f"after round {done[-1]['round']}:")
-        lines += [f"  {contrast_line(c)}" for c in done[-1]["contrasts"]]
+        futility = (study.get("rule") or {}).get("futility")
+        lines += [f"  {contrast_line(c, futility)}" for c in done[-1]["contrasts"]]
     stopped = study.get("stopped")
     lines.append(f"stopped: {stopped}" if stopped else "stopped: not yet")
     return "\n".join(lines)

@@ -260,7 +260,7 @@ def run_study(args, train_round: Callable[[list[CheckedRun]], int]) -> int:
         entry["contrasts"] = [c.to_dict() for c in contrasts]
         rundir.write_json_atomic(folder / rundir.STUDY, study)
         for contrast in entry["contrasts"]:
-            print(f"  {contrast_line(contrast)}", flush=True)
+            print(f"  {contrast_line(contrast, rule.futility)}", flush=True)
 
 
 def _variant_names(args, seeds: list[int]) -> list[str]:
@@ -276,17 +276,20 @@ def _new_round(n: int, plan: dict[str, list[int]], runs: list[CheckedRun]) -> di
 
 
 def _stopped(folder: Path, study: dict, reason: str, rule, runs: list[CheckedRun], out: str) -> int:
+    from ablate.report.inference.sequential import CLOSED
+
     study["stopped"] = reason
     rundir.write_json_atomic(folder / rundir.STUDY, study)
     last = study["rounds"][-1]
     why = {
-        "decided": "every contrast is decided (or closed as undecidable within max_seeds)",
+        "decided": "every contrast is decided (or closed for futility)",
         "max_seeds": f"every open variant has max_seeds={rule.max_seeds} seeds",
         "budget": over_budget(rule, study, runs, out) or f"budget {rule.budget}",
     }[reason]
     print(f"study stopped after round {last['round']} ({reason}): {why}", flush=True)
-    for state, label in (("open", "still open"), ("undecidable", f"undecidable within {rule.max_seeds} seeds")):
-        left = [c for c in last["contrasts"] if c["decision"] == state]
+    closed = f"closed for futility (estimated chance of a decision < {rule.futility:g})"
+    for states, label in ((("open",), "still open"), (CLOSED, closed)):
+        left = [c for c in last["contrasts"] if c["decision"] in states]
         if left:
             pairs = "; ".join(f"{c['a']} vs {c['b']} on {c['metric']} ({c['seeds']} seeds)" for c in left)
             print(f"{label}: {pairs}", flush=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.grid.compute import multipliers_section, recorded_baseline
-from ablate.report.inference import families, pairs, sequential, stats
+from ablate.report.inference import families, pairs, stats, study_section
 from ablate.report.inputs import match, tokenizers
 from ablate.report.inputs.compute_points import split_budgets
 from ablate.report.signal import choose, subjects
@@ -77,17 +77,17 @@ def _curve(points: list[list[Point]]) -> dict:
 
 def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, dict, dict | None, dict]:
     """Per variant: run-level scores (each run's mean over the compared items at the compared evaluation), their
-    mean, seed sd and a two-level bootstrap CI. Also returns the scores, (seeds, items) matrices and each run's
-    logged standard error for the tests."""
+    mean, seed sd and its interval under the tests' noise model (stats.mean_interval). Also returns the scores,
+    (seeds, items) matrices and each run's logged standard error for the tests."""
     final, scores, items, stderrs = {}, {}, ({} if m.ids else None), {}
     for variant, runs in runs_by_variant.items():
         runs = sorted(runs, key=lambda r: r.seed)
         scores[variant] = {r.seed: m.score(r.label) for r in runs}
         stderrs[variant] = {r.seed: m.points[r.label].stderr for r in runs}
-        ci = None
         if items is not None:
             items[variant] = np.array([[m.values[r.label][i] for i in m.ids] for r in runs])
-            ci = stats.bootstrap_mean(items[variant], opts.bootstrap, opts.seed)
+        matrix = items[variant] if items is not None else None
+        ci = stats.mean_interval(scores[variant], matrix, stderrs[variant], 1 - opts.alpha)
         values = [scores[variant][r.seed] for r in runs]
         final[variant] = {
             "mean": float(np.mean(values)),
@@ -443,7 +443,7 @@ def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
     runs, skipped = load_runs(runs_dir)
     experiment = runs[0].config.get("experiment") or Path(runs_dir).name
     try:
-        study = sequential.read_study(runs_dir)  # an adaptive study (ablate run --until-decided): its rule, rounds
+        study = study_section.read_study(runs_dir)  # an adaptive study (ablate run --until-decided): its rule, rounds
     except ValueError as exc:
         raise ReportError(str(exc)) from None
     report = analyze_runs(runs, task_infos(runs), opts, experiment, str(runs_dir), skipped, study)
@@ -504,7 +504,7 @@ def analyze_runs(
     headline = words.headline(name, target, decisions, recommendation, overview, opts, tokenizer_note["text"])
     adaptive = None
     if study is not None:  # recomputed from the runs, under the report's own like-with-like rule
-        adaptive = sequential.study_section(runs, runs_dir, study, opts.max_token_gap)
+        adaptive = study_section.study_section(runs, runs_dir, study, opts.max_token_gap)
     if adaptive is not None:  # the sequential decisions lead; the fixed-n tests stay, labelled
         inference["valid_under_optional_stopping"] = False
         inference["optional_stopping_note"] = words.OPTIONAL_STOPPING_NOTE

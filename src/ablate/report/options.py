@@ -109,7 +109,9 @@ class Options:
         metavar="X",
     )
     early_fraction: float = option(0.25, "share of training of the 'early' checkpoint for decision accuracy", SHARE)
-    bootstrap: int = option(2000, "bootstrap replicates for CIs", Bounds(int, 100, 1_000_000))
+    bootstrap: int = option(
+        2000, "replicates of the bootstrap intervals (decision accuracy, sweeps)", Bounds(int, 100, 1_000_000)
+    )
     seed: int = 0  # bootstrap RNG seed, no flag: the same runs give the same report
     scale: list[str] = option(
         [],

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ablate.report.grid import multiplier_checks as checks
+from ablate.report.grid import baseline_curve
 from ablate.report.grid import multipliers as mult
 from ablate.report.inputs.compute_points import BudgetSplit, ComputePoint
 from ablate.report.inputs.runs import ReportError, Run, TaskInfo, scale_order, scale_value
@@ -33,8 +34,8 @@ def _resolve_floor(value, base_cells: dict) -> tuple[float | str | None, str]:
         return value, f"E pinned at {value:g} (given)"
     if len(base_cells) >= 2:
         return "shared", "E (the irreducible loss) shared across the rungs, each rung with its own A and alpha"
-    if all(len(cells) >= mult.MIN_FREE_E_POINTS for cells in base_cells.values()):
-        return None, f"E fitted at the one rung (>= {mult.MIN_FREE_E_POINTS} compute points)"
+    if all(len(cells) >= baseline_curve.MIN_FREE_E_POINTS for cells in base_cells.values()):
+        return None, f"E fitted at the one rung (>= {baseline_curve.MIN_FREE_E_POINTS} compute points)"
     return None, "one rung with < 4 compute points: E cannot be fitted; pin it with --multiplier-floor VALUE"
 
 
@@ -47,11 +48,11 @@ def _floor_words(words: str, shared_e, carried: bool, base_cells: dict) -> str:
     said = f"{words}: E = {shared_e:.4g}"
     if carried:
         said += " (fitted with every rung's points; its uncertainty is in each interval)"
-    elif shared_e <= mult.EDGE_SHARE * lowest:
+    elif shared_e <= baseline_curve.EDGE_SHARE * lowest:
         said += (
-            " (the edge of its search: losses this far above any floor do not pin E, and each curve is close to a "
-            "pure power law; M is read between the baseline's points, where E matters least: each row's "
-            "sensitivity to E says how much)"
+            " (the edge of its search: the points do not pin E, or they bend in a way E + A C^-alpha cannot "
+            "follow; a curvature warning: each rung's M is read from a local quadratic through its points, "
+            "without E)"
         )
     return said
 
@@ -177,8 +178,10 @@ def multipliers_section(
     arm_label = {p.arm: label_of.get(p.arm, p.arm) for p in split.points}  # its main-budget folder -> the method
     counted = [p for p in split.points if p.counts]
     items, items_note = _item_losses(counted, {r.label: r for r in split.main + split.extra}, val_task)
-    points = [mult.Point(arm_label[p.arm], p.rung, p.seed, p.flops, p.loss, items=items.get(p.run)) for p in counted]
-    base_cells = {rung: cs for (arm, rung), cs in mult.group_cells(points).items() if arm == opts.baseline}
+    points = [
+        baseline_curve.Point(arm_label[p.arm], p.rung, p.seed, p.flops, p.loss, items=items.get(p.run)) for p in counted
+    ]
+    base_cells = {rung: cs for (arm, rung), cs in baseline_curve.group_cells(points).items() if arm == opts.baseline}
     floor, floor_words = _resolve_floor(floor_option, base_cells)
     found = mult.multipliers(points, opts.baseline, level=mult.LEVEL, floor=floor)
     main_flops = {}

@@ -11,16 +11,8 @@ from collections.abc import Hashable, Iterable
 
 import numpy as np
 
-from ablate.report.grid.multipliers import (
-    LEVEL,
-    MIN_BOOT_SEEDS,
-    Cell,
-    Point,
-    extrapolation_note,
-    fit_curve,
-    group_cells,
-    t_quantile,
-)
+from ablate.report.grid.baseline_curve import Cell, Point, check_form, fit_curve, group_cells, reader_for
+from ablate.report.grid.multipliers import LEVEL, MIN_BOOT_SEEDS, extrapolation_note, t_quantile
 
 
 def _nearest(cells: list[Cell], flops: float | None) -> Cell:
@@ -61,7 +53,8 @@ def bootstrap_interval(
     flops: float | None = None,
 ) -> dict:
     """Percentile interval of the data multiplier at one rung (the variant's cell nearest `flops`, default its
-    largest), resampling whole seeds: a drawn seed brings all its points, baseline's and variant's. None below
+    largest), resampling whole seeds: a drawn seed brings all its points, baseline's and variant's; each resample
+    reads M as the row does (reader_for: the power law, or the local quadratic where its fit fails). None below
     MIN_BOOT_SEEDS seeds."""
     points = [p for p in points if p.rung == rung and p.arm in (variant, baseline)]
     seeds = sorted({p.seed for p in points}, key=str)
@@ -86,7 +79,8 @@ def bootstrap_interval(
         cells = group_cells(drawn)
         if (baseline, rung) not in cells or (variant, rung) not in cells:
             continue
-        curve = fit_curve(cells[(baseline, rung)], floor=floor)
+        # what the row reads M from: the power law, or the local quadratic where the resample's fit fails
+        curve = reader_for(check_form(fit_curve(cells[(baseline, rung)], floor=floor), shared=floor is None))
         cell = _nearest(cells[(variant, rung)], flops)
         if not isinstance(curve, str) and extrapolation_note(curve, cell) is None:
             found.append(curve.log_compute_for(cell.mean) - math.log(cell.flops))

@@ -16,11 +16,19 @@ and reached mean loss L_v is worth M = C_base(L_v) / C_v: the baseline would nee
 Identifiability. With fewer than 4 baseline compute points E is not identifiable (3 points and 3 parameters fit
 exactly, any E): E must be pinned (a given value, or "shared": one E profiled across the rungs' pinned fits, its
 estimation error then carried into every interval by the joint linearization, carry_shared_e). The
-multiplier is then recomputed at the ends of a stated E range (default E +- 5% of the lowest baseline loss, within
-[0, that loss)) and flagged when it moves more than its interval's half-width. A variant whose mean loss lies
-outside the range of the baseline's point losses gets no number (`extrapolated: true`): only a bound, M > C_max / C_v
-(or M < C_min / C_v), with the span of the budgets. Fewer than 2 seeds in any cell: a number, no interval. One rung:
-no trend.
+multiplier is then recomputed over a stated E range (default 0 to 0.8 of the lowest baseline loss: any floor a
+reader would believe, not a neighbourhood of the fitted one) and flagged when it moves more than its interval's
+half-width. A variant for which the baseline would need more compute than its largest budget (the inverted curve,
+not the points' mean losses: a fitted curve can cross the largest budget above or below that point's mean) gets no
+number (`extrapolated: true`): only a bound, M > C_max / C_v (or M < C_min / C_v), with the span of the budgets.
+Fewer than 2 seeds in any cell: a number, no interval. One rung: no trend.
+
+Is the curve the right one? Each rung's fit is tested, and where it fails M is read from a local quadratic instead
+(grid/baseline_curve.py: check_form, reader_for; each row says which it was read from, `read_from`, and why).
+
+M at several budgets of one arm and rung: each row's `budget_ratios` gives M at every other budget over its own,
+with the interval of that ratio (log_ratio: one linear function of every cell's mean, seeds the unit as for log M),
+so that a change of M with the budget is read only where that interval excludes 1.
 
 Interval (level 0.9). A delta-method t interval on log M. log M is a smooth function of the cells' mean losses
 (the baseline points' through the fitted parameters, d theta / d ybar = (J'J)^-1 J' at the fit, and the variant's
@@ -53,7 +61,9 @@ them. The report's default for 0.5, 1 and 2x points, one E shared across the run
 if known instead: coverage 0.868 to 0.931, gains up to 0.083). The seed bootstrap at 5 seeds covered in 0.64 to
 0.80 (four runs of 25 ladders, se ~0.09): with 5 seeds a percentile interval is too narrow (no t correction,
 variance shrunk by (n - 1) / n); it is a check, not the interval. With E pinned away
-from its true value, M is biased: that is what the sensitivity check reports.
+from its true value, M is biased: that is what the sensitivity check reports. These figures predate the
+lack-of-fit fallback; since, on the same straight ladders 5-26% of rows read M from the local quadratic, and the
+default's coverage at m = 1.0 and 1.3 ran 0.85-0.91 (100 ladders a cell, docs/reports.md's curvature table).
 """
 
 from __future__ import annotations
@@ -61,161 +71,49 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 from scipy import optimize, stats
 
-from ablate.report.grid.fits import power_law_params
+from ablate.report.grid.baseline_curve import (
+    EDGE_SHARE,
+    Cell,
+    Curve,
+    Point,
+    check_form,
+    fit_curve,
+    group_cells,
+    lof_pool,
+    reader_for,
+)
 from ablate.report.inference.stats import paired_noise
 
 LEVEL = 0.9
-MIN_FREE_E_POINTS = 4  # fewer: E + A C^-alpha passes through every point for any E
 MIN_BOOT_SEEDS = 5  # n seeds have C(2n-1, n) distinct resamples: 10 at 3, 35 at 4, 126 at 5
-FLOOR_SPREAD = 0.05  # the default E range for the sensitivity check: E +- 5% of the baseline's lowest loss
-EDGE_SHARE = 1e-3  # a shared E below this share of the lowest loss is at its search's edge (0): a bound, not a fit
-
-
-@dataclass(frozen=True)
-class Point:
-    """One run's loss at one compute budget: arm (variant name), rung (a model size label), seed, flops, loss.
-    item_var: the variance of this loss from the finite validation set (shared by every seed; 0 if unknown)."""
-
-    arm: str
-    rung: Hashable
-    seed: Hashable
-    flops: float
-    loss: float
-    item_var: float = 0.0
-    items: np.ndarray | None = field(default=None, compare=False)  # per-item validation losses, one id order
-
-
-@dataclass
-class Cell:
-    """One compute point of one arm at one rung: its seeds' losses (seed -> loss)."""
-
-    flops: float
-    losses: dict
-    item_var: float = 0.0
-    items: dict | None = None  # seed -> per-item losses (every point of the cell has them, all of one length)
-
-    @property
-    def n(self) -> int:
-        return len(self.losses)
-
-    @cached_property  # read many times per fit; a cell's losses are not changed after it is built
-    def mean(self) -> float:
-        return float(np.mean(list(self.losses.values())))
-
-    @property
-    def var(self) -> float:
-        return float(np.var(list(self.losses.values()), ddof=1)) if self.n >= 2 else math.nan
-
-
-def group_cells(points: Iterable[Point]) -> dict[tuple[str, Hashable], list[Cell]]:
-    """(arm, rung) -> its compute points, by increasing flops. Runs whose flops agree to 3 significant figures are
-    one compute point (measured flops differ a little between seeds); its flops are their mean."""
-    groups: dict = defaultdict(lambda: defaultdict(list))
-    for p in points:
-        groups[(p.arm, p.rung)][float(f"{p.flops:.3g}")].append(p)
-    return {
-        key: [
-            Cell(
-                flops=float(np.mean([p.flops for p in ps])),
-                losses={p.seed: p.loss for p in ps},
-                item_var=float(np.mean([p.item_var for p in ps])),
-                items={p.seed: p.items for p in ps} if all(p.items is not None for p in ps) else None,
-            )
-            for _, ps in sorted(by_flops.items())
-        ]
-        for key, by_flops in groups.items()
-    }
-
-
-@dataclass
-class Curve:
-    """The baseline's fitted L(C) = E + a (C / c0)^-alpha at one rung (c0: the points' geometric mean compute, so
-    log A and alpha are not collinear), with d theta / d ybar: how (E, log a, alpha) move with each point's mean."""
-
-    E: float
-    log_a: float
-    alpha: float
-    c0: float
-    pinned: bool
-    dtheta: np.ndarray  # (3, inputs); E's row is 0 when pinned
-    cells: list
-    basis: list | None = None  # the points dtheta responds to, where not only this rung's (a shared E: every rung's)
-
-    @property
-    def inputs(self) -> list:
-        return self.basis if self.basis is not None else self.cells
-
-    @property
-    def A(self) -> float:
-        return math.exp(self.log_a + self.alpha * math.log(self.c0))
-
-    def loss_at(self, flops):
-        return self.E + np.exp(self.log_a - self.alpha * np.log(np.asarray(flops, float) / self.c0))
-
-    def log_compute_for(self, loss: float) -> float:
-        """log C_base(loss); +inf at or below E."""
-        if loss <= self.E:
-            return math.inf
-        return math.log(self.c0) + (self.log_a - math.log(loss - self.E)) / self.alpha
-
-    def gradients(self, loss: float) -> tuple[np.ndarray, float]:
-        """d log C_base(loss) / d (the means of the baseline points in `inputs`), and / d loss."""
-        gap = loss - self.E
-        by_theta = np.array([1 / (self.alpha * gap), 1 / self.alpha, -(self.log_a - math.log(gap)) / self.alpha**2])
-        return by_theta @ self.dtheta, -1 / (self.alpha * gap)
-
-    def loss_range(self) -> tuple[float, float]:
-        means = [c.mean for c in self.cells]
-        return min(means), max(means)
-
-
-def fit_curve(cells: list[Cell], floor: float | None = None) -> Curve | str:
-    """The baseline's curve through its compute points' mean losses, or the reason there is none. E is fitted with
-    >= 4 points unless `floor` pins it; with 3 it must be pinned."""
-    flops = np.array([c.flops for c in cells])
-    means = np.array([c.mean for c in cells])
-    if len(cells) < 3:
-        return f"the baseline has {len(cells)} compute point(s) here: its curve needs >= 3"
-    if floor is None and len(cells) < MIN_FREE_E_POINTS:
-        return f"{len(cells)} baseline compute points cannot identify E (3 parameters pass through 3 points): pin E"
-    c0 = float(np.exp(np.log(flops).mean()))
-    params = power_law_params(flops / c0, means, floor=floor)
-    if params is None:
-        if floor is not None and floor >= means.min():
-            return f"the pinned E = {floor:.4g} is not below the baseline's losses"
-        return "the baseline's loss does not fall with compute"
-    e, log_a, alpha = (float(v) for v in params)
-    u = np.log(flops / c0)
-    core = np.exp(log_a - alpha * u)
-    jac = np.column_stack([np.ones_like(u), core, -u * core])
-    free = [1, 2] if floor is not None else [0, 1, 2]
-    dtheta = np.zeros((3, len(cells)))
-    dtheta[free] = np.linalg.pinv(jac[:, free])  # (J'J)^-1 J': the fit's linear response to the point means
-    return Curve(e, log_a, alpha, c0, floor is not None, dtheta, list(cells))
+E_RANGE = (0.0, 0.8)  # the sensitivity check's default E range, as shares of the baseline's lowest loss
 
 
 def t_quantile(level: float, df: float) -> float:
     return float(stats.t.ppf((1 + level) / 2, df))
 
 
-def log_multiplier(curve: Curve, variant: Cell) -> dict:
-    """log M at one variant cell against one baseline curve, with its delta-method variance and df (see module
-    docstring); `var` None where a cell has < 2 seeds."""
+def _linearized(curve, variant: Cell) -> tuple[float, list[Cell], list[float]]:
+    """log M and its linearization: the cells it reads (the baseline's inputs, then the variant's) and d log M /
+    d (each cell's mean)."""
     loss = variant.mean
     by_points, by_loss = curve.gradients(loss)
-    cells, weights = [*curve.inputs, variant], [*by_points, by_loss]
-    out = {"log_m": curve.log_compute_for(loss) - math.log(variant.flops), "var": None, "df": None, "paired": False}
+    return curve.log_compute_for(loss) - math.log(variant.flops), [*curve.inputs, variant], [*by_points, by_loss]
+
+
+def linear_variance(cells: list[Cell], weights: list[float]) -> dict:
+    """The variance of sum_j w_j ybar_j over seeds (see module docstring), its df, whether seeds were paired, and
+    the persistent item term where per-item losses exist; `var` None where a cell has < 2 seeds."""
+    out = {"var": None, "df": None, "paired": False}
     if min(c.n for c in cells) < 2:
         return out
     item = sum(w * w * c.item_var for w, c in zip(weights, cells))
     if len({frozenset(c.losses) for c in cells}) == 1:  # every cell holds the same seeds: the seed is the unit
-        seeds = list(variant.losses)
+        seeds = list(cells[-1].losses)
         z = np.array([sum(w * c.losses[s] for w, c in zip(weights, cells)) for s in seeds])
         out.update(var=float(np.var(z, ddof=1)) / len(z) + item, df=len(z) - 1, paired=True)
         if all(c.items is not None for c in cells) and len({c.items[s].size for c in cells for s in seeds}) == 1:
@@ -230,21 +128,51 @@ def log_multiplier(curve: Curve, variant: Cell) -> dict:
     return out
 
 
-def extrapolation_note(curve: Curve, variant: Cell) -> str | None:
-    low, high = curve.loss_range()
+def log_multiplier(curve, variant: Cell) -> dict:
+    """log M at one variant cell against one baseline curve (a Curve or an Interpolation), with its delta-method
+    variance and df (see module docstring); `var` None where a cell has < 2 seeds."""
+    log_m, cells, weights = _linearized(curve, variant)
+    return {"log_m": log_m, **linear_variance(cells, weights)}
+
+
+def log_ratio(curve, variant: Cell, other: Cell) -> dict:
+    """log (M at `other` / M at `variant`), two cells of one arm at one rung read from one curve: one linear
+    function of every cell's mean, so its variance comes the same way as log M's (seeds the unit where every cell
+    holds the same seeds)."""
+    found: dict[int, list] = {}
+    terms = []
+    for sign, cell in ((-1.0, variant), (1.0, other)):
+        log_m, cells, weights = _linearized(curve, cell)
+        terms.append(sign * log_m)
+        for c, w in zip(cells, weights):
+            found.setdefault(id(c), [c, 0.0])[1] += sign * w
+    cells, weights = [c for c, _ in found.values()], [w for _, w in found.values()]
+    return {"log_m": sum(terms), **linear_variance(cells, weights)}
+
+
+def extrapolation_note(curve, variant: Cell) -> str | None:
+    """Why the variant's loss gets a bound and no number, judged on the compute the baseline needs for it (the
+    inverted curve), not on the points' mean losses: a fitted curve can cross the largest budget above or below
+    that point's mean. None where that compute lies within the baseline's budgets."""
     budgets = [c.flops for c in curve.cells]
     span = max(budgets) / min(budgets)
-    if variant.mean < low:
+    needed = curve.log_compute_for(variant.mean)
+    if math.isnan(needed):
+        return (
+            "no number: the baseline's points do not fall steadily with compute near the variant's loss (the local "
+            "quadratic turns between them)"
+        )
+    if needed > math.log(max(budgets)):
         bound = max(budgets) / variant.flops
         return (
-            f"beyond {bound:.2g}x: the variant's loss is below the baseline's at its largest budget (the baseline's "
+            f"beyond {bound:.2g}x: the baseline would need more than its largest budget for the variant's loss (its "
             f"budgets span {span:.2g}x); a number needs a larger baseline budget"
         )
-    if variant.mean > high:
+    if needed < math.log(min(budgets)):
         bound = min(budgets) / variant.flops
         return (
-            f"below {bound:.2g}x: the variant's loss is above the baseline's at its smallest budget (the baseline's "
-            f"budgets span {span:.2g}x); a number needs a smaller baseline budget"
+            f"below {bound:.2g}x: the baseline reaches the variant's loss before its smallest budget (its budgets "
+            f"span {span:.2g}x); a number needs a smaller baseline budget"
         )
     return None
 
@@ -256,20 +184,29 @@ def _interval(est: dict, level: float) -> list[float] | None:
     return [math.exp(est["log_m"] - half), math.exp(est["log_m"] + half)]
 
 
-def _sensitivity(base: list[Cell], variant: Cell, est: dict, floor: float, floor_range, level: float) -> dict:
-    """M at the ends of the E range; flagged when either moves log M more than the interval's half-width."""
+def _sensitivity(base: list[Cell], variant: Cell, est: dict, floor_range, level: float) -> dict:
+    """M with E pinned across a range a reader would believe (default 0 to 0.8 of the baseline's lowest loss; its
+    ends and middle): M at the ends, its least and largest value, flagged where any moves log M more than the
+    interval's half-width or gives no number there."""
     if floor_range is None:  # in units of the losses, not of E: an E found at 0 still gets a range
         lowest = min(c.mean for c in base)
-        floor_range = (max(floor - FLOOR_SPREAD * lowest, 0.0), min(floor + FLOOR_SPREAD * lowest, 0.999 * lowest))
+        floor_range = (E_RANGE[0] * lowest, E_RANGE[1] * lowest)
     low, high = floor_range
-    at = {}
-    for e in (low, high):
-        curve = fit_curve(base, floor=e)
-        at[e] = None if isinstance(curve, str) else math.exp(curve.log_compute_for(variant.mean)) / variant.flops
+    at = []
+    for e in np.linspace(low, high, 3):
+        curve = fit_curve(base, floor=float(e))
+        m = None if isinstance(curve, str) else math.exp(curve.log_compute_for(variant.mean)) / variant.flops
+        at.append(m if m is not None and 0 < m < math.inf else None)
     half = None if est["var"] is None else t_quantile(level, est["df"]) * math.sqrt(est["var"])
-    moves = [abs(math.log(m) - est["log_m"]) for m in at.values() if m is not None and 0 < m < math.inf]
-    flagged = any(m is None for m in at.values()) or (half is not None and any(mv > half for mv in moves))
-    return {"E_range": [low, high], "multipliers": [at[low], at[high]], "flagged": bool(flagged)}
+    moves = [abs(math.log(m) - est["log_m"]) for m in at if m is not None]
+    flagged = None in at or (half is not None and any(mv > half for mv in moves))
+    found = [m for m in at if m is not None]
+    return {
+        "E_range": [low, high],
+        "multipliers": [at[0], at[-1]],
+        "spread": [min(found), max(found)] if found else None,
+        "flagged": bool(flagged),
+    }
 
 
 def shared_floor(curves_cells: dict[Hashable, list[Cell]], grid: int = 40) -> float | None:
@@ -345,21 +282,28 @@ def _row(variant: str, baseline: str, rung, cell: Cell, kind: str, level: float)
         "E_pinned": None,
         "sensitivity": None,
         "item_var": None,
+        "read_from": None,
+        "lack_of_fit": None,
+        "budget_ratios": [],
         "note": "",
     }
 
 
-def _fill(row: dict, curve: Curve | str, cell: Cell, level: float, floor, floor_range, shared: bool = False) -> None:
-    """The row's multiplier, interval and notes against one curve (or the reason there is none)."""
+def _fill(row: dict, curve, reader, cell: Cell, level: float, floor_range, shared: bool = False) -> None:
+    """The row's multiplier, interval and notes against one rung's fit `curve` and what M is read from there,
+    `reader` (the curve itself, or the local quadratic where the fit fails), or the reason there is none."""
     notes = []
     if isinstance(curve, str):
         row["note"] = curve
         return
-    row.update(E=curve.E, E_pinned=curve.pinned)
-    if (why := extrapolation_note(curve, cell)) is not None:
-        row.update(extrapolated=True, note=why)
+    row.update(E=curve.E, E_pinned=curve.pinned, lack_of_fit=curve.lack_of_fit)
+    row["read_from"] = "power law" if reader is curve else "local quadratic"
+    if reader is not curve:
+        notes.append(f"{reader.why}: M read from a quadratic in log compute through 3 of its points, without E")
+    if (why := extrapolation_note(reader, cell)) is not None:
+        row.update(extrapolated=not why.startswith("no number"), note="; ".join([why, *notes]))
         return
-    est = log_multiplier(curve, cell)
+    est = log_multiplier(reader, cell)
     row.update(multiplier=math.exp(est["log_m"]), log_multiplier=est["log_m"], df=est["df"])
     row["item_var"] = est.get("item_var")  # the persistent item term of Var(log M), None without per-item files
     row["interval"] = _interval(est, level)
@@ -367,24 +311,54 @@ def _fill(row: dict, curve: Curve | str, cell: Cell, level: float, floor, floor_
         notes.append("fewer than 2 seeds in a cell: no interval")
     else:
         row["log_se"] = math.sqrt(est["var"])
-    if curve.pinned:
-        row["sensitivity"] = _sensitivity(curve.cells, cell, est, curve.E, floor_range, level)
+    if curve.pinned and reader is curve:
+        row["sensitivity"] = _sensitivity(curve.cells, cell, est, floor_range, level)
         if not shared:  # a shared E is said once, for every row
             notes.append(f"E pinned at {curve.E:.4g}")
         if row["sensitivity"]["flagged"]:
             low, high = row["sensitivity"]["E_range"]
-            notes.append(f"sensitive to E: over E in [{low:.4g}, {high:.4g}] M moves more than its interval")
+            spread = row["sensitivity"]["spread"]
+            moved = f"M runs {spread[0]:.3g}x to {spread[1]:.3g}x" if spread else "M is lost"
+            notes.append(f"sensitive to E: over E in [{low:.4g}, {high:.4g}] {moved}, more than its interval")
     row["note"] = "; ".join(notes)
 
 
-def _frontier(curves: dict, cell: Cell) -> Curve | str:
-    """The rung whose baseline reaches the variant's loss on the least compute (among those bracketing it)."""
-    fitted = {r: c for r, c in curves.items() if not isinstance(c, str)}
-    if len(curves) < 3:
-        return f"{len(curves)} rung(s): a frontier multiplier needs the baseline at >= 3"
-    inside = [c for c in fitted.values() if c.loss_range()[0] <= cell.mean <= c.loss_range()[1]]
+def budget_ratios(rows: list[dict], cells: dict, readers: dict, level: float) -> None:
+    """Each data row with an interval gets `budget_ratios`: M at each other budget of its arm and rung over its own,
+    the ratio's interval (one linear function of every cell's mean, seeds the unit: log_ratio) and whether it
+    excludes 1. Nothing reads a change of M with the budget from the figures alone."""
+    by_key: dict = defaultdict(list)
+    for r in rows:
+        if r["kind"] == "data" and r["log_se"] is not None:
+            by_key[(r["variant"], r["rung"])].append(r)
+    for (variant, rung), mine in by_key.items():
+        by_flops = {c.flops: c for c in cells[(variant, rung)]}
+        for row in mine:
+            row["budget_ratios"] = []
+            for other in mine:
+                if other is row:
+                    continue
+                est = log_ratio(readers[rung], by_flops[row["flops"]], by_flops[other["flops"]])
+                ci = _interval(est, level)
+                row["budget_ratios"].append(
+                    {
+                        "flops": other["flops"],
+                        "ratio": math.exp(est["log_m"]),
+                        "interval": ci,
+                        "established": bool(ci is not None and (ci[0] > 1 or ci[1] < 1)),
+                    }
+                )
+
+
+def _frontier(readers: dict, cell: Cell):
+    """The rung whose baseline reaches the variant's loss on the least compute (among those whose budgets hold
+    it)."""
+    fitted = {r: c for r, c in readers.items() if not isinstance(c, str)}
+    if len(readers) < 3:
+        return f"{len(readers)} rung(s): a frontier multiplier needs the baseline at >= 3"
+    inside = [c for c in fitted.values() if extrapolation_note(c, cell) is None]
     if not inside:
-        return "no rung's baseline points bracket the variant's loss: the envelope would be extrapolated"
+        return "no rung's baseline budgets hold the variant's loss: the envelope would be extrapolated"
     return min(inside, key=lambda c: c.log_compute_for(cell.mean))
 
 
@@ -410,30 +384,37 @@ def multipliers(
     pinned = shared_floor(base) if floor == "shared" and base else floor
     curves = {rung: fit_curve(cs, floor=pinned) for rung, cs in base.items()}
     carried = floor == "shared" and carry_shared_e(curves)
+    pool = lof_pool(curves)
+    curves = {rung: check_form(c, floor == "shared" or floor is None, pool) for rung, c in curves.items()}
+    readers = {rung: reader_for(c) for rung, c in curves.items()}
     rows = []
     for (arm, rung), arm_cells in sorted(cells.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         if arm == baseline:
             continue
         for cell in arm_cells:
-            against = {"data": curves.get(rung, f"no baseline points at rung {rung!r}")}
+            missing = f"no baseline points at rung {rung!r}"
+            against = {"data": (curves.get(rung, missing), readers.get(rung, missing))}
             if "frontier" in kinds and len(curves) >= 3:
-                against["frontier"] = _frontier(curves, cell)
-            for kind, curve in against.items():
+                reader = _frontier(readers, cell)
+                fit = reader if isinstance(reader, str) else next(curves[r] for r in readers if readers[r] is reader)
+                against["frontier"] = (fit, reader)
+            for kind, (curve, reader) in against.items():
                 if kind not in kinds:
                     continue
                 row = _row(arm, baseline, rung, cell, kind, level)
-                _fill(row, curve, cell, level, pinned, floor_range, shared=floor == "shared")
-                if kind == "frontier" and not isinstance(curve, str):  # the rung whose baseline attains the envelope
-                    row["frontier_rung"] = next(r for r, c in curves.items() if c is curve)
+                _fill(row, curve, reader, cell, level, floor_range, shared=floor == "shared")
+                if kind == "frontier" and not isinstance(reader, str):  # the rung whose baseline attains the envelope
+                    row["frontier_rung"] = next(r for r, c in readers.items() if c is reader)
                 speeds = (throughput or {}).get((arm, rung)), (throughput or {}).get((baseline, rung))
                 if row["multiplier"] is not None and None not in speeds:
                     row["wall_clock_multiplier"] = row["multiplier"] * speeds[0] / speeds[1]
                     row["wall_clock_note"] = "this machine's: M times the variant's measured FLOP/s over the baseline's"
                 rows.append(row)
+    budget_ratios(rows, cells, readers, level)
     variants = sorted({r["variant"] for r in rows})
     trends = {v: trend([r for r in rows if r["variant"] == v and r["kind"] == "data"], level) for v in variants}
     shared = pinned if floor == "shared" else None
-    return {"rows": rows, "trends": trends, "E": shared, "E_carried": carried, "curves": curves}
+    return {"rows": rows, "trends": trends, "E": shared, "E_carried": carried, "curves": curves, "readers": readers}
 
 
 def curve_band(curve: Curve, flops, level: float = LEVEL) -> dict:

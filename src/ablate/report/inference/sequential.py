@@ -8,10 +8,12 @@ group_sequential.py), alpha spent over the looks the rule fixed before round 1 (
 (anytime.py), confidence sequences valid under any extension. A study recorded before designs existed continues
 under "anytime", the design it was recorded with.
 
-Across the K contrasts of a study (pairs x decision metrics): Bonferroni, each contrast at alpha / K, under either
-design. It holds under any dependence between contrasts (they share variants and seeds): with probability >= 1 -
-alpha every interval of every contrast covers its true difference at every round. A wrong decision needs a miss, so
-alpha bounds the chance of any wrong winner or wrong equivalence.
+Across the K contrasts of a study (pairs x decision metrics): under the anytime design Bonferroni, each contrast at
+alpha / K: it holds under any dependence between contrasts (they share variants and seeds): with probability >= 1 -
+alpha every interval of every contrast covers its true difference at every round, and a wrong decision needs a miss.
+Under the group-sequential design Holm's recycling (decide_study): each contrast starts at alpha / K, and once r are
+decided on a side the others are judged at alpha / (K - r), every look at the boundaries of that level (Maurer and
+Bretz 2013); a decided contrast's alpha passes to those still open.
 
 Noise model (stats.seed_test's, the fixed report's): the mean difference's variance is max(s^2, fresh) / n +
 item_var, fresh the items' fresh answer noise in one run-level difference (a floor on s^2: accuracies move in steps,
@@ -21,8 +23,10 @@ uses s^2_eff = max(s^2, fresh) + n item_var on n - 1 degrees of freedom; the ite
 the same at every look. Per-seed differences with no spread and no known item noise give no interval (open).
 
 Decision of a contrast: "equivalent" when its interval lies inside (-margin, +margin) (checked first), else the
-better side when it excludes 0, else, under the group-sequential design, "undecidable" when its futility rule
-closes it (group_sequential.decision_chance below rule.futility), else "open". Only open contrasts get seeds.
+better side when it excludes 0, else, under the group-sequential design, "futile" (closed for futility) when its
+estimated chance of a decision by max_seeds is below rule.futility (group_sequential.decision_chance), else "open".
+Only open contrasts get seeds. Study records written before 2026-11-27 name "futile" "undecidable" (OLD_FUTILE); the
+report recomputes every decision, and the driver's own log reads both.
 """
 
 from __future__ import annotations
@@ -30,16 +34,18 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from ablate.report.inference import group_sequential
-from ablate.report.inference.anytime import MIXTURE_G, running_interval
+from ablate.report.inference.anytime import running_interval
 from ablate.rundir import STUDY
 
 STUDY_FILE = STUDY  # runs/<experiment>/study.json: the rule, its history and the rounds (written by the driver)
 DESIGNS = ("group_sequential", "anytime")
-DEFAULT_SPENDING = "hsd:-2"  # chosen by scripts/simulate_sequential.py --designs (docs/reports.md)
+DEFAULT_SPENDING = "obrien_fleming"  # chosen by scripts/simulate_sequential.py --spendings (docs/reports.md)
 DEFAULT_FUTILITY = 0.1
+FUTILE = "futile"  # a decision: closed for futility (its estimated chance of a decision fell below rule.futility)
+OLD_FUTILE = "undecidable"  # the same decision as study.json files written before 2026-11-27 name it
+CLOSED = (FUTILE, OLD_FUTILE)  # a recorded decision that reads "closed for futility"
 VAL_METRICS = {"val_loss": ("val_loss", "loss"), "val_bpb": ("val_loss", "bpb")}  # names -> (task key, metric)
 _TOKENS = re.compile(r"^(\d+(?:\.\d*)?(?:[eE]\d+)?)([kKMBT]?)$")
 _HOURS = re.compile(r"^(\d+(?:\.\d*)?)h$")
@@ -83,8 +89,8 @@ class DecisionRule:
     most. budget: "" (none), training tokens ("2e8", "500M"), or hours of compute ("3h": wall time x devices).
     design: "group_sequential" (alpha spent over the looks up to max_seeds, fixed now: max_seeds may not be raised
     after results) or "anytime" (valid under any extension). spending: the group-sequential design's alpha
-    spending (group_sequential.SPENDINGS). futility: a contrast whose chance of being decided by max_seeds, if the
-    difference is what it seems, falls below this closes as undecidable (0: never; non-binding: the error
+    spending (group_sequential.SPENDINGS). futility: a contrast whose estimated chance of being decided by max_seeds,
+    if the difference is what it seems, falls below this is closed for futility (0: never; non-binding: the error
     guarantee holds whether or not it is followed)."""
 
     metrics: tuple[str, ...] = ("val_loss",)
@@ -184,7 +190,7 @@ class Contrast:
     a: str
     b: str
     metric: str
-    decision: str  # "a" (a better), "b" (b better), "equivalent", "undecidable" (futile: closed), "open"
+    decision: str  # "a" (a better), "b" (b better), "equivalent", "futile" (closed for futility), "open"
     seeds: int  # paired seeds used
     interval: tuple[float, float] | None
     estimate: float | None  # mean(a - b)
@@ -193,6 +199,9 @@ class Contrast:
     note: str = ""  # why it cannot decide (no floor for a task metric, a metric missing), unpaired runs
     boundary: float | None = None  # group-sequential: the critical |t| its last look was held to (inf: none yet)
     looks: list[int] = field(default_factory=list)  # group-sequential: the paired seeds at each look
+    level: float | None = None  # the alpha it was judged at (Holm's recycling raises alpha / K; None: not judged)
+    chance: float | None = None  # closed for futility: its estimated chance of a decision by max_seeds
+    fixed_power: float | None = None  # closed for futility: the fixed max_seeds-seed t-test's power at `level`
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -231,41 +240,86 @@ def decide_prefixes(
     per-seed differences of the first n seeds, floor_var, item_var), ...] for n = 2, 3, ...; alpha: this contrast's
     own level. rule: its design (None: anytime); looks: the group-sequential design's looks, the paired seeds after
     each round (prefixes of other lengths are not looks)."""
+    return decide_contrast(prefixes, alpha, margin, lower_is_better, rule, looks)[:4]
+
+
+def decide_contrast(prefixes, alpha, margin, lower_is_better, rule=None, looks=None) -> tuple:
+    """decide_prefixes' four values and a fifth: for a contrast closed for futility, (its estimated chance of a
+    decision by max_seeds, the difference seen in seed-level sds for fixed_power); else None."""
     if rule is None or rule.design == "anytime":
         interval, decided_at = None, None
         for k in range(len(prefixes)):
             interval = running_interval(prefixes[: k + 1], alpha)
             if decided_at is None and decide(interval, margin, lower_is_better) != "open":
                 decided_at = len(prefixes[k][0])
-        return decide(interval, margin, lower_is_better), interval, decided_at, None
+        return decide(interval, margin, lower_is_better), interval, decided_at, None, None
     return _decide_looks(prefixes, looks or [], alpha, margin, lower_is_better, rule)
 
 
 def _decide_looks(prefixes, looks, alpha, margin, lower_is_better, rule: DecisionRule):
     """The group-sequential decision: at each look, the repeated interval at that look's boundary, intersected with
-    the earlier ones; open and futile (group_sequential.decision_chance below rule.futility): undecidable, until a
-    later look decides it. The boundaries are those of the looks taken, then one a seed up to max_seeds (a look's
-    boundary depends only on the looks up to it)."""
+    the earlier ones; open and futile (group_sequential.decision_chance below rule.futility): closed for futility,
+    until a later look decides it. The boundaries are those of the looks taken, then one a seed up to max_seeds (a
+    look's boundary depends only on the looks up to it). Returns decide_prefixes' four values and, for a contrast
+    closed for futility, (its estimated chance of a decision, the difference seen in seed-level sds as the fixed
+    max_seeds-seed t-test sees it: fixed_power's effect) at the look that closed it (else None)."""
     gs, most = group_sequential, rule.max_seeds
     by_n = {len(p[0]): (*p, 0.0, 0.0)[:3] for p in prefixes}
     taken = sorted({n for n in looks if n in by_n and n <= most})
     if not taken:
-        return "open", None, None, None
-    noise = [_seed_noise(*by_n[n]) for n in taken]  # (mean, per-seed variance, item variance) at each look
-    bounds = gs.boundaries([*taken, *range(taken[-1] + 1, most + 1)], most, alpha, rule.spending)
-    interval, decided_at, futile = None, None, False
+        return "open", None, None, None, None
+    noise = [_seed_noise(*by_n[n])[1:] for n in taken]  # each look's (per-seed, item) variance: its boundary
+    bounds = gs.boundaries([*taken, *range(taken[-1] + 1, most + 1)], most, alpha, rule.spending, noise=noise)
+    interval, decided_at, futile = None, None, None
     for k, n in enumerate(taken):
         now = gs.repeated_interval(by_n[n][0], bounds[k], *by_n[n][1:])
         if now is not None:
             both = now if interval is None else (max(interval[0], now[0]), min(interval[1], now[1]))
             interval = both if both[0] <= both[1] else now
-        mean, seed_var, item_var = noise[k]
         if decide(interval, margin, lower_is_better) != "open":
             decided_at = decided_at or n
-        elif rule.futility and n < most and seed_var > 0 and not futile:
-            futile = gs.decision_chance(mean, seed_var, item_var, n, most, bounds[-1], margin) < rule.futility
+        elif rule.futility and n < most and futile is None:
+            mean, seed_var, item_var = _seed_noise(*by_n[n])
+            if seed_var > 0:
+                chance = gs.decision_chance(mean, seed_var, item_var, n, most, bounds[-1], margin, by_n[n][1])
+                effect = abs(mean) / math.sqrt(seed_var + most * item_var)  # the fixed test's, in seed-level sds
+                futile = (chance, effect) if chance < rule.futility else None
     decision = decide(interval, margin, lower_is_better)
-    return ("undecidable" if decision == "open" and futile else decision), interval, decided_at, bounds[len(taken) - 1]
+    closed = decision == "open" and futile is not None
+    return (FUTILE if closed else decision), interval, decided_at, bounds[len(taken) - 1], futile if closed else None
+
+
+def fixed_power(effect: float, max_seeds: int, alpha: float) -> float:
+    """The fixed max_seeds-seed t-test's power at level alpha for a difference of `effect` seed-level sds (|mean| /
+    sqrt(s^2 + max_seeds tau^2), its t's noncentrality over sqrt(max_seeds)): what a design without looks had."""
+    from ablate.report.inference.stats import t_power
+
+    return t_power(max_seeds, effect, alpha, paired=True)
+
+
+def decide_study(contrasts: int, alpha: float, decide_at, recycle: bool = True) -> tuple[list, list[float]]:
+    """Holm's recycling (graphical, Maurer and Bretz 2013) over a study's K contrasts: each is first judged at
+    alpha / K; once r of them are decided on a side (their "no difference" rejected), the others are judged again at
+    alpha / (K - r), all their looks at the boundaries of that level (with the same spending the group-sequential
+    boundaries at the new level apply to every look taken), until nothing changes. Decisions at a level stay
+    decided at the larger ones (their intervals only narrow), so this is deterministic from the recorded data.
+    "equivalent" does not recycle: a contrast of no difference may be rightly decided equivalent, and its
+    no-difference hypothesis is then still true; Holm passes on only the alpha of hypotheses rejected.
+    decide_at(i, level) -> contrast i's decision tuple (decision first) at that level. recycle=False: Bonferroni
+    (every contrast at alpha / K). Returns the decisions and the level each was judged at."""
+    level = alpha / max(1, contrasts)
+    results, levels, settled = [None] * contrasts, [level] * contrasts, set()
+    while True:
+        for i in range(contrasts):
+            if i not in settled:
+                results[i], levels[i] = decide_at(i, level), level
+                if results[i][0] not in ("open", FUTILE):
+                    settled.add(i)
+        sides = sum(results[i][0] in ("a", "b") for i in settled)
+        raised = alpha / max(1, contrasts - sides)
+        if not recycle or raised <= level * (1 + 1e-12):
+            return results, levels
+        level = raised
 
 
 def _seed_noise(diffs, floor_var, item_var) -> tuple[float, float, float]:
@@ -292,15 +346,16 @@ def study_contrasts(
     trained: dict[str, dict[int, tuple[int, int]]] | None = None,
     max_token_gap: float | None = None,
 ) -> list[Contrast]:
-    """Every pair of `variants` (default: every variant folder) x every decision metric of the rule, decided from
-    the run folders under runs_dir through the fixed report's own reading: runs.load_runs, match.match's final value
-    of each run, stats.seed_test's seed pairing and noise model (at every prefix of the paired seeds). Only
-    finished runs are paired; others are counted in each contrast's note. Bonferroni over the K contrasts: each
-    sequence at rule.alpha / K. runs: runs already loaded from runs_dir (the report passes its own). trained: when
-    the study trained each seed (trained_order of study.json); each pair's prefixes follow it, never the seed
-    numbers (a file's seeds 5, 6, 7 then seed 0: 0 is the fourth). Like with like as in the fixed report: a pair
-    whose compared points fail match.token_gap (max_token_gap, default --max-token-gap's) is not decided; a variant
-    with a failed or diverged seed is never decided better, nor equivalent (its survivors are a selected sample)."""
+    """Every pair of `variants` (default: every variant folder) x every decision metric of the rule, decided from the
+    run folders under runs_dir through the fixed report's own reading: runs.load_runs, match.match's final value of each
+    run, stats.seed_test's seed pairing and noise model (at every prefix of the paired seeds). Only finished runs
+    are paired; others are counted in each contrast's note. Over the K contrasts: Holm's recycling under the
+    group-sequential design, Bonferroni (rule.alpha / K each) under the anytime one (decide_study). runs: runs
+    already loaded from runs_dir (the report passes its own). trained: when the study trained each seed
+    (trained_order of study.json); each pair's prefixes follow it, never the seed numbers (a file's seeds 5, 6, 7
+    then seed 0: 0 is the fourth). Like with like as in the fixed report: a pair whose compared points fail
+    match.token_gap (max_token_gap, default --max-token-gap's) is not decided; a variant with a failed or diverged
+    seed is never decided better, nor equivalent (its survivors are a selected sample)."""
     from ablate.report.inference import families
     from ablate.report.inputs import match, tokenizers
     from ablate.report.inputs.runs import direction, load_runs, task_infos
@@ -310,7 +365,6 @@ def study_contrasts(
         runs, _ = load_runs(runs_dir)
     names = list(variants) if variants is not None else sorted({r.variant for r in runs}, key=natural_key)
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
-    k = max(1, len(pairs) * len(rule.metrics))
     finished = {v: [r for r in runs if r.variant == v and r.status == "finished"] for v in names}
     unpaired = {v: sorted(r.seed for r in runs if r.variant == v and r.status != "finished") for v in names}
     failed = families.failure_texts(families.failed_seeds({v: [r for r in runs if r.variant == v] for v in names}))
@@ -330,27 +384,41 @@ def study_contrasts(
         scores = None if refused else _scores(finished, tasks.get(task_key), metric)
         for a, b in pairs:
             order = _pair_order(a, b, trained or {})
-            c = _contrast(a, b, shown, scores, rule, k, margin, direction(metric) < 0, task_key, order, gap)
+            c, inputs = _contrast(a, b, shown, scores, rule, margin, direction(metric) < 0, task_key, order, gap)
             c.note = "; ".join(filter(None, [why, f"not decided: {refused}" if refused else c.note]))
-            _never_better_on_survivors(c, failed)
+            never = [f"{v}: {failed[v]} (never decided better or equivalent)" for v in (a, b) if v in failed]
+            c.note = "; ".join(filter(None, [c.note, *never]))
             skipped = [f"{v}: seed{'s' * (len(unpaired[v]) > 1)} {_seeds(unpaired[v])}" for v in (a, b) if unpaired[v]]
             if skipped:
                 c.note = "; ".join(filter(None, [c.note, "unfinished or failed, not paired: " + ", ".join(skipped)]))
-            out.append(c)
-    return out
+            out.append((c, inputs))
+
+    def decide_at(i: int, level: float) -> tuple:
+        c, inputs = out[i]
+        if inputs is None:
+            return "open", None, None, None, None
+        result = decide_contrast(inputs[0], level, *inputs[1:])
+        return _never_better_on_survivors(c, result, failed)
+
+    results, levels = decide_study(len(out), rule.alpha, decide_at, recycle=rule.design != "anytime")
+    for (c, inputs), result, level in zip(out, results, levels):
+        c.decision, c.interval, c.decided_at, c.boundary, futile = result
+        c.level = level if inputs is not None else None
+        if futile:
+            c.chance, c.fixed_power = futile[0], fixed_power(futile[1], rule.max_seeds, level)
+    return [c for c, _ in out]
 
 
-def _never_better_on_survivors(c: Contrast, failed: dict[str, str]) -> None:
+def _never_better_on_survivors(c: Contrast, result: tuple, failed: dict[str, str]) -> tuple:
     """The fixed report's rule (families.winner's `never`) in an adaptive study: a variant with a failed or diverged
     seed is compared on its finished seeds, which survived a selection, so the contrast may find it worse but never
-    better or equivalent (in place: such a decision becomes open, and the note says why)."""
+    better or equivalent (such a decision becomes open: `result`, decide_contrast's, with its decision and
+    decided_at replaced)."""
+    decision = result[0]
     for v in (c.a, c.b):
-        if v not in failed:
-            continue
-        wins = c.decision == "equivalent" or (c.decision in ("a", "b") and getattr(c, c.decision) == v)
-        if wins:
-            c.decision, c.decided_at = "open", None
-        c.note = "; ".join(filter(None, [c.note, f"{v}: {failed[v]} (never decided better or equivalent)"]))
+        if v in failed and (decision == "equivalent" or (decision in ("a", "b") and getattr(c, decision) == v)):
+            return ("open", result[1], None, *result[3:])
+    return result
 
 
 def trained_order(study: dict) -> dict[str, dict[int, tuple[int, int]]]:
@@ -417,14 +485,16 @@ def pair_looks(shared: list[int], order) -> list[int]:
     return [i + 1 for i in range(len(shared)) if i + 1 == len(shared) or rounds[i + 1] != rounds[i]]
 
 
-def _contrast(a, b, metric, scores, rule, k, margin, lower_is_better, task_key, order, max_token_gap) -> Contrast:
+def _contrast(a, b, metric, scores, rule, margin, lower_is_better, task_key, order, max_token_gap) -> tuple:
+    """(the contrast, undecided, and its decision's inputs: decide_contrast's arguments but alpha as (prefixes,
+    margin, lower_is_better, rule, looks); None where it cannot decide, the contrast's note saying why)."""
     from ablate.report.inference import stats
     from ablate.report.inputs import match
 
     contrast = Contrast(a, b, metric, "open", 0, None, None, margin)
     if scores is None or a not in scores or b not in scores:
         contrast.note = f"no {metric} in the finished runs of both variants"
-        return contrast
+        return contrast, None
     (sa, ia, ea, ta), (sb, ib, eb, tb) = scores[a], scores[b]
     shared = sorted(set(sa) & set(sb), key=order)  # the order the study trained them: each prefix a fixed one
     prefixes = []
@@ -441,111 +511,12 @@ def _contrast(a, b, metric, scores, rule, k, margin, lower_is_better, task_key, 
     _, refused = match.token_gap(list(ta.values()) + list(tb.values()), max_token_gap)
     if refused:  # the fixed report's rule, through the same function: not compared, not decided
         contrast.note = f"not decided: {refused}"
-        return contrast
+        return contrast, None
     if task_key != "val_loss" and prefixes and not any(prefixes[-1][1:]):
         contrast.note = "no item-noise floor known (no per-item files or standard errors): a task metric cannot decide"
-        return contrast
+        return contrast, None
     contrast.looks = pair_looks(shared, order) if rule.design != "anytime" else []
-    contrast.decision, contrast.interval, contrast.decided_at, contrast.boundary = decide_prefixes(
-        prefixes, rule.alpha / k, margin, lower_is_better, rule, contrast.looks
-    )
-    return contrast
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the report's `sequential` section
-
-
-def read_study(runs_dir) -> dict | None:
-    """runs_dir/study.json as the driver wrote it, or None where there is no study. Raises ValueError naming the
-    file when it cannot be read."""
-    import json
-
-    path = Path(runs_dir) / STUDY_FILE
-    if not path.is_file():
-        return None
-    try:
-        study = json.loads(path.read_text())
-        DecisionRule.from_dict(study["rule"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a study record ({exc})") from None
-    return study
-
-
-def _study_variants(study: dict) -> list[str] | None:
-    named = [v for r in study.get("rounds") or [] for v in (r.get("seeds") or {})]
-    return list(dict.fromkeys(named)) or None
-
-
-def _run_compute(run) -> tuple[float, float | None]:
-    """(training tokens, device-seconds: wall time x devices) of one run, from its summary (else its last logged
-    tokens, and no time)."""
-    import json
-
-    summary = run.summary or {}
-    tokens = summary.get("tokens", run.train_loss[-1].tokens if run.train_loss else 0) or 0
-    wall = summary.get("wall_seconds")
-    if wall is None:
-        return float(tokens), None
-    from ablate import rundir
-
-    devices = json.loads((run.path / rundir.CONFIG).read_text()).get("world_size") or 1
-    return float(tokens), float(wall) * devices
-
-
-def study_compute(runs, variants: list[str], max_seeds: int) -> dict:
-    """Tokens and device-seconds of the study's runs, and their share of a fixed design of max_seeds seeds for every
-    variant (each variant's runs costing what its runs cost on average)."""
-    used_tokens, used_seconds, fixed_tokens, fixed_seconds = 0.0, 0.0, 0.0, 0.0
-    timed = True
-    for v in variants:
-        costs = [_run_compute(r) for r in runs if r.variant == v]
-        if not costs:
-            continue
-        tokens = [c[0] for c in costs]
-        used_tokens += sum(tokens)
-        fixed_tokens += max_seeds * sum(tokens) / len(tokens)
-        seconds = [c[1] for c in costs if c[1] is not None]
-        timed = timed and len(seconds) == len(costs)
-        used_seconds += sum(seconds)
-        fixed_seconds += max_seeds * sum(seconds) / len(seconds) if seconds else 0.0
-    return {
-        "tokens": int(used_tokens),
-        "device_seconds": used_seconds if timed else None,
-        "fixed_design_seeds": max_seeds,
-        "fixed_design_tokens": int(fixed_tokens),
-        "fixed_design_share": used_tokens / fixed_tokens if fixed_tokens else None,
-        "fixed_design_share_time": used_seconds / fixed_seconds if timed and fixed_seconds else None,
-    }
-
-
-def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = None) -> dict:
-    """report.json's `sequential`: the contrasts recomputed from the run folders (study.json's own copies are not
-    trusted) in the order the study trained its seeds, the rule and its history, the rounds, the compute used, and
-    how the study stopped. max_token_gap: the report's --max-token-gap."""
-    rule = DecisionRule.from_dict(study["rule"])
-    variants = _study_variants(study)
-    contrasts = study_contrasts(runs_dir, rule, variants, runs, trained_order(study), max_token_gap)
-    names = variants or sorted({r.variant for r in runs})
-    history = study.get("rule_history") or []
-    after = [i for i, h in enumerate(history) if h.get("set_after_results")]
-    changed = [(i, history[i]) for i in after if voids_guarantee(_changed_fields(history, i), _design(history, i))]
-    return {
-        "design": rule.design,
-        "method": method_text(rule, len(contrasts)),
-        "rule": rule.to_dict(),
-        "rule_history": history,
-        "rule_changed_after_results": bool(changed),
-        "rule_changes": [_change_text(history, i) for i, _ in changed],
-        "stopping_changes": [_change_text(history, i) for i in after if (i, history[i]) not in changed],
-        "alpha": rule.alpha,
-        "alpha_per_contrast": rule.alpha / max(1, len(contrasts)),
-        "rounds": len(study.get("rounds") or []),
-        "stopped": study.get("stopped"),
-        "contrasts": [c.to_dict() for c in contrasts],
-        "open": sorted(open_variants(contrasts)),
-        "compute": study_compute(runs, names, rule.max_seeds),
-    }
+    return contrast, (prefixes, margin, lower_is_better, rule, contrast.looks)
 
 
 # The rule fields that only say where a study stops, which may change after results without touching a design's
@@ -562,38 +533,3 @@ def voids_guarantee(fields: set[str] | None, design: str = "anytime") -> bool:
     """Whether changing these rule fields after results were seen voids the study's error guarantee under `design`
     (None for a rule first set after results: it does)."""
     return fields is None or not fields <= STOPPING_ONLY.get(design, frozenset())
-
-
-def method_text(rule: DecisionRule, contrasts: int) -> str:
-    if rule.design == "anytime":
-        g = ", ".join(f"{g:g}" for g in MIXTURE_G)
-        return (
-            f"anytime-valid t-test from e-values (group-invariant safe t-test, mixture over g {g}), Bonferroni over "
-            f"{contrasts} contrast(s)"
-        )
-    futility = f", futility below {rule.futility:g} (non-binding)" if rule.futility else ""
-    return (
-        f"group-sequential t-test over looks up to {rule.max_seeds} seeds ({rule.spending} alpha spending on the "
-        f"information fraction, boundaries calibrated for the t by simulation; repeated confidence intervals"
-        f"{futility}), Bonferroni over {contrasts} contrast(s)"
-    )
-
-
-def _design(history: list[dict], i: int) -> str:
-    """The design the study ran under before history entry i changed its rule."""
-    return DecisionRule.from_dict(history[max(i - 1, 0)]["rule"]).design
-
-
-def _changed_fields(history: list[dict], i: int) -> set[str] | None:
-    """The rule fields history entry i changed from entry i - 1 (None for the first entry: the rule set)."""
-    if not i:
-        return None
-    new, old = (DecisionRule.from_dict(history[k]["rule"]) for k in (i, i - 1))
-    return set(new.changes_from(old, fields_only=True))
-
-
-def _change_text(history: list[dict], i: int) -> str:
-    """'after round 2: alpha: 0.05 -> 0.1' for the rule history's entry i (set after results were seen)."""
-    new = DecisionRule.from_dict(history[i]["rule"])
-    what = "; ".join(new.changes_from(DecisionRule.from_dict(history[i - 1]["rule"]))) if i else "set"
-    return f"after round {history[i].get('round')}: {what or 'unchanged'}"

@@ -16,28 +16,6 @@ def _clean(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def bootstrap_mean(matrix: np.ndarray, n_boot: int, seed: int, level: float = 0.95) -> list[float] | None:
-    """Percentile CI of the grand mean of a (seeds, items) matrix, resampling seeds and items (two-level bootstrap).
-
-    Items are resampled once per replicate and shared by the seeds, since every seed scored the same items.
-    """
-    seeds, items = matrix.shape
-    if items < 2 or n_boot < 1:
-        return None
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_boot)
-    chunk = max(1, 4_000_000 // max(1, seeds * items))  # bound memory to a few tens of MB
-    for start in range(0, n_boot, chunk):
-        size = min(chunk, n_boot - start)
-        item_idx = rng.integers(0, items, size=(size, items))
-        per_seed = matrix[:, item_idx].mean(axis=2)  # (seeds, size): each seed's mean over resampled items
-        seed_idx = rng.integers(0, seeds, size=(size, seeds))
-        means[start : start + size] = np.take_along_axis(per_seed.T, seed_idx, axis=1).mean(axis=1)
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(means, [tail, 100 - tail])
-    return [float(lo), float(hi)]
-
-
 def _ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks from 1 (ties share the mean of their ranks), as scipy's rankdata, without its call overhead."""
     order = np.argsort(x, kind="mergesort")
@@ -253,6 +231,35 @@ def unpaired_noise(
     return out
 
 
+def t_interval(mean: float, var_mean: float, df: float | None, level: float) -> list[float] | None:
+    """The two-sided `level` interval of a t-test's statistic mean / sqrt(var_mean) on df degrees of freedom (None
+    or inf: the normal): mean +- t_(1 - (1 - level) / 2, df) sqrt(var_mean). It excludes 0 exactly when that test's
+    p (_floored_t) is below 1 - level. None where the test is not computed (no variance, df under 1)."""
+    if not (var_mean > 1e-30) or (df is not None and df < 1):
+        return None
+    tail = (1 - level) / 2
+    crit = stats.norm.isf(tail) if df is None or not math.isfinite(df) else stats.t.isf(tail, df)
+    half = float(crit) * math.sqrt(var_mean)
+    return [float(mean - half), float(mean + half)]
+
+
+def mean_interval(
+    values: dict[int, float], matrix: np.ndarray | None, stderrs: dict | None, level: float
+) -> list[float] | None:
+    """A variant's interval for its true score under the noise model of its tests: Var(mean) = max(s^2, fresh) / k
+    + item_var over k >= 2 seeds, item_var the item set's sampling variance of the mean (from the (seeds, items)
+    matrix, rows in sorted seed order; without it, the runs' logged standard errors squared, as persistent), on
+    Satterthwaite's df. values: seed -> run-level score. None under 2 seeds: 1 seed says nothing of seed noise."""
+    if len(values) < 2:
+        return None
+    run_scores = np.array([values[s] for s in sorted(values)], float)
+    logged = [stderrs.get(s) for s in sorted(values)] if stderrs else [None]
+    stderr2 = None if None in logged else np.square(np.array(logged, float))
+    noise = paired_noise(run_scores, matrix, stderr2)
+    var_mean = noise["seed_var"] / run_scores.size + noise["item_var"]
+    return t_interval(float(run_scores.mean()), var_mean, noise["df"], level)
+
+
 def _floored_t(mean: float, var: float, n: int, df: float) -> float | None:
     """Two-sided p of mean / sqrt(var / n) on df degrees of freedom. A variance of 0 (no seed spread and no item
     noise known) leaves a nonzero difference untestable (None), never p = 0."""
@@ -270,6 +277,7 @@ def seed_test(
     items_b: np.ndarray | None = None,
     stderr_a: dict[int, float] | None = None,
     stderr_b: dict[int, float] | None = None,
+    level: float = 0.95,
 ) -> dict:
     """Seed-level test of mean(a) - mean(b); a and b map seed -> run-level score.
 
@@ -278,7 +286,8 @@ def seed_test(
     seed order; without them, stderr_a/stderr_b: seed -> logged standard error). Fewer than 2 shared seeds: Welch's
     t-test over the two samples, plus the persistent item term. sd_diff: the sd of one seed-level difference the
     test used (its seed term, floored by fresh noise); item_sd: the persistent item-set sd of the mean difference;
-    noise_floor_sd: the fresh noise floor of one seed-level difference; df: Satterthwaite's."""
+    noise_floor_sd: the fresh noise floor of one seed-level difference; df: Satterthwaite's; ci: the test's own
+    two-sided `level` interval (t_interval: the same variance and df), which excludes 0 exactly when p < 1 - level."""
     shared = sorted(set(a) & set(b))
     paired = len(shared) >= 2
     out = {
@@ -293,6 +302,7 @@ def seed_test(
         "item_df": None,
         "noise_source": None,
         "df": None,
+        "ci": None,
         "n_a": len(a),
         "n_b": len(b),
         "n_shared": len(shared),
@@ -310,6 +320,7 @@ def seed_test(
             diff=float(d.mean()),
             test="paired t over seeds" + (f", seeds + items ({noise['source']})" if noise["source"] else ""),
             p=_floored_t(float(d.mean()), var_mean, 1, noise["df"]),
+            ci=t_interval(float(d.mean()), var_mean, noise["df"], level),
             sd_diff=math.sqrt(noise["seed_var"]),
             sd_seeds=float(d.std(ddof=1)),
         )
@@ -326,6 +337,7 @@ def seed_test(
     out.update(
         test="Welch t over seeds" + (f", seeds + items ({noise['source']})" if noise["source"] else ""),
         p=_floored_t(out["diff"], se2, 1, noise["df"]),
+        ci=t_interval(out["diff"], se2, noise["df"], level),
         sd_diff=pooled * math.sqrt(2),
         sd_seeds=math.sqrt((va.var(ddof=1) + vb.var(ddof=1)) / 2) * math.sqrt(2),
     )
@@ -443,33 +455,6 @@ def item_pvalue(a: np.ndarray, b: np.ndarray) -> float | None:
     if per_item.size < 2:
         return None
     return _floored_t(float(per_item.mean()), float(per_item.var(ddof=1)), per_item.size, per_item.size - 1)
-
-
-def bootstrap_diff(
-    a: np.ndarray, b: np.ndarray, paired: bool, n_boot: int, seed: int, level: float = 0.95
-) -> list[float] | None:
-    """Two-level bootstrap CI of mean(a) - mean(b) over (seeds, items) matrices on the same items: resample seeds
-    (seed pairs when paired, each side's seeds apart otherwise), then items (shared by every run)."""
-    if paired:
-        return bootstrap_mean(a - b, n_boot, seed, level)
-    items = a.shape[1]
-    if items < 2 or n_boot < 1 or a.shape[0] < 1 or b.shape[0] < 1:
-        return None
-    rng = np.random.default_rng(seed)
-    diffs = np.empty(n_boot)
-    chunk = max(1, 4_000_000 // max(1, (a.shape[0] + b.shape[0]) * items))
-    for start in range(0, n_boot, chunk):
-        size = min(chunk, n_boot - start)
-        item_idx = rng.integers(0, items, size=(size, items))
-        means = []
-        for m in (a, b):
-            per_seed = m[:, item_idx].mean(axis=2).T  # (size, seeds)
-            pick = rng.integers(0, m.shape[0], size=(size, m.shape[0]))
-            means.append(np.take_along_axis(per_seed, pick, axis=1).mean(axis=1))
-        diffs[start : start + size] = means[0] - means[1]
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(diffs, [tail, 100 - tail])
-    return [float(lo), float(hi)]
 
 
 def bh_adjust(pvalues) -> list[float]:

@@ -220,7 +220,7 @@ _STOPPED = {
 }
 
 
-def _contrast_text(c: dict, with_metric: bool) -> str:
+def _contrast_text(c: dict, with_metric: bool, futility: float | None = None) -> str:
     """'slow worse than baseline, decided at 3 seeds', 'baseline vs twin equivalent within 0.01 at 5 seeds', or
     'baseline vs twin open at 6 seeds (interval [-0.02, 0.03])'."""
     name = f"{c['metric']}: " if with_metric else ""
@@ -231,8 +231,16 @@ def _contrast_text(c: dict, with_metric: bool) -> str:
         return f"{name}{c['a']} vs {c['b']} equivalent within {c['margin']:g} at {c['decided_at']} seeds"
     lo, hi = c["interval"] or (None, None)
     bounds = f" (interval [{lo:.3g}, {hi:.3g}])" if lo is not None and hi is not None else ""
-    state = "undecidable within max seeds, closed" if c["decision"] == "undecidable" else "open"
+    below = f" (estimated chance of a decision < {futility:g})" if futility else ""
+    state = f"closed for futility{below}" if _state(c) == "futile" else "open"
     return f"{name}{c['a']} vs {c['b']} {state} at {c['seeds']} seeds{bounds}"
+
+
+def _state(c: dict) -> str:
+    """A contrast's decision, "futile" also where study.json files before 2026-11-27 said "undecidable"."""
+    from ablate.report.inference.sequential import CLOSED, FUTILE
+
+    return FUTILE if c["decision"] in CLOSED else c["decision"]
 
 
 def sequential_text(section: dict) -> str:
@@ -242,14 +250,16 @@ def sequential_text(section: dict) -> str:
     several = len({c["metric"] for c in contrasts}) > 1
     still_open = [c for c in contrasts if c["decision"] == "open"]
     parts = []
-    for state, word in (("open", "open"), ("undecidable", "undecidable within max seeds")):
-        left = [c for c in contrasts if c["decision"] == state]
-        if len(left) > 3:  # one clause for many open (or undecidable) contrasts (the table lists each)
+    futility = (section.get("rule") or {}).get("futility")
+    below = f" (estimated chance of a decision < {futility:g})" if futility else ""
+    for state, word in (("open", "open"), ("futile", f"closed for futility{below}")):
+        left = [c for c in contrasts if _state(c) == state]
+        if len(left) > 3:  # one clause for many open (or closed) contrasts (the table lists each)
             seeds = sorted({c["seeds"] for c in left})
             at = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
             parts.append(f"{len(left)} of {len(contrasts)} contrasts {word} at {at} seeds (see the table)")
-    many = {state for state in ("open", "undecidable") if sum(c["decision"] == state for c in contrasts) > 3}
-    parts[:0] = [_contrast_text(c, several) for c in contrasts if c["decision"] not in many]
+    many = {state for state in ("open", "futile") if sum(_state(c) == state for c in contrasts) > 3}
+    parts[:0] = [_contrast_text(c, several, futility) for c in contrasts if _state(c) not in many]
     compute = section["compute"]
     if compute["fixed_design_share"] is not None:
         parts.append(

@@ -59,7 +59,10 @@ def loss_vs_flops_png(section: dict, rung_entry: dict, scale_fields: list[str]) 
     _log_x(ax)
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss")
-    ax.set_title(f"{rung_label(rung, scale_fields)}: loss vs compute, {base}'s fit and band", fontsize=9)
+    title = f"{rung_label(rung, scale_fields)}: loss vs compute, {base}'s fit and band"
+    if any(r["rung"] == rung and r.get("read_from") == "local quadratic" for r in section["rows"]):
+        title += "\n(the fit fails here: M read from a local quadratic through the points)"
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return png(fig)
 

@@ -66,10 +66,16 @@ def with_headline(headline: dict, section: dict, scale_fields: list[str]) -> dic
 
 
 def _budgets(row: dict) -> str:
+    """M at the arm's other budgets, each with its ratio to this row's M and the ratio's interval (budget_ratios):
+    a change of M with the budget is read only where that interval excludes 1."""
     others = [b for b in row["by_budget"] if abs(b["flops"] / row["flops"] - 1) > 1e-3]
+    ratios = {round(r["flops"], -3): r for r in row.get("budget_ratios") or []}
     said = []
     for b in others:
         value = _times(b["multiplier"]) if b["multiplier"] is not None else b["note"].split(":")[0]
+        if (r := ratios.get(round(b["flops"], -3))) is not None and r["interval"] is not None:
+            verdict = "a change" if r["established"] else "no change established"
+            value += f" (ratio {r['ratio']:.2f} {_interval(r['interval'])}: {verdict})"
         said.append(f"{fmt(b['flops'], 3)}: {value}")
     return "; ".join(said) or "none"
 
@@ -127,8 +133,13 @@ def _method(section: dict) -> str:
         f"the variant is worth more compute than it used. {section['floor']['text']}. Intervals: "
         f"{section['level']:.0%} delta-method t intervals on log M over seeds (the unit of replication: a seed's "
         f"compute points and the variant's run of that seed taken together), the fit's own uncertainty included. "
-        f"A loss outside the baseline's range of points gets a bound, not a number. The compute points stay out of "
-        f"the comparisons above: those see each arm once, at its main budget."
+        f"Each rung's fit is tested for lack of fit (its residuals against the seeds' spread); where it fails, or E "
+        f"sits at the edge of its search (a curvature warning), M is read from a quadratic in log compute through 3 "
+        f"of the baseline's points, without E (the row says so). A variant for which the baseline would need more "
+        f"compute than its largest budget (or less than its smallest) gets a bound, not a number. M at an arm's other "
+        f"budgets comes with the ratio to this budget's M and its interval; a change with the budget is read only "
+        f"where that interval excludes 1. The compute points stay out of the comparisons above: those see each arm "
+        f"once, at its main budget."
     )
 
 

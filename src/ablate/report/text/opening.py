@@ -10,6 +10,11 @@ from ablate.report.text.fmt import Section
 DEFAULTS = Options()  # what a report.json written before an option existed was made with
 
 
+def ci_level(options: dict) -> str:
+    """The level of the report's t intervals, 1 - alpha, as a table shows it: '95%'."""
+    return f"{1 - options.get('alpha', DEFAULTS.alpha):.0%}"
+
+
 def headline_section(report: dict) -> Section:
     """The verdict in one or two sentences, the decisions table, then the notes (tasks without signal, runs left
     out). A report.json from before the verdict existed: its headline text alone."""
@@ -47,18 +52,22 @@ def method_section(report: dict) -> Section:
         if report.get("sequential")
         else ""
     )
+    level = ci_level(o)
     return Section(
         "Method",
         [
             "Decisions rest on the primary metric and each task's best measured metric that passes the signal "
             "criteria (see Recommendation), tested over training seeds." + averaged + stopping,
             "A run's score is its mean over the items every compared run scored, at the compared evaluation (equal "
-            "tokens: see each table). Mean and seed sd over seeds; 95% CI: two-level bootstrap (seeds, then items). "
+            f"tokens: see each table). Mean and seed sd over seeds; {level} CI: a t interval over seeds under the "
+            "tests' noise model (seed spread / seeds + the item set's sampling variance, Satterthwaite's df). "
             "Pairwise, diff = a - b, tested at the level of replication, the training seed: a paired t-test over the "
             "per-seed differences of the seeds both variants ran (Welch's t-test when they share fewer than 2), its "
             "variance floored by the items' own sampling noise of one difference, so a difference every seed repeats "
             f"is never p = 0; not tested with fewer than {o['min_seeds']} seeds, or where the compared points are more "
-            f"than {o.get('max_token_gap', DEFAULTS.max_token_gap):.0%} apart in tokens (the note says which).",
+            f"than {o.get('max_token_gap', DEFAULTS.max_token_gap):.0%} apart in tokens (the note says which). The "
+            f"pair's {level} CI is its test's own interval (same variance, df and level, before any adjustment for "
+            f"many comparisons): it excludes 0 exactly when p (seeds) < {o.get('alpha', DEFAULTS.alpha):g}.",
             _error_control(inference["family"]) + " p_BH is Benjamini-Hochberg adjusted within the pair's family; "
             "significant: p_BH below its family's alpha, for tested pairs at the largest scale only (n/a elsewhere); "
             "decisions are read on the decision metrics alone.",

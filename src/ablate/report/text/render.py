@@ -96,7 +96,7 @@ def _vs(p: dict, leader: str) -> tuple[str, float, list | None]:
     return f"{p['b']} vs {p['a']}", -p["diff"], None if not p["ci"] else [-p["ci"][1], -p["ci"][0]]
 
 
-def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]]:
+def _pairwise_table(s: dict, name: str, level: str) -> tuple[str, list[str], list[list[str]]]:
     """All pairs for up to 3 variants; else each variant against the best one (all pairs stay in report.json)."""
     sign = sign_of(s["direction"])
     leader = s["best"] or max(s["final"], key=lambda v: sign * s["final"][v]["mean"])
@@ -123,12 +123,13 @@ def _pairwise_table(s: dict, name: str) -> tuple[str, list[str], list[list[str]]
                 p["note"],
             ]
         )
+    columns = [f"{level} CI (the test's)", *_PAIR_COLUMNS]
     if len(s["final"]) <= 3:
-        return f"{name}: pairwise", ["pair", "diff", *_PAIR_COLUMNS], out
+        return f"{name}: pairwise", ["pair", "diff", *columns], out
     return (
         f"{name}: the best ({leader}) vs each other variant, diff = {leader} - other; all {len(s['pairwise'])} "
         f"pairs are in report.json",
-        [f"{leader} vs", "diff", *_PAIR_COLUMNS],
+        [f"{leader} vs", "diff", *columns],
         out,
     )
 
@@ -143,7 +144,6 @@ def _needed(p: dict) -> str:
 
 
 _PAIR_COLUMNS = [
-    "95% CI (seeds, items)",
     "seeds",
     "test",
     "p (seeds)",
@@ -199,12 +199,12 @@ def _final_scores_section(group: dict, suffix: str, report: dict) -> Section:
         sec.tables.append(
             (
                 f"{name}, at {at.get('text', 'the last evaluation')}",
-                ["variant", "mean", "seed sd", "95% CI", "seeds", "items", ""],
+                ["variant", "mean", "seed sd", f"{opening.ci_level(o)} CI", "seeds", "items", ""],
                 rows,
             )
         )
         if s["pairwise"]:
-            sec.tables.append(_pairwise_table(s, name))
+            sec.tables.append(_pairwise_table(s, name, opening.ci_level(o)))
     variants = group["variants"]
     rows = []
     for s in group["series"]:

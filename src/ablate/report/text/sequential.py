@@ -6,15 +6,30 @@ from __future__ import annotations
 
 import math
 
+from ablate.report.inference.sequential import CLOSED
 from ablate.report.text.fmt import Section, fmt, fmt_seconds
 
-_DECISION = {"equivalent": "equivalent", "open": "open", "undecidable": "undecidable within max seeds"}
+
+def futility_text(c: dict, futility: float | None = None, max_seeds: int | None = None) -> str:
+    """'closed for futility (estimated chance of a decision < 0.1)', with the chance itself and the fixed design's
+    power at the difference seen where the contrast records them (report.json's `chance` and `fixed_power`)."""
+    below = f" < {futility:g}" if futility else " below the rule's futility threshold"
+    text = f"closed for futility (estimated chance of a decision{below})"
+    extra = []
+    if c.get("chance") is not None:
+        extra.append(f"estimated chance {c['chance']:.2f}")
+    if c.get("fixed_power") is not None:
+        seeds = f"{max_seeds}-seed " if max_seeds else ""
+        extra.append(f"a fixed {seeds}design's power at the difference seen {c['fixed_power']:.2f}")
+    return text + (f": {'; '.join(extra)}" if extra else "")
 
 
-def _decision(c: dict) -> str:
+def _decision(c: dict, rule: dict) -> str:
     if c["decision"] in ("a", "b"):
         return f"{c[c['decision']]} better"
-    return _DECISION.get(c["decision"], c["decision"])
+    if c["decision"] in CLOSED:
+        return futility_text(c, rule.get("futility"), rule.get("max_seeds"))
+    return c["decision"]
 
 
 def _interval(c: dict) -> str:
@@ -39,12 +54,14 @@ def section(report: dict) -> Section | None:
             + (f"; budget {rule['budget']}" if rule["budget"] else "")
             + f". {seq['rounds']} round(s); "
             + {
-                "decided": "stopped: every contrast decided or closed as undecidable",
+                "decided": "stopped: every contrast decided or closed for futility",
                 "max_seeds": "stopped at max seeds",
                 "budget": "stopped by the budget",
             }.get(seq["stopped"], "not stopped (rounds may follow)")
             + ".",
-            f"Method: {seq['method']}, each interval at {seq['alpha_per_contrast']:.3g}. "
+            f"Method: {seq['method']}, "
+            + _levels(seq)
+            + ". "
             + _DESIGN_TEXT[seq.get("design", "anytime")].format(level=f"{1 - seq['alpha']:g}")
             + " Equivalent: the interval inside +-margin (checked first); a side better: the interval excludes 0. "
             "Recomputed here from the run folders; the seed-level variance is floored by the items' noise, as in "
@@ -71,7 +88,7 @@ def section(report: dict) -> Section | None:
         [
             c["metric"],
             f"{c['a']} vs {c['b']}",
-            _decision(c),
+            _decision(c, rule),
             str(c["seeds"]),
             "" if c["decided_at"] is None else str(c["decided_at"]),
             fmt(c["estimate"]),
@@ -94,12 +111,25 @@ _DESIGN_TEXT = {
     "round, whenever the study stopped and however far it was extended, so alpha bounds the chance of any wrong "
     "winner or wrong equivalence.",
     "group_sequential": "Each interval is a repeated confidence interval for mean(a - b) at the boundary of its "
-    "look (alpha spent over the looks up to max seeds, fixed before round 1; the running intersection over the "
-    "rounds): with probability >= {level} every interval covers its true difference at every look, wherever the "
-    "study stopped, so alpha bounds the chance of any wrong winner or wrong equivalence. Undecidable: its chance of "
-    "being decided by max seeds, at the difference seen, fell below the futility threshold (non-binding: the "
-    "guarantee holds whether or not the rule is followed); its variants get no more seeds for it.",
+    "look, at its contrast's level (alpha spent over the looks up to max seeds, fixed before round 1; the running "
+    "intersection over the rounds). Holm's recycling: each contrast starts at alpha / K, and once r are decided on a "
+    "side the others are judged at alpha / (K - r), every look at the boundaries of that level; with probability >= "
+    "{level} no contrast without a difference is decided on a side, wherever the study stopped (wrong directions and "
+    "wrong equivalences, outside Holm's argument, are measured in simulation: docs/reports.md). Closed for "
+    "futility: its estimated chance of being decided by max seeds, if the difference is what it seems, fell below "
+    "the futility threshold (conditional power, the remaining seeds' mean and variance both random); that is not a "
+    "claim that no design could decide it (the fixed design's power at the difference seen is shown beside it). "
+    "Non-binding: the guarantee holds whether or not the rule is followed; its variants get no more seeds for it.",
 }
+
+
+def _levels(seq: dict) -> str:
+    """'each interval at 0.0167' (Bonferroni, or Holm before anything was decided), or the levels Holm's recycling
+    reached ('intervals at 0.0167 to 0.05')."""
+    levels = sorted({c["level"] for c in seq["contrasts"] if c.get("level") is not None})
+    if len(levels) > 1 or (levels and levels[0] > seq["alpha_per_contrast"] * (1 + 1e-9)):
+        return f"intervals at {levels[0]:.3g} to {levels[-1]:.3g} (each contrast's level in report.json)"
+    return f"each interval at {seq['alpha_per_contrast']:.3g}"
 
 
 def _boundary(c: dict) -> str:
@@ -115,14 +145,14 @@ def _end(value, unbounded: str) -> str:
     return unbounded if value is None else f"{value:+.4g}"
 
 
-def contrast_line(c: dict) -> str:
-    """One contrast of a study (a Contrast's to_dict()): open or decided, seeds, the interval of a - b."""
+def contrast_line(c: dict, futility: float | None = None) -> str:
+    """One contrast of a study (a Contrast's to_dict(), as study.json records it): open or decided, seeds, the
+    interval of a - b. futility: the rule's threshold, named when a contrast is closed for futility."""
     verdict = {
         "a": f"decided: {c['a']} better",
         "b": f"decided: {c['b']} better",
         "equivalent": f"decided: equivalent within +-{_margin(c.get('margin'))}",
-        "undecidable": "closed: undecidable within max seeds (futility)",
-    }.get(c["decision"], "open")
+    }.get(c["decision"], futility_text(c, futility) if c["decision"] in CLOSED else "open")
     interval = c.get("interval")  # an end not bounded yet is null
     shown = f"[{_end(interval[0], '-inf')}, {_end(interval[1], '+inf')}]" if interval else "none yet"
     note = f"; {c['note']}" if c.get("note") else ""
