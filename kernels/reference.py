@@ -214,22 +214,43 @@ def per_token_cross_entropy(
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
-    """Gradients are computed in forward, chunk by chunk, and only scaled in backward: nothing vocab-sized is saved."""
+    """Gradients are computed in forward, chunk by chunk, and only scaled in backward: nothing vocab-sized is saved.
+    Outputs (loss, ce, grad_hidden, grad_weight): the last two are what backward scales (not differentiable).
+    Written with setup_context so torch.func.vmap takes it (a stack of models, training.stack): under vmap each
+    member runs the chunked driver on its own slice, so a member's loss and gradients are those of a lone run."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks):
+    def forward(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks):
         loss_sum, ce_sum, count, grad_hidden, grad_weight = chunked_linear_cross_entropy(
             hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True, chunks=chunks
         )
-        ctx.save_for_backward(grad_hidden.div_(count), grad_weight.div_(count).to(weight.dtype))
-        ce = ce_sum / count
-        ctx.mark_non_differentiable(ce)
-        return loss_sum / count, ce
+        return loss_sum / count, ce_sum / count, grad_hidden.div_(count), grad_weight.div_(count).to(weight.dtype)
 
     @staticmethod
-    def backward(ctx, grad_loss, _grad_ce):
+    def setup_context(ctx, inputs, output):
+        _, ce, grad_hidden, grad_weight = output
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.mark_non_differentiable(ce, grad_hidden, grad_weight)
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_ce, _grad_hidden, _grad_weight):
         grad_hidden, grad_weight = ctx.saved_tensors
         return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, hidden, weight, targets, *options):
+        """Each member's slice through the driver, the results stacked on dim 0."""
+
+        def member(x, dim, k):
+            return x if dim is None else x.select(dim, k)
+
+        outs = [
+            LinearCrossEntropyFunction.apply(
+                member(hidden, in_dims[0], k), member(weight, in_dims[1], k), member(targets, in_dims[2], k), *options
+            )
+            for k in range(info.batch_size)
+        ]
+        return tuple(torch.stack(parts) for parts in zip(*outs)), (0, 0, 0, 0)
 
 
 def linear_cross_entropy(
@@ -250,10 +271,14 @@ def linear_cross_entropy(
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if chunks is None:  # (not computed otherwise: with a dynamic row count it would guard on that count)
         chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return LinearCrossEntropyFunction.apply(
+    # under torch.func.vmap (a stack of models) a member's tensors do not show requires_grad: the stack's do (not
+    # asked while compiling: dynamo cannot trace the question, and a compiled stack is not built yet)
+    batched = not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(hidden)
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad or batched):
+        loss, ce, _, _ = LinearCrossEntropyFunction.apply(
             flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks
         )
+        return loss, ce
     loss_sum, ce_sum, count, _, _ = chunked_linear_cross_entropy(
         flat_hidden, weight, flat_targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=False, chunks=chunks
     )

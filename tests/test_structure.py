@@ -41,6 +41,7 @@ LAYERS = [
     {"eval.checkpoints", "eval.export", "eval.lm_eval_model"},  # every checkpoint scored; transformers; lm-eval
     {"training.figures"},  # a step's loss and grad norm on their way from the device to the callbacks
     {"training.trainer"},  # the Trainer and its step, above every callback it runs
+    {"training.stack"},  # runs of one shape stepped as one stacked model (members are Trainers)
     {"training.run"},  # the run's life and train()
     {"launch.sweep", "cost.plan", "launch.study"},  # study: the rounds of `ablate run --until-decided`
     {"launch.slurm"},

@@ -234,12 +234,23 @@ class Trainer:
         """One optimizer step. Nothing here waits for the device unless something needs this step's figures
         before its update (a callback's verdict that reads them, ranks agreeing on a Ctrl-C, an optimizer that
         cannot skip a non-finite update on the device); they reach the host later, in batches (`settle`)."""
-        t, d = self.run.train, self.dist
         start = time.perf_counter()
         batch = self.batch_plan[self.step]
-        lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule) * lr_batch_scale(batch, t)
+        lr = self.set_step_lr(batch)
+        self.finish_step(self.forward_backward(batch), batch, lr, start)
+
+    def set_step_lr(self, batch: int) -> float:
+        """This step's learning rate (schedule x batch scaling) set on the optimizer, and returned."""
+        lr = self.run.optim.lr * lr_factor(self.step, self.max_steps, self.run.schedule)
+        lr *= lr_batch_scale(batch, self.run.train)
         set_lr(self.optimizer, lr)
-        loss_sum = self.forward_backward(batch)
+        return lr
+
+    def finish_step(self, loss_sum: torch.Tensor, batch: int, lr: float, start: float) -> None:
+        """The step after its forward and backward (the gradients on the model's parameters, loss_sum on the
+        device): clipping by this run's own norm, the figures staged, the callbacks' verdict, the update or its skip,
+        the counters, and the callbacks after the step. A stack of runs (training.stack) calls it for each member."""
+        d = self.dist
         max_norm = self.run.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
@@ -282,9 +293,18 @@ class Trainer:
     def forward_backward(self, batch: int) -> torch.Tensor:
         """This rank's passes of the step's `batch` sequences, forward and backward; the sum of their
         cross-entropies (each pass weighted by its share), on the device."""
+        loss_sum = torch.zeros((), device=self.dist.device)
+        for (inputs, targets, doc_ids), share in self.passes(batch):
+            loss, ce = self.model.loss(inputs, targets, doc_ids)
+            (loss / share).backward()  # share: see rank_micro_batches
+            loss_sum += ce / share
+        return loss_sum
+
+    def passes(self, batch: int):
+        """This rank's passes of the step's `batch` sequences from the run's own sampler: ((inputs, targets,
+        doc_ids or None), share) each, on the device."""
         t, d = self.run.train, self.dist
         on_gpu = d.device.type == "cuda"
-        loss_sum = torch.zeros((), device=d.device)
         passes = rank_micro_batches(
             self.sampler.take(batch),
             d.world,
@@ -295,14 +315,13 @@ class Trainer:
         doc_mask = self.run.data.doc_mask
         for (inputs, targets, doc_ids), share in passes:
             # pinned, the copies to a GPU run while the host goes on (a pageable non_blocking copy still waits)
-            inputs, targets, doc_ids = [
-                (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) if x is not None else None
-                for x in (inputs, targets, doc_ids if doc_mask else None)
-            ]
-            loss, ce = self.model.loss(inputs, targets, doc_ids)
-            (loss / share).backward()  # share: see rank_micro_batches
-            loss_sum += ce / share
-        return loss_sum
+            yield (
+                [
+                    (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) if x is not None else None
+                    for x in (inputs, targets, doc_ids if doc_mask else None)
+                ],
+                share,
+            )
 
     def stage_figures(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor, batch: int) -> PendingStep:
         """This step's figures, left on the device: the loss over ranks (in float64, as it always was) and the grad

@@ -1,0 +1,177 @@
+"""Runs of one shape as one stacked model: the mechanism under `ablate run --stack` (not wired to the CLI yet).
+
+K member models, each built and initialised exactly as its lone run builds it, give their parameters and buffers
+one storage with a leading dimension of K: every member's tensor becomes a view of its slice. So the members (their
+optimizers, checkpoints, validation and evals, which see an ordinary model) and the stack read the same numbers,
+and an update through either is seen by both. The stack's forward and backward are one call for all K:
+torch.func.vmap over functional_call of one member's modules, each member on its own batch.
+
+Exactness: on CPU in fp32 every member's loss and gradients equal its lone model's bit for bit for dense and latent
+attention (vmap runs the chunked loss member by member, kernels/reference.LinearCrossEntropyFunction.vmap, and
+attention falls back to a loop over members); mixture-of-experts layers agree to ~1e-10 (batched matmuls round
+differently). tests/test_stack.py checks both, and five optimizer steps of AdamW per member.
+
+StackedTrainer steps K ordinary Trainers (each its own run folder, sampler, optimizer, learning-rate schedule,
+callbacks) through one Stack: one forward and backward for all, then each member's own Trainer.finish_step
+(clipping by its own norm, its non-finite guard and spike policy, its update). A member that diverges is masked:
+its row is still computed (on another member's batch) but never stepped again, and the others go on.
+
+Not yet: `ablate run --stack` and the run folders' life around a stack (training.run: locks, status, summary,
+resume of a stack from its members' checkpoints), the MoE router's per-step statistics (reset here: ExpertBalance
+reads nothing from a stack), a batched optimizer step (each member's optimizer steps its own views), compile and
+bf16 autocast under vmap (the stack runs the model's eager loss), Triton kernels under vmap (ablate.kernels'
+triton_ops have no batching rule: Stack refuses kernels="triton"), FSDP2 (a stack is one device's).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from ablate.moe import Router
+from ablate.training.callbacks import Divergence
+
+
+class _Loss(nn.Module):
+    """The member model's training loss as its forward, for functional_call."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, targets, doc_ids):
+        # the class's loss, not the instance's: at world size 1 the instance's may be compiled or wrapped in
+        # autocast (training.parallel), neither of which runs under vmap yet
+        return type(self.model).loss(self.model, tokens, targets, doc_ids)
+
+
+class Stack:
+    """K models of one structure trained as one: `params` and `buffers` (name -> (K, ...) tensor) are the storage
+    the members' own tensors now view. loss() runs every member on its own batch; after backward, member_grads()
+    hands each member its slice of the gradients, so its own optimizer steps it as a lone run's would."""
+
+    def __init__(self, models: list[nn.Module]):
+        if not models:
+            raise ValueError("Stack: no models; allowed: one or more models of one structure")
+        shapes = [[(n, tuple(t.shape)) for n, t in (*m.named_parameters(), *m.named_buffers())] for m in models]
+        for k, found in enumerate(shapes[1:], start=1):
+            if found != shapes[0]:
+                raise ValueError(
+                    f"Stack: model {k} differs from model 0 in its parameters or their shapes; allowed: models of "
+                    f"one structure (runs that differ only in values)"
+                )
+        kernels = getattr(getattr(models[0], "cfg", None), "kernels", "torch")
+        if kernels == "triton":
+            raise NotImplementedError(
+                "Stack: model.kernels='triton' has no batching rule under vmap yet; use kernels='torch' or 'auto' "
+                "on CPU"
+            )
+        self.models = list(models)
+        self.loss_module = _Loss(models[0])  # the code vmap runs: member 0's modules, their tensors swapped out
+        self.params = self._share([dict(m.named_parameters()) for m in models], parameters=True)
+        self.buffers = self._share([dict(m.named_buffers()) for m in models], parameters=False)
+        self._routers = [m for m in models[0].modules() if isinstance(m, Router)]
+
+    @property
+    def size(self) -> int:
+        return len(self.models)
+
+    def _share(self, per_model: list[dict], parameters: bool) -> dict[str, torch.Tensor]:
+        """name -> the members' tensors stacked; each member's tensor re-pointed to its slice (a view). A tied
+        parameter appears once (named_parameters drops repeats), so a member's tie survives."""
+        stacked = {}
+        for name in per_model[0]:
+            whole = torch.stack([tensors[name].detach() for tensors in per_model])
+            stacked[name] = nn.Parameter(whole) if parameters else whole
+            for k, tensors in enumerate(per_model):
+                tensors[name].data = whole[k] if not parameters else stacked[name].data[k]
+        return stacked
+
+    def loss(
+        self, tokens: torch.Tensor, targets: torch.Tensor, doc_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K,) losses to backpropagate and (K,) cross-entropies of tokens/targets (K, B, S), member k on row k."""
+        if tokens.shape[0] != self.size:
+            raise ValueError(f"Stack.loss: {tokens.shape[0]} batches for {self.size} members")
+        named = {f"model.{n}": t for n, t in self.params.items()} | {f"model.{n}": t for n, t in self.buffers.items()}
+
+        def member(tensors, tokens, targets, doc_ids):
+            return functional_call(self.loss_module, tensors, (tokens, targets, doc_ids))
+
+        try:
+            return vmap(member, in_dims=(0, 0, 0, None if doc_ids is None else 0), randomness="different")(
+                named, tokens, targets, doc_ids
+            )
+        finally:
+            for router in self._routers:  # statistics taken inside vmap would leak batched tensors
+                router.step_stats = None
+
+    def member_grads(self) -> None:
+        """Each member's parameters get their slice of the stacked gradients (views, no copy); the stacked
+        gradients are kept until zero_grad."""
+        for k, model in enumerate(self.models):
+            for name, param in model.named_parameters():
+                grad = self.params[name].grad
+                param.grad = None if grad is None else grad[k]
+
+    def zero_grad(self) -> None:
+        for param in self.params.values():
+            param.grad = None
+        for model in self.models:
+            model.zero_grad(set_to_none=True)
+
+
+class StackedTrainer:
+    """Member Trainers of one shape (the same batch plan, sequence length, micro batch and device, at world size
+    1) stepped as one Stack. `failed`: member index -> the Divergence that masked it."""
+
+    def __init__(self, members: list):
+        first = members[0]
+        for k, t in enumerate(members):
+            same = (t.batch_plan, t.seq_len, t.run.train.micro_batch, t.dist.device, t.dist.world)
+            if same != (first.batch_plan, first.seq_len, first.run.train.micro_batch, first.dist.device, 1):
+                raise ValueError(
+                    f"StackedTrainer: member {k} ({t.run.name} seed {t.run.train.seed}) differs from member 0 in "
+                    f"its batch plan, sequence length, micro batch or device, or trains over ranks; allowed: runs "
+                    f"that differ only in values, at world size 1"
+                )
+        self.members = list(members)
+        self.stack = Stack([t.model for t in members])
+        self.failed: dict[int, Divergence] = {}
+
+    @property
+    def live(self) -> list[int]:
+        return [k for k in range(len(self.members)) if k not in self.failed]
+
+    def train_step(self) -> None:
+        """One step of every live member: each its own learning rate and batch (its own sampler), one stacked
+        forward and backward per pass, then each member's finish_step on its slice of the gradients."""
+        start, live = time.perf_counter(), self.live
+        steps = {self.members[k].step for k in live}
+        if len(steps) > 1:  # a rollback moved one member back: its batches may differ in size from the others'
+            raise NotImplementedError(
+                f"StackedTrainer: members at steps {sorted(steps)} (a rollback within a stack is not supported yet)"
+            )
+        batch = self.members[live[0]].batch_plan[steps.pop()]
+        lrs = {k: self.members[k].set_step_lr(batch) for k in live}
+        passes = {k: list(self.members[k].passes(batch)) for k in live}
+        rows = [passes.get(k, passes[live[0]]) for k in range(len(self.members))]  # a masked member: any batch
+        loss_sum = torch.zeros(len(self.members), device=self.members[0].dist.device)
+        for i, (_, share) in enumerate(rows[0]):
+            parts = [row[i][0] for row in rows]  # each member's [inputs, targets, doc_ids or None]
+            inputs, targets, doc_ids = (
+                None if parts[0][j] is None else torch.stack([p[j] for p in parts]) for j in range(3)
+            )
+            loss, ce = self.stack.loss(inputs, targets, doc_ids)
+            (loss / share).sum().backward()  # members' rows never mix: each slice's gradient is its own loss's
+            loss_sum = loss_sum + ce.detach() / share
+        self.stack.member_grads()
+        for k in live:
+            try:
+                self.members[k].finish_step(loss_sum[k], batch, lrs[k], start)
+            except Divergence as exc:
+                self.failed[k] = exc
+        self.stack.zero_grad()

@@ -1,0 +1,167 @@
+"""training/stack.py: K models of one shape as one stacked model, each member exactly its lone run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from ablate.config import ModelConfig
+from ablate.model import Transformer
+from ablate.training.stack import Stack
+
+VOCAB, SEQ, BATCH, MEMBERS = 96, 16, 2, 3
+SHAPES = {
+    "gqa": dict(n_kv_heads=2),
+    "mla": dict(attention="mla"),
+    "moe": dict(ffn="moe", moe_experts=4, moe_top_k=2),
+    "untied-qk-norm": dict(tie_embeddings=False, qk_norm=True),
+}
+
+
+def _models(shape: str) -> list[Transformer]:
+    cfg = ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, kernels="torch", **SHAPES[shape])
+    models = []
+    for seed in range(MEMBERS):  # each member initialised as its lone run would be: by its own seed
+        model = Transformer(cfg, max_seq_len=SEQ)
+        model.init_weights(torch.Generator().manual_seed(seed))
+        models.append(model)
+    return models
+
+
+def _batches(steps: int, doc_mask: bool):
+    g = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, VOCAB, (steps, MEMBERS, BATCH, SEQ + 1), generator=g)
+    docs = torch.randint(0, 2, (steps, MEMBERS, BATCH, SEQ), generator=g).cumsum(-1) if doc_mask else None
+    return tokens, docs
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("doc_mask", [False, True], ids=["no-mask", "doc-mask"])
+def test_members_train_as_their_lone_runs(shape, doc_mask):
+    """Five AdamW steps with clipping by each member's own norm: every member's losses and final weights equal its
+    lone model's (bit for bit for dense and latent attention; with experts to 1e-5 relative, the bound a stack
+    promises: batched matmuls round differently and Adam magnifies it where a gradient is near 0)."""
+    steps = 5
+    tokens, docs = _batches(steps, doc_mask)
+    lone = _models(shape)
+    stacked_members = [copy.deepcopy(m) for m in lone]
+    stack = Stack(stacked_members)
+    opts = [torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.1) for m in lone]
+    stack_opts = [torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.1) for m in stacked_members]
+    lone_losses, stack_losses = [], []
+    for step in range(steps):
+        x, y = tokens[step, ..., :-1], tokens[step, ..., 1:]
+        d = docs[step] if docs is not None else None
+        row = []
+        for k, (model, opt) in enumerate(zip(lone, opts)):
+            loss, ce = model.loss(x[k], y[k], d[k] if d is not None else None)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            row.append(ce.item())
+        lone_losses.append(row)
+        loss, ce = stack.loss(x, y, d)
+        loss.sum().backward()
+        stack.member_grads()
+        for model, opt in zip(stacked_members, stack_opts):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)  # each member by its own norm
+            opt.step()
+        stack.zero_grad()
+        stack_losses.append(ce.tolist())
+    exact = shape != "moe"
+    tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(stack_losses), torch.tensor(lone_losses), **tol)
+    for k in range(MEMBERS):
+        for (name, p), (_, q) in zip(stacked_members[k].named_parameters(), lone[k].named_parameters()):
+            torch.testing.assert_close(p, q, **tol, msg=lambda m, k=k, name=name: f"member {k} {name}: {m}")
+            torch.testing.assert_close(p, stack.params[name][k], rtol=0, atol=0)  # one storage: the same numbers
+    assert len({tuple(r) for r in stack_losses}) == steps and len(set(stack_losses[0])) == MEMBERS  # members differ
+
+
+def test_a_member_is_an_ordinary_model_that_shares_the_stacks_storage():
+    """A member's state_dict (what its checkpoint saves) holds its slice; loading a state into a member writes the
+    stack; its tied head stays tied."""
+    models = _models("gqa")
+    stack = Stack(models)
+    member = models[1]
+    assert member.lm_head.weight is member.embed.weight
+    assert member.embed.weight.data_ptr() == stack.params["embed.weight"][1].data_ptr()
+    state = {k: torch.full_like(v, 0.25) for k, v in member.state_dict().items()}
+    member.load_state_dict(state)
+    assert torch.all(stack.params["embed.weight"][1] == 0.25) and not torch.all(stack.params["embed.weight"][0] == 0.25)
+
+
+def test_models_of_different_shapes_are_never_stacked():
+    wide_cfg = ModelConfig(vocab_size=VOCAB, d_model=64, n_layers=2, kernels="torch")
+    wide = _models("gqa")[:1] + [Transformer(wide_cfg, SEQ)]
+    with pytest.raises(ValueError, match="model 1 differs from model 0"):
+        Stack(wide)
+    with pytest.raises(NotImplementedError, match="triton"):
+        Stack([Transformer(ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=1, kernels="triton"), SEQ)])
+
+
+def _trainers(root, steps: int, seeds=(0, 1, 2)):
+    from conftest import tiny_trainer
+
+    fields = {"train.max_steps": steps, "train.log_every": 1}
+    return [tiny_trainer(root / f"seed{s}", **fields, **{"train.seed": s}) for s in seeds]
+
+
+def _trained_alone(root, steps: int, seeds=(0, 1, 2)) -> list:
+    """The runs trained one by one, each its own model: the reference a stack must equal."""
+    lone = _trainers(root, steps, seeds)
+    for trainer in lone:
+        for _ in range(steps):
+            trainer.train_step()
+    return lone
+
+
+def _curve(trainer) -> list[tuple]:
+    from ablate import rundir
+
+    trainer.end()
+    rows = rundir.read_jsonl(trainer.run_dir / rundir.METRICS)
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in rows if "loss" in r]
+
+
+def test_a_stack_of_trainers_equals_the_same_runs_trained_alone(tmp_path):
+    """Three seeds of the tiny experiment, each an ordinary Trainer with its own sampler, schedule, clipping and
+    callbacks: stepped as one stack, every member's logged loss and grad norm at every step equal its lone run's,
+    bit for bit, and so do its weights."""
+    from ablate.training.stack import StackedTrainer
+
+    steps = 8
+    lone = _trained_alone(tmp_path / "lone", steps)
+    members = _trainers(tmp_path / "stack", steps)
+    stacked = StackedTrainer(members)
+    for _ in range(steps):
+        stacked.train_step()
+    assert not stacked.failed
+    curves = [_curve(member) for member in members]
+    for alone, member, curve in zip(lone, members, curves):
+        assert len(curve) == steps and curve == _curve(alone)
+        for (name, p), (_, q) in zip(member.model.named_parameters(), alone.model.named_parameters()):
+            assert torch.equal(p, q), name
+    assert len({curve[-1][1] for curve in curves}) == 3  # the seeds differ
+
+
+def test_a_member_that_diverges_is_masked_and_the_others_go_on_unchanged(tmp_path):
+    """Member 1's weights poisoned after step 2: its non-finite guard stops it (5 non-finite steps in a row) and
+    records the step; members 0 and 2 train on, their curves those of their lone runs."""
+    from ablate.training.stack import StackedTrainer
+
+    steps = 10
+    lone = _trained_alone(tmp_path / "lone", steps, seeds=(0, 2))
+    members = _trainers(tmp_path / "stack", steps)
+    stacked = StackedTrainer(members)
+    for step in range(steps):
+        if step == 2:
+            with torch.no_grad():
+                members[1].model.embed.weight.fill_(float("nan"))
+        stacked.train_step()
+    assert list(stacked.failed) == [1] and stacked.failed[1].step == 7
+    assert members[0].step == members[2].step == steps and members[1].step == 7
+    assert _curve(members[0]) == _curve(lone[0]) and _curve(members[2]) == _curve(lone[1])
