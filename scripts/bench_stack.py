@@ -13,6 +13,8 @@ run eager and fp32 here, on a GPU too. Not measured yet: K processes side by sid
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import tempfile
 import time
 from pathlib import Path
@@ -90,11 +92,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per half")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--smoke", action="store_true", help="K = 1, 2, one timed step: that the script runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.members, args.steps, args.warmup = [1, 2], 1, 1
     print("K  one after another tok/s  stacked tok/s  stacked / one after another")
     for k in args.members:
-        alone, together = measure(k, args.steps, args.warmup, args.device)
+        runs_own_lines = io.StringIO()  # the runs' data and last-step lines, not the benchmark's
+        with contextlib.redirect_stdout(runs_own_lines), contextlib.redirect_stderr(runs_own_lines):
+            alone, together = measure(k, args.steps, args.warmup, args.device)
         print(f"{k:<2} {alone:>24,.0f}  {together:>13,.0f}  {together / alone:.2f}x", flush=True)
+    print(f"ratio tokens/s stacked / one after another, K={k}: {together / alone:.2f}x")
 
 
 if __name__ == "__main__":

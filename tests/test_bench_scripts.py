@@ -23,6 +23,7 @@ SCRIPTS = {
     "bench_kernels": ([], "ratio peak memory chunked/naive"),
     "bench_nanogpt": ([], "ratio tokens/s ablate / nanoGPT-style, smoke bf16"),
     "bench_plan": ([], "ratio estimate/measured furthest from 1, of 1 rows"),
+    "bench_stack": ([], "ratio tokens/s stacked / one after another, K=2"),
     "bench_sweep": ([], "ratio wall time --jobs 1 / --jobs 2"),
     "bench_train": ([], "ratio tokens/s bf16 / fp32"),
 }

@@ -26,6 +26,7 @@ triton_ops have no batching rule: Stack refuses kernels="triton"), FSDP2 (a stac
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 from torch import nn
@@ -102,9 +103,13 @@ class Stack:
             return functional_call(self.loss_module, tensors, (tokens, targets, doc_ids))
 
         try:
-            return vmap(member, in_dims=(0, 0, 0, None if doc_ids is None else 0), randomness="different")(
-                named, tokens, targets, doc_ids
-            )
+            with warnings.catch_warnings():  # CPU attention's loop over members is known (docs/performance.md)
+                warnings.filterwarnings(
+                    "ignore", message=".*not yet implemented the batching rule", category=UserWarning
+                )
+                return vmap(member, in_dims=(0, 0, 0, None if doc_ids is None else 0), randomness="different")(
+                    named, tokens, targets, doc_ids
+                )
         finally:
             for router in self._routers:  # statistics taken inside vmap would leak batched tensors
                 router.step_stats = None
