@@ -133,9 +133,10 @@ def _process_state_restored():
         torch.set_rng_state(states[2])
 
 
-def tiny_trainer(tmp_path, only: str = "mha", **fields):
+def tiny_trainer(tmp_path, only: str = "mha", opened: bool = True, **fields):
     """The tiny experiment's Trainer at world size 1, on CPU unless `fields` say train.device, not logging,
-    validating or checkpointing in its first steps; `fields`: config overrides ("train.max_steps": 5, ...)."""
+    validating or checkpointing in its first steps; `fields`: config overrides ("train.max_steps": 5, ...).
+    opened: ready to step (its channel open, begin() called), as fit() leaves it; False: as built, for fit()."""
     from ablate.setup.checks import check_run
     from ablate.setup.experiment import load_experiment
     from ablate.setup.overrides import apply_overrides
@@ -149,9 +150,10 @@ def tiny_trainer(tmp_path, only: str = "mha", **fields):
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(check_run(run, d.world), run_dir, d)
-    trainer.start_time = 0.0
-    trainer.channel.open(0)  # as fit() starts training
-    trainer.begin()
+    if opened:
+        trainer.start_time = 0.0
+        trainer.channel.open(0)  # as fit() starts training
+        trainer.begin()
     return trainer
 
 

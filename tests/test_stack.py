@@ -103,11 +103,11 @@ def test_models_of_different_shapes_are_never_stacked():
         Stack([Transformer(ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=1, kernels="triton"), SEQ)])
 
 
-def _trainers(root, steps: int, seeds=(0, 1, 2)):
+def _trainers(root, steps: int, seeds=(0, 1, 2), opened: bool = True, **fields):
     from conftest import tiny_trainer
 
-    fields = {"train.max_steps": steps, "train.log_every": 1}
-    return [tiny_trainer(root / f"seed{s}", **fields, **{"train.seed": s}) for s in seeds]
+    fields = {"train.max_steps": steps, "train.log_every": 1, **fields}
+    return [tiny_trainer(root / f"seed{s}", opened=opened, **fields, **{"train.seed": s}) for s in seeds]
 
 
 def _trained_alone(root, steps: int, seeds=(0, 1, 2)) -> list:
@@ -165,3 +165,34 @@ def test_a_member_that_diverges_is_masked_and_the_others_go_on_unchanged(tmp_pat
     assert list(stacked.failed) == [1] and stacked.failed[1].step == 7
     assert members[0].step == members[2].step == steps and members[1].step == 7
     assert _curve(members[0]) == _curve(lone[0]) and _curve(members[2]) == _curve(lone[1])
+
+
+def test_a_stack_resumes_from_its_members_checkpoints(tmp_path):
+    """A stack stopped after step 4 (its members' checkpoints at step 3, each in its own run folder) and started
+    again by fit() resumes every member from its own checkpoint: their curves to step 6 equal those of a stack that
+    never stopped, bit for bit."""
+    from ablate.training.stack import StackedTrainer
+
+    fields = {"train.ckpt_every": 3}
+    whole = StackedTrainer(_trainers(tmp_path / "whole", 6, opened=False, **fields))
+    summaries = whole.fit()
+    assert [s["steps"] for s in summaries] == [6, 6, 6]
+    stopped = StackedTrainer(_trainers(tmp_path / "stopped", 6, opened=False, **fields))
+    for member in stopped.members:
+        member.start()
+        member.begin()
+    for _ in range(4):
+        stopped.train_step()
+    for member in stopped.members:
+        member.end()
+    from ablate import checkpoint_files, rundir
+
+    for member in stopped.members:  # each member's own checkpoint, in its own folder, from the stack's storage
+        newest = checkpoint_files.latest_checkpoint(rundir.checkpoint_root(member.run_dir))
+        assert newest is not None and newest.name == rundir.step_dir_name(3)
+    resumed = StackedTrainer(_trainers(tmp_path / "stopped", 6, opened=False, **fields))
+    assert [s["steps"] for s in resumed.fit()] == [6, 6, 6]
+    for before, after in zip(whole.members, resumed.members):
+        assert _curve(after) == _curve(before)
+        for (name, p), (_, q) in zip(after.model.named_parameters(), before.model.named_parameters()):
+            assert torch.equal(p, q), name

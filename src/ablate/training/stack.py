@@ -16,8 +16,12 @@ callbacks) through one Stack: one forward and backward for all, then each member
 (clipping by its own norm, its non-finite guard and spike policy, its update). A member that diverges is masked:
 its row is still computed (on another member's batch) but never stepped again, and the others go on.
 
-Not yet: `ablate run --stack` and the run folders' life around a stack (training.run: locks, status, summary,
-resume of a stack from its members' checkpoints), the MoE router's per-step statistics (reset here: ExpertBalance
+StackedTrainer.fit trains the members to their last step as Trainer.fit trains one: each resumed from its own
+newest intact checkpoint (a member's checkpoint is an ordinary one, written from its views), then stepped together;
+it returns each member's summary.
+
+Not yet: `ablate run --stack` and the run folders' life around a stack (training.run: locks, identity, status.json,
+failure records), the MoE router's per-step statistics (reset here: ExpertBalance
 reads nothing from a stack), a batched optimizer step (each member's optimizer steps its own views), compile and
 bf16 autocast under vmap (the stack runs the model's eager loss), Triton kernels under vmap (ablate.kernels'
 triton_ops have no batching rule: Stack refuses kernels="triton"), FSDP2 (a stack is one device's).
@@ -34,6 +38,7 @@ from torch.func import functional_call, vmap
 
 from ablate.moe import Router
 from ablate.training.callbacks import Divergence
+from ablate.training.parallel import seed_everything
 
 
 class _Loss(nn.Module):
@@ -103,10 +108,9 @@ class Stack:
             return functional_call(self.loss_module, tensors, (tokens, targets, doc_ids))
 
         try:
-            with warnings.catch_warnings():  # CPU attention's loop over members is known (docs/performance.md)
-                warnings.filterwarnings(
-                    "ignore", message=".*not yet implemented the batching rule", category=UserWarning
-                )
+            with warnings.catch_warnings():  # known costs of vmap here (docs/performance.md), not the user's to fix
+                warnings.filterwarnings("ignore", ".*not yet implemented the batching rule", UserWarning)
+                warnings.filterwarnings("ignore", ".*searchsorted.*non-contiguous", UserWarning)  # MoE routing
                 return vmap(member, in_dims=(0, 0, 0, None if doc_ids is None else 0), randomness="different")(
                     named, tokens, targets, doc_ids
                 )
@@ -147,6 +151,32 @@ class StackedTrainer:
         self.stack = Stack([t.model for t in members])
         self.failed: dict[int, Divergence] = {}
 
+    def fit(self) -> list[dict | None]:
+        """Every member trained to its last step, as Trainer.fit trains one: each resumed from its own newest
+        intact checkpoint (its own folder; the stack sees what they restore, its storage is theirs), then stepped
+        together. Returns each member's summary, None for a member that diverged (`failed` says why)."""
+        seed_everything(self.members[0].run.train.seed)  # one process: the global RNG is the first member's
+        for member in self.members:
+            member.start()
+        steps = {member.step for member in self.members}
+        if len(steps) > 1:
+            raise NotImplementedError(
+                f"StackedTrainer: members resumed at steps {sorted(steps)}; a stack resumes only from checkpoints "
+                f"of one step (resume the others alone, or from that step)"
+            )
+        try:
+            for member in self.members:
+                member.begin()
+            while self.live and self.members[self.live[0]].step < self.members[self.live[0]].max_steps:
+                self.train_step()
+            for k in self.live:
+                for callback in self.members[k].callbacks:
+                    callback.post_train(self.members[k])
+        finally:
+            for member in self.members:
+                member.end()
+        return [None if k in self.failed else member.summary() for k, member in enumerate(self.members)]
+
     @property
     def live(self) -> list[int]:
         return [k for k in range(len(self.members)) if k not in self.failed]
@@ -155,6 +185,8 @@ class StackedTrainer:
         """One step of every live member: each its own learning rate and batch (its own sampler), one stacked
         forward and backward per pass, then each member's finish_step on its slice of the gradients."""
         start, live = time.perf_counter(), self.live
+        if not live:
+            raise RuntimeError("StackedTrainer: every member has diverged (see `failed`)")
         steps = {self.members[k].step for k in live}
         if len(steps) > 1:  # a rollback moved one member back: its batches may differ in size from the others'
             raise NotImplementedError(

@@ -445,16 +445,8 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------------------
 
     def fit(self) -> dict:
-        self.start_time = time.perf_counter()
         seed_everything(self.run.train.seed + self.dist.rank)  # a checkpoint of the same world size restores RNG
-        ckpt_root = rundir.checkpoint_root(self.run_dir)
-        checkpoint.clean_partial(ckpt_root, self.dist)
-        latest = checkpoint.restore_newest_intact(ckpt_root, self.restore, self.dist)  # damaged ones set aside
-        if latest is None and self.run.branch:
-            latest = self.start_branch()
-        if latest is not None:
-            self.say(f"{'resumed' if latest.parent == ckpt_root else 'branched'} from {latest} (step {self.step})")
-        self.channel.open(self.step)
+        self.start()
         try:
             with self.ctrl_c:
                 self.begin()
@@ -465,6 +457,19 @@ class Trainer:
         finally:
             self.end()
         return self.summary()
+
+    def start(self) -> None:
+        """Where training starts: the newest intact checkpoint restored (damaged ones set aside, half-written ones
+        cleaned), else a branch's start, else step 0; the metrics channel opened at that step."""
+        self.start_time = time.perf_counter()
+        ckpt_root = rundir.checkpoint_root(self.run_dir)
+        checkpoint.clean_partial(ckpt_root, self.dist)
+        latest = checkpoint.restore_newest_intact(ckpt_root, self.restore, self.dist)  # damaged ones set aside
+        if latest is None and self.run.branch:
+            latest = self.start_branch()
+        if latest is not None:
+            self.say(f"{'resumed' if latest.parent == ckpt_root else 'branched'} from {latest} (step {self.step})")
+        self.channel.open(self.step)
 
     def begin(self) -> None:
         """Training starts (or restarts) at self.step: each callback's pre_train, the model in training mode. fit
