@@ -18,7 +18,7 @@ mean over the population of items: a population null). A run's score is its accu
 contrast's per-seed differences and, at every prefix of its seeds, the noise model stats.paired_noise computes from
 the (seeds, items) matrix of per-item differences (the fixed report's: fresh noise floors the per-seed variance,
 the persistent item variance is added to the mean's, not divided by the seeds) go through the same confidence
-sequence, decide_prefixes, rounds and Bonferroni as above. Designs: A/A, with and without quirks; C better by 0.1
+sequence, decide_contrast, rounds and Bonferroni as above. Designs: A/A, with and without quirks; C better by 0.1
 to 2 logits; "C = A + k items": k items no run gets right (b_i = +inf), C a copy of A's answers on every seed plus
 those k right, so A vs C has identical per-seed differences k / ITEMS and no seed spread (a difference every seed
 repeats; counted as a null: a wrong decision if decided); A/A and the k-item case also without the noise model

@@ -1,4 +1,4 @@
-"""The group-sequential design (ablate.report.inference.group_sequential, decided through sequential.decide_prefixes
+"""The group-sequential design (ablate.report.inference.group_sequential, decided through sequential.decide_contrast
 and the study's round logic in scripts/simulate_sequential.py): alpha spending, boundaries calibrated for the t
 against a fresh simulation, A/A at the default within alpha, equivalence and futility exercised, and the item term's
 own boundary: alpha held and spent at item shares 0-2, planted differences the seeds' boundaries alone miss."""
@@ -15,7 +15,6 @@ from ablate.report.inference.sequential import (
     FUTILE,
     DecisionRule,
     decide_contrast,
-    decide_prefixes,
     decide_study,
     fixed_power,
 )
@@ -131,10 +130,10 @@ def test_futility_closes_a_contrast_that_cannot_be_decided_and_zero_turns_it_off
     assert decision == FUTILE == "futile" and 0 <= chance < 0.1
     assert effect == pytest.approx(np.mean(diffs) / np.std(diffs, ddof=1))
     assert 0 < fixed_power(effect, 8, 0.05) < 0.2 and fixed_power(3.0, 8, 0.05) > 0.99
-    assert decide_prefixes(prefixes, 0.05, None, True, closing, [3])[0] == "futile"
-    assert decide_prefixes(prefixes, 0.05, None, True, keeping, [3])[0] == "open"
+    assert decide_contrast(prefixes, 0.05, None, True, closing, [3])[0] == "futile"
+    assert decide_contrast(prefixes, 0.05, None, True, keeping, [3])[0] == "open"
     big = [(list(np.array(d) + 40), 0.0, 0.0) for d, *_ in prefixes]
-    decision, interval, decided_at, boundary = decide_prefixes(big, 0.05, None, True, closing, [3])
+    decision, interval, decided_at, boundary = decide_contrast(big, 0.05, None, True, closing, [3])[:4]
     assert decision == "b" and decided_at == 3 and interval[0] > 0 and math.isfinite(boundary)
     chance = gs.decision_chance(0.07, 1.0, 0.0, 3, 8, 2.5)
     assert 0 < chance < 0.1 and gs.decision_chance(5.0, 1.0, 0.0, 3, 8, 2.5) > 0.9
@@ -276,7 +275,7 @@ def test_a_planted_difference_the_seeds_boundaries_miss_is_decided_with_the_item
         assert lo < 0 < hi
     rule = DecisionRule(spending="hsd:-2", futility=0.0)
     prefixes = [(diffs[:k], 0.0, share) for k in range(2, 9)]
-    decision, interval, decided_at, *_ = decide_prefixes(prefixes, alpha, None, True, rule, looks)
+    decision, interval, decided_at, *_ = decide_contrast(prefixes, alpha, None, True, rule, looks)
     assert decision == "b" and interval[0] > 0 and decided_at == at
 
 

@@ -93,7 +93,7 @@ class Stack:
             whole = torch.stack([tensors[name].detach() for tensors in per_model])
             stacked[name] = nn.Parameter(whole) if parameters else whole
             for k, tensors in enumerate(per_model):
-                tensors[name].data = whole[k] if not parameters else stacked[name].data[k]
+                tensors[name].data = whole[k]  # a Parameter made from `whole` shares its storage
         return stacked
 
     def loss(

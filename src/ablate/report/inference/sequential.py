@@ -227,25 +227,20 @@ def decide(interval, margin: float | None, lower_is_better: bool) -> str:
     return "open"
 
 
-def decide_prefixes(
+def decide_contrast(
     prefixes: list[tuple],
     alpha: float,
     margin: float | None,
     lower_is_better: bool,
     rule: DecisionRule | None = None,
     looks: list[int] | None = None,
-) -> tuple[str, tuple[float, float] | None, int | None, float | None]:
-    """The decision after the last prefix, its running interval, the paired seeds at which it was first made (a
-    decision, once made, is kept: the interval only narrows) and the critical |t| of the last look. prefixes: [(the
-    per-seed differences of the first n seeds, floor_var, item_var), ...] for n = 2, 3, ...; alpha: this contrast's
-    own level. rule: its design (None: anytime); looks: the group-sequential design's looks, the paired seeds after
-    each round (prefixes of other lengths are not looks)."""
-    return decide_contrast(prefixes, alpha, margin, lower_is_better, rule, looks)[:4]
-
-
-def decide_contrast(prefixes, alpha, margin, lower_is_better, rule=None, looks=None) -> tuple:
-    """decide_prefixes' four values and a fifth: for a contrast closed for futility, (its estimated chance of a
-    decision by max_seeds, the difference seen in seed-level sds for fixed_power); else None."""
+) -> tuple:
+    """(decision after the last prefix, its running interval, the paired seeds at which it was first made (a
+    decision, once made, is kept: the interval only narrows), the critical |t| of the last look, and for a contrast
+    closed for futility (its estimated chance of a decision by max_seeds, the difference seen in seed-level sds for
+    fixed_power), else None). prefixes: [(the per-seed differences of the first n seeds, floor_var, item_var), ...]
+    for n = 2, 3, ...; alpha: this contrast's own level. rule: its design (None: anytime); looks: the
+    group-sequential design's looks, the paired seeds after each round (prefixes of other lengths are not looks)."""
     if rule is None or rule.design == "anytime":
         interval, decided_at = None, None
         for k in range(len(prefixes)):
@@ -260,7 +255,7 @@ def _decide_looks(prefixes, looks, alpha, margin, lower_is_better, rule: Decisio
     """The group-sequential decision: at each look, the repeated interval at that look's boundary, intersected with
     the earlier ones; open and futile (group_sequential.decision_chance below rule.futility): closed for futility,
     until a later look decides it. The boundaries are those of the looks taken, then one a seed up to max_seeds (a
-    look's boundary depends only on the looks up to it). Returns decide_prefixes' four values and, for a contrast
+    look's boundary depends only on the looks up to it). Returns decide_contrast's four first values and, for a contrast
     closed for futility, (its estimated chance of a decision, the difference seen in seed-level sds as the fixed
     max_seeds-seed t-test sees it: fixed_power's effect) at the look that closed it (else None)."""
     gs, most = group_sequential, rule.max_seeds
