@@ -21,7 +21,6 @@ is the CPU's rule (reference.default_chunk_rows).
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import math
 import os
@@ -55,9 +54,11 @@ if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("trito
     _interpreter_takes_scalar_bounds()
 
 
-@functools.cache
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None  # asked once: dynamo (torch 2.11) cannot trace it
+
+
 def triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON_INSTALLED
 
 
 def resolved(kernels: str, device_type: str) -> str:

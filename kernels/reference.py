@@ -159,9 +159,9 @@ def chunked_linear_cross_entropy(
     # fp32 accumulator over chunks, whatever the weight's dtype (a bf16 sum of many chunks would lose bits)
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grads else None
     device_type = hidden.device.type
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(
-        device_type
-    ):  # cast once here, not once per chunk and matmul (a third of the time)
+    # cast once here, not once per chunk and matmul (a third of the time); autocast exists on these two device types
+    # (torch 2.11's dynamo cannot trace torch.amp.is_autocast_available)
+    if device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     fused = with_grads and fused_head_gradient(hidden.device)
@@ -175,8 +175,8 @@ def chunked_linear_cross_entropy(
     ):
         logits = rows @ weight.T  # (rows, vocab): the only vocab-sized buffer, one chunk at a time
         ce_rows, z_rows = ce_chunk(logits, row_targets, ignore_index, z_loss, with_grads)
-        ce_sum += ce_rows.sum()
-        z_sum += z_rows.sum()
+        ce_sum = ce_sum + ce_rows.sum()  # out of place: under vmap the sum is a batched tensor
+        z_sum = z_sum + z_rows.sum()
         if ce_rows_out is not None:
             ce_rows_out.copy_(ce_rows)
         if with_grads:  # `logits` now holds d(loss sum)/d(logits) for this chunk
@@ -271,8 +271,9 @@ def linear_cross_entropy(
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if chunks is None:  # (not computed otherwise: with a dynamic row count it would guard on that count)
         chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
-    # under torch.func.vmap (a stack of models) a member's tensors do not show requires_grad: the stack's do (not
-    # asked while compiling: dynamo cannot trace the question, and a compiled stack is not built yet)
+    # under torch.func.vmap (a stack of models) a member's tensors do not show requires_grad: the stack's do. Not
+    # asked while compiling (dynamo cannot trace the question): a compiled stack takes the plain chunked path below,
+    # differentiated by AOTAutograd
     batched = not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(hidden)
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad or batched):
         loss, ce, _, _ = LinearCrossEntropyFunction.apply(

@@ -1,13 +1,17 @@
-"""Stacked runs against the same runs one after another: aggregate training tokens per second, in one process.
+"""Stacked runs against the other ways to train K runs of one shape: aggregate training tokens per second.
 
-    python scripts/bench_stack.py                    # the quickstart's baseline, K = 1, 2, 3, 4 seeds, CPU
-    python scripts/bench_stack.py --members 1 2 4 8 16 --steps 10 --device cuda
+    python scripts/bench_stack.py                                          # CPU: the quickstart's baseline, K = 1-4
+    python scripts/bench_stack.py --device cuda --sizes 10M quickstart --members 1 2 4 8 16
 
-For each K: K ordinary Trainers of experiments/quickstart.py's baseline (seeds 0..K-1), stepped (a) one after
-another, each its own model, and (b) as one stack (training.stack.StackedTrainer: one vmapped forward and backward
-for all K), interleaved twice so drift hits both sides; tokens/s of each and the ratio (b) / (a). Warm-up steps are
-not timed. The stack runs the model's eager fp32 loss (compile and bf16 under vmap are not built yet), so both sides
-run eager and fp32 here, on a GPU too. Not measured yet: K processes side by side.
+For each size and K, every side is ablate's real step (the Trainer as `ablate run` builds it, default callbacks,
+train.compile and train.dtype at their defaults: eager fp32 on CPU, compiled bf16 on a GPU):
+    one after another   one run of batch B; K such runs in sequence train at its tokens/s
+    K x batch           one run of batch K*B: the most the device gives that shape, the target's yardstick
+    stacked             K runs (seeds 0..K-1) as one stack (training.stack.StackedTrainer)
+    side by side        K processes, each one run of batch B, timed together after every one has warmed up
+The in-process sides are timed in two interleaved halves after their warm-up steps (the compiles), so drift hits
+them alike; side by side runs after them. Sizes: `quickstart` (experiments/quickstart.py's baseline: 0.4M
+parameters, 32 x 128 tokens a step) and `10M` (d256, 6 layers, vocab 16384, 32 x 512; the acceptance's ~10M).
 """
 
 from __future__ import annotations
@@ -15,94 +19,148 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import tempfile
+import multiprocessing
+import os
+import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+LONG_RUN_STEPS = 10_000  # no measured step is near a run's last (its validation and checkpoint)
 
 
-def trainers(root: Path, members: int, steps: int, device: str) -> list:
-    from ablate.setup.checks import check_run
+def run_config(size: str, device: str, batch: int | None = None, seed: int = 0):
+    """The RunConfig of `size` at its default batch or `batch` sequences a step (one pass), seed `seed`."""
+    import gpu_acceptance_measure as measure
+
     from ablate.setup.experiment import load_experiment
     from ablate.setup.overrides import apply_overrides
-    from ablate.training.parallel import init_distributed
-    from ablate.training.trainer import Trainer
 
-    quiet = {"train.max_steps": steps, "train.log_every": 1000, "train.val_every": 0, "train.ckpt_every": 0}
-    out = []
-    for seed in range(members):
+    if size == "quickstart":
         run = load_experiment(REPO / "experiments" / "quickstart.py", only=["baseline"])[0]
-        same_footing = {"train.compile": False, "train.dtype": "fp32"}  # what a stack runs today: eager, fp32
-        run = apply_overrides(run, {**quiet, **same_footing, "train.seed": seed, "train.device": device})
-        d = init_distributed(run.train.device)
-        folder = root / f"seed{seed}"
-        folder.mkdir(parents=True, exist_ok=True)
-        trainer = Trainer(check_run(run, d.world), folder, d)
-        trainer.start_time = 0.0
-        trainer.channel.open(0)
-        trainer.begin()
-        out.append(trainer)
-    return out
+    else:
+        run = measure.run_config(measure.SPECS[size], measure.device_setup(device).device, dtype="auto")
+    batch = batch or run.train.global_batch
+    fields = {"train.global_batch": batch, "train.micro_batch": batch, "train.seed": seed, "train.device": device}
+    quiet = {"train.max_steps": LONG_RUN_STEPS, "train.val_every": 0, "train.ckpt_every": 0}
+    return apply_overrides(run, {**quiet, **fields})
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        import torch
+def real_step(size: str, device: str, batch: int | None = None, seed: int = 0):
+    import gpu_acceptance_measure as measure
 
-        torch.cuda.synchronize()
+    return measure.RealStep(run_config(size, device, batch, seed), measure.device_setup(device))
 
 
-def tokens_per_second(step, tokens_per_step: int, steps: int, device: str) -> float:
-    _sync(device)
+def timed(step, device: str, steps: int) -> float:
+    import gpu_acceptance_measure as measure
+    import torch
+
+    device = torch.device(device)
+    measure.synchronize(device)
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    _sync(device)
-    return tokens_per_step * steps / (time.perf_counter() - start)
+    measure.synchronize(device)
+    return time.perf_counter() - start
 
 
-def measure(members: int, steps: int, warmup: int, device: str) -> tuple[float, float]:
+def in_process(size: str, members: int, steps: int, warmup: int, device: str) -> dict[str, float]:
+    """tokens/s of one run, one run at K times its batch, and K stacked runs, interleaved in this process."""
     from ablate.training.stack import StackedTrainer
 
-    with tempfile.TemporaryDirectory() as tmp:
-        lone = trainers(Path(tmp) / "lone", members, warmup + 2 * steps, device)
-        stacked = StackedTrainer(trainers(Path(tmp) / "stack", members, warmup + 2 * steps, device))
-        per_step = lone[0].batch_plan[0] * lone[0].seq_len * members
-
-        def one_after_another():
-            for trainer in lone:
-                trainer.train_step()
-
+    lone = real_step(size, device)
+    big = real_step(size, device, batch=lone.tokens_per_step // lone.trainer.seq_len * members) if members > 1 else lone
+    member_steps = [real_step(size, device, seed=seed) for seed in range(members)]
+    stacked = StackedTrainer([m.trainer for m in member_steps])
+    sides = {
+        "one after another": (lone.step, 1),
+        "K x batch": (big.step, members),
+        "stacked": (stacked.train_step, members),
+    }
+    if members == 1:
+        del sides["K x batch"]  # it is the lone run
+    for step, _ in sides.values():
         for _ in range(warmup):
-            one_after_another()
-            stacked.train_step()
-        alone, together = [], []
-        for _ in range(2):  # interleaved halves
-            alone.append(tokens_per_second(one_after_another, per_step, steps, device))
-            together.append(tokens_per_second(stacked.train_step, per_step, steps, device))
-        for trainer in [*lone, *stacked.members]:
-            trainer.end()
-    return sum(alone) / 2, sum(together) / 2
+            step()
+    seconds = dict.fromkeys(sides, 0.0)
+    for _ in range(2):  # interleaved halves
+        for name, (step, _) in sides.items():
+            seconds[name] += timed(step, device, steps)
+    for real in {id(r): r for r in [lone, big, *member_steps]}.values():
+        real.close()
+    return {name: lone.tokens_per_step * runs * 2 * steps / seconds[name] for name, (_, runs) in sides.items()}
+
+
+def _side_by_side_worker(size, device, seed, threads, steps, warmup, barrier, results):
+    import torch
+
+    torch.set_num_threads(threads)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        real = real_step(size, device, seed=seed)
+        for _ in range(warmup):
+            real.step()
+        import gpu_acceptance_measure as measure
+
+        measure.synchronize(torch.device(device))
+        barrier.wait()  # every process warmed up (compiled) before any is timed
+        start = time.monotonic()  # system-wide: comparable across the processes
+        for _ in range(steps):
+            real.step()
+        measure.synchronize(torch.device(device))
+        results.put((start, time.monotonic(), real.tokens_per_step * steps))
+        real.close()
+
+
+def side_by_side(size: str, members: int, steps: int, warmup: int, device: str) -> float:
+    """Aggregate tokens/s of K processes, each one run, from the first one's timed start to the last one's end."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(members), context.Queue()
+    threads = max(1, (os.cpu_count() or 1) // members)  # the CPU's cores split between the processes
+    workers = [
+        context.Process(
+            target=_side_by_side_worker, args=(size, device, seed, threads, 2 * steps, warmup, barrier, results)
+        )
+        for seed in range(members)
+    ]
+    for worker in workers:
+        worker.start()
+    spans = [results.get(timeout=1800) for _ in workers]
+    for worker in workers:
+        worker.join()
+        if worker.exitcode != 0:
+            raise RuntimeError(f"bench_stack: a side-by-side process exited with {worker.exitcode}")
+    return sum(tokens for _, _, tokens in spans) / (max(end for _, end, _ in spans) - min(s for s, _, _ in spans))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", default=["quickstart"], choices=["quickstart", "10M"])
     parser.add_argument("--members", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=5, help="timed steps per half")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-processes", action="store_true", help="skip the side-by-side processes")
     parser.add_argument("--smoke", action="store_true", help="K = 1, 2, one timed step: that the script runs")
     args = parser.parse_args()
     if args.smoke:
         args.members, args.steps, args.warmup = [1, 2], 1, 1
-    print("K  one after another tok/s  stacked tok/s  stacked / one after another")
-    for k in args.members:
-        runs_own_lines = io.StringIO()  # the runs' data and last-step lines, not the benchmark's
-        with contextlib.redirect_stdout(runs_own_lines), contextlib.redirect_stderr(runs_own_lines):
-            alone, together = measure(k, args.steps, args.warmup, args.device)
-        print(f"{k:<2} {alone:>24,.0f}  {together:>13,.0f}  {together / alone:.2f}x", flush=True)
-    print(f"ratio tokens/s stacked / one after another, K={k}: {together / alone:.2f}x")
+    columns = ["one after another", "K x batch", "stacked", "side by side"]
+    print(f"{'size':<10} K   " + "  ".join(f"{c:>17}" for c in columns) + "  stacked / each other side", flush=True)
+    for size in args.sizes:
+        for k in args.members:
+            runs_own_lines = io.StringIO()  # the runs' data and last-step lines, not the benchmark's
+            with contextlib.redirect_stdout(runs_own_lines), contextlib.redirect_stderr(runs_own_lines):
+                rates = in_process(size, k, args.steps, args.warmup, args.device)
+            if not args.no_processes and k > 1:
+                rates["side by side"] = side_by_side(size, k, args.steps, args.warmup, args.device)
+            cells = "  ".join(f"{rates[c]:>17,.0f}" if c in rates else f"{'-':>17}" for c in columns)
+            ratios = ", ".join(
+                f"{rates['stacked'] / rates[c]:.2f}x" if c in rates else "-" for c in columns if c != "stacked"
+            )
+            print(f"{size:<10} {k:<3} {cells}  {ratios}", flush=True)
+    print(f"ratio tokens/s stacked / one after another, K={k}: {rates['stacked'] / rates['one after another']:.2f}x")
 
 
 if __name__ == "__main__":

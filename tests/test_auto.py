@@ -205,3 +205,25 @@ def test_ctrl_c_stops_every_rank_before_the_same_steps_update(tmp_path):
             signal.raise_signal(signal.SIGINT)
             signal.raise_signal(signal.SIGINT)  # the second: at once
             pytest.fail("a second Ctrl-C must raise at once")
+
+
+def test_no_call_the_gpu_machines_dynamo_cannot_trace_is_left_in_the_compiled_code():
+    """The GPU machines run torch 2.11, whose dynamo cannot trace `torch.amp.is_autocast_available` nor
+    `importlib.util.find_spec` (the 2026-11-28 lease: every compiled step failed there, while this CPU's torch
+    traces both). Neither may appear in the code a compiled model or loss runs: the model, its MoE and the kernels'
+    dispatch and references (a module-level call, once at import, is outside any graph)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "src/ablate/model.py", root / "src/ablate/moe.py", *sorted((root / "kernels").glob("*.py"))]
+    untraceable = {"is_autocast_available", "_is_autocast_available", "find_spec"}
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text())
+        for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            for node in ast.walk(function):
+                name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+                if name in untraceable:
+                    found.append(f"{path.name}:{node.lineno} {function.name} calls {name}")
+    assert not found, found

@@ -29,6 +29,8 @@ triton_ops have no batching rule: Stack refuses kernels="triton"), FSDP2 (a stac
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 import warnings
 
@@ -50,8 +52,21 @@ class _Loss(nn.Module):
 
     def forward(self, tokens, targets, doc_ids):
         # the class's loss, not the instance's: at world size 1 the instance's may be compiled or wrapped in
-        # autocast (training.parallel), neither of which runs under vmap yet
+        # autocast (training.parallel); the stack compiles and casts its own vmapped call instead
         return type(self.model).loss(self.model, tokens, targets, doc_ids)
+
+
+def _torch_kernels_twin(model: nn.Module) -> nn.Module:
+    """The code vmap runs: a copy of `model`'s structure on the meta device whose ops take their torch references
+    (the Triton kernels, "auto"'s choice on a GPU, have no batching rule). functional_call swaps every parameter
+    and buffer in, so the twin holds no storage; a model without a `cfg` of kernels is its own twin."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(cfg, "kernels"):
+        return model
+    with torch.device("meta"):
+        twin = type(model)(dataclasses.replace(cfg, kernels="torch"), max_seq_len=model.max_seq_len)
+    twin.loss_chunks = model.loss_chunks
+    return twin
 
 
 class Stack:
@@ -59,7 +74,7 @@ class Stack:
     the members' own tensors now view. loss() runs every member on its own batch; after backward, member_grads()
     hands each member its slice of the gradients, so its own optimizer steps it as a lone run's would."""
 
-    def __init__(self, models: list[nn.Module]):
+    def __init__(self, models: list[nn.Module], compute_dtype: torch.dtype | None = None, compile: bool = False):
         if not models:
             raise ValueError("Stack: no models; allowed: one or more models of one structure")
         shapes = [[(n, tuple(t.shape)) for n, t in (*m.named_parameters(), *m.named_buffers())] for m in models]
@@ -69,17 +84,20 @@ class Stack:
                     f"Stack: model {k} differs from model 0 in its parameters or their shapes; allowed: models of "
                     f"one structure (runs that differ only in values)"
                 )
-        kernels = getattr(getattr(models[0], "cfg", None), "kernels", "torch")
-        if kernels == "triton":
+        if getattr(getattr(models[0], "cfg", None), "kernels", "torch") == "triton":
             raise NotImplementedError(
-                "Stack: model.kernels='triton' has no batching rule under vmap yet; use kernels='torch' or 'auto' "
-                "on CPU"
+                "Stack: model.kernels='triton' has no batching rule under vmap yet; use kernels='auto' (a stack "
+                "runs the torch references, compiled where train.compile is on) or 'torch'"
             )
         self.models = list(models)
-        self.loss_module = _Loss(models[0])  # the code vmap runs: member 0's modules, their tensors swapped out
+        self.loss_module = _Loss(_torch_kernels_twin(models[0]))  # member 0's structure, its tensors swapped in
         self.params = self._share([dict(m.named_parameters()) for m in models], parameters=True)
         self.buffers = self._share([dict(m.named_buffers()) for m in models], parameters=False)
-        self._routers = [m for m in models[0].modules() if isinstance(m, Router)]
+        self._routers = [m for m in self.loss_module.modules() if isinstance(m, Router)]
+        self.compute_dtype = compute_dtype
+        # one graph for every member's forward and loss (and, through AOTAutograd, their backward), as a lone
+        # run's single-device path compiles its model and loss
+        self._stacked_loss = torch.compile(self._eager_loss, fullgraph=True) if compile else self._eager_loss
 
     @property
     def size(self) -> int:
@@ -103,20 +121,28 @@ class Stack:
         if tokens.shape[0] != self.size:
             raise ValueError(f"Stack.loss: {tokens.shape[0]} batches for {self.size} members")
         named = {f"model.{n}": t for n, t in self.params.items()} | {f"model.{n}": t for n, t in self.buffers.items()}
-
-        def member(tensors, tokens, targets, doc_ids):
-            return functional_call(self.loss_module, tensors, (tokens, targets, doc_ids))
-
         try:
             with warnings.catch_warnings():  # known costs of vmap here (docs/performance.md), not the user's to fix
                 warnings.filterwarnings("ignore", ".*not yet implemented the batching rule", UserWarning)
                 warnings.filterwarnings("ignore", ".*searchsorted.*non-contiguous", UserWarning)  # MoE routing
-                return vmap(member, in_dims=(0, 0, 0, None if doc_ids is None else 0), randomness="different")(
-                    named, tokens, targets, doc_ids
-                )
+                return self._stacked_loss(named, tokens, targets, doc_ids)
         finally:
             for router in self._routers:  # statistics taken inside vmap would leak batched tensors
                 router.step_stats = None
+
+    def _eager_loss(self, named, tokens, targets, doc_ids):
+        def member(tensors, tokens, targets, doc_ids):
+            return functional_call(self.loss_module, tensors, (tokens, targets, doc_ids))
+
+        cast = (
+            torch.autocast(tokens.device.type, dtype=self.compute_dtype)
+            if self.compute_dtype is not None
+            else contextlib.nullcontext()
+        )
+        with cast:
+            return vmap(member, in_dims=(0, 0, 0, None if doc_ids is None else 0), randomness="different")(
+                named, tokens, targets, doc_ids
+            )
 
     def member_grads(self) -> None:
         """Each member's parameters get their slice of the stacked gradients (views, no copy); the stacked
@@ -138,17 +164,19 @@ class StackedTrainer:
     1) stepped as one Stack. `failed`: member index -> the Divergence that masked it."""
 
     def __init__(self, members: list):
+        def shape(t):  # what a stack's members must share: their steps' shapes and how they are computed
+            return (t.batch_plan, t.seq_len, t.run.train.micro_batch, t.dist.device, t.compute_dtype, t.compiled)
+
         first = members[0]
         for k, t in enumerate(members):
-            same = (t.batch_plan, t.seq_len, t.run.train.micro_batch, t.dist.device, t.dist.world)
-            if same != (first.batch_plan, first.seq_len, first.run.train.micro_batch, first.dist.device, 1):
+            if shape(t) != shape(first) or t.dist.world != 1:
                 raise ValueError(
                     f"StackedTrainer: member {k} ({t.run.name} seed {t.run.train.seed}) differs from member 0 in "
-                    f"its batch plan, sequence length, micro batch or device, or trains over ranks; allowed: runs "
-                    f"that differ only in values, at world size 1"
+                    f"its batch plan, sequence length, micro batch, device, dtype or compile, or trains over ranks; "
+                    f"allowed: runs that differ only in values, at world size 1"
                 )
         self.members = list(members)
-        self.stack = Stack([t.model for t in members])
+        self.stack = Stack([t.model for t in members], compute_dtype=first.compute_dtype, compile=first.compiled)
         self.failed: dict[int, Divergence] = {}
 
     def fit(self) -> list[dict | None]:

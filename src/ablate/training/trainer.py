@@ -159,7 +159,8 @@ class Trainer:
         self.data: PreparedData = prepare_data(
             run.data, run.model.vocab_size, is_main=d.is_main, share=d.broadcast_object, global_batch=t.global_batch
         )
-        self.model = self._build_model(compute_dtype if use_bf16 else None)
+        self.compute_dtype = compute_dtype if use_bf16 else None  # None: fp32, no autocast
+        self.model = self._build_model(self.compute_dtype)
         self.optimizer = build_optimizer(self.model, run.optim)
         self.sampler = self.data.sampler(self.seq_len, t.seed)  # a mixture's sampler draws by the weights
         if self.sampler.num_sequences < t.global_batch:
