@@ -53,7 +53,7 @@ class FakeExecutor:
 
 
 def test_local_launcher_submits_each_task_on_its_own_gpus(monkeypatch):
-    runs = load_checked(TINY, seeds=[0, 1])[:3]
+    runs = [[run] for run in load_checked(TINY, seeds=[0, 1])[:3]]  # three tasks, a run each
     monkeypatch.setattr(sweep, "visible_gpus", lambda: ["0", "1", "2", "3"])
     executor = FakeExecutor()
     jobs = slurm._submit_locally(executor, runs, "out", {"gpus_per_run": 2, "max_requeues": 0}, 1, None)
@@ -108,7 +108,7 @@ def submitted(monkeypatch):
     """`ablate run --launcher local` up to submission: the options slurm.submit would get."""
     calls = []
 
-    def fake_submit(runs, out, options, local=False, wait=True, experiment_file=None):
+    def fake_submit(runs, out, options, local=False, wait=True, experiment_file=None, stacks=None):
         calls.append(dict(options))
         return ["finished"] * len(runs)
 

@@ -147,7 +147,7 @@ def test_one_run_over_two_processes(tmp_path):
 def test_crashed_task_counts_as_failed(tmp_path, capsys):
     """A task that dies outright (here: killed) never returns a state: it is counted failed, with its message."""
     run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "1000"})[0]
-    runs = [check_run(run)]
+    runs = [[check_run(run)]]  # one group: the run alone
     jobs = launch(runs, str(tmp_path), {}, local=True)
     jobs[0]._results_timeout_s = 0  # submitit waits 15 s for a result file a slow network disk may not show yet
     _wait_for_checkpoint(run_dir(tmp_path, run), jobs[0])
@@ -185,7 +185,7 @@ def test_preempted_task_is_requeued_and_resumes(tmp_path):
     newest checkpoint to the same losses as an uninterrupted twin trained beside it."""
     run = load_experiment(TINY, only=["mha"], overrides={"train.max_steps": "200", "train.ckpt_every": "10"})[0]
     twin = dataclasses.replace(run, name="uninterrupted")
-    runs = [check_run(run), check_run(twin)]
+    runs = [[check_run(run)], [check_run(twin)]]  # two groups: each run alone
     jobs = launch(runs, str(tmp_path), {}, local=True)
     folder = run_dir(tmp_path, run)
     _wait_for_checkpoint(folder, jobs[0])
@@ -201,3 +201,21 @@ def test_preempted_task_is_requeued_and_resumes(tmp_path):
     assert [r[0] for r in rows] == list(range(1, 201))  # every step exactly once
     assert rows == _train_rows(run_dir(tmp_path, twin))
     assert json.loads((folder / "summary.json").read_text())["steps"] == 200
+
+
+@pytest.mark.slow
+def test_a_stack_is_one_task_whose_runs_equal_their_lone_runs(tmp_path):
+    """--stack through submitit's local executor: three seeds as one task (a list of runs), each its own run
+    folder, their curves those of the same runs trained alone; a preempted stack's task is requeued with every
+    member's requeue count written."""
+    runs = [check_run(r) for r in load_experiment(TINY, only=["mha"], seeds=[0, 1, 2])]
+    out = tmp_path / "stacked"
+    assert submit(runs, str(out), {}, local=True, stacks=[runs]) == ["finished"] * 3
+    assert submit(runs, str(tmp_path / "alone"), {}, local=True) == ["finished"] * 3
+    for run in runs:
+        stacked = run_dir(out, run.config)
+        assert json.loads((stacked / "summary.json").read_text())["stack"]["members"] == 3
+        assert _train_rows(stacked) == _train_rows(run_dir(tmp_path / "alone", run.config))
+    task = RunTask(max_requeues=2, threads=1)
+    again = task.checkpoint([r.config.to_dict() for r in runs], str(out), requeues=0)
+    assert again is not None and all((run_dir(out, r.config) / REQUEUES_FILE).read_text() == "1\n" for r in runs)

@@ -148,20 +148,27 @@ def test_a_stack_of_trainers_equals_the_same_runs_trained_alone(tmp_path):
     assert len({curve[-1][1] for curve in curves}) == 3  # the seeds differ
 
 
-def test_a_member_that_diverges_is_masked_and_the_others_go_on_unchanged(tmp_path):
-    """Member 1's weights poisoned after step 2: its non-finite guard stops it (5 non-finite steps in a row) and
-    records the step; members 0 and 2 train on, their curves those of their lone runs."""
+def poisoned_stack(root, steps: int, **fields):
+    """Three members stepped `steps` times as one stack, member 1's weights made NaN after its second step."""
     from ablate.training.stack import StackedTrainer
 
-    steps = 10
-    lone = _trained_alone(tmp_path / "lone", steps, seeds=(0, 2))
-    members = _trainers(tmp_path / "stack", steps)
-    stacked = StackedTrainer(members)
+    stacked = StackedTrainer(_trainers(root, steps, **fields))
     for step in range(steps):
         if step == 2:
             with torch.no_grad():
-                members[1].model.embed.weight.fill_(float("nan"))
+                stacked.members[1].model.embed.weight.fill_(float("nan"))
         stacked.train_step()
+    return stacked
+
+
+def test_a_member_that_diverges_is_masked_and_the_others_go_on_unchanged(tmp_path):
+    """Member 1's weights poisoned after step 2: its non-finite guard stops it (5 non-finite steps in a row) and
+    records the step; members 0 and 2 train on, their curves those of their lone runs."""
+
+    steps = 10
+    lone = _trained_alone(tmp_path / "lone", steps, seeds=(0, 2))
+    stacked = poisoned_stack(tmp_path / "stack", steps)
+    members = stacked.members
     assert list(stacked.failed) == [1] and stacked.failed[1].step == 7
     assert members[0].step == members[2].step == steps and members[1].step == 7
     assert _curve(members[0]) == _curve(lone[0]) and _curve(members[2]) == _curve(lone[1])

@@ -61,6 +61,13 @@ def add_command(subparsers) -> None:
         "estimate (ablate plan) exceeds SIZE, e.g. 80GiB (default: a visible GPU's memory; none on CPU)",
     )
     parser.add_argument(
+        "--stack",
+        type=WHOLE_1,
+        metavar="K",
+        help="train runs of one shape K at a time as one stacked model on one device (seeds, learning rates: runs "
+        "that differ only in values), each still its own run folder (default: the file's `stack`, else 1)",
+    )
+    parser.add_argument(
         "--launcher",
         type=one_of("here", "local", "slurm"),
         default="here",
@@ -149,6 +156,9 @@ def train_runs(runs, args, in_study: bool = False) -> int:
         return _closing(["finished"] * len(finished), finished, out, not in_study)
 
     callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
+    stack = _stack_size(args)
+    if stack > 1:
+        return _run_stacks(runs, out, args, stack, callbacks, in_study, finished)
     if args.launcher != "here":
         return _run_submitit(runs, out, args, callbacks, in_study, finished)
     from ablate.launch import sweep
@@ -174,6 +184,63 @@ def train_runs(runs, args, in_study: bool = False) -> int:
     return _run_here(runs, out, slots, args.file, callbacks, gpu_ids, in_study, finished)
 
 
+def _stack_size(args) -> int:
+    from ablate.setup.experiment import experiment_stack
+
+    return args.stack or experiment_stack(args.file)
+
+
+def _run_stacks(runs, out: str, args, size: int, callbacks: list, in_study: bool, finished: list) -> int:
+    """`--stack K` on this machine, in this process: runs of one shape K at a time as one stacked model
+    (ablate.training.stack.plan_stacks says which share a stack, and why a run trains alone), one stack after
+    another."""
+    from ablate import rundir
+    from ablate.launch import sweep
+    from ablate.training.parallel import init_distributed, shutdown_distributed
+    from ablate.training.stack import plan_stacks
+
+    if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or "RANK" in os.environ:
+        raise NotImplementedError(
+            "--stack: stacks train one after another in this process, or one a task with --launcher slurm/local; "
+            "not yet with --jobs, --runs-per-gpu or under torchrun (drop --stack there)"
+        )
+    from ablate.launch.slurm import parse_slurm_options
+
+    gpus = parse_slurm_options(args.slurm or "").get("gpus_per_run", args.gpus_per_run)
+    if gpus not in (None, 0, 1):
+        raise ConfigError(f"--stack: a stack trains on one device; got gpus_per_run {gpus}")
+    stacks, alone = plan_stacks(runs, size)
+    print(f"{len(runs)} runs in {len(stacks)} stacks of at most {size}", flush=True)
+    for line in alone:
+        print(f"  {line}", flush=True)
+    if args.launcher != "here":
+        return _run_submitit(runs, out, args, callbacks, in_study, finished, stacks)
+    gpu_ids = sweep.visible_gpus()
+    _check_stack_memory(runs, args, size, on_gpu=bool(gpu_ids) and args.gpus_per_run != 0)
+    d = init_distributed(runs[0].config.train.device)
+    progress, states, index = _Progress(len(runs), d.is_main), [], 0
+    try:
+        sweep.prepare_all(runs, d)
+        _mark_pending(runs, out)
+        for members in stacks:
+            if len(members) > 1:  # a run alone was said above, with why
+                print(f"stack of {len(members)}: {', '.join(sweep.run_label(m.config) for m in members)}", flush=True)
+            for k, run in enumerate(members, index + 1):
+                progress(k, run, "started", str(rundir.run_dir_for(out, run.config)))
+            for k, (run, (state, message)) in enumerate(
+                zip(members, sweep.attempt_stack(members, out, callbacks)), index + 1
+            ):
+                progress(k, run, state, message)
+                states.append(state)
+            index += len(members)
+    except KeyboardInterrupt:
+        _tell_interrupted(runs, out)
+        return 130
+    finally:
+        shutdown_distributed()
+    return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)
+
+
 def _check_cpu_runs(runs, gpus_per_run: int | None) -> None:
     """--gpus-per-run 0 trains on CPU: a run that insists on CUDA contradicts it."""
     if gpus_per_run == 0:
@@ -189,18 +256,36 @@ def _check_memory(runs, args, world: int, sharing: int, on_gpu: bool) -> None:
     """Refuse, before any compute, runs whose per-rank memory (ablate plan's estimate) exceeds their share of the
     device memory: --device-memory or the visible GPU's memory, divided by the `sharing` runs that use each GPU at
     once (--runs-per-gpu K). On CPU without --device-memory nothing is checked."""
-    from ablate.cost.memory import check_fits, device_memory_default, parse_size
+    from ablate.cost.memory import check_fits
 
-    if args.device_memory:
-        memory = parse_size(args.device_memory)
-    elif on_gpu:
-        memory = device_memory_default()  # read in a child process: this one never initialises CUDA
-    else:
-        return
+    memory = _device_memory(args, on_gpu)
     if memory is None:
         return
     for run in runs:
         check_fits(run, world, memory // sharing, None if on_gpu else "cpu")
+
+
+def _device_memory(args, on_gpu: bool) -> int | None:
+    """--device-memory, else a visible GPU's memory; None on CPU without --device-memory (nothing is checked)."""
+    from ablate.cost.memory import device_memory_default, parse_size
+
+    if args.device_memory:
+        return parse_size(args.device_memory)
+    return device_memory_default() if on_gpu else None  # read in a child process: this one never initialises CUDA
+
+
+def _check_stack_memory(runs, args, size: int, on_gpu: bool) -> None:
+    """Refuse, before any compute, stacks whose peak (ablate plan --stack's estimate: every member's parameters,
+    gradients, optimizer state and activations) exceeds the device memory, naming the largest stack that fits."""
+    from ablate.cost import plan
+
+    memory = _device_memory(args, on_gpu)
+    if memory is None:
+        return
+    stacks, _ = plan.plan_stacks(runs, size, memory)
+    unfit = plan.unfit_stacks(stacks, memory)
+    if unfit:
+        raise ConfigError(plan.stack_refusal(unfit, memory))
 
 
 def _split_finished(runs, out: str) -> tuple[list, list]:
@@ -254,16 +339,25 @@ def _run_here(
             print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
             states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks))
     except KeyboardInterrupt:
-        for run in (checked.config for checked in runs):
-            status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
-            if status.get("state") == "interrupted" and is_main:
-                print(f"{sweep.run_label(run)}: {status['message']}", file=sys.stderr, flush=True)
+        if is_main:
+            _tell_interrupted(runs, out)
         return 130
     finally:
         shutdown_distributed()
     if not is_main:
         return int("failed" in states)
     return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)
+
+
+def _tell_interrupted(runs, out: str) -> None:
+    """After Ctrl-C: each interrupted run's status line (where it resumes)."""
+    from ablate import rundir
+    from ablate.launch.sweep import run_label
+
+    for run in (checked.config for checked in runs):
+        status = rundir.read_status(rundir.run_dir_for(out, run)) or {}
+        if status.get("state") == "interrupted":
+            print(f"{run_label(run)}: {status['message']}", file=sys.stderr, flush=True)
 
 
 class _Progress:
@@ -312,7 +406,8 @@ def _file_for_workers(file: str, callbacks: list) -> str | None:
     return str(Path(file).resolve()) if callbacks else None
 
 
-def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finished: list) -> int:
+def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finished: list, stacks=None) -> int:
+    """Through submitit: one task per run, or per stack of runs (`stacks`, --stack)."""
     from ablate.launch import slurm
 
     if args.jobs not in (None, 1) or args.runs_per_gpu > 1:
@@ -330,15 +425,21 @@ def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finishe
     options["gpus_per_run"], why = slurm.resolve_gpus_per_run(options, runs, local=args.launcher == "local")
     if why:
         print(f"{args.launcher}: gpus_per_run={options['gpus_per_run']} ({why})", flush=True)
-    sharing = slurm.local_sharing(len(runs), options["gpus_per_run"]) if args.launcher == "local" else 1
-    _check_memory(runs, args, max(options["gpus_per_run"], 1), sharing, on_gpu=options["gpus_per_run"] > 0)
+    tasks = len(stacks) if stacks is not None else len(runs)
+    sharing = slurm.local_sharing(tasks, options["gpus_per_run"]) if args.launcher == "local" else 1
+    if stacks is not None:  # one device a stack (the size given back by the stacks: they regroup the same)
+        _check_stack_memory(runs, args, max(map(len, stacks)), on_gpu=options["gpus_per_run"] > 0)
+    else:
+        _check_memory(runs, args, max(options["gpus_per_run"], 1), sharing, on_gpu=options["gpus_per_run"] > 0)
     from ablate.launch.sweep import prepare_all
 
     if args.launcher == "local":
         prepare_all(runs)  # on a cluster each task builds (or finds) the shared cache itself
     _mark_pending(runs, out)
     if args.launcher == "slurm" and not in_study:  # a sweep outlives a login shell: submit, then follow it
-        slurm.submit(runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks))
+        slurm.submit(
+            runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks), stacks=stacks
+        )
         for experiment in sorted({r.config.experiment for r in runs}):
             print(
                 f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
@@ -348,5 +449,7 @@ def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finishe
         return 0
     # local jobs, and a study's rounds on SLURM (the next round depends on this one): wait for them
     local = args.launcher == "local"
-    states = slurm.submit(runs, out, options, local=local, experiment_file=_file_for_workers(args.file, callbacks))
+    states = slurm.submit(
+        runs, out, options, local=local, experiment_file=_file_for_workers(args.file, callbacks), stacks=stacks
+    )
     return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)

@@ -10,7 +10,8 @@ blocks in use and of the root; the chunked loss's buffers (never the full logits
 train.compile="auto" gives on CPU, scripts/bench_plan.py's long-bf16 case). On CPU it was checked against the peak of
 live tensor bytes measured over real training steps (scripts/bench_plan.py: within 4% at 1 and 2 gloo processes;
 tests/test_plan.py); the GPU formulas follow the same code paths (bf16 gathered parameters, NCCL without gloo's
-all-gather copy) but were not measured.
+all-gather copy) but were not measured. A stack of runs trained as one model on one device (training.stack, `ablate
+plan --stack K`) adds up its members' moments (stack_memory).
 """
 
 from __future__ import annotations
@@ -301,6 +302,9 @@ class Memory:
     activations: int  # saved for backward by one micro-batch at the peak, the loss's buffers, activation grads
     gathered: int  # all-gathered (unsharded) parameters of the root and the blocks in use
     moment: str  # when the peak happens
+    # of `activations`, what a stack of runs (training.stack) holds once however many members it has: the loss's
+    # logits chunk and the optimizer step's temporaries (see stack_memory)
+    once_per_stack: int = 0
 
     @property
     def total(self) -> int:
@@ -313,6 +317,14 @@ def estimate_memory(
     """The per-rank memory peak of a training step of a checked run under FSDP2 over `world` ranks (at world size
     1, a plain module: its bf16 autocast copies of the weights stand where FSDP2's gathered ones did): the largest of
     the step's moments, each the sum of the buffers alive then."""
+    return max(step_moments(checked, world, device_type, shapes), key=lambda mem: mem.total)
+
+
+def step_moments(
+    checked: CheckedRun, world: int = 1, device_type: str | None = None, shapes: Shapes | None = None
+) -> list[Memory]:
+    """The moments of a training step that estimate_memory takes the largest of, in the step's order; the same
+    moments for runs of one model, batch plan and precision (a stack's members: stack_memory adds them up)."""
     run, plan = checked.config, checked.batch_plan
     m, t = run.model, run.train
     shapes = shapes or model_shapes(run)
@@ -356,9 +368,15 @@ def estimate_memory(
     # in backward the loss's saved gradients (the head's in the gathered dtype) and their scaled copies
     loss_backward = 2 * stream_grad + head * p.gathered
 
-    def moment(name, grads, activations, gathered):
+    def moment(name, grads, activations, gathered, once_per_stack=0):
         return Memory(
-            params=params, grads=grads, optimizer=optimizer, activations=activations, gathered=gathered, moment=name
+            params=params,
+            grads=grads,
+            optimizer=optimizer,
+            activations=activations,
+            gathered=gathered,
+            moment=name,
+            once_per_stack=once_per_stack,
         )
 
     moments = []
@@ -367,7 +385,8 @@ def estimate_memory(
         waiting = 0 if micro == 1 else root_shard + blocks_shard
         after = f"micro-batch {micro}"
         in_use = gathered_root + gathered_block  # the last block stays gathered for backward
-        moments.append(moment(f"loss forward, {after}", waiting, saved + loss_forward, in_use + gather_buffer))
+        forward = moment(f"loss forward, {after}", waiting, saved + loss_forward, in_use + gather_buffer, chunk)
+        moments.append(forward)  # a stack holds one chunk of logits at a time (stack_memory)
         moments.append(moment(f"loss backward, {after}", waiting + head * p.gathered, saved + loss_backward, in_use))
         for i in reversed(range(layers)):
             reduced = 0 if micro > 1 else (layers - 1 - i) * block_shard  # shards of the blocks after i
@@ -408,15 +427,64 @@ def estimate_memory(
                 gathered_root,
             )
         )
+    step_transient = _optimizer_step_transient(run.optim.name, shapes, world)
     moments.append(
-        moment(
-            "optimizer step",
-            root_shard + blocks_shard,
-            _optimizer_step_transient(run.optim.name, shapes, world),
-            0,
-        )
+        moment("optimizer step", root_shard + blocks_shard, step_transient, 0, once_per_stack=step_transient)
     )
-    return max(moments, key=lambda mem: mem.total)
+    return moments
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a stack: runs of one shape trained as one stacked model on one device (training.stack)
+#
+# Its tensors are its members' stacked on a leading dimension, and one vmapped forward and backward runs every
+# member on its own batch: each member's parameters, gradients, optimizer state, saved activations and bf16 weight
+# copies are alive together, as K lone runs' would be on K devices. Two things run member by member and so are held
+# once: the chunked loss (LinearCrossEntropyFunction.vmap calls the chunked driver on each member's slice in turn,
+# so one chunk of logits and its temporaries at a time; assumed eager: a compiled stack traces the loss whole), and
+# the optimizer step (each member's own optimizer steps after the other's). Nothing else is shared: the estimate
+# counts no fixed per-process cost (CUDA context, cuBLAS workspace) for a lone run either. Checked on CPU against the
+# live tensor bytes of 2 real StackedTrainer steps at K=1, 2 and 4 (scripts/bench_plan.py's cases, eager): each
+# stack's estimate is off by what its lone run's is (small-fp32 +1 to 3%, wide-fp32-accum +4 to 6%, long-bf16 -12%); for
+# muon-wide the optimizer step's per-member and once-held bytes are as measured, but the estimate's peak, a gradient
+# reduction that counts reduce-scatter buffers a world-size-1 run does not have, is 12% over alone, 27% at K=4.
+
+
+def stack_memory(member_moments: list[Memory]) -> Memory:
+    """One moment of a stack's step from that moment of each member's (step_moments; members may differ in their
+    optimizer): every member's bytes, but what the stack holds once (once_per_stack) counted once, the largest."""
+    once = max(m.once_per_stack for m in member_moments)
+    return Memory(
+        params=sum(m.params for m in member_moments),
+        grads=sum(m.grads for m in member_moments),
+        optimizer=sum(m.optimizer for m in member_moments),
+        activations=sum(m.activations - m.once_per_stack for m in member_moments) + once,
+        gathered=sum(m.gathered for m in member_moments),
+        moment=member_moments[0].moment,
+        once_per_stack=once,
+    )
+
+
+def estimate_stack_memory(
+    members: list[CheckedRun], device_type: str | None = None, shapes: Shapes | None = None
+) -> Memory:
+    """The device's memory peak of a step of `members` (runs of one stack_key) trained as one stack: the largest of
+    the step's moments, each the members' sum by stack_memory. One member: its estimate_memory at world size 1."""
+    shapes = shapes or model_shapes(members[0].config)
+    timelines = [step_moments(checked, 1, device_type, shapes) for checked in members]
+    return max((stack_memory(list(same)) for same in zip(*timelines)), key=lambda mem: mem.total)
+
+
+def largest_stack(
+    checked: CheckedRun, device_memory: int, device_type: str | None = None, shapes: Shapes | None = None
+) -> int:
+    """The most runs like `checked` that fit `device_memory` as one stack (0: not even one), by check_fits's rule
+    (a peak at most the device memory): at every moment K members need K x (its bytes - once_per_stack) +
+    once_per_stack, so the bound is each moment's, solved for K, and the smallest of them."""
+    return min(
+        max((device_memory - m.once_per_stack) // (m.total - m.once_per_stack), 0)
+        for m in step_moments(checked, 1, device_type, shapes)
+    )
 
 
 def check_fits(
@@ -433,9 +501,7 @@ def check_fits(
 def refusal(unfit: list[tuple[RunConfig, Memory]], world: int, device_memory: int) -> str:
     """The message naming each run that cannot fit, what it needs and what would help."""
     lines = [
-        f"{run.name} (seed {run.train.seed}) needs ~{format_bytes(mem.total)} per rank (parameters "
-        f"{format_bytes(mem.params)}, gradients {format_bytes(mem.grads)}, optimizer {format_bytes(mem.optimizer)}"
-        f", activations {format_bytes(mem.activations + mem.gathered)}; peak at {mem.moment})"
+        f"{run.name} (seed {run.train.seed}) needs ~{format_bytes(mem.total)} per rank ({breakdown(mem)})"
         for run, mem in unfit
     ]
     return (
@@ -443,6 +509,15 @@ def refusal(unfit: list[tuple[RunConfig, Memory]], world: int, device_memory: in
         f"memory at world size {world}:\n  " + "\n  ".join(lines) + "\nallowed: a smaller train.micro_batch "
         "(activations scale with it; accumulation keeps global_batch), more ranks (parameters, gradients and "
         "optimizer state are sharded over them), or a smaller model"
+    )
+
+
+def breakdown(mem: Memory) -> str:
+    """What a peak is made of, as a refusal names it."""
+    return (
+        f"parameters {format_bytes(mem.params)}, gradients {format_bytes(mem.grads)}, optimizer "
+        f"{format_bytes(mem.optimizer)}, activations {format_bytes(mem.activations + mem.gathered)}; peak at "
+        f"{mem.moment}"
     )
 
 

@@ -3,7 +3,8 @@
 For every run: parameters (counted on a meta-device model, nothing allocated), FLOPs per token and in all (a branch
 counts only its steps after the branch point), tokens, steps, tokens per parameter, the per-rank memory peak under
 FSDP2 at a given world size (ablate.cost.memory walks a step's timeline), and the wall time at this machine's peak
-FLOP/s.
+FLOP/s. With `--stack K`, a third: the runs in stacks of up to K (training.stack.plan_stacks), each stack's memory on
+its one device and the largest stack of its shape that fits.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from ablate import rundir
 from ablate.config import ConfigError, RunConfig
 from ablate.cost.memory import (
     Memory,
+    breakdown,
     estimate_memory,
+    estimate_stack_memory,
     format_bytes,
     kv_cache_bytes_per_token,
+    largest_stack,
     model_shapes,
     precision_of,
 )
@@ -28,6 +32,7 @@ from ablate.data.batch_schedule import check_plan, largest_pass
 from ablate.setup import auto
 from ablate.setup.checks import CheckedRun
 from ablate.text import aligned
+from ablate.training import stack as training_stack
 from ablate.training.parallel import peak_flops_for
 
 
@@ -276,3 +281,93 @@ def unfit(plans: list[RunPlan], device_memory: int | None) -> list[tuple[RunConf
     if device_memory is None:
         return []
     return [(p.run, p.memory) for p in plans if p.memory.total > device_memory]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stacks: runs of one shape trained as one stacked model on one device (`--stack K`, training.stack)
+
+
+@dataclass
+class StackPlan:
+    number: int  # as the report numbers the stacks, from 1
+    members: list[RunConfig]  # the runs it trains, in plan_stacks's order
+    memory: Memory  # the device's peak over a step of all of them (cost.memory.estimate_stack_memory)
+    largest: int | None  # the most runs of its shape one device fits as a stack; None: no device memory known
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{run.name} seed{run.train.seed}" for run in self.members)
+
+
+def plan_stacks(runs: list[CheckedRun], size: int, device_memory: int | None) -> tuple[list[StackPlan], list[str]]:
+    """The runs in stacks of at most `size` as training.stack.plan_stacks groups them, each with its memory and the
+    largest stack of its shape that fits `device_memory`; and plan_stacks's line for each run that trains alone."""
+    grouped, alone = training_stack.plan_stacks(runs, size)
+    return [_plan_stack(number, members, device_memory) for number, members in enumerate(grouped, 1)], alone
+
+
+def _plan_stack(number: int, members: list[CheckedRun], device_memory: int | None) -> StackPlan:
+    device_type = auto.device_type(members[0].config.train.device)
+    shapes = model_shapes(members[0].config)  # one model for the stack: its members differ only in init scale
+    largest = None
+    if device_memory is not None:  # members may differ in optimizer: K of whichever needs the most must fit
+        largest = min(largest_stack(checked, device_memory, device_type, shapes) for checked in members)
+    memory = estimate_stack_memory(members, device_type, shapes)
+    return StackPlan(number, [checked.config for checked in members], memory, largest)
+
+
+def format_stacks(stacks: list[StackPlan], alone: list[str], size: int, device_memory: int | None) -> str:
+    """A row per stack (its memory on its one device, whether it fits, the largest stack of its shape that would,
+    its members), then the runs that train alone and why."""
+    known = device_memory is not None
+    rows = [
+        ["stack", "runs", "params", "grads", "optimizer", "activations", "per device", "peak at"]
+        + ([f"fits {format_bytes(device_memory)}", "largest K"] if known else [])
+        + ["members"]
+    ]
+    for s in stacks:
+        mem = s.memory
+        rows.append(
+            [str(s.number), str(len(s.members))]
+            + [format_bytes(n) for n in (mem.params, mem.grads, mem.optimizer, mem.activations + mem.gathered)]
+            + [format_bytes(mem.total), mem.moment]
+            + ([_fits(mem.total, device_memory), str(s.largest)] if known else [])
+            + [s.label]
+        )
+    lines = [
+        "",
+        f"stacks of up to {size} runs of one shape, each trained as one model on one device (training.stack): memory "
+        "at the step's peak, every member's parameters, gradients, optimizer state and activations, and once the "
+        "loss's chunk of logits and the optimizer step's temporaries (run member by member)",
+        aligned(rows, text_columns=(0, 7, len(rows[0]) - 1)),
+        "largest K: the most runs of the stack's shape that fit the device as one stack (--stack K)"
+        if known
+        else "largest K: unknown, no device memory to fit (no GPU visible): give --device-memory SIZE, e.g. 80GiB",
+    ]
+    if alone:
+        lines += ["trains alone:"] + [f"  {line}" for line in alone]
+    return "\n".join(lines)
+
+
+def unfit_stacks(stacks: list[StackPlan], device_memory: int | None) -> list[StackPlan]:
+    """The stacks whose peak exceeds the device memory."""
+    if device_memory is None:
+        return []
+    return [s for s in stacks if s.memory.total > device_memory]
+
+
+def stack_refusal(unfit: list[StackPlan], device_memory: int) -> str:
+    """The message naming each stack that cannot fit, what it needs, and the largest stack of its shape that would."""
+
+    def most(k: int) -> str:
+        return "not even one run of its shape fits" if k == 0 else f"at most {k} of its shape fit: --stack {k}"
+
+    lines = [
+        f"stack {s.number} ({s.label}) needs ~{format_bytes(s.memory.total)} ({breakdown(s.memory)}); {most(s.largest)}"
+        for s in unfit
+    ]
+    return (
+        f"{len(unfit)} stack{'s' if len(unfit) != 1 else ''} cannot fit in {format_bytes(device_memory)} of device "
+        f"memory:\n  " + "\n  ".join(lines) + "\nallowed: a smaller --stack (every member's parameters, gradients, "
+        "optimizer state and activations are on the one device), a smaller train.micro_batch, or a smaller model"
+    )

@@ -186,8 +186,9 @@ class RunTask(submitit.helpers.Checkpointable if submitit else object):
         self.max_requeues, self.threads, self.experiment_file = max_requeues, threads, experiment_file
         self.gpu_memory_fraction = gpu_memory_fraction  # local tasks sharing a GPU group: each caps its allocator
 
-    def __call__(self, run: dict, out_root: str, requeues: int = 0) -> str:
-        from ablate.launch.sweep import run_one  # imports torch: only in the task
+    def __call__(self, run: dict | list[dict], out_root: str, requeues: int = 0) -> str | list[str]:
+        """A run (a dict) or a stack of runs (a list of them, `--stack`): its state, or each run's."""
+        from ablate.launch.sweep import run_one, run_stack  # imports torch: only in the task
 
         env = submitit.JobEnvironment()
         if env.num_tasks > 1:  # G processes for one run: torchrun's variables, read by init_distributed
@@ -198,27 +199,32 @@ class RunTask(submitit.helpers.Checkpointable if submitit else object):
         if self.gpu_memory_fraction:
             os.environ[rundir.GPU_SHARE_ENV] = str(self.gpu_memory_fraction)  # init_distributed applies it
         os.environ[rundir.LOG_ENV] = str(env.paths.stdout)  # status.json names this task's console log
+        runs = run if isinstance(run, list) else [run]
         if requeues and env.global_rank == 0:
-            print(
-                f"ablate: requeue {requeues}/{self.max_requeues} of {run['name']} seed{run['train']['seed']}: resuming",
-                flush=True,
-            )
+            names = ", ".join(f"{r['name']} seed{r['train']['seed']}" for r in runs)
+            print(f"ablate: requeue {requeues}/{self.max_requeues} of {names}: resuming", flush=True)
+        if isinstance(run, list):
+            return run_stack(run, out_root, threads=self.threads, experiment_file=self.experiment_file)
         return run_one(run, out_root, threads=self.threads, experiment_file=self.experiment_file)
 
-    def checkpoint(self, run: dict, out_root: str, requeues: int = 0):
+    def checkpoint(self, run: dict | list[dict], out_root: str, requeues: int = 0):
         """Called by submitit (rank 0) on the stop signal: the call to requeue, or None to stop here. Nothing to
-        save: run_one resumes from the run's newest checkpoint on its own."""
-        run_dir = run_dir_for(out_root, RunConfig.from_dict(run))
+        save: run_one (run_stack) resumes each run from its newest checkpoint on its own."""
+        run_dirs = [run_dir_for(out_root, RunConfig.from_dict(r)) for r in (run if isinstance(run, list) else [run])]
         if requeues >= self.max_requeues:
-            print(
-                f"ablate: {run_dir}: stopped, not requeued: already requeued {requeues} times "
-                f"(max_requeues={self.max_requeues})",
-                flush=True,
-            )
+            for run_dir in run_dirs:
+                print(
+                    f"ablate: {run_dir}: stopped, not requeued: already requeued {requeues} times "
+                    f"(max_requeues={self.max_requeues})",
+                    flush=True,
+                )
             return None  # submitit then ends the task with an error naming why
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / REQUEUES_FILE).write_text(f"{requeues + 1}\n")
-        print(f"ablate: {run_dir}: preempted or timed out, requeued ({requeues + 1}/{self.max_requeues})", flush=True)
+        for run_dir in run_dirs:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / REQUEUES_FILE).write_text(f"{requeues + 1}\n")
+            print(
+                f"ablate: {run_dir}: preempted or timed out, requeued ({requeues + 1}/{self.max_requeues})", flush=True
+            )
         return submitit.helpers.DelayedSubmission(self, run, out_root, requeues + 1)
 
 
@@ -251,11 +257,22 @@ def _threads(options: dict, n_runs: int, local: bool) -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // (n_runs * procs)) if local else None
 
 
+def _payload(group: list[CheckedRun]) -> dict | list[dict]:
+    """What a task is given: a run's config, or a stack's (a list, `--stack`)."""
+    return group[0].config.to_dict() if len(group) == 1 else [r.config.to_dict() for r in group]
+
+
 def launch(
-    runs: list[CheckedRun], out_root: str, options: dict, local: bool = False, experiment_file: str | None = None
+    groups: list[list[CheckedRun]],
+    out_root: str,
+    options: dict,
+    local: bool = False,
+    experiment_file: str | None = None,
 ) -> list:
-    """Submit one array task per run; return submitit's jobs in run order (print a line per run). Each task loads
-    the callbacks `experiment_file` defines (a path every task can read)."""
+    """Submit one array task per group (a run alone, or a stack of runs of one shape: `--stack`); return
+    submitit's jobs in group order (print a line per run). Each task loads the callbacks `experiment_file` defines
+    (a path every task can read)."""
+    runs = [run for group in groups for run in group]
     if not runs:
         return []
     if submitit is None:
@@ -276,25 +293,29 @@ def launch(
     except RuntimeError as exc:  # no srun on this machine
         raise ConfigError(f"--slurm: {exc}") from None
     executor.update_parameters(**executor_parameters(options, f"ablate-{experiment}", local))
-    threads = _threads(options, len(runs), local)
+    threads = _threads(options, len(groups), local)
     if not local:
         task = RunTask(options["max_requeues"], threads, experiment_file)
-        jobs = executor.map_array(task, [r.config.to_dict() for r in runs], [str(out_root)] * len(runs))
+        jobs = executor.map_array(task, [_payload(g) for g in groups], [str(out_root)] * len(groups))
     else:
-        jobs = _submit_locally(executor, runs, out_root, options, threads, experiment_file)
-    for job, run in zip(jobs, runs):
-        print(f"submitted job {job.job_id}: {run_dir_for(out_root, run.config)}", flush=True)
+        jobs = _submit_locally(executor, groups, out_root, options, threads, experiment_file)
+    for job, group in zip(jobs, groups):
+        for run in group:
+            print(f"submitted job {job.job_id}: {run_dir_for(out_root, run.config)}", flush=True)
     return jobs
 
 
-def _submit_locally(executor, runs: list[CheckedRun], out_root, options: dict, threads, experiment_file) -> list:
-    """One local task per run, each on its own GPUs: submitit's LocalExecutor would give every task GPUs 0..G-1."""
+def _submit_locally(
+    executor, groups: list[list[CheckedRun]], out_root, options: dict, threads, experiment_file
+) -> list:
+    """One local task per group, each on its own GPUs: submitit's LocalExecutor would give every task GPUs
+    0..G-1."""
     from ablate.launch.sweep import visible_gpus
 
     gpus, sharing = options["gpus_per_run"], 1
     gpu_ids = visible_gpus() if gpus else []
     if gpus:
-        sharing = local_sharing(len(runs), gpus, gpu_ids)
+        sharing = local_sharing(len(groups), gpus, gpu_ids)
         if not all(g.isdigit() for g in gpu_ids):  # submitit hands GPUs out by index only
             raise ConfigError(
                 f"--launcher local: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} names GPUs by "
@@ -302,32 +323,36 @@ def _submit_locally(executor, runs: list[CheckedRun], out_root, options: dict, t
             )
     task = RunTask(options["max_requeues"], threads, experiment_file, 1 / sharing if sharing > 1 else None)
     jobs = []
-    for index, run in enumerate(runs):
+    for index, group in enumerate(groups):
         mine = local_job_gpus(gpu_ids, gpus, index)  # [] on CPU: submitit's default (none with G=0)
         executor.update_parameters(visible_gpus=tuple(int(g) for g in mine))
-        jobs.append(executor.submit(task, run.config.to_dict(), str(out_root)))
+        jobs.append(executor.submit(task, _payload(group), str(out_root)))
     return jobs
 
 
-def collect(jobs: list, runs: list[CheckedRun], out_root: str) -> list[str]:
-    """Wait for every task; its state in run order. A task that crashed outright (killed, out of memory: no
-    state returned) counts as failed: its message is printed and, unless a live process holds the run, recorded
-    in the run's status.json as sweep's workers do."""
+def collect(jobs: list, groups: list[list[CheckedRun]], out_root: str) -> list[str]:
+    """Wait for every task; each run's state, in group order. A task that crashed outright (killed, out of memory:
+    no state returned) counts as failed for each of its runs: its message is printed and, unless a live process
+    holds a run, recorded in the run's status.json as sweep's workers do."""
     states = []
-    for job, run in zip(jobs, runs):
+    for job, group in zip(jobs, groups):
         try:
-            state = job.results()[0]  # rank 0's answer
+            answer = job.results()[0]  # rank 0's answer: a state, or a stack's list of them
+            states += answer if isinstance(answer, list) else [answer]
+            continue
         except Exception as exc:
-            state, folder = "failed", run_dir_for(out_root, run.config)
+            failure = exc
+        for run in group:
+            folder = run_dir_for(out_root, run.config)
             print(
-                f"failed job {job.job_id}: {folder}: {type(exc).__name__}: {str(exc).strip()[-2000:]}\n"
+                f"failed job {job.job_id}: {folder}: {type(failure).__name__}: {str(failure).strip()[-2000:]}\n"
                 f"  log: {job.paths.stdout}",
                 flush=True,
             )
             if not rundir.RunLock(folder).held_by_live_process():
-                message = f"job {job.job_id} ended without a result ({type(exc).__name__}); see {job.paths.stdout}"
+                message = f"job {job.job_id} ended without a result ({type(failure).__name__}); see {job.paths.stdout}"
                 rundir.write_status(folder, "failed", message=message, log=str(job.paths.stdout))
-        states.append(state)
+            states.append("failed")
     counts = {s: states.count(s) for s in ("finished", "failed", "diverged")}
     others = {s: states.count(s) for s in sorted(set(states) - set(counts))}
     print("slurm: " + ", ".join(f"{n} {s}" for s, n in {**counts, **others}.items()), flush=True)
@@ -341,9 +366,12 @@ def submit(
     local: bool = False,
     wait: bool = True,
     experiment_file: str | None = None,
+    stacks: list[list[CheckedRun]] | None = None,
 ) -> list[str]:
-    """One job-array task per run (SLURM, or real local processes with local=True), each with the callbacks
-    `experiment_file` defines. With wait, the runs' final states in run order (finished, failed, diverged, locked);
-    without, the job ids."""
-    jobs = launch(runs, out_root, options, local, experiment_file)
-    return collect(jobs, runs, out_root) if wait else [str(job.job_id) for job in jobs]
+    """One job-array task per run, or per stack of runs where `stacks` are given (`--stack`; they hold every run)
+    (SLURM, or real local processes with local=True), each with the callbacks `experiment_file` defines. With wait,
+    the runs' final states (finished, failed, diverged, locked), in the order of `stacks` where given; without,
+    the job ids."""
+    groups = stacks if stacks is not None else [[run] for run in runs]
+    jobs = launch(groups, out_root, options, local, experiment_file)
+    return collect(jobs, groups, out_root) if wait else [str(job.job_id) for job in jobs]

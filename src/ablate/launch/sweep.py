@@ -45,24 +45,48 @@ def attempt(run: RunConfig | CheckedRun, out_root: str | Path, callbacks: Sequen
     from ablate.training.run import train
 
     config = run.config if isinstance(run, CheckedRun) else run
-    run_dir = run_dir_for(out_root, config)
-    before = _summary_text(run_dir)
-    started = time.time()
+    before, started = _summary_text(run_dir_for(out_root, config)), time.time()
     try:
-        summary = train(run, out_root, callbacks)
-    except rundir.RunLocked as exc:
-        return "locked", str(exc)
-    except rundir.RunDiverged as exc:
-        return "diverged", str(exc)
-    except (ConfigError, rundir.RunFolderError) as exc:
-        return "failed", str(exc)
-    except Exception as exc:  # train() wrote the traceback to error.txt, unless another process holds the folder
+        result = train(run, out_root, callbacks)
+    except Exception as exc:
+        result = exc
+    return _outcome_of(result, config, run_dir_for(out_root, config), before, started)
+
+
+def attempt_stack(
+    runs: Sequence[RunConfig | CheckedRun], out_root: str | Path, callbacks: Sequence = ()
+) -> list[tuple[str, str]]:
+    """Train runs of one shape as one stacked model (training.run.train_stack); each run's (state, message), as
+    attempt() gives a lone run's. One run's failure never raises (Ctrl-C does)."""
+    from ablate.training.run import train_stack
+
+    configs = [run.config if isinstance(run, CheckedRun) else run for run in runs]
+    folders = [run_dir_for(out_root, config) for config in configs]
+    before, started = [_summary_text(folder) for folder in folders], time.time()
+    results = train_stack(runs, out_root, callbacks)
+    return [
+        _outcome_of(result, config, folder, earlier, started)
+        for result, config, folder, earlier in zip(results, configs, folders, before)
+    ]
+
+
+def _outcome_of(
+    result: dict | BaseException, config: RunConfig, run_dir: Path, before: str | None, started: float
+) -> tuple[str, str]:
+    """(state, one-line message) of a run's summary, or of the exception that ended it."""
+    if isinstance(result, rundir.RunLocked):
+        return "locked", str(result)
+    if isinstance(result, rundir.RunDiverged):
+        return "diverged", str(result)
+    if isinstance(result, (ConfigError, rundir.RunFolderError)):
+        return "failed", str(result)
+    if isinstance(result, BaseException):  # its folder has the traceback in error.txt, unless another process's
         error = run_dir / rundir.ERROR
         written = error.is_file() and error.stat().st_mtime >= started - 1
-        return "failed", f"{type(exc).__name__}: {exc}" + (f" (traceback: {error})" if written else "")
-    if before is not None and before == json.dumps(summary, sort_keys=True):  # finished before this command
-        return "finished", finished_message(config, run_dir, summary)
-    return "finished", f"{_losses(summary)}  {summary['tokens_per_second']:.0f} tok/s  {summary['wall_seconds']:.1f}s"
+        return "failed", f"{type(result).__name__}: {result}" + (f" (traceback: {error})" if written else "")
+    if before is not None and before == json.dumps(result, sort_keys=True):  # finished before this command
+        return "finished", finished_message(config, run_dir, result)
+    return "finished", f"{_losses(result)}  {result['tokens_per_second']:.0f} tok/s  {result['wall_seconds']:.1f}s"
 
 
 def _losses(summary: dict) -> str:
@@ -107,6 +131,22 @@ def run_one(
     """A worker: train one run in this (fresh) process, with the callbacks `experiment_file` defines, and return
     its state. Honours torchrun's environment variables, so G processes started together train it as one FSDP2
     group."""
+    state, message = _in_worker([run], out_root, threads, experiment_file, stacked=False)[0]
+    if int(os.environ.get("RANK", 0)) == 0 and os.environ.get(RESULT_ENV):  # atomic: the parent polls for it
+        rundir.write_json_atomic(os.environ[RESULT_ENV], {"state": state, "message": message})
+    return state
+
+
+def run_stack(
+    runs: list[dict | RunConfig], out_root: str, threads: int | None = None, experiment_file: str | None = None
+) -> list[str]:
+    """A worker: train runs of one shape as one stack in this (fresh) process (training.run.train_stack); each
+    run's state, in order."""
+    return [state for state, _ in _in_worker(runs, out_root, threads, experiment_file, stacked=True)]
+
+
+def _in_worker(runs: list, out_root: str, threads: int | None, experiment_file: str | None, stacked: bool) -> list:
+    """Each run's (state, message), trained as attempt() or attempt_stack() trains; each told on the console."""
     import torch
 
     from ablate.setup.experiment import experiment_callbacks
@@ -114,21 +154,22 @@ def run_one(
 
     if threads:
         torch.set_num_threads(threads)
-    run = RunConfig.from_dict(run) if isinstance(run, dict) else run
+    runs = [RunConfig.from_dict(run) if isinstance(run, dict) else run for run in runs]
     try:
         callbacks = experiment_callbacks(experiment_file) if experiment_file else []
-        state, message = attempt(run, out_root, callbacks)
+        outcomes = attempt_stack(runs, out_root, callbacks) if stacked else [attempt(runs[0], out_root, callbacks)]
     except ExperimentError as exc:  # checked before the sweep began; the file changed since
-        state, message = "failed", str(exc)
-    except KeyboardInterrupt:  # train() recorded where it stopped; the parent tells the user
-        state, message = "interrupted", (rundir.read_status(run_dir_for(out_root, run)) or {}).get("message", "")
+        outcomes = [("failed", str(exc))] * len(runs)
+    except KeyboardInterrupt:  # train() recorded where each stopped; the parent tells the user
+        outcomes = [
+            ("interrupted", (rundir.read_status(run_dir_for(out_root, run)) or {}).get("message", "")) for run in runs
+        ]
     finally:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
-        print(f"{state} {run_label(run)}: {message}", flush=True)
-        if os.environ.get(RESULT_ENV):  # atomic: the parent polls for it
-            rundir.write_json_atomic(os.environ[RESULT_ENV], {"state": state, "message": message})
-    return state
+        for run, (state, message) in zip(runs, outcomes):
+            print(f"{state} {run_label(run)}: {message}", flush=True)
+    return outcomes
 
 
 def prepare_all(runs: list[CheckedRun], d=None) -> None:

@@ -1,5 +1,6 @@
 """Experiment files: plain Python that defines `runs` (a list of RunConfig, one per variant) and optionally `seeds`,
-`callbacks` and `decision` (the DecisionRule of `ablate run --until-decided`).
+`callbacks`, `decision` (the DecisionRule of `ablate run --until-decided`) and `stack` (`ablate run --stack`'s
+default: runs of one shape trained K at a time as one stacked model).
 
 Loading a file runs its top level (which only builds configs) and checks every run; it never starts compute. Any
 problem becomes one ExperimentError naming the file, the line where it can be known, the field and what is allowed.
@@ -232,6 +233,24 @@ def _multiplier_baseline_of(path: Path, namespace: dict, runs: list[RunConfig]) 
     return found
 
 
+def _stack_of(path: Path, namespace: dict) -> int:
+    """The file's `stack`: how many runs of one shape `ablate run` trains at once as one stacked model (1: none)."""
+    if "stack" not in namespace:
+        return 1
+    found = namespace["stack"]
+    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+        raise ExperimentError(
+            f"{_defined_at(path, 'stack')}: stack is {found!r}; allowed: an int >= 1 (1: every run trains alone)"
+        )
+    return found
+
+
+def experiment_stack(path: str | Path) -> int:
+    """`ablate run`'s stack size from the file's `stack` (1 when it defines none). Raises ExperimentError."""
+    path = Path(path)
+    return _stack_of(path, _run_file(path))
+
+
 def experiment_study(path: str | Path) -> tuple[object | None, list[int] | None]:
     """What a study (`ablate run --until-decided`) takes from the file: its `decision` (a DecisionRule, or None)
     and its own `seeds` (None when it defines none). Raises ExperimentError naming the file and the field."""
@@ -278,6 +297,7 @@ def load_checked(
     chosen = {r.name for r in select_runs(every_run, only, path)}
     chosen_seeds = _seeds_of(path, namespace, seeds)
     _decision_of(path, namespace)  # checked by every command, not only by a study
+    _stack_of(path, namespace)
     multiplier_baseline = _multiplier_baseline_of(path, namespace, every_run)
     overrides = overrides or {}
     _check_name_override(overrides, [r for r in every_run if r.name in chosen])

@@ -225,12 +225,9 @@ def train(run: RunConfig | CheckedRun, out_root: str | Path = "runs", callbacks:
         if decision == "finished":
             return detail
         if decision != "train":  # a refusal (locked, diverged before, another config): the folder is not ours
-            raise {"locked": rundir.RunLocked, "diverged": rundir.RunDiverged, "refused": ConfigError}[decision](detail)
+            raise REFUSALS[decision](detail)
         if d.is_main:
-            rundir.write_json_atomic(run_dir / rundir.SUMMARY, summary)
-            rundir.write_status(
-                run_dir, "finished", step=summary["steps"], message="", skipped_steps=summary["skipped_steps"]
-            )
+            _write_finished(run_dir, summary)
         d.barrier()
         return summary
     finally:
@@ -238,6 +235,96 @@ def train(run: RunConfig | CheckedRun, out_root: str | Path = "runs", callbacks:
         trainer = None
         if d is not None:
             free_memory(d.device)
+
+
+def _write_finished(run_dir: Path, summary: dict) -> None:
+    rundir.write_json_atomic(run_dir / rundir.SUMMARY, summary)
+    rundir.write_status(run_dir, "finished", step=summary["steps"], message="", skipped_steps=summary["skipped_steps"])
+
+
+REFUSALS = {"locked": rundir.RunLocked, "diverged": rundir.RunDiverged, "refused": ConfigError}
+
+
+def train_stack(
+    runs: Sequence[RunConfig | CheckedRun], out_root: str | Path = "runs", callbacks: Sequence[Callback] = ()
+) -> list[dict | BaseException]:
+    """Train runs of one shape as one stacked model (training.stack) in this process, at world size 1. Each run
+    keeps its own folder exactly as train() keeps a lone run's: its lock, config.json (a lone run's identity),
+    status.json, tokenizer, metrics, checkpoints, summary.json, and its failure record. Returns, per run in order,
+    its summary or the exception that ended it: RunLocked, RunDiverged, ConfigError (another config in its
+    folder), or its failure (recorded in its folder as train() records one). A run found finished is only read.
+    A failure of the stack itself (not one member's divergence) ends every member it trains, each recorded; Ctrl-C
+    too (each member's status says where it resumes), and is raised after."""
+    checked = [check_run(run) for run in runs]  # every config checked before any folder, data or lock
+    results: list[dict | BaseException | None] = [None] * len(checked)
+    folders = [run_dir_for(out_root, c.config) for c in checked]
+    locks = [rundir.RunLock(folder) for folder in folders]
+    trainers: dict[int, Trainer] = {}
+    d = None
+    try:
+        d = init_distributed(checked[0].config.train.device)
+        if d.world != 1:
+            raise ConfigError(f"--stack: a stack trains in one process at world size 1, not {d.world} (torchrun)")
+        for k, (run, folder) in enumerate(zip(checked, folders)):
+            results[k] = rundir.finished_summary(folder, run.config.identity())
+            if results[k] is not None:
+                continue
+            run = check_run(run, 1)
+            decision, detail = _decide(run, folder, 1, locks[k])
+            if decision == "finished":
+                results[k] = detail
+            elif decision == "failed":
+                _record_failure(folder, None, detail, locks[k])
+                results[k] = detail
+            elif decision != "train":
+                results[k] = REFUSALS[decision](detail)
+            else:
+                try:
+                    trainers[k] = Trainer(run, folder, d, run_callbacks(run.config, callbacks))
+                    shutil.copyfile(trainers[k].data.tokenizer_path, folder / rundir.TOKENIZER)
+                except Exception as exc:
+                    trainers.pop(k, None)
+                    _record_failure(folder, None, exc, locks[k])
+                    results[k] = exc
+        if trainers:
+            reset_peak_memory(d.device)  # each summary's peak_memory_bytes is the stack's: its members' together
+            _fit_stack(trainers, folders, locks, results)
+    finally:
+        for lock in locks:
+            lock.release()
+        trainers.clear()
+        if d is not None:
+            free_memory(d.device)
+    return results
+
+
+def _fit_stack(trainers: dict[int, Trainer], folders: list[Path], locks: list, results: list) -> None:
+    """The members trained together (one alone trains as a lone run); each outcome written to its folder and
+    `results`."""
+    from ablate.training.stack import StackedTrainer
+
+    order, stacked, summaries, stopped = sorted(trainers), None, [], None
+    try:
+        if len(order) == 1:
+            summaries = [trainers[order[0]].fit()]
+        else:
+            stacked = StackedTrainer([trainers[k] for k in order])
+            summaries = stacked.fit()
+    except BaseException as exc:  # the stack's own failure, or Ctrl-C: it ends every member it was training
+        stopped, summaries = exc, [None] * len(order)
+    diverged = stacked.failed if stacked is not None else {}
+    for position, (k, summary) in enumerate(zip(order, summaries)):
+        if summary is not None:
+            if len(order) > 1:  # who shared its steps: its speed and peak memory are the stack's
+                summary = {**summary, "stack": {"members": len(order), "member": position}}
+            _write_finished(folders[k], summary)
+            results[k] = summary
+            continue
+        cause = diverged.get(position, stopped)
+        _record_failure(folders[k], trainers[k], cause, locks[k])
+        results[k] = rundir.RunDiverged(f"{folders[k]}: {cause}") if isinstance(cause, Divergence) else cause
+    if stopped is not None and not isinstance(stopped, Exception):  # Ctrl-C, a launcher's exit: recorded, raised
+        raise stopped
 
 
 def _shareable(decided: tuple[str, object] | None) -> tuple[str, object] | None:

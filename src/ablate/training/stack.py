@@ -1,30 +1,33 @@
-"""Runs of one shape as one stacked model: the mechanism under `ablate run --stack` (not wired to the CLI yet).
+"""Runs of one shape as one stacked model: the mechanism under `ablate run --stack K` (training.run.train_stack).
 
 K member models, each built and initialised exactly as its lone run builds it, give their parameters and buffers
 one storage with a leading dimension of K: every member's tensor becomes a view of its slice. So the members (their
 optimizers, checkpoints, validation and evals, which see an ordinary model) and the stack read the same numbers,
 and an update through either is seen by both. The stack's forward and backward are one call for all K:
-torch.func.vmap over functional_call of one member's modules, each member on its own batch.
+torch.func.vmap over functional_call of a twin of member 0's modules (on the meta device, torch kernels: Triton's
+have no batching rule), each member on its own batch; compiled as one graph where the members compile
+(train.compile), under bf16 autocast where they compute in bf16. A model with experts hands each member's routers
+their own routing statistics, so ExpertBalance logs them and moves a router bias as in a lone run.
 
-Exactness: on CPU in fp32 every member's loss and gradients equal its lone model's bit for bit for dense and latent
-attention (vmap runs the chunked loss member by member, kernels/reference.LinearCrossEntropyFunction.vmap, and
-attention falls back to a loop over members); mixture-of-experts layers agree to ~1e-10 (batched matmuls round
-differently). tests/test_stack.py checks both, and five optimizer steps of AdamW per member.
+Exactness: on CPU in fp32 every member's loss and gradients equal its lone model's bit for bit for dense multi-head
+and latent attention (vmap runs the chunked loss member by member, kernels/reference.LinearCrossEntropyFunction.vmap,
+and CPU attention falls back to a loop over members), with Muon, a batch ramp, document masks and members that
+differ in learning rate, weight decay, init scale, clipping and schedule; a single key-value head (MQA) and
+mixture-of-experts layers agree to within 1e-5 relative (batched kernels round differently: over 50 steps MoE's
+losses moved ~2e-7, its grad norms ~3e-6, every routing choice the same). tests/test_stack.py,
+tests/test_stack_equality.py, tests/test_stack_run.py.
 
 StackedTrainer steps K ordinary Trainers (each its own run folder, sampler, optimizer, learning-rate schedule,
 callbacks) through one Stack: one forward and backward for all, then each member's own Trainer.finish_step
 (clipping by its own norm, its non-finite guard and spike policy, its update). A member that diverges is masked:
-its row is still computed (on another member's batch) but never stepped again, and the others go on.
+its row is still computed (on another member's batch) but never stepped again, and the others go on. Members at
+different steps (resumed from checkpoints of different steps, or one rolled back by its spike policy) step alone
+until they are at one step again.
 
-StackedTrainer.fit trains the members to their last step as Trainer.fit trains one: each resumed from its own
-newest intact checkpoint (a member's checkpoint is an ordinary one, written from its views), then stepped together;
-it returns each member's summary.
-
-Not yet: `ablate run --stack` and the run folders' life around a stack (training.run: locks, identity, status.json,
-failure records), the MoE router's per-step statistics (reset here: ExpertBalance
-reads nothing from a stack), a batched optimizer step (each member's optimizer steps its own views), compile and
-bf16 autocast under vmap (the stack runs the model's eager loss), Triton kernels under vmap (ablate.kernels'
-triton_ops have no batching rule: Stack refuses kernels="triton"), FSDP2 (a stack is one device's).
+Not yet: a batched optimizer step (each member's optimizer steps its own views: exact, one launch per member and
+tensor; Muon's Newton-Schulz is not batched over the stack), Triton kernels under vmap, FSDP2 (a stack is one
+device's), stacks placed by --jobs, --runs-per-gpu or torchrun (ablate run refuses --stack there; a SLURM or local
+submitit task trains one stack).
 """
 
 from __future__ import annotations
@@ -93,7 +96,8 @@ class Stack:
         self.loss_module = _Loss(_torch_kernels_twin(models[0]))  # member 0's structure, its tensors swapped in
         self.params = self._share([dict(m.named_parameters()) for m in models], parameters=True)
         self.buffers = self._share([dict(m.named_buffers()) for m in models], parameters=False)
-        self._routers = [m for m in self.loss_module.modules() if isinstance(m, Router)]
+        self._routers = [m for m in self.loss_module.modules() if isinstance(m, Router)]  # the twin's, in order
+        self._member_routers = [[m for m in model.modules() if isinstance(m, Router)] for model in models]
         self.compute_dtype = compute_dtype
         # one graph for every member's forward and loss (and, through AOTAutograd, their backward), as a lone
         # run's single-device path compiles its model and loss
@@ -117,22 +121,34 @@ class Stack:
     def loss(
         self, tokens: torch.Tensor, targets: torch.Tensor, doc_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(K,) losses to backpropagate and (K,) cross-entropies of tokens/targets (K, B, S), member k on row k."""
+        """(K,) losses to backpropagate and (K,) cross-entropies of tokens/targets (K, B, S), member k on row k.
+        A model with experts: each member's routers add this pass's routing statistics to their own step_stats,
+        as a lone run's forward does (ExpertBalance reads them after the step, and moves a router bias by them)."""
         if tokens.shape[0] != self.size:
             raise ValueError(f"Stack.loss: {tokens.shape[0]} batches for {self.size} members")
         named = {f"model.{n}": t for n, t in self.params.items()} | {f"model.{n}": t for n, t in self.buffers.items()}
-        try:
-            with warnings.catch_warnings():  # known costs of vmap here (docs/performance.md), not the user's to fix
-                warnings.filterwarnings("ignore", ".*not yet implemented the batching rule", UserWarning)
-                warnings.filterwarnings("ignore", ".*searchsorted.*non-contiguous", UserWarning)  # MoE routing
-                return self._stacked_loss(named, tokens, targets, doc_ids)
-        finally:
-            for router in self._routers:  # statistics taken inside vmap would leak batched tensors
-                router.step_stats = None
+        with warnings.catch_warnings():  # known costs of vmap here (docs/performance.md), not the user's to fix
+            warnings.filterwarnings("ignore", ".*not yet implemented the batching rule", UserWarning)
+            warnings.filterwarnings("ignore", ".*searchsorted.*non-contiguous", UserWarning)  # MoE routing
+            loss, ce, stats = self._stacked_loss(named, tokens, targets, doc_ids)
+        for k, routers in enumerate(self._member_routers):
+            for router, router_stats in zip(routers, stats):
+                taken = router_stats[k].detach()
+                router.step_stats = taken if router.step_stats is None else router.step_stats + taken
+        return loss, ce
 
     def _eager_loss(self, named, tokens, targets, doc_ids):
+        """The vmapped call: (K,) losses, (K,) cross-entropies, and per router of the twin its (K, ...) routing
+        statistics of the pass (returned, not left on the twin: a tensor taken inside vmap is only valid there)."""
+
         def member(tensors, tokens, targets, doc_ids):
-            return functional_call(self.loss_module, tensors, (tokens, targets, doc_ids))
+            for router in self._routers:
+                router.step_stats = None
+            loss, ce = functional_call(self.loss_module, tensors, (tokens, targets, doc_ids))
+            stats = [router.step_stats for router in self._routers]
+            for router in self._routers:
+                router.step_stats = None
+            return loss, ce, stats
 
         cast = (
             torch.autocast(tokens.device.type, dtype=self.compute_dtype)
@@ -159,6 +175,55 @@ class Stack:
             model.zero_grad(set_to_none=True)
 
 
+# The model fields a stack's members may differ in: read only by the initialisation, which each member does itself
+# (its own seed); every other field shapes the parameters or is read by the forward, which runs member 0's code.
+VALUE_ONLY_MODEL_FIELDS = ("init_std",)
+
+
+def stack_key(checked) -> tuple | str:
+    """What runs must share to be trained as one stack (their model but its init scale, sequence length, batch
+    plan, micro batch, device, dtype and compile), or why this run cannot be stacked at all. Everything else may
+    differ: seeds, data, optimizer and schedule (each member has its own), callbacks, evals, cadences."""
+    run = checked.config
+    if run.branch:
+        return "a branch starts from its parent's checkpoint, which a stack would have to train first"
+    if run.model.kernels == "triton":
+        return "model.kernels='triton' has no batching rule under vmap (use 'auto': a stack runs the references)"
+    if run.train.float8:
+        return "train.float8's matmuls have no batching rule under vmap"
+    if run.model.dropout:
+        return "model.dropout draws its masks from the one random stream a stack shares: not the lone run's masks"
+    model = {f: v for f, v in dataclasses.asdict(run.model).items() if f not in VALUE_ONLY_MODEL_FIELDS}
+    t = run.train
+    return (
+        tuple(sorted(model.items())),
+        run.data.seq_len,
+        tuple(checked.batch_plan),
+        t.micro_batch,
+        t.device,
+        t.dtype,
+        t.compile,
+    )
+
+
+def plan_stacks(runs: list, size: int) -> tuple[list[list], list[str]]:
+    """`runs` (CheckedRuns) in stacks of at most `size` runs that share a stack_key, in the order they come;
+    and a line per run that trains alone, saying why. A run whose key no other shares is a stack of one."""
+    groups: dict[object, list] = {}
+    for run in runs:
+        key = stack_key(run)
+        groups.setdefault(key if not isinstance(key, str) else id(run), []).append(run)
+    stacks, alone = [], []
+    for members in groups.values():
+        stacks.extend(members[i : i + size] for i in range(0, len(members), size))
+        if len(members) == 1:
+            run = members[0].config
+            reason = stack_key(members[0])
+            why = reason if isinstance(reason, str) else "no other run shares its shape and steps"
+            alone.append(f"{run.name} seed{run.train.seed}: alone ({why})")
+    return stacks, alone
+
+
 class StackedTrainer:
     """Member Trainers of one shape (the same batch plan, sequence length, micro batch and device, at world size
     1) stepped as one Stack. `failed`: member index -> the Divergence that masked it."""
@@ -176,30 +241,30 @@ class StackedTrainer:
                     f"allowed: runs that differ only in values, at world size 1"
                 )
         self.members = list(members)
+        self.last_step_seconds: float | None = None  # the previous stacked step's, from its start to its last update
         self.stack = Stack([t.model for t in members], compute_dtype=first.compute_dtype, compile=first.compiled)
         self.failed: dict[int, Divergence] = {}
 
     def fit(self) -> list[dict | None]:
         """Every member trained to its last step, as Trainer.fit trains one: each resumed from its own newest
         intact checkpoint (its own folder; the stack sees what they restore, its storage is theirs), then stepped
-        together. Returns each member's summary, None for a member that diverged (`failed` says why)."""
+        together; members resumed at different steps (a stack killed between its members' checkpoints) first
+        bring the ones behind up alone. One Ctrl-C stops every member before the same step's update. Returns each
+        member's summary, None for a member that diverged (`failed` says why)."""
         seed_everything(self.members[0].run.train.seed)  # one process: the global RNG is the first member's
+        ctrl_c = self.members[0].ctrl_c
         for member in self.members:
+            member.ctrl_c = ctrl_c  # one handler: each member's finish_step asks it before its update
             member.start()
-        steps = {member.step for member in self.members}
-        if len(steps) > 1:
-            raise NotImplementedError(
-                f"StackedTrainer: members resumed at steps {sorted(steps)}; a stack resumes only from checkpoints "
-                f"of one step (resume the others alone, or from that step)"
-            )
         try:
-            for member in self.members:
-                member.begin()
-            while self.live and self.members[self.live[0]].step < self.members[self.live[0]].max_steps:
-                self.train_step()
-            for k in self.live:
-                for callback in self.members[k].callbacks:
-                    callback.post_train(self.members[k])
+            with ctrl_c:
+                for member in self.members:
+                    member.begin()
+                while self.unfinished:
+                    self.train_step()
+                for k in self.live:
+                    for callback in self.members[k].callbacks:
+                        callback.post_train(self.members[k])
         finally:
             for member in self.members:
                 member.end()
@@ -209,21 +274,30 @@ class StackedTrainer:
     def live(self) -> list[int]:
         return [k for k in range(len(self.members)) if k not in self.failed]
 
+    @property
+    def unfinished(self) -> list[int]:
+        return [k for k in self.live if self.members[k].step < self.members[k].max_steps]
+
     def train_step(self) -> None:
-        """One step of every live member: each its own learning rate and batch (its own sampler), one stacked
-        forward and backward per pass, then each member's finish_step on its slice of the gradients."""
-        start, live = time.perf_counter(), self.live
-        if not live:
+        """One step of every unfinished member: each its own learning rate and batch (its own sampler), one
+        stacked forward and backward per pass, then each member's finish_step on its slice of the gradients.
+        Members at different steps (resumed from checkpoints of different steps, or one rolled back by its spike
+        policy) are not stacked: the ones furthest behind take a step alone, until all are at one step again."""
+        start, active = time.perf_counter(), self.unfinished
+        if not self.live:
             raise RuntimeError("StackedTrainer: every member has diverged (see `failed`)")
-        steps = {self.members[k].step for k in live}
-        if len(steps) > 1:  # a rollback moved one member back: its batches may differ in size from the others'
-            raise NotImplementedError(
-                f"StackedTrainer: members at steps {sorted(steps)} (a rollback within a stack is not supported yet)"
-            )
-        batch = self.members[live[0]].batch_plan[steps.pop()]
-        lrs = {k: self.members[k].set_step_lr(batch) for k in live}
-        passes = {k: list(self.members[k].passes(batch)) for k in live}
-        rows = [passes.get(k, passes[live[0]]) for k in range(len(self.members))]  # a masked member: any batch
+        if not active:
+            return
+        steps = {k: self.members[k].step for k in active}
+        if len(set(steps.values())) > 1:
+            behind = min(steps.values())
+            for k in [k for k in active if steps[k] == behind]:
+                self._guarded(k, self.members[k].train_step)
+            return
+        batch = self.members[active[0]].batch_plan[steps[active[0]]]
+        lrs = {k: self.members[k].set_step_lr(batch) for k in active}
+        passes = {k: list(self.members[k].passes(batch)) for k in active}
+        rows = [passes.get(k, passes[active[0]]) for k in range(len(self.members))]  # the others: any batch
         loss_sum = torch.zeros(len(self.members), device=self.members[0].dist.device)
         for i, (_, share) in enumerate(rows[0]):
             parts = [row[i][0] for row in rows]  # each member's [inputs, targets, doc_ids or None]
@@ -234,9 +308,21 @@ class StackedTrainer:
             (loss / share).sum().backward()  # members' rows never mix: each slice's gradient is its own loss's
             loss_sum = loss_sum + ce.detach() / share
         self.stack.member_grads()
-        for k in live:
-            try:
-                self.members[k].finish_step(loss_sum[k], batch, lrs[k], start)
-            except Divergence as exc:
-                self.failed[k] = exc
+        # each member's step took the whole stack's: the previous stacked step's time (this one's is not over
+        # while its members' callbacks run), the time so far on the first
+        seconds = self.last_step_seconds
+        for k in active:
+            self._guarded(k, lambda k=k: self.members[k].finish_step(loss_sum[k], batch, lrs[k], start, seconds))
+        callbacks = sum(self.members[k].post_step_seconds for k in active)  # validation, checkpoints: not the step
+        self.last_step_seconds = time.perf_counter() - start - callbacks
+        for k in set(range(len(self.members))) - set(active):  # a row computed on another's batch: nobody's step
+            for router in self.stack._member_routers[k]:
+                router.step_stats = None
         self.stack.zero_grad()
+
+    def _guarded(self, k: int, step) -> None:
+        """Member k's step; a Divergence masks it (recorded in `failed`), the others go on."""
+        try:
+            step()
+        except Divergence as exc:
+            self.failed[k] = exc

@@ -173,7 +173,7 @@ class Trainer:
         self.skipped_steps = 0  # updates not applied: a callback's veto, or a non-finite loss or gradient
         self.rollbacks: list[dict] = []  # checkpoints restored mid-run (spike rollbacks), for summary.json
         self.last_lr = math.nan
-        self.last_batch, self.last_step_tokens, self.last_step_seconds = 0, 0, 0.0
+        self.last_batch, self.last_step_tokens, self.last_step_seconds, self.post_step_seconds = 0, 0, 0.0, 0.0
         # A non-finite step's update is skipped on the device by the fused optimizer (found_inf), so no step waits
         # for a host read to decide it; where the optimizer cannot, or ranks must agree on a Ctrl-C, each step's
         # figures are read before its update, as they always were.
@@ -247,10 +247,13 @@ class Trainer:
         set_lr(self.optimizer, lr)
         return lr
 
-    def finish_step(self, loss_sum: torch.Tensor, batch: int, lr: float, start: float) -> None:
+    def finish_step(
+        self, loss_sum: torch.Tensor, batch: int, lr: float, start: float, step_seconds: float | None = None
+    ) -> None:
         """The step after its forward and backward (the gradients on the model's parameters, loss_sum on the
         device): clipping by this run's own norm, the figures staged, the callbacks' verdict, the update or its skip,
-        the counters, and the callbacks after the step. A stack of runs (training.stack) calls it for each member."""
+        the counters, and the callbacks after the step. A stack of runs (training.stack) calls it for each member,
+        with the stack's `step_seconds` (every member's step takes the whole stack's); else the time since `start`."""
         d = self.dist
         max_norm = self.run.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -285,11 +288,13 @@ class Trainer:
         self.last_step_tokens = batch * self.seq_len
         self.tokens += self.last_step_tokens
         pending.over = True
-        self.last_step_seconds = time.perf_counter() - start
+        self.last_step_seconds = step_seconds if step_seconds is not None else time.perf_counter() - start
         if pending.values is not None or self.step == self.max_steps or any(c.acts_at(self) for c in self.callbacks):
             self.settle()
+        callbacks_start = time.perf_counter()
         for callback in self.callbacks:
             callback.post_step(self)
+        self.post_step_seconds = time.perf_counter() - callbacks_start  # validation, checkpoints: not the step
 
     def forward_backward(self, batch: int) -> torch.Tensor:
         """This rank's passes of the step's `batch` sequences, forward and backward; the sum of their
