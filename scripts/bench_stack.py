@@ -4,7 +4,8 @@
     python scripts/bench_stack.py --device cuda --sizes 10M quickstart --members 1 2 4 8 16
 
 For each size and K, every side is ablate's real step (the Trainer as `ablate run` builds it, default callbacks,
-train.compile and train.dtype at their defaults: eager fp32 on CPU, compiled bf16 on a GPU):
+train.dtype at its default: fp32 on CPU, bf16 on a GPU; train.compile as --compile says, "auto" by default: eager
+on CPU, and on a GPU for runs too short to repay a compile):
     one after another   one run of batch B; K such runs in sequence train at its tokens/s
     K x batch           one run of batch K*B: the most the device gives that shape, the target's yardstick
     stacked             K runs (seeds 0..K-1) as one stack (training.stack.StackedTrainer)
@@ -30,6 +31,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 LONG_RUN_STEPS = 10_000  # no measured step is near a run's last (its validation and checkpoint)
 
 
+COMPILE = "auto"  # train.compile of every side (--compile)
+
+
 def run_config(size: str, device: str, batch: int | None = None, seed: int = 0):
     """The RunConfig of `size` at its default batch or `batch` sequences a step (one pass), seed `seed`."""
     import gpu_acceptance_measure as measure
@@ -43,6 +47,7 @@ def run_config(size: str, device: str, batch: int | None = None, seed: int = 0):
         run = measure.run_config(measure.SPECS[size], measure.device_setup(device).device, dtype="auto")
     batch = batch or run.train.global_batch
     fields = {"train.global_batch": batch, "train.micro_batch": batch, "train.seed": seed, "train.device": device}
+    fields["train.compile"] = COMPILE
     quiet = {"train.max_steps": LONG_RUN_STEPS, "train.val_every": 0, "train.ckpt_every": 0}
     return apply_overrides(run, {**quiet, **fields})
 
@@ -93,9 +98,11 @@ def in_process(size: str, members: int, steps: int, warmup: int, device: str) ->
     return {name: lone.tokens_per_step * runs * 2 * steps / seconds[name] for name, (_, runs) in sides.items()}
 
 
-def _side_by_side_worker(size, device, seed, threads, steps, warmup, barrier, results):
+def _side_by_side_worker(size, device, seed, threads, steps, warmup, barrier, results, compile_setting):
+    global COMPILE
     import torch
 
+    COMPILE = compile_setting  # a spawned process imports this module afresh
     torch.set_num_threads(threads)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         real = real_step(size, device, seed=seed)
@@ -120,7 +127,8 @@ def side_by_side(size: str, members: int, steps: int, warmup: int, device: str) 
     threads = max(1, (os.cpu_count() or 1) // members)  # the CPU's cores split between the processes
     workers = [
         context.Process(
-            target=_side_by_side_worker, args=(size, device, seed, threads, 2 * steps, warmup, barrier, results)
+            target=_side_by_side_worker,
+            args=(size, device, seed, threads, 2 * steps, warmup, barrier, results, COMPILE),
         )
         for seed in range(members)
     ]
@@ -134,7 +142,8 @@ def side_by_side(size: str, members: int, steps: int, warmup: int, device: str) 
     return sum(tokens for _, _, tokens in spans) / (max(end for _, end, _ in spans) - min(s for s, _, _ in spans))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    global COMPILE
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["quickstart"], choices=["quickstart", "10M"])
     parser.add_argument("--members", type=int, nargs="+", default=[1, 2, 3, 4])
@@ -142,8 +151,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-processes", action="store_true", help="skip the side-by-side processes")
+    parser.add_argument("--compile", default="auto", choices=["auto", "true", "false"], help="train.compile, all sides")
     parser.add_argument("--smoke", action="store_true", help="K = 1, 2, one timed step: that the script runs")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    COMPILE = args.compile
     if args.smoke:
         args.members, args.steps, args.warmup = [1, 2], 1, 1
     columns = ["one after another", "K x batch", "stacked", "side by side"]

@@ -151,6 +151,32 @@ PARTS = (
             ),
         ),
     ),
+    Part(
+        4,
+        "a later lease: stacks of runs (issue 45)",
+        (
+            Step(
+                "stack_runs",
+                150,
+                "tiny bf16 stacks of 3 and 4 seeds, eager and compiled (ablate run --stack K), against the same runs "
+                "alone: every member finishes, its losses finite and within bf16's reach of its lone run's: all pass",
+                ("tests/test_gpu_stack.py",),
+            ),
+            Step(
+                "stack_bench",
+                240,
+                "scripts/bench_stack.py: ~10M and the quickstart's size, K = 1, 2, 3, 4, 8, 16, eager (what "
+                "train.compile=auto picks for them); then ~10M compiled at K = 4, 8: K stacked runs >= 90% of one run "
+                "at K x batch, and above K processes side by side (measured at K = 2, 4)",
+            ),
+            Step(
+                "quickstart_stacked",
+                60,
+                "the quickstart's 9 runs as 3 stacks (ablate run experiments/quickstart.py --stack 3): <= 10 s of "
+                "training (each stack's wall time, summed)",
+            ),
+        ),
+    ),
 )
 # one command's wall-clock limit on the lent machines, and what a part leaves of it for Python's start and preflight
 COMMAND_SECONDS, COMMAND_MARGIN = 600, 30
@@ -308,6 +334,59 @@ def step_profile(key: str, smoke: bool) -> None:
             say("info", f"{check}, most device time a step", top)
 
 
+def step_stack_bench(smoke: bool) -> None:
+    """bench_stack.py's sides in this process, a line per size and K; a row that fails (a stack whose members all
+    diverged, say) is said as a failure and the others go on."""
+    import bench_stack
+
+    device, sizes = ("cpu", ("quickstart",)) if smoke else ("cuda", ("10M", "quickstart"))
+    plans = [(size, k, "auto") for size in sizes for k in ((1, 2) if smoke else (1, 2, 3, 4, 8, 16))]
+    plans += [] if smoke else [("10M", k, "true") for k in (4, 8)]
+    steps, warmup = (1, 1) if smoke else (5, 3)
+    for size, k, compile_setting in plans:
+        bench_stack.COMPILE = compile_setting
+        check = f"stack of {k}, {size}, train.compile={compile_setting}"
+        try:
+            rates = bench_stack.in_process(size, k, steps, warmup, device)
+            if k in (2, 4) and compile_setting == "auto":
+                rates["side by side"] = bench_stack.side_by_side(size, k, steps, warmup, device)
+        except Exception as exc:
+            say(judge(False, not smoke), check, f"{type(exc).__name__}: {str(exc)[:300]}")
+            continue
+        figures = ", ".join(f"{name} {rate:,.0f} tok/s" for name, rate in rates.items())
+        if k == 1:
+            say("info", check, figures)
+            continue
+        big, by_side = rates["stacked"] / rates["K x batch"], rates.get("side by side")
+        ok = big >= 0.9 and (by_side is None or rates["stacked"] > by_side)
+        versus = f"; {rates['stacked'] / by_side:.2f}x side by side" if by_side else ""
+        say(judge(ok, not smoke), f"{check}: >= 90% of one run at K x batch", f"{big:.2f}x{versus} ({figures})")
+
+
+def step_quickstart_stacked(smoke: bool) -> None:
+    """`ablate run experiments/quickstart.py --stack 3` in a fresh process, as a user starts it; the training time is
+    each stack's wall time (its members', summary.json's wall_seconds), summed over the stacks."""
+    settings = ["--set", "train.max_steps=2"] if smoke else ["--set", "train.device=cuda"]
+    with tempfile.TemporaryDirectory(prefix="gpu_acceptance_quickstart_") as tmp:
+        command = [sys.executable, "-m", "ablate", "run", str(REPO / "experiments" / "quickstart.py"), "--stack", "3"]
+        start = time.time()
+        done = subprocess.run([*command, *settings, "--out", tmp], capture_output=True, text=True, cwd=REPO)
+        elapsed = time.time() - start
+        if done.returncode != 0:
+            say(judge(False, not smoke), "the quickstart as 3 stacks", done.stderr[-500:] or done.stdout[-500:])
+            return
+        stacks: dict[str, float] = {}
+        for path in Path(tmp).glob("quickstart/*/seed*/summary.json"):
+            summary = json.loads(path.read_text())
+            stacks[summary["variant"]] = max(stacks.get(summary["variant"], 0.0), summary["wall_seconds"])
+    training = sum(stacks.values())
+    say(
+        judge(training <= 10 and len(stacks) == 3, not smoke),
+        "the quickstart's 9 runs as 3 stacks, training <= 10 s",
+        f"{training:.1f} s of training over {len(stacks)} stacks ({elapsed:.1f} s for the whole command)",
+    )
+
+
 MEASUREMENTS = {
     "bench": step_bench,
     "speed_gpt2": lambda smoke: step_speed("gpt2", smoke),
@@ -315,6 +394,8 @@ MEASUREMENTS = {
     "speed_350M": lambda smoke: step_speed("350M", smoke),
     "packing": lambda smoke: step_packing(smoke, STEPS["packing"].seconds - 5 if not smoke else 120),
     "profile_gpt2": lambda smoke: step_profile("gpt2", smoke),
+    "stack_bench": step_stack_bench,
+    "quickstart_stacked": step_quickstart_stacked,
 }
 
 

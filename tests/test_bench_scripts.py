@@ -101,7 +101,7 @@ def acceptance(*args, timeout=300):
 def test_gpu_acceptance_names_its_checks_and_needs_a_gpu():
     listed = acceptance("--list")
     assert listed.returncode == 0, listed.stderr
-    assert [f"part {n}:" in listed.stdout for n in range(1, 4)] == [True, True, True]
+    assert [f"part {n}:" in listed.stdout for n in range(1, 5)] == [True, True, True, True]
     targets = ("MFU >= 45%", ">= 40% at ~350M", ">= 1.0x the reference's", "no host sync", "time <= 1.0x", ">= 1.5x")
     assert all(target in listed.stdout for target in targets), listed.stdout
     plain = acceptance()  # tests not marked gpu see none (conftest), on a GPU host too
@@ -116,8 +116,10 @@ def test_gpu_acceptance_cpu_smoke_runs_every_measurement(tmp_path):
     for line in (*lines, "smoke bf16 nanoGPT-style:", "head + loss peak memory", "step of GPT-2 small bf16 triton:"):
         assert re.search(rf"^INFO  {re.escape(line)}", result.stdout, re.MULTILINE), shown
     assert "best packing of ~10M runs" in result.stdout and "0 fail" in result.stdout, shown
+    for line in ("stack of 2, quickstart, train.compile=auto", "the quickstart's 9 runs as 3 stacks"):
+        assert re.search(rf"^INFO  {re.escape(line)}", result.stdout, re.MULTILINE), shown
     # each part streamed its log and kept its verdict lines, as a GPU run returns them
-    for part in (1, 2, 3):
+    for part in (1, 2, 3, 4):
         record = json.loads((tmp_path / f"part{part}.json").read_text())
         assert record["lines"] and all(line in result.stdout for line in record["lines"])
         assert "== part" in (tmp_path / f"part{part}.log").read_text()

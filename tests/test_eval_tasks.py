@@ -4,6 +4,7 @@ sampling, macro-average), named suites and `ablate eval --list`, and agreement w
 import json
 import math
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -138,33 +139,47 @@ def test_macro_average_on_a_hand_made_example():
 
 
 def test_suites_expand_wherever_tasks_are_named():
+    """Each suite (read from its owner, ablate_evals.SUITES, not restated here) names known tasks, each once, and
+    expands to them in its order wherever task names are accepted, mixed with task names."""
     tasks, suites = ablate_evals.TASKS, ablate_evals.SUITES
     assert not set(suites) & set(tasks) and all(set(members) <= set(tasks) for members in suites.values())
-    assert suite.parse_tasks("all") == list(tasks) and len(suite.parse_tasks("core")) == 11
+    assert all(len(set(members)) == len(members) > 0 for members in suites.values())
+    for name, members in suites.items():
+        assert suite.parse_tasks(name) == members
+    assert suite.parse_tasks("all") == list(tasks)
     small = suites["small"]
-    assert (
-        set(small)
-        == {
-            "hellaswag",
-            "arc_challenge",
-            "piqa",
-            "mmlu",
-            "lambada",
-            "basic_skills_coding",
-            "basic_skills_common_knowledge",
-            "basic_skills_string_operations",
-        }
-        and len(small) == 8
-    )
-    assert suite.parse_tasks("small, boolq,mmlu") == small + ["boolq"]  # mixed, each task once
-    assert suite.parse_tasks("copa,core")[:2] == ["copa", "arc_easy"] and len(suite.parse_tasks("copa,core")) == 11
-    suite.check_config_tasks("small,mmlu")
+    outside, inside = next(t for t in tasks if t not in small), small[-1]
+    assert suite.parse_tasks(f"small, {outside},{inside}") == small + [outside]  # mixed, each task once
+    inside = suites["core"][-1]  # a task named before its suite keeps its place
+    assert suite.parse_tasks(f"{inside},core") == [inside] + [t for t in suites["core"] if t != inside]
+    suite.check_config_tasks(f"small,{small[0]}")
     with pytest.raises(
         ConfigError,
-        match=r"eval.tasks: unknown task 'smal'; allowed: arc_easy, .*; or a suite: "
-        r"small, core, all",
+        match=rf"eval.tasks: unknown task 'smal'; allowed: arc_easy, .*; or a suite: {', '.join(suites)}$",
     ):
         suite.check_config_tasks("smal")
+
+
+def test_lm_eval_configs_are_written_from_the_task_list(tmp_path, capsys):
+    """evals/lm_eval_tasks/ablate_*.yaml are what the generator writes from ablate_evals.TASKS (after adding a
+    task: `python -m ablate_evals.lm_eval_tasks.generate`); a task added to the list gets its configs, and a
+    changed file or one of no task is found."""
+    from ablate_evals.lm_eval_tasks import generate
+
+    assert generate.main(["--check"]) == 0, capsys.readouterr().out
+    kinds = {name: task.kind for name, task in ablate_evals.TASKS.items()}
+    assert set(generate.configs()) == {f"ablate_{n}.yaml" for n in kinds} | {
+        f"ablate_{n}_mcf.yaml" for n, kind in kinds.items() if kind == "choice"
+    }
+    toy = {name: replace(ablate_evals.TASKS[like], name=name) for name, like in (("toy", "copa"), ("lm", "lambada"))}
+    assert generate.write(tmp_path, toy) == ["ablate_toy.yaml", "ablate_toy_mcf.yaml", "ablate_lm.yaml"]
+    mcf, lm = (tmp_path / "ablate_toy_mcf.yaml").read_text(), (tmp_path / "ablate_lm.yaml").read_text()
+    assert "task: ablate_toy_mcf\ndataset_kwargs:\n  task: toy\n  format: mcf\n" in mcf and "  task: lm\n" in lm
+    (tmp_path / "ablate_toy.yaml").write_text("task: ablate_toy\n")
+    (tmp_path / "ablate_gone.yaml").write_text("task: ablate_gone\n")
+    assert generate.stale(tmp_path, toy) == ["ablate_toy.yaml", "ablate_gone.yaml"]
+    assert generate.write(tmp_path, toy) == ["ablate_toy.yaml", "ablate_gone.yaml"]
+    assert generate.stale(tmp_path, toy) == [] and not (tmp_path / "ablate_gone.yaml").exists()
 
 
 @pytest.mark.slow

@@ -164,7 +164,7 @@ def test_disagreeing_gpu_counts_and_cuda_runs_on_cpu_are_refused(tmp_path, monke
 def test_slots_sharing_a_gpu_cap_each_worker_at_its_share(tmp_path):
     slots = sweep.machine_slots(None, 2, 1, gpu_ids=["0", "1"], cores=8)
     assert [(s.gpus, s.sharing) for s in slots] == [(["0"], 2), (["0"], 2), (["1"], 2), (["1"], 2)]
-    job = sweep.Job(1, None, tmp_path / "log", tmp_path / "result.json")
+    job = sweep.Job([1], [None], tmp_path / "log", tmp_path / "result.json")
     env = sweep._env(slots[0], job)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env[rundir.GPU_SHARE_ENV] == "0.5"
     alone = sweep._env(sweep.machine_slots(None, 1, 1, gpu_ids=["0", "1"], cores=8)[1], job)
@@ -224,7 +224,7 @@ def side_by_side(monkeypatch):
     """The slots a sweep hands its workers (none start), on a faked 2-GPU machine of `total` bytes per GPU."""
     seen, probes = [], []
 
-    def fake_run_side_by_side(runs, out, slots, report, experiment_file=None):
+    def fake_run_side_by_side(runs, out, slots, report, experiment_file=None, stacks=None):
         seen.append(slots)
         return ["finished"] * len(runs)
 

@@ -108,12 +108,17 @@ def test_stability_stats_and_positions_work_with_mla():
 
 def test_kv_cache_bytes_per_token_for_every_attention_choice():
     m = dict(vocab_size=64, d_model=64, n_layers=3, n_heads=8)  # head_dim 8
-    assert memory.kv_cache_bytes_per_token(ModelConfig(**m)) == 2 * 8 * 8 * 3 * 2  # MHA: 2 x heads x dim x layers
-    assert memory.kv_cache_bytes_per_token(ModelConfig(**m, n_kv_heads=2)) == 2 * 2 * 8 * 3 * 2
-    assert memory.kv_cache_bytes_per_token(ModelConfig(**m, n_kv_heads=1)) == 2 * 1 * 8 * 3 * 2
+
+    def kv_bytes(cfg: ModelConfig, **kwargs) -> int:
+        with torch.device("meta"):  # the count alone: no storage
+            return Transformer(cfg, 16).kv_cache_bytes_per_token(**kwargs)
+
+    assert kv_bytes(ModelConfig(**m)) == 2 * 8 * 8 * 3 * 2  # MHA: 2 x heads x dim x layers
+    assert kv_bytes(ModelConfig(**m, n_kv_heads=2)) == 2 * 2 * 8 * 3 * 2
+    assert kv_bytes(ModelConfig(**m, n_kv_heads=1)) == 2 * 1 * 8 * 3 * 2
     mla = ModelConfig(**m, attention="mla", kv_lora_rank=16, qk_rope_dim=4)
-    assert memory.kv_cache_bytes_per_token(mla) == (16 + 4) * 3 * 2
-    assert memory.kv_cache_bytes_per_token(mla, bytes_per_value=4) == (16 + 4) * 3 * 4
+    assert kv_bytes(mla) == (16 + 4) * 3 * 2
+    assert kv_bytes(mla, bytes_per_value=4) == (16 + 4) * 3 * 4
     runs = [
         RunConfig(name=n, model=c, data=DataConfig(seq_len=16), train=TrainConfig(max_steps=2, global_batch=4))
         for n, c in (("mha", ModelConfig(**m)), ("mla", mla))

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from ablate import branch, rundir, variant
+from ablate import branch, optim, rundir, variant
 from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from ablate.cost import memory
 from ablate.cost import plan
@@ -177,6 +177,47 @@ def test_muon_keeps_one_state_for_hidden_matrices():
     assert 0.5 * adamw.optimizer < muon.optimizer < adamw.optimizer
     with pytest.raises(ConfigError, match="optim.name"):
         memory.estimate_memory(check_run(_run(optim=OptimConfig(name="lion"))), 1, "cpu")
+
+
+def test_the_planner_asks_the_optimizer_its_state_size():
+    """A new optimizer is one file: registered with its state size, which ablate plan counts as declared."""
+
+    @optim.register("momentum_for_plan")
+    class Momentum(torch.optim.SGD):
+        def __init__(self, groups, cfg):
+            super().__init__(groups, lr=cfg.lr, momentum=0.9)
+
+        @staticmethod
+        def state_elements(shapes: optim.ParamShapes, world: int) -> int:  # one momentum buffer per parameter
+            return optim.shard_elements(shapes.root + shapes.all_blocks, world)
+
+        @staticmethod
+        def transient_elements(shapes: optim.ParamShapes, world: int) -> int:
+            return 1000 * world  # a made-up figure, to find again
+
+    @optim.register("silent_for_plan")
+    class Silent(torch.optim.SGD):  # declares nothing
+        def __init__(self, groups, cfg):
+            super().__init__(groups, lr=cfg.lr)
+
+    try:
+        for world in (1, 2):
+            checked = check_run(_run(optim=OptimConfig(name="momentum_for_plan")))
+            shapes = memory.model_shapes(checked.config)
+            planned = plan.plan_run(checked, world, "cpu")
+            assert planned.memory.optimizer == memory.FP32 * Momentum.state_elements(shapes, world)
+            adamw = memory.estimate_memory(check_run(_run()), world, "cpu")
+            assert 2 * planned.memory.optimizer == adamw.optimizer  # AdamW: two states per parameter
+            step = memory.step_moments(checked, world, "cpu")[-1]
+            assert step.moment == "optimizer step" and step.activations == memory.FP32 * 1000 * world
+        with pytest.raises(ConfigError) as refused:
+            plan.plan_run(check_run(_run(optim=OptimConfig(name="silent_for_plan"))), 1, "cpu")
+        message = str(refused.value)
+        assert "'silent_for_plan'" in message and "Silent" in message
+        assert "declares no state_elements and no transient_elements" in message
+        assert "state_elements(shapes, world) -> int, transient_elements(shapes, world) -> int" in message
+    finally:
+        del optim.OPTIMIZERS["momentum_for_plan"], optim.OPTIMIZERS["silent_for_plan"]
 
 
 def test_bf16_halves_gathered_parameters_and_activations():

@@ -208,3 +208,50 @@ def test_runs_a_stack_cannot_hold_train_alone_and_the_plan_says_why():
     with_dropout = dataclasses.replace(runs[0], config=dataclasses.replace(runs[0].config, model=dropout))
     stacks, alone = plan_stacks([with_dropout, runs[1]], 4)
     assert len(stacks) == 2 and any("dropout" in line for line in alone)
+
+
+def test_a_member_rolled_back_by_its_spike_policy_catches_up_alone_and_rejoins(tmp_path):
+    """A callback rolls seed 1 back once, at step 6, to its step-4 checkpoint (the others go on at step 6): seed 1
+    takes steps 5-6 again alone, then the three step as one stack again. Every member's curve equals its lone run's
+    under the same callback, and seed 1's summary records the rollback."""
+    from ablate.setup.experiment import load_checked
+    from ablate.training.callbacks import Callback
+    from ablate.training.callbacks.base import TAKE, Verdict
+    from ablate.training.run import train, train_stack
+
+    class RollBackSeed1Once(Callback):
+        name = "roll_back_seed1_once"
+
+        def __init__(self):
+            self.fired = False
+
+        def before_update(self, trainer):
+            if trainer.run_dir.name == "seed1" and trainer.step == 6 and not self.fired:
+                self.fired = True
+                return Verdict("rollback", "planted in the test")
+            return TAKE
+
+    runs = load_checked(TINY, only="mha", seeds=[0, 1, 2], overrides={"train.max_steps": "10"})
+    results = train_stack(runs, tmp_path / "stacked", [RollBackSeed1Once()])
+    assert [r["steps"] for r in results] == [10, 10, 10]
+    assert [(r["from_step"], r["to_step"]) for r in results[1]["rollbacks"]] == [(6, 4)]
+    for run in runs:
+        train(run, tmp_path / "alone", [RollBackSeed1Once()])
+    for seed in range(3):
+        stacked, alone = (tmp_path / side / "tiny" / "mha" / f"seed{seed}" for side in ("stacked", "alone"))
+        assert _rows(stacked) == _rows(alone)
+
+
+@pytest.mark.slow
+def test_stacks_side_by_side_in_worker_processes(tmp_path):
+    """`--stack 2 --jobs 2`: the tiny experiment's two variants x 2 seeds as two stacks, each in its own worker
+    process at once; every run an ordinary finished run of its stack, its curve the lone run's."""
+    args = ["run", str(TINY), "--seeds", "0,1", "--out"]
+    both = run_cli(*args, str(tmp_path / "stacked"), "--stack", "2", "--jobs", "2")
+    assert "2 stacks, 2 at a time" in both.stdout and "4 runs: 4 finished" in both.stdout
+    run_cli(*args, str(tmp_path / "alone"), "--only", "mha")
+    for seed in range(2):
+        stacked = tmp_path / "stacked" / "tiny" / "mha" / f"seed{seed}"
+        assert rundir.read_json(stacked / rundir.SUMMARY)["stack"] == {"members": 2, "member": seed}
+        assert _rows(stacked) == _rows(tmp_path / "alone" / "tiny" / "mha" / f"seed{seed}")
+    assert rundir.read_json(tmp_path / "stacked" / "tiny" / "mqa" / "seed1" / rundir.SUMMARY)["stack"]["members"] == 2

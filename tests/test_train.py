@@ -57,6 +57,7 @@ def test_run_folder_holds_everything(tiny_run):
     flops_per_token = 6 * summary["params"] + 12 * 2 * 32 * 32
     assert summary["flops_per_token"] == flops_per_token == Transformer(run.model, 32).flops_per_token(32)
     assert summary["flops"] == flops_per_token * summary["tokens"]
+    assert summary["kv_cache_bytes_per_token"] == 2 * 32 * 2 * 2  # keys and values (d_model each), 2 layers, bf16
     losses = train_losses(run_dir)
     assert sorted(losses) == list(range(1, 13))
     assert losses[12] < losses[1] - 0.1  # it learns

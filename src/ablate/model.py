@@ -496,3 +496,10 @@ class Transformer(nn.Module):
         if self.cfg.attention == "mla":
             attention += 6 * self.cfg.n_layers * self.cfg.n_heads * mla_dims(self.cfg)[1] * seq_len
         return 6 * n + attention
+
+    def kv_cache_bytes_per_token(self, bytes_per_value: int = 2) -> int:
+        """What a KV cache keeps per token over every layer (bf16 by default): keys and values of each kv head
+        (MHA/GQA/MQA: 2 x n_kv_heads x head_dim), or MLA's latent and RoPE key (kv_lora_rank + qk_rope_dim)."""
+        m = self.cfg
+        per_layer = sum(mla_dims(m)) if m.attention == "mla" else 2 * m.kv_heads * m.head_dim
+        return per_layer * m.n_layers * bytes_per_value

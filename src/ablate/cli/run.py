@@ -156,11 +156,9 @@ def train_runs(runs, args, in_study: bool = False) -> int:
         return _closing(["finished"] * len(finished), finished, out, not in_study)
 
     callbacks = file_callbacks(args.file, runs)  # the file's `callbacks = [...]`, for each of its runs
-    stack = _stack_size(args)
-    if stack > 1:
-        return _run_stacks(runs, out, args, stack, callbacks, in_study, finished)
+    stacks = _stacks(runs, args)  # None: every run alone (--stack 1)
     if args.launcher != "here":
-        return _run_submitit(runs, out, args, callbacks, in_study, finished)
+        return _run_submitit(runs, out, args, callbacks, in_study, finished, stacks)
     from ablate.launch import sweep
 
     gpu_ids = sweep.visible_gpus()  # counted without initialising CUDA here
@@ -173,39 +171,32 @@ def train_runs(runs, args, in_study: bool = False) -> int:
         slots = None
         _check_memory(runs, args, int(os.environ.get("WORLD_SIZE", 1)), sharing=1, on_gpu=bool(gpu_ids))
     else:
-        at_most = len(runs)  # more runs at once than there are runs would only split the threads finer
+        at_most = len(stacks or runs)  # more at once than there are runs would only split the threads finer
         gpus_per_run = 1 if args.gpus_per_run is None else args.gpus_per_run  # auto: a GPU each where visible
         slots = sweep.machine_slots(
             args.jobs and min(args.jobs, at_most), min(args.runs_per_gpu, at_most), gpus_per_run, gpu_ids
         )
         on_gpu = bool(slots[0].gpus)
         sharing = max(s.sharing for s in slots)
-        _check_memory(runs, args, max(len(slots[0].gpus), 1), sharing, on_gpu)
-    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids, in_study, finished)
+        if stacks is not None:
+            _check_stack_memory(runs, args, max(map(len, stacks)), on_gpu, sharing)
+        else:
+            _check_memory(runs, args, max(len(slots[0].gpus), 1), sharing, on_gpu)
+    return _run_here(runs, out, slots, args.file, callbacks, gpu_ids, in_study, finished, stacks)
 
 
-def _stack_size(args) -> int:
+def _stacks(runs, args) -> list[list] | None:
+    """--stack K (else the file's `stack`): the runs in stacks of runs of one shape (ablate.training.stack), told
+    with why any run trains alone; None without stacking."""
+    from ablate.launch.slurm import parse_slurm_options
     from ablate.setup.experiment import experiment_stack
-
-    return args.stack or experiment_stack(args.file)
-
-
-def _run_stacks(runs, out: str, args, size: int, callbacks: list, in_study: bool, finished: list) -> int:
-    """`--stack K` on this machine, in this process: runs of one shape K at a time as one stacked model
-    (ablate.training.stack.plan_stacks says which share a stack, and why a run trains alone), one stack after
-    another."""
-    from ablate import rundir
-    from ablate.launch import sweep
-    from ablate.training.parallel import init_distributed, shutdown_distributed
     from ablate.training.stack import plan_stacks
 
-    if args.jobs not in (None, 1) or args.runs_per_gpu > 1 or "RANK" in os.environ:
-        raise NotImplementedError(
-            "--stack: stacks train one after another in this process, or one a task with --launcher slurm/local; "
-            "not yet with --jobs, --runs-per-gpu or under torchrun (drop --stack there)"
-        )
-    from ablate.launch.slurm import parse_slurm_options
-
+    size = args.stack or experiment_stack(args.file)
+    if size == 1:
+        return None
+    if "RANK" in os.environ:
+        raise NotImplementedError("--stack: not under torchrun (a stack trains on one device); drop --stack there")
     gpus = parse_slurm_options(args.slurm or "").get("gpus_per_run", args.gpus_per_run)
     if gpus not in (None, 0, 1):
         raise ConfigError(f"--stack: a stack trains on one device; got gpus_per_run {gpus}")
@@ -213,32 +204,7 @@ def _run_stacks(runs, out: str, args, size: int, callbacks: list, in_study: bool
     print(f"{len(runs)} runs in {len(stacks)} stacks of at most {size}", flush=True)
     for line in alone:
         print(f"  {line}", flush=True)
-    if args.launcher != "here":
-        return _run_submitit(runs, out, args, callbacks, in_study, finished, stacks)
-    gpu_ids = sweep.visible_gpus()
-    _check_stack_memory(runs, args, size, on_gpu=bool(gpu_ids) and args.gpus_per_run != 0)
-    d = init_distributed(runs[0].config.train.device)
-    progress, states, index = _Progress(len(runs), d.is_main), [], 0
-    try:
-        sweep.prepare_all(runs, d)
-        _mark_pending(runs, out)
-        for members in stacks:
-            if len(members) > 1:  # a run alone was said above, with why
-                print(f"stack of {len(members)}: {', '.join(sweep.run_label(m.config) for m in members)}", flush=True)
-            for k, run in enumerate(members, index + 1):
-                progress(k, run, "started", str(rundir.run_dir_for(out, run.config)))
-            for k, (run, (state, message)) in enumerate(
-                zip(members, sweep.attempt_stack(members, out, callbacks)), index + 1
-            ):
-                progress(k, run, state, message)
-                states.append(state)
-            index += len(members)
-    except KeyboardInterrupt:
-        _tell_interrupted(runs, out)
-        return 130
-    finally:
-        shutdown_distributed()
-    return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)
+    return stacks
 
 
 def _check_cpu_runs(runs, gpus_per_run: int | None) -> None:
@@ -274,14 +240,16 @@ def _device_memory(args, on_gpu: bool) -> int | None:
     return device_memory_default() if on_gpu else None  # read in a child process: this one never initialises CUDA
 
 
-def _check_stack_memory(runs, args, size: int, on_gpu: bool) -> None:
+def _check_stack_memory(runs, args, size: int, on_gpu: bool, sharing: int = 1) -> None:
     """Refuse, before any compute, stacks whose peak (ablate plan --stack's estimate: every member's parameters,
-    gradients, optimizer state and activations) exceeds the device memory, naming the largest stack that fits."""
+    gradients, optimizer state and activations) exceeds their share of the device memory (`sharing` stacks a GPU,
+    --runs-per-gpu), naming the largest stack that fits."""
     from ablate.cost import plan
 
     memory = _device_memory(args, on_gpu)
     if memory is None:
         return
+    memory //= sharing
     stacks, _ = plan.plan_stacks(runs, size, memory)
     unfit = plan.unfit_stacks(stacks, memory)
     if unfit:
@@ -311,12 +279,12 @@ def _split_finished(runs, out: str) -> tuple[list, list]:
 
 
 def _run_here(
-    runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str], in_study: bool, finished: list
+    runs, out: str, slots, file: str, callbacks: list, gpu_ids: list[str], in_study: bool, finished: list, stacks=None
 ) -> int:
     """All runs on this machine: in this process one after another, or side by side in worker processes (which
-    load the experiment file's callbacks themselves). The parent of workers makes no process group and touches no
-    GPU: each worker's CUDA context, and all of its memory, stay the worker's."""
-    from ablate import rundir
+    load the experiment file's callbacks themselves); each stack (`stacks`, --stack) as one. The parent of workers
+    makes no process group and touches no GPU: each worker's CUDA context, and all of its memory, stay the
+    worker's."""
     from ablate.launch import sweep
     from ablate.training.parallel import init_distributed, shutdown_distributed
 
@@ -325,19 +293,17 @@ def _run_here(
     is_main = d is None or d.is_main
     states: list[str] = []
     progress = _Progress(len(runs), is_main)
+    groups = stacks if stacks is not None else [[run] for run in runs]
     try:
         sweep.prepare_all(runs, d)  # bad data stops everything here, before any run starts
         if is_main:
             _mark_pending(runs, out)
         if serial:
-            for k, run in enumerate(runs, 1):
-                progress(k, run, "started", str(rundir.run_dir_for(out, run.config)))
-                state, message = sweep.attempt(run, out, callbacks)
-                progress(k, run, state, message)
-                states.append(state)
+            states = _one_after_another(groups, out, callbacks, progress)
         else:
-            print(f"{len(runs)} runs, {len(slots)} at a time ({_describe(slots)})", flush=True)
-            states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks))
+            what = f"{len(groups)} stacks" if stacks is not None else f"{len(runs)} runs"
+            print(f"{what}, {len(slots)} at a time ({_describe(slots)})", flush=True)
+            states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks), stacks)
     except KeyboardInterrupt:
         if is_main:
             _tell_interrupted(runs, out)
@@ -347,6 +313,27 @@ def _run_here(
     if not is_main:
         return int("failed" in states)
     return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)
+
+
+def _one_after_another(groups: list[list], out: str, callbacks: list, progress) -> list[str]:
+    """Each group in this process: a run alone (sweep.attempt) or a stack (sweep.attempt_stack); the states."""
+    from ablate import rundir
+    from ablate.launch import sweep
+
+    states: list[str] = []
+    for group in groups:
+        first = len(states) + 1
+        if len(group) > 1:
+            print(f"stack of {len(group)}: {', '.join(sweep.run_label(r.config) for r in group)}", flush=True)
+        for k, run in enumerate(group, first):
+            progress(k, run, "started", str(rundir.run_dir_for(out, run.config)))
+        outcomes = (
+            sweep.attempt_stack(group, out, callbacks) if len(group) > 1 else [sweep.attempt(group[0], out, callbacks)]
+        )
+        for k, (run, (state, message)) in enumerate(zip(group, outcomes), first):
+            progress(k, run, state, message)
+            states.append(state)
+    return states
 
 
 def _tell_interrupted(runs, out: str) -> None:

@@ -30,6 +30,7 @@ from ablate.data.batch_schedule import largest_pass, rank_passes
 from ablate.kernels import loss_chunks
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
 from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
+from ablate.optim import ParamShapes, shard_elements, state_elements, transient_elements
 from ablate.setup import auto
 from ablate.setup.checks import CheckedRun
 
@@ -86,17 +87,15 @@ def device_memory_default() -> int | None:
 
 
 @dataclass
-class Shapes:
-    """The model's parameter shapes, from a meta-device model: the root's (embedding, final norm, an untied head),
-    the largest block's (every block has the same unless MoE layers alternate with dense ones) and every block's."""
+class Shapes(ParamShapes):
+    """The model's parameter shapes, from a meta-device model (root, block, all_blocks: ParamShapes, what an
+    optimizer declares its state size from), and its counts."""
 
-    root: list[tuple[int, ...]]
-    block: list[tuple[int, ...]]
-    all_blocks: list[tuple[int, ...]]
     n_layers: int
     total: int  # parameters (a tied head counted once)
     active: int  # parameters one token uses (with experts: top_k of the routed ones)
     flops_per_token: float
+    kv_cache_bytes_per_token: int  # a bf16 KV cache over every layer
     buffer_bytes: int  # the RoPE tables every rank keeps whole
 
 
@@ -115,6 +114,7 @@ def model_shapes(run: RunConfig) -> Shapes:
         total=model.num_params(),
         active=model.num_params(active=True),
         flops_per_token=model.flops_per_token(run.data.seq_len),
+        kv_cache_bytes_per_token=model.kv_cache_bytes_per_token(),
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
     )
 
@@ -123,44 +123,9 @@ def _numel(shapes) -> int:
     return sum(math.prod(s) for s in shapes)
 
 
-def _shard(shapes, world: int) -> int:
-    """Elements of this rank's shards: FSDP2 splits dim 0 into `world` equal parts, padding the last."""
-    return sum(-(-s[0] // world) * math.prod(s[1:]) for s in shapes)
-
-
 def _padded(shapes, world: int) -> int:
     """Elements of an all-gather or reduce-scatter buffer: every shard padded to the same size."""
-    return _shard(shapes, world) * world
-
-
-# Optimizer states per parameter (fp32). Muon keeps one (momentum) for the blocks' 2-D matrices and AdamW's two for
-# the embedding, the head and vectors.
-OPTIMIZERS = ("adamw", "muon")
-
-
-def _optimizer_elements(name: str, shapes: Shapes, world: int) -> int:
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"optim.name: {name!r}; allowed for ablate plan: {', '.join(OPTIMIZERS)}")
-    everything = _shard(shapes.root, world) + _shard(shapes.all_blocks, world)
-    if name == "adamw":
-        return 2 * everything
-    matrices = _shard([s for s in shapes.all_blocks if len(s) >= 2], world)  # experts' stacks too
-    return 2 * everything - matrices
-
-
-def _optimizer_step_transient(name: str, shapes: Shapes, world: int) -> int:
-    """Bytes the optimizer step needs beyond the states. AdamW's fused step works in place. Muon, one parameter at a
-    time: for a hidden matrix, the momentum-updated gradient (a shard), the whole matrix gathered and Newton-Schulz's
-    iterates (about three more of the matrix and three of its Gram matrix); for the others (AdamW), one shard-sized
-    temporary."""
-    if name != "muon":
-        return 0
-    hidden = [s for s in shapes.block if len(s) >= 2]  # an experts' stack: a Gram matrix per expert
-    orthogonalise = max(
-        _shard([s], world) + 4 * math.prod(s) + 3 * math.prod(s[:-2]) * min(s[-2:]) ** 2 for s in hidden
-    )
-    others = max(_shard([s], world) for s in shapes.root + [s for s in shapes.block if len(s) < 2])
-    return FP32 * max(orthogonalise, others)
+    return shard_elements(shapes, world) * world
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -333,14 +298,15 @@ def step_moments(
     tokens, d, layers = batch * seq, m.d_model, m.n_layers
     head = m.vocab_size * d  # the output projection (the embedding when tied)
 
-    params = FP32 * (_shard(shapes.root, world) + _shard(shapes.all_blocks, world)) + shapes.buffer_bytes
-    optimizer = FP32 * _optimizer_elements(run.optim.name, shapes, world)
-    block_shard, root_shard = FP32 * _shard(shapes.block, world), FP32 * _shard(shapes.root, world)
-    blocks_shard = FP32 * _shard(shapes.all_blocks, world)  # every block's (layers x block_shard without experts)
+    params = FP32 * shard_elements(shapes.root + shapes.all_blocks, world) + shapes.buffer_bytes
+    optimizer = FP32 * state_elements(run.optim, shapes, world)  # as the optimizer declares it
+    block_shard, root_shard = FP32 * shard_elements(shapes.block, world), FP32 * shard_elements(shapes.root, world)
+    # every block's (layers x block_shard without experts)
+    blocks_shard = FP32 * shard_elements(shapes.all_blocks, world)
     gathered_root, gathered_block = p.gathered * _numel(shapes.root), p.gathered * _numel(shapes.block)
     # a reduce-scatter: the unsharded gradients, their copy into the (padded) input buffer, this rank's output
-    block_reduce = gathered_block + FP32 * (_padded(shapes.block, world) + _shard(shapes.block, world))
-    root_reduce = gathered_root + FP32 * (_padded(shapes.root, world) + _shard(shapes.root, world))
+    block_reduce = gathered_block + FP32 * (_padded(shapes.block, world) + shard_elements(shapes.block, world))
+    root_reduce = gathered_root + FP32 * (_padded(shapes.root, world) + shard_elements(shapes.root, world))
     # over several ranks an all-gather's output buffer outlives the gather: the last block's until the root's
     # forward ends (the loss included), a backward prefetch's until its block's backward begins (one rank copies
     # shard to parameter directly)
@@ -427,7 +393,7 @@ def step_moments(
                 gathered_root,
             )
         )
-    step_transient = _optimizer_step_transient(run.optim.name, shapes, world)
+    step_transient = FP32 * transient_elements(run.optim, shapes, world)
     moments.append(
         moment("optimizer step", root_shard + blocks_shard, step_transient, 0, once_per_stack=step_transient)
     )
@@ -519,10 +485,3 @@ def breakdown(mem: Memory) -> str:
         f"{format_bytes(mem.optimizer)}, activations {format_bytes(mem.activations + mem.gathered)}; peak at "
         f"{mem.moment}"
     )
-
-
-def kv_cache_bytes_per_token(m: ModelConfig, bytes_per_value: int = 2) -> int:
-    """What a KV cache keeps per token over every layer (bf16 by default): keys and values of each kv head
-    (MHA/GQA/MQA: 2 x n_kv_heads x head_dim), or MLA's latent and RoPE key (kv_lora_rank + qk_rope_dim)."""
-    per_layer = sum(mla_dims(m)) if m.attention == "mla" else 2 * m.kv_heads * m.head_dim
-    return per_layer * m.n_layers * bytes_per_value

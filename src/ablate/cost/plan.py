@@ -23,7 +23,6 @@ from ablate.cost.memory import (
     estimate_memory,
     estimate_stack_memory,
     format_bytes,
-    kv_cache_bytes_per_token,
     largest_stack,
     model_shapes,
     precision_of,
@@ -47,7 +46,7 @@ class RunPlan:
     params: int
     non_embedding: int  # parameters outside the embedding table (an untied head counts)
     active: int  # parameters one token uses: with experts, top_k of the routed ones (else params)
-    kv_bytes_per_token: int  # what a bf16 KV cache keeps per token over every layer
+    kv_bytes_per_token: int  # what a bf16 KV cache keeps per token over every layer, as model.kv_cache_bytes_per_token
     flops_per_token: float  # 6N + attention, as model.flops_per_token
     steps: int  # optimizer steps this run trains: for a branch, those after its branch step
     tokens: int  # tokens this run trains
@@ -105,7 +104,7 @@ def plan_run(checked: CheckedRun, world: int = 1, device_type: str | None = None
         params=shapes.total,
         non_embedding=shapes.total - run.model.vocab_size * run.model.d_model,
         active=shapes.active,
-        kv_bytes_per_token=kv_cache_bytes_per_token(run.model),
+        kv_bytes_per_token=shapes.kv_cache_bytes_per_token,
         flops_per_token=shapes.flops_per_token,
         steps=len(batches) - start,
         tokens=sum(batches) * seq,

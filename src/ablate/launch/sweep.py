@@ -142,7 +142,10 @@ def run_stack(
 ) -> list[str]:
     """A worker: train runs of one shape as one stack in this (fresh) process (training.run.train_stack); each
     run's state, in order."""
-    return [state for state, _ in _in_worker(runs, out_root, threads, experiment_file, stacked=True)]
+    outcomes = _in_worker(runs, out_root, threads, experiment_file, stacked=True)
+    if os.environ.get(RESULT_ENV):  # atomic: the parent polls for it
+        rundir.write_json_atomic(os.environ[RESULT_ENV], {"outcomes": outcomes})
+    return [state for state, _ in outcomes]
 
 
 def _in_worker(runs: list, out_root: str, threads: int | None, experiment_file: str | None, stacked: bool) -> list:
@@ -264,8 +267,8 @@ def visible_gpus() -> list[str]:
 
 @dataclass
 class Job:
-    index: int  # 1-based position in the sweep
-    run: CheckedRun
+    indices: list[int]  # its runs' 1-based positions in the sweep
+    runs: list[CheckedRun]  # one run, or a stack of runs trained as one (--stack)
     log_path: Path
     result_path: Path
 
@@ -291,8 +294,9 @@ def _dispatch(slot: Slot, job: Job, out_root: str, experiment_file: str | None) 
     """Hand a run to the slot: to its waiting worker (imports and start-up paid once per slot, not per run), or,
     for several GPUs, to a torchrun group of its own."""
     job.log_path.parent.mkdir(parents=True, exist_ok=True)
+    configs = [run.config.to_dict() for run in job.runs]  # the worker checks them again, in its own process
     request = {
-        "run": job.run.config.to_dict(),  # the worker checks it again, in its own process
+        **({"run": configs[0]} if len(configs) == 1 else {"stack": configs}),
         "out_root": str(out_root),
         "log": str(job.log_path),
         "result": str(job.result_path),
@@ -335,56 +339,61 @@ def _finished(slot: Slot) -> bool:
     return slot.job.result_path.is_file() or slot.process.poll() is not None
 
 
-def _outcome(slot: Slot, out_root: str) -> tuple[str, str]:
-    """The state the worker reported, or, if it died before it could, a failure recorded in the run folder."""
+def _outcome(slot: Slot, out_root: str) -> list[tuple[str, str]]:
+    """Each of the job's runs' state as the worker reported it, or, if it died before it could, a failure recorded
+    in each run folder."""
     job = slot.job
     if job.result_path.is_file():
         result = rundir.read_json(job.result_path)
         if len(slot.gpus) > 1:
             slot.process.wait()
-        return result["state"], result["message"]
+        return (
+            [tuple(o) for o in result["outcomes"]] if "outcomes" in result else [(result["state"], result["message"])]
+        )
     code = slot.process.returncode
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     message = f"worker process ended ({how}) before recording a result; see {job.log_path}"
-    run_dir = run_dir_for(out_root, job.run.config)
-    if not rundir.RunLock(run_dir).held_by_live_process():
-        rundir.write_status(run_dir, "failed", message=message, log=str(job.log_path))
-    return "failed", message
+    for run in job.runs:
+        run_dir = run_dir_for(out_root, run.config)
+        if not rundir.RunLock(run_dir).held_by_live_process():
+            rundir.write_status(run_dir, "failed", message=message, log=str(job.log_path))
+    return [("failed", message)] * len(job.runs)
 
 
 def run_side_by_side(
-    runs: list[CheckedRun], out_root: str, slots: list[Slot], report, experiment_file: str | None = None
+    runs: list[CheckedRun],
+    out_root: str,
+    slots: list[Slot],
+    report,
+    experiment_file: str | None = None,
+    stacks: list[list[CheckedRun]] | None = None,
 ) -> list[str]:
-    """Run every run in worker processes, as many at once as there are slots, each with the callbacks
-    `experiment_file` defines; returns the states in run order. `report(index, run, state, message)` is told each
-    start ("started") and each end."""
+    """Run every run in worker processes, as many at once as there are slots (a stack of runs, `stacks`, --stack,
+    takes one slot), each with the callbacks `experiment_file` defines; returns the states in run order (the order
+    of `stacks` where given). `report(index, run, state, message)` is told each start ("started") and each end."""
+    groups = stacks if stacks is not None else [[run] for run in runs]
     states: list[str | None] = [None] * len(runs)
-    pending = list(enumerate(runs, 1))
+    pending, first = [], 1
+    for group in groups:
+        pending.append((list(range(first, first + len(group))), group))
+        first += len(group)
     if not slots[0].gpus:
         _measure_cpu_peaks(runs, slots[0].threads)
     scratch = Path(tempfile.mkdtemp(prefix="ablate-sweep-"))
     try:
         while pending or any(slot.job for slot in slots):
             while pending and (slot := _next_free_slot(slots)):  # one run left, two slots free: one stays idle
-                index, run = pending.pop(0)
+                indices, group = pending.pop(0)
                 stamp = time.strftime("%Y%m%d-%H%M%S")
-                _dispatch(
-                    slot,
-                    Job(
-                        index,
-                        run,
-                        run_dir_for(out_root, run.config) / rundir.LOGS / f"{stamp}-{index}.log",
-                        scratch / f"{index}.json",
-                    ),
-                    out_root,
-                    experiment_file,
-                )
-                report(index, run, "started", f"log {slot.job.log_path}")
+                log = run_dir_for(out_root, group[0].config) / rundir.LOGS / f"{stamp}-{indices[0]}.log"
+                _dispatch(slot, Job(indices, group, log, scratch / f"{indices[0]}.json"), out_root, experiment_file)
+                for index, run in zip(indices, group):
+                    report(index, run, "started", f"log {slot.job.log_path}")
             time.sleep(0.1)
             for slot in [s for s in slots if s.job and _finished(s)]:
-                state, message = _outcome(slot, out_root)
-                states[slot.job.index - 1] = state
-                report(slot.job.index, slot.job.run, state, message)
+                for index, run, (state, message) in zip(slot.job.indices, slot.job.runs, _outcome(slot, out_root)):
+                    states[index - 1] = state
+                    report(index, run, state, message)
                 slot.job = None
     finally:  # on Ctrl-C too: it reached the workers as well, and they record where they stopped
         _stop_workers(slots, timeout=60)
@@ -454,8 +463,11 @@ def serve(threads: int) -> None:
         request = json.loads(line)
         os.environ[rundir.LOG_ENV], os.environ[RESULT_ENV] = request["log"], request["result"]
         with _output_to(request["log"]):
-            state = run_one(request["run"], request["out_root"], threads, request.get("experiment_file"))
-        if state == "interrupted":
+            if "stack" in request:
+                states = run_stack(request["stack"], request["out_root"], threads, request.get("experiment_file"))
+            else:
+                states = [run_one(request["run"], request["out_root"], threads, request.get("experiment_file"))]
+        if "interrupted" in states:
             sys.exit(130)
 
 

@@ -2,18 +2,29 @@
 
 - roles.py: ROLES, the table of parameter roles (embedding, hidden, vector, head) with their weight decay and lr
   multiplier; assign_roles and param_groups.
-- registry.py: optimizers registered by `optim.name`; build_optimizer, check_optimizer_name.
+- registry.py: optimizers registered by `optim.name`; build_optimizer, check_optimizer_name; state_elements and
+  transient_elements, what each declares about its memory (for ablate.cost.memory).
+- state.py: ParamShapes and shard_elements, what an optimizer's memory declarations are computed from.
 - adamw.py, muon.py: one optimizer each (a new optimizer is one more file, imported below).
 - schedule.py: lr_factor (pure function of progress) and set_lr (lr x each role's multiplier).
 """
 
 from ablate.optim import adamw, muon  # noqa: E402,F401  (importing registers them)
-from ablate.optim.registry import OPTIMIZERS, build_optimizer, check_optimizer_name, register
+from ablate.optim.registry import (
+    OPTIMIZERS,
+    build_optimizer,
+    check_optimizer_name,
+    register,
+    state_elements,
+    transient_elements,
+)
 from ablate.optim.roles import ROLES, Role, RoleError, assign_roles, param_groups
 from ablate.optim.schedule import lr_factor, set_lr
+from ablate.optim.state import ParamShapes, shard_elements
 
 __all__ = [
     "OPTIMIZERS",
+    "ParamShapes",
     "ROLES",
     "Role",
     "RoleError",
@@ -24,4 +35,7 @@ __all__ = [
     "param_groups",
     "register",
     "set_lr",
+    "shard_elements",
+    "state_elements",
+    "transient_elements",
 ]

@@ -23,6 +23,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ablate.config import OptimConfig
 from ablate.optim.registry import register
+from ablate.optim.state import ParamShapes, shard_elements
 
 # Newton-Schulz applies p(s) = a*s + b*s^3 + c*s^5 to every singular value s of X (X, X X^T X, (X X^T)^2 X share
 # X's singular vectors), so iterating it moves every s towards where p levels off, without an SVD. The textbook
@@ -87,6 +88,25 @@ class Muon(torch.optim.Optimizer):
             "ns_steps": cfg.ns_steps,
         }
         super().__init__(groups, defaults)
+
+    @staticmethod
+    def state_elements(shapes: ParamShapes, world: int) -> int:
+        """One state (momentum) for the blocks' hidden matrices, experts' stacks too; AdamW's two for the rest."""
+        matrices = [s for s in shapes.all_blocks if len(s) >= 2]
+        others = shapes.root + [s for s in shapes.all_blocks if len(s) < 2]
+        return shard_elements(matrices, world) + 2 * shard_elements(others, world)
+
+    @staticmethod
+    def transient_elements(shapes: ParamShapes, world: int) -> int:
+        """One parameter at a time: for a hidden matrix, the momentum-updated gradient (a shard), the whole matrix
+        gathered and Newton-Schulz's iterates (about three more of the matrix and three of its Gram matrix); for the
+        others (AdamW), one shard-sized temporary."""
+        hidden = [s for s in shapes.block if len(s) >= 2]  # an experts' stack: a Gram matrix per expert
+        orthogonalise = max(
+            shard_elements([s], world) + 4 * math.prod(s) + 3 * math.prod(s[:-2]) * min(s[-2:]) ** 2 for s in hidden
+        )
+        others = max(shard_elements([s], world) for s in shapes.root + [s for s in shapes.block if len(s) < 2])
+        return max(orthogonalise, others)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -1,13 +1,17 @@
 """Optimizers by name (`optim.name`): each is one class in one file of this package that registers itself, built
-from the role parameter groups and the OptimConfig: `Cls(param_groups, cfg)`."""
+from the role parameter groups and the OptimConfig: `Cls(param_groups, cfg)`, and declaring its state size for the
+memory estimate (state.py: `state_elements`, `transient_elements`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from ablate.config import ConfigError, OptimConfig
 from ablate.optim.roles import param_groups
+from ablate.optim.state import ParamShapes
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {}
 
@@ -33,3 +37,30 @@ def check_optimizer_name(cfg: OptimConfig) -> None:
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     check_optimizer_name(cfg)
     return OPTIMIZERS[cfg.name](param_groups(model, cfg), cfg)
+
+
+def _declaration(cfg: OptimConfig, asked) -> Callable[[ParamShapes, int], int]:
+    """The static method of optim.name's class that `asked` (state_elements or transient_elements, below) asks
+    for, by its name; ConfigError naming what to declare when the class has none (never a silent 0)."""
+    check_optimizer_name(cfg)
+    cls = OPTIMIZERS[cfg.name]
+    declarations = (state_elements, transient_elements)
+    missing = [d.__name__ for d in declarations if getattr(cls, d.__name__, None) is None]
+    if asked.__name__ in missing:
+        raise ConfigError(
+            f"optim.name: {cfg.name!r} ({cls.__module__}.{cls.__qualname__}) declares no {' and no '.join(missing)}, "
+            f"which the memory estimate (ablate plan, ablate run's fit check) needs: give the class the static "
+            f"methods {', '.join(f'{d.__name__}(shapes, world) -> int' for d in declarations)} (fp32 elements per "
+            f"rank: its state, and its step's temporaries; see ablate.optim.state)"
+        )
+    return getattr(cls, asked.__name__)
+
+
+def state_elements(cfg: OptimConfig, shapes: ParamShapes, world: int) -> int:
+    """The fp32 elements of the optimizer's state on each of `world` ranks, as its class declares them."""
+    return int(_declaration(cfg, state_elements)(shapes, world))
+
+
+def transient_elements(cfg: OptimConfig, shapes: ParamShapes, world: int) -> int:
+    """The fp32 elements the optimizer's step needs beyond its state, on each of `world` ranks, as declared."""
+    return int(_declaration(cfg, transient_elements)(shapes, world))

@@ -26,8 +26,7 @@ until they are at one step again.
 
 Not yet: a batched optimizer step (each member's optimizer steps its own views: exact, one launch per member and
 tensor; Muon's Newton-Schulz is not batched over the stack), Triton kernels under vmap, FSDP2 (a stack is one
-device's), stacks placed by --jobs, --runs-per-gpu or torchrun (ablate run refuses --stack there; a SLURM or local
-submitit task trains one stack).
+device's: ablate run refuses --stack under torchrun).
 """
 
 from __future__ import annotations

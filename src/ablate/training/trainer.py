@@ -22,7 +22,6 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from ablate import checkpoint_files, rundir
 from ablate.config import ConfigError, RunConfig
-from ablate.cost.memory import kv_cache_bytes_per_token
 from ablate.data.batch_schedule import largest_pass, lr_batch_scale, rank_micro_batches
 from ablate.data.prepare import prepare_data
 from ablate.data.token_files import PreparedData
@@ -527,7 +526,7 @@ class Trainer:
             # FLOPs, never tokens (the report's compute multipliers)
             "flops_per_token": self.flops_per_token,
             "flops": self.flops_per_token * self.tokens,
-            "kv_cache_bytes_per_token": kv_cache_bytes_per_token(self.run.model),  # bf16, every layer: beside the loss
+            "kv_cache_bytes_per_token": self.model.kv_cache_bytes_per_token(),  # bf16, every layer: beside the loss
             "wall_seconds": self.wall_seconds_before + time.perf_counter() - self.start_time,
             "tokens_per_second": math.nan,
             "mfu": None,
