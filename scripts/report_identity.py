@@ -10,9 +10,11 @@ It runs on a tree from before the report's rooms (issue 36) too, so either side 
 REPORT_IDENTITY_TREE=DIR (its tests/ hold the run-set builders of that commit).
 
 The studies are the docs' fixtures (tests/report_fixtures.py) and the run sets the report tests build (their own
-helpers, imported from tests/), plus two calibration designs held in memory, built in one fixed folder so the
-runs' path reads the same. The time the analysis took (report["seconds"]) is set to 0 before rendering: it is the
-one figure that differs from run to run. As write_report does: report.json, then the text rendered from it.
+helpers, imported from tests/: a compute-multipliers ladder among them, with and without --baseline), plus two
+calibration designs held in memory, built in one fixed folder so the runs' path reads the same. The time the
+analysis took (report["seconds"]) is set to 0 before rendering: it is the one figure that differs from run to run.
+As write_report does: the report through its schema's records where the tree has them (ablate.report.schema),
+report.json, then the text rendered from it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from report_fixtures import build_grid_experiment, build_toy_experiment  # noqa: E402
 from test_report_decisions import _tokenizer_runs  # noqa: E402
 from test_report_inference import _clear_effect_study  # noqa: E402
+from test_report_multipliers import _write_ladder  # noqa: E402
 from test_report_sequential import _write_study  # noqa: E402
 from test_report_signal import BPB_CLEAN, _grouped, _ladder, _mc_experiment  # noqa: E402
 from test_sequential import three_variant_study  # noqa: E402
@@ -60,6 +63,18 @@ def _sequential(root: Path) -> Path:
     return root
 
 
+def _batches(root: Path) -> Path:
+    """Five batch sizes at one LR: B_crit is fitted, with its bootstrap interval."""
+    return build_grid_experiment(root, lrs=(3e-3,), batches=(4, 8, 16, 32, 64), steps=tuple(range(5, 405, 5)))
+
+
+def _multipliers(root: Path) -> Path:
+    return _write_ladder(root, {"fast": 1.3, "same": 1.0, "huge": 5.0}, rungs=(32, 64, 128))
+
+
+LADDER = Options(scale=["model.d_model"], baseline="baseline", bootstrap=200, multiplier_target=1e14)
+
+
 def _tokenizers(root: Path) -> Path:
     _tokenizer_runs(root, {"A": "text-1", "B": "text-1"})
     return root
@@ -76,18 +91,26 @@ STUDIES = {
     "toy_finished": (lambda root: build_toy_experiment(root, unfinished=False), FAST),
     "grid": (build_grid_experiment, Options()),
     "grid_sizes": (lambda root: build_grid_experiment(root, batches=(16,), sizes=(16, 32, 64, 128)), Options()),
+    "grid_batches": (_batches, Options()),
     "sequential": (_sequential, FAST),
     "clear_effect": (_clear, FAST),
     "ladder": (_ladder, SCALED),
     "grouped": (_grouped, Options(bootstrap=100, scale=["model.d_model"], subject_snr_floor=1.0)),
     "mc": (lambda root: _mc_experiment(root, BPB_CLEAN), FAST),
     "tokenizers": (_tokenizers, FAST),
+    "multipliers": (_multipliers, LADDER),
+    "compute_points": (_multipliers, Options(scale=["model.d_model"], bootstrap=0)),  # no --baseline: the note
 }
 
 
 def _write(folder: Path, report: dict) -> None:
     render = _module("text.render")
-    text = render.to_json(report | {"seconds": 0.0})
+    report = report | {"seconds": 0.0}
+    try:  # as write_report does, where the tree has the schema
+        from ablate.report.schema import Report
+    except ModuleNotFoundError:
+        Report = None
+    text = render.to_json(Report.from_json(report).to_json() if Report else report)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(text)
     report = json.loads(text)

@@ -50,7 +50,7 @@ from ablate.report.inference.sequential import (
     decide_study,
     open_variants,
 )
-from ablate.report.inference.stats import paired_noise
+from ablate.report.stats.stats import paired_noise
 
 VARIANTS = ("A", "B", "C")
 PAIRS = [("A", "B"), ("A", "C"), ("B", "C")]
@@ -477,7 +477,7 @@ def fixed_report_test(means: dict, studies: int, alpha: float, rng, item_var: fl
 def seeds_only(run):
     """run() with the boundaries of the seeds alone (the item term ignored in the critical |t|: the rule before
     group_sequential.combined_critical), for comparison."""
-    from ablate.report.inference import group_sequential
+    from ablate.report.stats import group_sequential
 
     combined = group_sequential.boundaries
     group_sequential.boundaries = lambda *args, noise=None, **kwargs: combined(*args, **kwargs)
@@ -497,7 +497,7 @@ def null_crossings(studies: int, seed: int = 1) -> None:
     (tau^2 / sigma^2: per-seed N(0, 1) differences plus one item offset N(0, share) on every seed, the item
     variance known, the seeds' estimated), with each look's critical |t| combining the seeds' and the item part's
     boundaries, and (in brackets) with the seeds' boundaries alone. seed: not 0, the boundaries' own simulation."""
-    from ablate.report.inference import group_sequential as gs
+    from ablate.report.stats import group_sequential as gs
 
     looks = np.arange(FIRST_ROUND, MAX_SEEDS + 1)
     rng = np.random.default_rng(seed)

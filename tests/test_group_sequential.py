@@ -1,4 +1,4 @@
-"""The group-sequential design (ablate.report.inference.group_sequential, decided through sequential.decide_contrast
+"""The group-sequential design (ablate.report.stats.group_sequential, decided through sequential.decide_contrast
 and the study's round logic in scripts/simulate_sequential.py): alpha spending, boundaries calibrated for the t
 against a fresh simulation, A/A at the default within alpha, equivalence and futility exercised, and the item term's
 own boundary: alpha held and spent at item shares 0-2, planted differences the seeds' boundaries alone miss."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.report.inference import group_sequential as gs
+from ablate.report.stats import group_sequential as gs
 from ablate.report.inference.sequential import (
     FUTILE,
     DecisionRule,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, ReportError, build_report, write_report
-from ablate.report.inference import stats
+from ablate.report.stats import stats
 from conftest import run_cli
 from report_fixtures import STEPS, TOY, accuracy_items, build_toy_experiment, write_run
 

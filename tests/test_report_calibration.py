@@ -26,7 +26,8 @@ import pytest
 
 from ablate.report import Options, write_report
 from ablate.report import calibrate
-from ablate.report.inference import families, pairs, stats
+from ablate.report.inference import families, pairs
+from ablate.report.stats import stats
 from ablate.report.text.headline import decide_series
 from report_fixtures import write_run
 

@@ -10,7 +10,7 @@ import pytest
 
 from ablate.report import Options
 from ablate.report.analyze import analyze_runs
-from ablate.report.inference import da
+from ablate.report.stats import da
 from ablate.report.signal.choose import CANNOT_VALIDATE
 from ablate.report.text.render import to_markdown
 from ablate.report.inputs.runs import Point, Run, TaskInfo

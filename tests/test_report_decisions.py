@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.inference.sequential import STUDY_FILE, DecisionRule, study_contrasts, trained_order
+from ablate.report.inference.sequential import STUDY_FILE, DecisionRule, trained_order
+from ablate.report.inference.study_section import folder_contrasts
 from report_fixtures import STEPS, write_run
 
 FAST = Options(bootstrap=0)
@@ -90,7 +91,7 @@ def test_a_missing_token_count_refuses_the_pair_in_the_report_and_the_study(tmp_
     (pair,) = _val_series(report)["pairwise"]
     assert not pair["testable"] and pair["untested"] == "tokens" and pair["significant"] is None
     assert "token count not logged for 1 of 6 compared runs" in pair["note"]
-    (contrast,) = study_contrasts(root, DecisionRule())
+    (contrast,) = folder_contrasts(root, DecisionRule())
     assert contrast.decision == "open" and "token count not logged for 1 of 6" in contrast.note
 
 
@@ -105,9 +106,9 @@ def test_points_far_apart_in_tokens_are_refused_by_the_report_and_the_study(tmp_
     (pair,) = _val_series(report)["pairwise"]
     assert not pair["testable"] and pair["token_gap"] == pytest.approx(0.4)
     assert "600,000 to 1,000,000 tokens, 40% apart (> 5%" in pair["note"]
-    (contrast,) = study_contrasts(root, DecisionRule())
+    (contrast,) = folder_contrasts(root, DecisionRule())
     assert contrast.decision == "open" and "40% apart (> 5%" in contrast.note
-    (loose,) = study_contrasts(root, DecisionRule(), max_token_gap=0.5)
+    (loose,) = folder_contrasts(root, DecisionRule(), max_token_gap=0.5)
     assert loose.decision == "a"  # what the gap check stops: A's lead at equal steps, not at equal tokens
     _write_study(root, [{"A": [0, 1, 2], "B": [0, 1, 2]}])
     section = write_report(root, tmp_path / "out", FAST)["sequential"]
@@ -138,11 +139,11 @@ def test_a_variant_diverging_on_its_worst_seeds_is_never_decided_better(tmp_path
     for k in range(6):
         root = tmp_path / f"aa{k}"
         _aa_with_worst_quarter_diverged(root, rng)
-        (c,) = study_contrasts(root, DecisionRule())
+        (c,) = folder_contrasts(root, DecisionRule())
         assert c.decision != "a" and c.seeds == 6
         assert "A: 2 of 8 seeds diverged (never decided better or equivalent)" in c.note
         on_a_side += c.interval[1] < 0  # lower is better: a - b below 0 everywhere
-        (wide,) = study_contrasts(root, DecisionRule(margins={"val_loss": 0.1}))
+        (wide,) = folder_contrasts(root, DecisionRule(margins={"val_loss": 0.1}))
         assert wide.decision == "open" and wide.interval[0] > -0.1 and wide.interval[1] < 0.1  # never equivalent
     assert on_a_side >= 1
 
@@ -172,12 +173,12 @@ def test_shuffled_seed_numbers_give_the_same_sequential_decisions(tmp_path):
     shuffled = tmp_path / "shuffled"
     study_plain = _study_in_order(plain, [0, 1, 2, 3, 4, 5])
     study_shuffled = _study_in_order(shuffled, [5, 6, 7, 0, 1, 2])
-    (want,) = study_contrasts(plain, DecisionRule(), trained=trained_order(study_plain))
-    (got,) = study_contrasts(shuffled, DecisionRule(), trained=trained_order(study_shuffled))
+    (want,) = folder_contrasts(plain, DecisionRule(), trained=trained_order(study_plain))
+    (got,) = folder_contrasts(shuffled, DecisionRule(), trained=trained_order(study_shuffled))
     assert want.decision == "a" and want.decided_at == 3
     assert (got.decision, got.decided_at, got.seeds) == (want.decision, want.decided_at, want.seeds)
     assert got.interval == pytest.approx(want.interval)
-    (by_number,) = study_contrasts(shuffled, DecisionRule())  # ordered by seed number: another sequence
+    (by_number,) = folder_contrasts(shuffled, DecisionRule())  # ordered by seed number: another sequence
     assert by_number.interval != pytest.approx(want.interval)
     report = write_report(shuffled, opts=FAST)  # the report reads the order from study.json
     assert report["sequential"]["contrasts"][0]["interval"] == pytest.approx(list(want.interval))
@@ -208,7 +209,7 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
     """correct_prob rises with training as the accuracy does (pooled over (run, checkpoint) points their rank
     correlation is high), but orders A, B, C exactly against it (Kendall -1): refused. One swap among three (tau
     1/3) is refused too; the accuracy's own order passes."""
-    from ablate.report.inference import stats
+    from ablate.report.stats import stats
     from ablate.report.signal import tracking
 
     rank = {"A": 2, "B": 1, "C": 0}
@@ -300,7 +301,7 @@ def test_bits_per_byte_of_different_text_are_refused(tmp_path, texts, why):
     assert report["tokenizers"]["differ"] and report["tokenizers"]["compared_by"] is None
     assert not [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
     assert why in report["headline"]["text"] and "validation is left out" in report["headline"]["text"]
-    (contrast,) = study_contrasts(root, DecisionRule())
+    (contrast,) = folder_contrasts(root, DecisionRule())
     assert contrast.metric == "val_bpb" and contrast.decision == "open" and why in contrast.note
 
 
@@ -311,7 +312,7 @@ def test_bits_per_byte_of_the_same_text_are_compared(tmp_path):
     assert report["tokenizers"]["compared_by"] == "bpb" and "same validation text" in report["tokenizers"]["text"]
     (val,) = [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
     assert val["metric"] == "bpb" and val["pairwise"][0]["diff"] == pytest.approx(-0.01, abs=0.005)
-    (contrast,) = study_contrasts(root, DecisionRule())
+    (contrast,) = folder_contrasts(root, DecisionRule())
     assert contrast.metric == "val_bpb" and "not decided" not in contrast.note
 
 
@@ -331,7 +332,7 @@ def test_runs_of_two_validation_definitions_never_compare_on_validation(tmp_path
     assert not [s for s in report["groups"][0]["series"] if s["task"] == "val_loss"]
     assert "3 of 6 runs scored validation sequences" in report["tokenizers"]["text"]
     assert "Validation is left out of the comparison" in report["headline"]["text"]
-    (c,) = study_contrasts(root, DecisionRule())
+    (c,) = folder_contrasts(root, DecisionRule())
     assert c.decision == "open" and "3 of 6 runs scored validation sequences" in c.note
     for seed in range(3):  # B retrained too: one definition, validation compared again
         summary_path = root / "B" / f"seed{seed}" / "summary.json"

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.inference import families, pairs, stats
+from ablate.report.inference import families, pairs
+from ablate.report.stats import stats
 from ablate.report.text import headline
 from report_fixtures import STEPS, write_run
 

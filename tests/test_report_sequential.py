@@ -179,7 +179,7 @@ def test_a_study_record_that_says_undecidable_still_reads_as_closed_for_futility
     """study.json files written before the word changed hold "undecidable": the console, ablate status and the
     headline read it as the same decision."""
     from ablate.report.text.headline import sequential_text
-    from ablate.report.text.sequential import contrast_line
+    from ablate.report.inference.sequential import contrast_line
 
     old = {"a": "x", "b": "y", "metric": "val_loss", "decision": "undecidable", "seeds": 3, "interval": [-1, 1]}
     line = contrast_line(old, 0.1)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, build_report, write_report
-from ablate.report.inference import da
+from ablate.report.stats import da
 from conftest import cli_in_process
 from report_fixtures import STEPS, write_run
 
@@ -197,8 +197,9 @@ def _ladder(root):
 def test_decision_accuracy_with_bootstrap_ci_across_scales(tmp_path):
     """Known answers: val loss orders x < y < z at 32 and 64 (DA 1) but y < x at 16 (DA 2/3); gold_bpb at 32 ties y
     and z (DA (1 + 1 + 1/2) / 3). At 3 seeds the 95% interval of DA (seeds and items resampled) covered the true DA
-    in at least 90% of constructed ladders (report/da.py), so it is shown: the items of a run are all alike here and
-    the seed offsets shared, so only gold_bpb at 32 (y's seeds spread across z) has an interval wider than a point."""
+    in at least 90% of constructed ladders (report/stats/da.py), so it is shown: the items of a run are all alike here
+    and the seed offsets shared, so only gold_bpb at 32 (y's seeds spread across z) has an interval wider than a
+    point."""
     report = write_report(_ladder(tmp_path / "ladder"), opts=Options(bootstrap=2000, scale=["model.d_model"]))
     assert [g["scale"] for g in report["groups"]] == [16, 32, 64]
     across = {(a["task"], a["metric"]): a for a in report["across_scales"]}

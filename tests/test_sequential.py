@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from ablate.report.inference.anytime import (
+from ablate.report.stats.anytime import (
     MIXTURE_G,
     confidence_sequence,
     critical_t,
@@ -19,7 +19,8 @@ from ablate.report.inference.anytime import (
     e_value_sup,
     log_bayes_factor,
 )
-from ablate.report.inference.sequential import DecisionRule, decide, open_variants, parse_budget, study_contrasts
+from ablate.report.inference.sequential import DecisionRule, decide, open_variants, parse_budget
+from ablate.report.inference.study_section import folder_contrasts
 from report_fixtures import STEPS, write_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simulate_sequential.py"
@@ -150,7 +151,7 @@ def three_variant_study(root: Path, seeds: dict[str, int], loser_shift: float = 
 
 def test_study_contrasts_decide_the_loser_at_three_seeds_and_no_winner_between_twins(tmp_path):
     root = three_variant_study(tmp_path / "exp", {"baseline": 6, "slow": 3, "twin": 6}, unfinished="slow")
-    contrasts = study_contrasts(root, DecisionRule(margins={"val_loss": 0.01}, max_seeds=6))
+    contrasts = folder_contrasts(root, DecisionRule(margins={"val_loss": 0.01}, max_seeds=6))
     by_pair = {(c.a, c.b): c for c in contrasts}
     assert set(by_pair) == {("baseline", "slow"), ("baseline", "twin"), ("slow", "twin")}
     slow = by_pair[("baseline", "slow")]
@@ -166,7 +167,7 @@ def test_study_contrasts_decide_the_loser_at_three_seeds_and_no_winner_between_t
     assert twins.decision in ("equivalent", "open") and twins.seeds == 6
     assert open_variants(contrasts) == ({"baseline", "twin"} if twins.decision == "open" else set())
     # the same pairs asked about two variants only: K = 1, a narrower interval
-    (alone,) = study_contrasts(root, DecisionRule(), ["baseline", "twin"])
+    (alone,) = folder_contrasts(root, DecisionRule(), ["baseline", "twin"])
     lo, hi = alone.interval
     assert alone.margin is None and alone.decision == "open" and hi - lo < twins.interval[1] - twins.interval[0]
 
@@ -187,7 +188,7 @@ def test_a_repeated_task_difference_stays_open_under_its_item_floor(tmp_path):
                 [4.0, 3.8, 3.6, 3.5],
                 {"quiz": {"chance": 0.25, "primary": "acc_per_char", "items": items}},
             )
-    quiz, missing = study_contrasts(root, DecisionRule(metrics=("quiz/acc_per_char", "other/acc")))
+    quiz, missing = folder_contrasts(root, DecisionRule(metrics=("quiz/acc_per_char", "other/acc")))
     assert quiz.estimate == pytest.approx(-2 / 60) and quiz.decision in ("open", "futile") and quiz.interval
     assert missing.decision == "open" and "no other/acc" in missing.note
 

@@ -136,9 +136,14 @@ def ablate_imports(module: str) -> set[str]:
     return {m for m in imports_of(MODULES[module]) if m.split(".")[0] == "ablate"}
 
 
-# Inside `report` (one group above), its rooms import one way too (docs/architecture.md): what is read, how sure,
-# which signal, the grid's figures, the options, the text, then the orchestrator and the whole-report calibration.
-REPORT_ROOMS = ["inputs", "inference", "signal", "grid", "options", "text", "analyze", "calibrate"]
+# Inside `report` (one group above), its rooms import one way too (docs/architecture.md): report.json's schema (its
+# records, importing nothing), the pure statistics, what is read, which signal, how sure (decisions take the
+# recommendation), the grid's figures, the options, the text, then the orchestrator and the whole-report calibration.
+REPORT_ROOMS = ["schema", "stats", "inputs", "signal", "inference", "grid", "options", "text", "analyze", "calibrate"]
+# Narrower: the rooms (outside its own) each may import. stats knows nothing of runs; run folders are read in inputs.
+REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats"}}
+# The adaptive study's driver reads the report through the sequential section alone: its rule, decisions and words
+SEQUENTIAL_SECTION = {"ablate.report.inference.sequential", "ablate.report.inference.study_section"}
 
 
 def _report_room(module: str) -> str | None:
@@ -157,7 +162,16 @@ def test_the_report_rooms_import_one_way():
             other = _report_room(target)
             if other is not None and rank[other] > rank[room]:
                 wrong.append(f"{module} ({room}) imports {target} ({other})")
+            if other not in (None, room) and room in REPORT_ALLOWED and other not in REPORT_ALLOWED[room]:
+                allowed = sorted(REPORT_ALLOWED[room]) or "nothing else of the report"
+                wrong.append(f"{module} ({room}) imports {target}; {room} may import only {allowed}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_study_driver_imports_only_the_sequential_section():
+    report = {m for m in ablate_imports("ablate.launch.study") if m.startswith("ablate.report")}
+    assert report, "the rule sees the driver's imports"
+    assert report <= SEQUENTIAL_SECTION, f"ablate.launch.study imports {sorted(report - SEQUENTIAL_SECTION)}"
 
 
 def test_every_module_is_placed_in_a_layer():

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ablate import rundir
 from ablate.config import ConfigError
-from ablate.report.text.sequential import contrast_line
+from ablate.report.inference.sequential import contrast_line
 from ablate.setup.overrides import parse_set_args
 
 if TYPE_CHECKING:  # annotations only: the study's own bookkeeping needs no torch
@@ -213,7 +213,8 @@ def _file_rule_and_seeds(args):
 def run_study(args, train_round: Callable[[list[CheckedRun]], int]) -> int:
     """The whole study: rounds until decided, max seeds or budget. Exit 0 when it stops (open contrasts too), the
     round's exit code when runs of a round failed (1) or were interrupted (130): rerun to continue."""
-    from ablate.report.inference.sequential import study_contrasts, trained_order
+    from ablate.report.inference.sequential import trained_order
+    from ablate.report.inference.study_section import folder_contrasts
 
     if "RANK" in os.environ:
         raise ConfigError("--until-decided: not under torchrun (each run can be a group: --gpus-per-run G)")
@@ -256,7 +257,7 @@ def run_study(args, train_round: Callable[[list[CheckedRun]], int]) -> int:
             return code
         seconds = [_device_seconds(rundir.run_dir_for(args.out, r.config)) or 0.0 for r in runs]
         entry["device_seconds"] = round(sum(seconds), 3)
-        contrasts = study_contrasts(folder, rule, variants, trained=trained_order(study))  # prefixes as trained
+        contrasts = folder_contrasts(folder, rule, variants, trained=trained_order(study))  # prefixes as trained
         entry["contrasts"] = [c.to_dict() for c in contrasts]
         rundir.write_json_atomic(folder / rundir.STUDY, study)
         for contrast in entry["contrasts"]:

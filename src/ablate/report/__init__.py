@@ -2,20 +2,24 @@
 
 The report's rooms, by job (each folder's __init__ maps its files):
 
+schema/     what report.json holds, one frozen record a part, each field described (docs/reports.md's table is
+            generated from them); write_report passes every report through it
+stats/      pure statistics that know nothing of runs: seed-level tests and their noise model, seeds needed,
+            decision accuracy's bootstrap, the adaptive designs' boundaries and confidence sequences
 inputs/     what is read: run folders -> runs and tasks, like with like (equal tokens, identical item sets),
             the runs' tokenizers compared
-inference/  how sure: seed-level tests and their noise model, the two families (Benjamini-Hochberg), seeds needed,
-            the winner, decision accuracy's bootstrap, adaptive studies' rule under either design
 signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric,
             subjects below an SNR floor
-grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"])
+inference/  how sure: a pair over seeds, the two families (Benjamini-Hochberg), the winner, adaptive studies' rule
+            and decisions under either design
+grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"]), compute multipliers
 text/       the report in words: the headline, report.md and report.html, the plots, the grid's sections
 analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
 options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
 calibrate.py  constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 
-The rooms import one way (tests/test_structure.py): inputs < inference < signal < grid < options < text < analyze <
-calibrate.
+The rooms import one way (tests/test_structure.py): schema < stats < inputs < signal < inference < grid < options <
+text < analyze < calibrate; schema and stats import nothing else of the report, inputs only stats.
 
 The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads
 inference/sequential.py alone, not the analysis (numpy, scipy, matplotlib).
@@ -53,9 +57,10 @@ def write_report(runs_dir: str | Path, out_dir: str | Path | None = None, opts: 
     """Write report.json, report.md and report.html into out_dir (default: runs_dir); return the report as read
     back from report.json, which is what the markdown and HTML are rendered from."""
     from ablate.report.analyze import build_report
+    from ablate.report.schema import Report
     from ablate.report.text.render import to_html, to_json, to_markdown
 
-    text = to_json(build_report(runs_dir, opts))
+    text = to_json(Report.from_json(build_report(runs_dir, opts)).to_json())  # the schema's records: no figure lost
     out = Path(out_dir or runs_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(text)

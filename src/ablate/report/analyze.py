@@ -17,7 +17,8 @@ import numpy as np
 
 from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.grid.compute import multipliers_section, recorded_baseline
-from ablate.report.inference import families, pairs, stats, study_section
+from ablate.report.inference import families, pairs, study_section
+from ablate.report.stats import stats
 from ablate.report.inputs import match, tokenizers
 from ablate.report.inputs.compute_points import split_budgets
 from ablate.report.signal import choose, subjects
@@ -464,7 +465,7 @@ def analyze_runs(
     them in memory and run this same path). study: the adaptive study's record (study.json), whose contrasts are
     recomputed from the runs into report["sequential"]."""
     overview = _overview(runs, skipped or [])
-    tokenizer_note = tokenizers.apply(runs, tasks)  # runs of several tokenizers: validation in bits per byte
+    tokenizer_note, tasks = tokenizers.apply(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     # an arm at several budgets: the comparisons see it once, at the budget every arm shares; the other budgets are
     # compute points, read by the multipliers alone (inputs/compute_points.py)
     split = split_budgets(runs, opts.scale)
@@ -504,7 +505,7 @@ def analyze_runs(
     headline = words.headline(name, target, decisions, recommendation, overview, opts, tokenizer_note["text"])
     adaptive = None
     if study is not None:  # recomputed from the runs, under the report's own like-with-like rule
-        adaptive = study_section.study_section(runs, runs_dir, study, opts.max_token_gap)
+        adaptive = study_section.study_section(runs, study, opts.max_token_gap)
     if adaptive is not None:  # the sequential decisions lead; the fixed-n tests stay, labelled
         inference["valid_under_optional_stopping"] = False
         inference["optional_stopping_note"] = words.OPTIONAL_STOPPING_NOTE

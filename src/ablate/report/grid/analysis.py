@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from ablate.report.grid import fits
-from ablate.report.inference import stats
+from ablate.report.stats import stats
 from ablate.report.inputs.match import final_points
 from ablate.report.inputs.runs import VAL_TASK, ReportError, Run, get_dotted
 

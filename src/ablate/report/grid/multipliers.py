@@ -39,7 +39,7 @@ taken together, whatever their correlation. Otherwise the cells are taken as ind
 / n_j, on min(n_j) - 1 degrees of freedom (conservative: Satterthwaite's would be larger). The validation set is the
 same for every seed, so a persistent item term does not shrink with seeds. Where every point has its per-item
 validation losses (`items`), the (seeds, items) matrix of linearized per-item values sum_j h_j y_jsi is split as
-every paired difference of the report is (inference/stats.paired_noise: seed variance floored by the fresh noise,
+every paired difference of the report is (stats/stats.paired_noise: seed variance floored by the fresh noise,
 the persistent item variance, Satterthwaite df); a point's optional `item_var` (a known variance of its mean loss
 from the finite validation set) is added as sum_j h_j^2 item_var_j.
 A cluster bootstrap resampling whole seeds (bootstrap_interval) checks it where >= 5 seeds; at 3 seeds there are
@@ -86,7 +86,7 @@ from ablate.report.grid.baseline_curve import (
     lof_pool,
     reader_for,
 )
-from ablate.report.inference.stats import paired_noise
+from ablate.report.stats.stats import paired_noise
 
 LEVEL = 0.9
 MIN_BOOT_SEEDS = 5  # n seeds have C(2n-1, n) distinct resamples: 10 at 3, 35 at 4, 126 at 5

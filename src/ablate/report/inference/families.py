@@ -23,8 +23,9 @@ functions on simulated studies.
 
 from __future__ import annotations
 
-from ablate.report.inference import stats
 from ablate.report.inputs.runs import VAL_TASK
+from ablate.report.signal.choose import suite_series
+from ablate.report.stats import stats
 
 
 def is_primary(s: dict, opts) -> bool:
@@ -155,14 +156,9 @@ def winner(decisions: list[dict], never: set[str] | frozenset = frozenset()) -> 
 
 def decision_series(group: dict, recommendation: dict, opts=None) -> list[dict]:
     """The primary metric (validation loss unless opts.primary names a task's), then each suite task's recommended
-    metric: the only series decisions rest on."""
-    keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")]  # the val task holds one: bpb when tokenizers differ
+    metric: the only series decisions rest on (the recommendation's, signal/choose.py's suite_series)."""
     primary = [s for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)]
-    keys = [(s["task"], s["metric"]) for s in primary] + keys
-    taken = {s["task"] for s in primary}
-    keys += [(e["task"], e["metric"]) for e in recommendation["suite"] if e["task"] not in taken | {VAL_TASK}]
-    by_key = {(s["task"], s["metric"]): s for s in group["series"]}
-    return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
+    return suite_series(group, recommendation["suite"], tuple((s["task"], s["metric"]) for s in primary))
 
 
 def family_series(group: dict, decisions: list[dict]) -> list[dict]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report.inference import stats
+from ablate.report.stats import stats
 from ablate.report.inputs import match
 from ablate.report.inputs.runs import sign_of
 

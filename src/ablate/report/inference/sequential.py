@@ -1,11 +1,12 @@
-"""Adaptive studies (`ablate run --until-decided`): the decision rule, the two designs' intervals, decisions.
+"""Adaptive studies (`ablate run --until-decided`): the decision rule, the two designs' intervals, decisions, and a
+contrast in one line (contrast_line: the study driver's and `ablate status`'s, which read no other wording).
 
 A study trains its variants in rounds and, after each, asks of every contrast (a pair of variants on a decision
 metric) whether it is decided. The seeds seen so far are a prefix of one sequence, the seeds in the order the study
 trained them (its recorded rounds, never their numbers; the value a seed gives never depends on the study's
 decisions). Two designs, a field of the rule (DecisionRule.design): "group_sequential" (the default;
-group_sequential.py), alpha spent over the looks the rule fixed before round 1 (up to max_seeds), and "anytime"
-(anytime.py), confidence sequences valid under any extension. A study recorded before designs existed continues
+stats/group_sequential.py), alpha spent over the looks the rule fixed before round 1 (up to max_seeds), and "anytime"
+(stats/anytime.py), confidence sequences valid under any extension. A study recorded before designs existed continues
 under "anytime", the design it was recorded with.
 
 Across the K contrasts of a study (pairs x decision metrics): under the anytime design Bonferroni, each contrast at
@@ -35,8 +36,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
-from ablate.report.inference import group_sequential
-from ablate.report.inference.anytime import running_interval
+from ablate.report.stats import group_sequential
+from ablate.report.stats.anytime import running_interval
 from ablate.rundir import STUDY
 
 STUDY_FILE = STUDY  # runs/<experiment>/study.json: the rule, its history and the rounds (written by the driver)
@@ -287,7 +288,7 @@ def _decide_looks(prefixes, looks, alpha, margin, lower_is_better, rule: Decisio
 def fixed_power(effect: float, max_seeds: int, alpha: float) -> float:
     """The fixed max_seeds-seed t-test's power at level alpha for a difference of `effect` seed-level sds (|mean| /
     sqrt(s^2 + max_seeds tau^2), its t's noncentrality over sqrt(max_seeds)): what a design without looks had."""
-    from ablate.report.inference.stats import t_power
+    from ablate.report.stats.stats import t_power
 
     return t_power(max_seeds, effect, alpha, paired=True)
 
@@ -330,34 +331,31 @@ def open_variants(contrasts) -> set[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# contrasts from run folders, read as the fixed report reads them
+# contrasts from the study's runs, read as the fixed report reads them
 
 
 def study_contrasts(
-    runs_dir,
+    runs,
     rule: DecisionRule,
     variants: list[str] | None = None,
-    runs=None,
     trained: dict[str, dict[int, tuple[int, int]]] | None = None,
     max_token_gap: float | None = None,
 ) -> list[Contrast]:
-    """Every pair of `variants` (default: every variant folder) x every decision metric of the rule, decided from the
-    run folders under runs_dir through the fixed report's own reading: runs.load_runs, match.match's final value of each
-    run, stats.seed_test's seed pairing and noise model (at every prefix of the paired seeds). Only finished runs
-    are paired; others are counted in each contrast's note. Over the K contrasts: Holm's recycling under the
-    group-sequential design, Bonferroni (rule.alpha / K each) under the anytime one (decide_study). runs: runs
-    already loaded from runs_dir (the report passes its own). trained: when the study trained each seed
-    (trained_order of study.json); each pair's prefixes follow it, never the seed numbers (a file's seeds 5, 6, 7
-    then seed 0: 0 is the fourth). Like with like as in the fixed report: a pair whose compared points fail
-    match.token_gap (max_token_gap, default --max-token-gap's) is not decided; a variant with a failed or diverged
-    seed is never decided better, nor equivalent (its survivors are a selected sample)."""
+    """Every pair of `variants` (default: every variant of the runs) x every decision metric of the rule, decided
+    from the study's runs (as inputs/runs.load_runs reads them from its run folders: study_section.folder_contrasts)
+    through the fixed report's own reading: match.match's final value of each run, stats.seed_test's seed pairing and
+    noise model (at every prefix of the paired seeds). Only finished runs are paired; others are counted in each
+    contrast's note. Over the K contrasts: Holm's recycling under the group-sequential design, Bonferroni (rule.alpha
+    / K each) under the anytime one (decide_study). trained: when the study trained each seed (trained_order of
+    study.json); each pair's prefixes follow it, never the seed numbers (a file's seeds 5, 6, 7 then seed 0: 0 is
+    the fourth). Like with like as in the fixed report: a pair whose compared points fail match.token_gap
+    (max_token_gap, default --max-token-gap's) is not decided; a variant with a failed or diverged seed is never
+    decided better, nor equivalent (its survivors are a selected sample)."""
     from ablate.report.inference import families
     from ablate.report.inputs import match, tokenizers
-    from ablate.report.inputs.runs import direction, load_runs, task_infos
+    from ablate.report.inputs.runs import direction, task_infos
     from ablate.text import natural_key
 
-    if runs is None:
-        runs, _ = load_runs(runs_dir)
     names = list(variants) if variants is not None else sorted({r.variant for r in runs}, key=natural_key)
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
     finished = {v: [r for r in runs if r.variant == v and r.status == "finished"] for v in names}
@@ -483,7 +481,7 @@ def pair_looks(shared: list[int], order) -> list[int]:
 def _contrast(a, b, metric, scores, rule, margin, lower_is_better, task_key, order, max_token_gap) -> tuple:
     """(the contrast, undecided, and its decision's inputs: decide_contrast's arguments but alpha as (prefixes,
     margin, lower_is_better, rule, looks); None where it cannot decide, the contrast's note saying why)."""
-    from ablate.report.inference import stats
+    from ablate.report.stats import stats
     from ablate.report.inputs import match
 
     contrast = Contrast(a, b, metric, "open", 0, None, None, margin)
@@ -528,3 +526,44 @@ def voids_guarantee(fields: set[str] | None, design: str = "anytime") -> bool:
     """Whether changing these rule fields after results were seen voids the study's error guarantee under `design`
     (None for a rule first set after results: it does)."""
     return fields is None or not fields <= STOPPING_ONLY.get(design, frozenset())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a contrast in words: the study driver's lines, `ablate status`'s and the report's futility
+
+
+def futility_text(c: dict, futility: float | None = None, max_seeds: int | None = None) -> str:
+    """'closed for futility (estimated chance of a decision < 0.1)', with the chance itself and the fixed design's
+    power at the difference seen where the contrast records them (report.json's `chance` and `fixed_power`)."""
+    below = f" < {futility:g}" if futility else " below the rule's futility threshold"
+    text = f"closed for futility (estimated chance of a decision{below})"
+    extra = []
+    if c.get("chance") is not None:
+        extra.append(f"estimated chance {c['chance']:.2f}")
+    if c.get("fixed_power") is not None:
+        seeds = f"{max_seeds}-seed " if max_seeds else ""
+        extra.append(f"a fixed {seeds}design's power at the difference seen {c['fixed_power']:.2f}")
+    return text + (f": {'; '.join(extra)}" if extra else "")
+
+
+def _margin(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, "g")
+
+
+def _end(value, unbounded: str) -> str:
+    return unbounded if value is None else f"{value:+.4g}"
+
+
+def contrast_line(c: dict, futility: float | None = None) -> str:
+    """One contrast of a study (a Contrast's to_dict(), as study.json records it): open or decided, seeds, the
+    interval of a - b. futility: the rule's threshold, named when a contrast is closed for futility."""
+    verdict = {
+        "a": f"decided: {c['a']} better",
+        "b": f"decided: {c['b']} better",
+        "equivalent": f"decided: equivalent within +-{_margin(c.get('margin'))}",
+    }.get(c["decision"], futility_text(c, futility) if c["decision"] in CLOSED else "open")
+    interval = c.get("interval")  # an end not bounded yet is null
+    shown = f"[{_end(interval[0], '-inf')}, {_end(interval[1], '+inf')}]" if interval else "none yet"
+    note = f"; {c['note']}" if c.get("note") else ""
+    held = f", boundary |t| {c['boundary']:.3g}" if c.get("boundary") is not None else ""
+    return f"{c['metric']}  {c['a']} vs {c['b']}: {verdict}  ({c['seeds']} seeds, interval of a-b {shown}{held}{note})"

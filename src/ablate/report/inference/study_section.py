@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ablate.report.inference.anytime import MIXTURE_G
+from ablate.report.stats.anytime import MIXTURE_G
 from ablate.report.inference.sequential import (
     STUDY_FILE,
     DecisionRule,
@@ -80,13 +80,13 @@ def study_compute(runs, variants: list[str], max_seeds: int) -> dict:
     }
 
 
-def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = None) -> dict:
+def study_section(runs, study: dict, max_token_gap: float | None = None) -> dict:
     """report.json's `sequential`: the contrasts recomputed from the run folders (study.json's own copies are not
     trusted) in the order the study trained its seeds, the rule and its history, the rounds, the compute used, and
     how the study stopped. max_token_gap: the report's --max-token-gap."""
     rule = DecisionRule.from_dict(study["rule"])
     variants = _study_variants(study)
-    contrasts = study_contrasts(runs_dir, rule, variants, runs, trained_order(study), max_token_gap)
+    contrasts = study_contrasts(runs, rule, variants, trained_order(study), max_token_gap)
     names = variants or sorted({r.variant for r in runs})
     history = study.get("rule_history") or []
     after = [i for i, h in enumerate(history) if h.get("set_after_results")]
@@ -107,6 +107,14 @@ def study_section(runs, runs_dir, study: dict, max_token_gap: float | None = Non
         "open": sorted(open_variants(contrasts)),
         "compute": study_compute(runs, names, rule.max_seeds),
     }
+
+
+def folder_contrasts(runs_dir, rule: DecisionRule, variants=None, trained=None, max_token_gap=None) -> list:
+    """sequential.study_contrasts over the runs under runs_dir, read as the report reads them (inputs/runs.py): what
+    the study's driver (launch/study.py) decides after each round."""
+    from ablate.report.inputs.runs import load_runs
+
+    return study_contrasts(load_runs(runs_dir)[0], rule, variants, trained, max_token_gap)
 
 
 def method_text(rule: DecisionRule, contrasts: int) -> str:

@@ -7,7 +7,7 @@ proxy metric orders as the TARGET orders them at the largest scale. Three figure
 - decision_accuracy_val: against validation loss at the largest scale, the second target;
 - self_agreement: against the same metric at the largest scale (whether the metric agrees with itself).
 Each side is oriented by its own direction. A target at chance at the largest scale (an accuracy that is not past
-chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (da.py): a
+chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (stats/da.py): a
 bootstrap of seeds (the variants sharing a seed kept together) and of the items every seed scored (the noise
 model's persistent part), shown only where its measured coverage holds. SNR is
 stats.signal_noise at that scale (analyze.py's quality figures); text/across.py lays these figures out.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report.inference import da, stats
+from ablate.report.stats import da, stats
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 
 # A series' working data for the DA bootstrap (analyze.analyze_series sets it, analyze_runs drops it after

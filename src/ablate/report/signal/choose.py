@@ -24,11 +24,10 @@ import math
 
 import numpy as np
 
-from ablate.report.inference import stats
-from ablate.report.inference.families import decision_series
+from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
 from ablate.report.signal import tracking
 from ablate.report.signal.across import entry
-from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
+from ablate.report.stats import stats
 
 
 def _f(x, digits: int = 3) -> str:
@@ -203,6 +202,18 @@ def choose(task: TaskInfo, series: list[dict], across: list[dict], opts, val: di
     }
 
 
+def suite_series(group: dict, suite: list[dict], first: tuple[tuple[str, str], ...] = ()) -> list[dict]:
+    """The group's series of the (task, metric) keys `first`, then validation loss (or its bits per byte: the val
+    task holds one, bpb when tokenizers differ), then each suite task's chosen metric (a task named in `first` only
+    once), each series once: what the aggregate is over, and the decisions after the primary metric
+    (families.decision_series puts it first)."""
+    keys = [*first, (VAL_TASK, "loss"), (VAL_TASK, "bpb")]
+    taken = {task for task, _ in first}
+    keys += [(e["task"], e["metric"]) for e in suite if e["task"] not in taken | {VAL_TASK}]
+    by_key = {(s["task"], s["metric"]): s for s in group["series"]}
+    return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
+
+
 def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], opts) -> dict:
     """Each task's choice (validation loss's too: it is always a decision metric), the suite of chosen metrics, the
     tasks without one, and the aggregate over the decision metrics."""
@@ -223,7 +234,7 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
     aggregate = {}
     variants = group["variants"]
     # over the decision metrics only: validation loss and the suite (a task at chance would add noise, not signal)
-    chosen = decision_series(group, {"suite": suite})
+    chosen = suite_series(group, suite)
     if chosen and len(variants) >= 2:
         zs, ranks = {v: [] for v in variants}, {v: [] for v in variants}
         for s in chosen:

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ablate.report.inference import stats
+from ablate.report.stats import stats
 from ablate.report.inputs.runs import Run, TaskInfo
 
 

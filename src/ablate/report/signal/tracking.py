@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report.inference import stats
+from ablate.report.stats import stats
 from ablate.report.inputs.runs import VAL_TASK, is_accuracy, sign_of
 
 MIN_TAU = 0.5  # least mean Kendall tau of the variants' ranking; above 1/3, what one swap among three variants gives

@@ -6,7 +6,7 @@ verdict.py     the verdict in one or two sentences, and the decisions table (a r
 opening.py     the report's opening: the verdict, the decisions table, the method once and folded away
 render.py      report.json -> report.md and report.html (the sections in order)
 across.py      the "Which signal to trust at which scale" section (signal/across.py's figures)
-sequential.py  an adaptive study's section (inference/sequential.py's contrasts) and its one-line contrasts
+sequential.py  an adaptive study's section (inference/sequential.py's contrasts, whose one-line form is there)
 tokenizers.py  the runs table's tokenizer columns
 plots.py       the embedded PNGs (matplotlib, Agg)
 grid_sections.py  report["sweep"] -> the report's Sweep sections

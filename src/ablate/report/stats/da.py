@@ -17,7 +17,7 @@ no interval is shown.
 
 Coverage: the interval is a percentile bootstrap of a discrete statistic from a few seeds; whether its 95% holds
 was measured on constructed ladders with a known DA (COVERAGE_DESIGN, da_coverage) and is tabulated by seed count
-in COVERAGE, recomputed by `python -m ablate.report.inference.da` and checked by tests/test_report_da.py. The report
+in COVERAGE, recomputed by `python -m ablate.report.stats.da` and checked by tests/test_report_da.py. The report
 shows an interval only where the tabulated coverage at its seed count is >= MIN_COVERAGE.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.report.inference.stats import pair_signs
+from ablate.report.stats.stats import pair_signs
 
 MIN_COVERAGE = 0.90  # the least measured coverage of a nominal 95% interval for it to be shown
 # The constructed ladder: 4 variants scored on 40 items; at the largest scale true oriented means 0, 1, 2, 3 (seed
@@ -45,7 +45,7 @@ COVERAGE_DESIGN = {
     "item_set_sds": (0.0, 1.0),
 }
 # Measured coverage of the 95% paired interval: {seeds: {item set sd: coverage at each of small_seed_sds}};
-# `python -m ablate.report.inference.da 1000 500` (1000 ladders per cell, 500 replicates each, RNG seed 0) prints
+# `python -m ablate.report.stats.da 1000 500` (1000 ladders per cell, 500 replicates each, RNG seed 0) prints
 # this table.
 COVERAGE_BY_NOISE = {
     2: {0.0: (1.0, 1.0, 0.993, 0.969), 1.0: (0.988, 0.988, 0.988, 0.977)},
@@ -250,7 +250,7 @@ def coverage_table(seed_counts, n_ladders: int, n_boot: int, seed: int = 0) -> d
     }
 
 
-if __name__ == "__main__":  # recompute the table: python -m ablate.report.inference.da [ladders] [replicates]
+if __name__ == "__main__":  # recompute the table: python -m ablate.report.stats.da [ladders] [replicates]
     import sys
     import time
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ablate.report.inference.group_sequential import repeated_interval
+from ablate.report.stats.group_sequential import repeated_interval
 
 MIXTURE_G = (1.0, 10.0, 100.0, 1000.0)  # prior variances of the standardized effect, equally weighted
 

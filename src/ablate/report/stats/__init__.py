@@ -1,0 +1,11 @@
+"""Pure statistics: functions of numbers and arrays that know nothing of runs, run folders, tasks or the report's
+options; they import nothing of ablate.report outside this folder (tests/test_structure.py).
+
+stats.py       seed-level tests and their t intervals (seeds + item-set noise), Benjamini-Hochberg, seeds needed,
+               Spearman, Kendall, SNR, decision accuracy (numpy/scipy)
+da.py          decision accuracy's bootstrap (variants sharing a seed resampled together, the items shared by every
+               seed resampled once per replicate) and its coverage
+group_sequential.py  the default adaptive design: alpha spending over the looks, boundaries calibrated for the t,
+               repeated intervals, non-binding futility
+anytime.py     the anytime design: the safe t-test's e-values and confidence sequences
+"""
