@@ -46,16 +46,19 @@ SCALED = Options(bootstrap=200, scale=["model.d_model"])
 WORK = Path("/tmp/ablate-report-identity")  # the studies' run folders: one path, so report.json's runs_dir agrees
 
 
-def _module(name: str):
-    """ablate.report's module by its path in rooms (inference.sequential), or where it was before them."""
-    try:
-        return importlib.import_module(f"ablate.report.{name}")
-    except ModuleNotFoundError:
-        return importlib.import_module(f"ablate.report.{name.split('.')[-1]}")
+def _module(*names: str):
+    """ablate.report's module by its path (sections.sequential.rule), else by an older one (inference.sequential),
+    else where it was before the rooms."""
+    for name in names:
+        try:
+            return importlib.import_module(f"ablate.report.{name}")
+        except ModuleNotFoundError:
+            continue
+    return importlib.import_module(f"ablate.report.{names[-1].split('.')[-1]}")
 
 
 def _sequential(root: Path) -> Path:
-    sequential = _module("inference.sequential")
+    sequential = _module("sections.sequential.rule", "inference.sequential")
 
     seeds = {"baseline": 6, "slow": 3, "twin": 6}
     three_variant_study(root, seeds)

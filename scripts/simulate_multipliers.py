@@ -1,4 +1,4 @@
-"""Compute multipliers (ablate.report.grid.multipliers) on constructed ladders with a planted multiplier.
+"""Compute multipliers (ablate.report.sections.multipliers.estimate) on constructed ladders with a planted multiplier.
 
 Rung r (r = 0, 1, 2) has budget C_r = 1e17 * 4^r flops and a baseline curve L_r(C) = 2.0 + a_r (C / C_r)^-0.3 with
 a_r = 1.2 * 4^(-0.15 r) (larger models reach lower loss). The baseline is trained to several compute points per
@@ -38,9 +38,9 @@ import time
 
 import numpy as np
 
-from ablate.report.grid.multiplier_checks import bootstrap_interval
-from ablate.report.grid.baseline_curve import Point
-from ablate.report.grid.multipliers import multipliers
+from ablate.report.sections.multipliers.baseline_curve import Point
+from ablate.report.sections.multipliers.checks import bootstrap_interval
+from ablate.report.sections.multipliers.estimate import multipliers
 
 E, ALPHA, SEED_SD, POINT_SD = 2.0, 0.3, 0.008, 0.006
 BUDGETS = [1e17 * 4**r for r in range(3)]

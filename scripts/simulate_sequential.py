@@ -1,5 +1,5 @@
 """Adaptive studies simulated through the decision code `ablate run --until-decided` and `ablate report` use
-(ablate.report.inference.sequential: the confidence sequence, its running intersection, decide, open_variants), with the
+(ablate.report.sections.sequential: the confidence sequence, its running intersection, decide, open_variants), with the
 study's round logic: round 1 trains 3 seeds of every variant, each later round one more seed of every variant in an
 open contrast, up to 8 seeds.
 
@@ -41,15 +41,15 @@ import time
 
 import numpy as np
 
-from ablate.report.inference.sequential import (
+from ablate.report.sections.sequential.decide import (
     FUTILE,
     Contrast,
-    DecisionRule,
     decide,
     decide_contrast,
     decide_study,
     open_variants,
 )
+from ablate.report.sections.sequential.rule import DecisionRule
 from ablate.report.stats.stats import paired_noise
 
 VARIANTS = ("A", "B", "C")

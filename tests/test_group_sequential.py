@@ -11,13 +11,8 @@ import numpy as np
 import pytest
 
 from ablate.report.stats import group_sequential as gs
-from ablate.report.inference.sequential import (
-    FUTILE,
-    DecisionRule,
-    decide_contrast,
-    decide_study,
-    fixed_power,
-)
+from ablate.report.sections.sequential.decide import FUTILE, decide_contrast, decide_study, fixed_power
+from ablate.report.sections.sequential.rule import DecisionRule
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simulate_sequential.py"
 sys.path.insert(0, str(SCRIPT.parent))

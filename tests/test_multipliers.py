@@ -1,4 +1,4 @@
-"""Compute multipliers on a ladder (ablate.report.grid.multipliers), on ladders built by
+"""Compute multipliers on a ladder (ablate.report.sections.multipliers.estimate), on ladders built by
 scripts/simulate_multipliers.py: the baseline's curve per rung, a variant on it at m times the compute.
 
 The coverage bounds here are looser than the script's figures: at 200 ladders a cell (3 rungs each) the script
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.report.grid.multiplier_checks import bootstrap_interval
-from ablate.report.grid.baseline_curve import Point, fit_curve, group_cells
-from ablate.report.grid.multipliers import multipliers, trend
+from ablate.report.sections.multipliers.baseline_curve import Point, fit_curve, group_cells
+from ablate.report.sections.multipliers.checks import bootstrap_interval
+from ablate.report.sections.multipliers.estimate import multipliers, trend
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simulate_multipliers.py"
 sys.path.insert(0, str(SCRIPT.parent))

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.inference.sequential import STUDY_FILE, DecisionRule, trained_order
-from ablate.report.inference.study_section import folder_contrasts
+from ablate.report.sections.sequential.contrasts import trained_order
+from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
+from ablate.report.sections.sequential.section import folder_contrasts
 from report_fixtures import STEPS, write_run
 
 FAST = Options(bootstrap=0)

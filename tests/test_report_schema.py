@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, build_report
-from ablate.report.inference.sequential import DecisionRule
+from ablate.report.sections.sequential.rule import DecisionRule
 from ablate.report.options import Options as OptionsClass
 from ablate.report.schema import Report, SchemaError
 from ablate.report.schema import table

@@ -7,7 +7,7 @@ import pytest
 
 from ablate import rundir
 from ablate.report import Options, ReportError, write_report
-from ablate.report.inference.sequential import STUDY_FILE, DecisionRule
+from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
 from test_sequential import three_variant_study
 
 FAST = Options(bootstrap=0)
@@ -87,7 +87,7 @@ def test_raising_max_seeds_after_results_keeps_the_anytime_guarantee_only(tmp_pa
     """Ville's inequality holds at any stopping time: more seeds for the anytime design is no change of its rule
     (listed as a stopping change, never FLAGGED); the group-sequential design fixed its looks against max_seeds, so
     there the same change is FLAGGED (the driver refuses it: tests/test_study.py)."""
-    from ablate.report.inference.sequential import voids_guarantee
+    from ablate.report.sections.sequential.rule import voids_guarantee
 
     seeds = {"baseline": 4, "slow": 3, "twin": 4}
     root = three_variant_study(tmp_path / "exp", seeds)
@@ -179,7 +179,7 @@ def test_a_study_record_that_says_undecidable_still_reads_as_closed_for_futility
     """study.json files written before the word changed hold "undecidable": the console, ablate status and the
     headline read it as the same decision."""
     from ablate.report.text.headline import sequential_text
-    from ablate.report.inference.sequential import contrast_line
+    from ablate.report.sections.sequential.words import contrast_line
 
     old = {"a": "x", "b": "y", "metric": "val_loss", "decision": "undecidable", "seeds": 3, "interval": [-1, 1]}
     line = contrast_line(old, 0.1)

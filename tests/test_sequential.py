@@ -1,4 +1,4 @@
-"""Adaptive studies' statistics (ablate.report.inference.sequential): the safe t-test's e-value against its definition,
+"""Adaptive studies' statistics (ablate.report.sections.sequential): the safe t-test's e-value against its definition,
 the confidence sequence and decisions, their error rates under optional stopping through the study's round logic
 (scripts/simulate_sequential.py), the decision rule, and contrasts read from run folders."""
 
@@ -19,8 +19,9 @@ from ablate.report.stats.anytime import (
     e_value_sup,
     log_bayes_factor,
 )
-from ablate.report.inference.sequential import DecisionRule, decide, open_variants, parse_budget
-from ablate.report.inference.study_section import folder_contrasts
+from ablate.report.sections.sequential.decide import decide, open_variants
+from ablate.report.sections.sequential.rule import DecisionRule, parse_budget
+from ablate.report.sections.sequential.section import folder_contrasts
 from report_fixtures import STEPS, write_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simulate_sequential.py"

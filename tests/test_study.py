@@ -139,7 +139,7 @@ def test_a_study_recorded_before_designs_continues_under_anytime(tmp_path):
     """study.json without a design (written before designs existed) is read as the anytime design it ran under,
     and the default command continues it instead of refusing a changed rule."""
     from ablate.launch.study import as_recorded, record_rule
-    from ablate.report.inference.sequential import DecisionRule
+    from ablate.report.sections.sequential.rule import DecisionRule
 
     rule = DecisionRule(max_seeds=4)
     old = {k: v for k, v in rule.to_dict().items() if k not in ("design", "spending", "futility")}
@@ -191,7 +191,7 @@ def test_rounds_through_the_local_launcher(tmp_path):
 
 
 def test_next_seeds_goes_to_open_variants_only():
-    from ablate.report.inference.sequential import DecisionRule
+    from ablate.report.sections.sequential.rule import DecisionRule
 
     rounds = {"rounds": [{"seeds": {"a": [0, 1, 2], "b": [0, 1, 2], "c": [0, 1, 2]}}]}
     contrasts = [

@@ -47,14 +47,14 @@ def train(run: RunConfig, out_root: str = "runs", callbacks: list = ()) -> dict:
 
 
 def __getattr__(name: str):
-    """Callback, Verdict and whole (ablate.training.callbacks), DecisionRule (ablate.report.inference.sequential)
+    """Callback, Verdict and whole (ablate.training.callbacks), DecisionRule (ablate.report.sections.sequential.rule)
     on first use: importing ablate stays free of torch and quick."""
     if name in ("Callback", "Verdict", "whole"):
         from ablate.training import callbacks
 
         return getattr(callbacks, name)
     if name == "DecisionRule":
-        from ablate.report.inference.sequential import DecisionRule
+        from ablate.report.sections.sequential.rule import DecisionRule
 
         return DecisionRule
     raise AttributeError(f"module 'ablate' has no attribute {name!r}")

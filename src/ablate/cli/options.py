@@ -173,7 +173,7 @@ def _device(text: str) -> str:
 
 
 def _budget(text: str) -> str:
-    from ablate.report.inference.sequential import parse_budget
+    from ablate.report.sections.sequential.rule import parse_budget
 
     if parse_budget(text) is None:
         raise ValueError(text)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ablate import rundir
 from ablate.cli.options import PATH, number
-from ablate.report.inference.sequential import contrast_line
+from ablate.report.sections.sequential.words import contrast_line
 
 
 def add_command(subparsers) -> None:

@@ -2,7 +2,7 @@
 
 Round 1 trains every variant at the file's seeds (0, 1, 2 when it names none: an interval needs paired seeds).
 After each round the contrasts on the rule's metrics are computed from the run folders
-(ablate.report.inference.sequential, the report's own reading), and each variant of an open contrast gets one more seed,
+(ablate.report.sections.sequential, the report's own reading), and each variant of an open contrast gets one more seed,
 until every contrast is decided, every open variant has max_seeds seeds, or the next round would exceed the budget.
 
 The rule is recorded in <out>/<experiment>/study.json before the first run, with every round (its seeds, tokens,
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ablate import rundir
 from ablate.config import ConfigError
-from ablate.report.inference.sequential import contrast_line
+from ablate.report.sections.sequential.words import contrast_line
 from ablate.setup.overrides import parse_set_args
 
 if TYPE_CHECKING:  # annotations only: the study's own bookkeeping needs no torch
@@ -34,7 +34,7 @@ STUDY_FLAGS = ("max_seeds", "budget", "margin", "alpha", "design", "new_study") 
 
 def study_rule(args, file_rule):
     """The file's `decision` (or the default rule) with the command line's flags over it, checked."""
-    from ablate.report.inference.sequential import DecisionRule
+    from ablate.report.sections.sequential.rule import DecisionRule
 
     rule = file_rule or DecisionRule()
     changes = {"max_seeds": args.max_seeds, "budget": args.budget, "alpha": args.alpha, "design": args.design}
@@ -67,7 +67,7 @@ def record_rule(folder: Path, rule, new_study: bool) -> dict:
     the study stops only (sequential.STOPPING_ONLY under the recorded design: a budget, futility, the anytime
     design's max_seeds) recorded in its history and continued; any other change refused (exit 2, naming what
     changed and why) unless new_study, which keeps the old file as study.<k>.json."""
-    from ablate.report.inference.sequential import voids_guarantee
+    from ablate.report.sections.sequential.rule import voids_guarantee
 
     path = folder / rundir.STUDY
     entry = {"rule": rule.to_dict(), "set_after_results": _has_results(folder), "round": 1}
@@ -158,7 +158,7 @@ def over_budget(rule, study: dict, runs: list[CheckedRun], out: str) -> str | No
     """Why the next round's runs would exceed the rule's budget (None: they fit, or there is no budget)."""
     if not rule.budget:
         return None
-    from ablate.report.inference.sequential import parse_budget
+    from ablate.report.sections.sequential.rule import parse_budget
 
     kind, budget = parse_budget(rule.budget)
     if kind == "tokens":
@@ -176,7 +176,7 @@ def over_budget(rule, study: dict, runs: list[CheckedRun], out: str) -> str | No
 def next_seeds(study: dict, rule, contrasts: list) -> tuple[dict[str, list[int]] | None, str | None]:
     """The next round's {variant: [seed]}: one more seed (the same unused number) for every variant of an open
     contrast that has fewer than max_seeds; or (None, why it stops)."""
-    from ablate.report.inference.sequential import open_variants
+    from ablate.report.sections.sequential.decide import open_variants
 
     still_open = open_variants(SimpleNamespace(**c) for c in contrasts)  # as recorded in study.json
     if not still_open:
@@ -213,8 +213,8 @@ def _file_rule_and_seeds(args):
 def run_study(args, train_round: Callable[[list[CheckedRun]], int]) -> int:
     """The whole study: rounds until decided, max seeds or budget. Exit 0 when it stops (open contrasts too), the
     round's exit code when runs of a round failed (1) or were interrupted (130): rerun to continue."""
-    from ablate.report.inference.sequential import trained_order
-    from ablate.report.inference.study_section import folder_contrasts
+    from ablate.report.sections.sequential.contrasts import trained_order
+    from ablate.report.sections.sequential.section import folder_contrasts
 
     if "RANK" in os.environ:
         raise ConfigError("--until-decided: not under torchrun (each run can be a group: --gpus-per-run G)")
@@ -277,7 +277,7 @@ def _new_round(n: int, plan: dict[str, list[int]], runs: list[CheckedRun]) -> di
 
 
 def _stopped(folder: Path, study: dict, reason: str, rule, runs: list[CheckedRun], out: str) -> int:
-    from ablate.report.inference.sequential import CLOSED
+    from ablate.report.sections.sequential.decide import CLOSED
 
     study["stopped"] = reason
     rundir.write_json_atomic(folder / rundir.STUDY, study)

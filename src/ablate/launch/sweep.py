@@ -63,7 +63,10 @@ def attempt_stack(
     configs = [run.config if isinstance(run, CheckedRun) else run for run in runs]
     folders = [run_dir_for(out_root, config) for config in configs]
     before, started = [_summary_text(folder) for folder in folders], time.time()
-    results = train_stack(runs, out_root, callbacks)
+    try:
+        results = train_stack(runs, out_root, callbacks)
+    except Exception as exc:  # a config refused before any folder (train_stack's checks): every run failed by it
+        results = [exc] * len(runs)
     return [
         _outcome_of(result, config, folder, earlier, started)
         for result, config, folder, earlier in zip(results, configs, folders, before)

@@ -10,19 +10,21 @@ inputs/     what is read: run folders -> runs and tasks, like with like (equal t
             the runs' tokenizers compared
 signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric,
             subjects below an SNR floor
-inference/  how sure: a pair over seeds, the two families (Benjamini-Hochberg), the winner, adaptive studies' rule
-            and decisions under either design
-grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"]), compute multipliers
+inference/  how sure: a pair over seeds, the two families (Benjamini-Hochberg), the winner
+grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"]), their fits
 text/       the report in words: the headline, report.md and report.html, the plots, the grid's sections
+sections/   one folder per section, its computation and its rendering: sequential/ (an adaptive study's rule,
+            decisions and words; the only part launch/study.py imports), multipliers/ (compute multipliers)
 analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
 options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
 calibrate.py  constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 
 The rooms import one way (tests/test_structure.py): schema < stats < inputs < signal < inference < grid < options <
-text < analyze < calibrate; schema and stats import nothing else of the report, inputs only stats.
+text (its shared parts) < sections < text/headline.py < text/render.py < analyze < calibrate; schema and stats import
+nothing else of the report, inputs only stats.
 
 The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads
-inference/sequential.py alone, not the analysis (numpy, scipy, matplotlib).
+sections/sequential/rule.py (and the statistics it checks a rule with), not the analysis (numpy, scipy, matplotlib).
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report.grid.analysis import analyze_sweep
-from ablate.report.grid.compute import multipliers_section, recorded_baseline
-from ablate.report.inference import families, pairs, study_section
+from ablate.report.inference import families, pairs
 from ablate.report.stats import stats
 from ablate.report.inputs import match, tokenizers
 from ablate.report.inputs.compute_points import split_budgets
@@ -25,7 +24,9 @@ from ablate.report.signal import choose, subjects
 from ablate.report.options import Options, floor_value
 from ablate.report.signal.across import RESAMPLE, across_scales
 from ablate.report.text import headline as words
-from ablate.report.text import multipliers as compute_words
+from ablate.report.sections.multipliers import render as compute_words
+from ablate.report.sections.multipliers.section import multipliers_section, recorded_baseline
+from ablate.report.sections.sequential import section as study_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
     BASELINE_METRICS,

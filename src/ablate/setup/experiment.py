@@ -200,13 +200,13 @@ def _check_name_override(overrides: dict, runs: list[RunConfig]) -> None:
 
 
 def _decision_of(path: Path, namespace: dict):
-    """The file's `decision`, checked: a DecisionRule (ablate.report.inference.sequential) or None when it defines
+    """The file's `decision`, checked: a DecisionRule (ablate.report.sections.sequential.rule) or None when it defines
     none."""
     if "decision" not in namespace:
         return None
     found, where = namespace["decision"], f"{_defined_at(path, 'decision')}: decision"
     # looked up, not imported (as callbacks are): a file that made a DecisionRule imported it, and loading stays fast
-    rule_class = getattr(sys.modules.get("ablate.report.inference.sequential"), "DecisionRule", None)
+    rule_class = getattr(sys.modules.get("ablate.report.sections.sequential.rule"), "DecisionRule", None)
     if rule_class is None or not isinstance(found, rule_class):
         raise ExperimentError(
             f"{where} is a {type(found).__name__}; allowed: ablate.DecisionRule(metrics=..., margins=..., alpha=..., "

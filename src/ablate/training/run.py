@@ -262,9 +262,15 @@ def train_stack(
     trainers: dict[int, Trainer] = {}
     d = None
     try:
-        d = init_distributed(checked[0].config.train.device)
-        if d.world != 1:
-            raise ConfigError(f"--stack: a stack trains in one process at world size 1, not {d.world} (torchrun)")
+        try:
+            d = init_distributed(checked[0].config.train.device)
+            if d.world != 1:
+                raise ConfigError(f"--stack: a stack trains in one process at world size 1, not {d.world}")
+            reset_peak_memory(d.device)  # each summary's peak_memory_bytes is the stack's: its members' together
+        except Exception as exc:  # before any member's folder is decided: recorded in each, as train() would
+            for k, folder in enumerate(folders):
+                _record_failure(folder, None, exc, locks[k])
+            return [exc] * len(folders)
         for k, (run, folder) in enumerate(zip(checked, folders)):
             results[k] = rundir.finished_summary(folder, run.config.identity())
             if results[k] is not None:
@@ -287,7 +293,6 @@ def train_stack(
                     _record_failure(folder, None, exc, locks[k])
                     results[k] = exc
         if trainers:
-            reset_peak_memory(d.device)  # each summary's peak_memory_bytes is the stack's: its members' together
             _fit_stack(trainers, folders, locks, results)
     finally:
         for lock in locks:

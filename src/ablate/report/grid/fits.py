@@ -290,7 +290,7 @@ def power_law_params(n: np.ndarray, loss: np.ndarray, floor: float | None = None
     """(E, log A, alpha) of L(N) = E + A N^-alpha by least squares on L; None when L does not fall with N.
 
     floor: E held at this value (below every loss), only log A and alpha fitted: 3 points cannot identify E, since
-    3 free parameters pass through them exactly (ablate.report.grid.multipliers pins E there)."""
+    3 free parameters pass through them exactly (ablate.report.sections.multipliers.estimate pins E there)."""
     if floor is not None:
         return _pinned_power_law(np.log(n), loss, floor)
     start = _power_law_profile(n, loss)

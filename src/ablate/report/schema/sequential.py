@@ -8,7 +8,7 @@ from ablate.report.schema.record import Record, figure, record
 
 @record
 class Rule(Record):
-    """The study's decision rule (inference/sequential.DecisionRule)."""
+    """The study's decision rule (sections/sequential/rule.DecisionRule)."""
 
     metrics: list[str] = figure("the decision metrics: val_loss, val_bpb or task/metric")
     margins: dict[str, float] = figure("each metric's equivalence margin", keys="metric")

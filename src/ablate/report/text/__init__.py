@@ -4,13 +4,10 @@ fmt.py         what the text shares: the Section, numbers as shown, markdown esc
 headline.py    one sentence per decision metric, the headline; an adaptive study's decisions leading it
 verdict.py     the verdict in one or two sentences, and the decisions table (a row per decision metric)
 opening.py     the report's opening: the verdict, the decisions table, the method once and folded away
-render.py      report.json -> report.md and report.html (the sections in order)
+render.py      report.json -> report.md and report.html (the sections in order, sections/' among them)
 across.py      the "Which signal to trust at which scale" section (signal/across.py's figures)
-sequential.py  an adaptive study's section (inference/sequential.py's contrasts, whose one-line form is there)
 tokenizers.py  the runs table's tokenizer columns
 plots.py       the embedded PNGs (matplotlib, Agg)
 grid_sections.py  report["sweep"] -> the report's Sweep sections
 grid_figures.py   their plots, as base64 PNGs (plots.py's png())
-multipliers.py    report["multipliers"] -> the headline's compute sentence and the Compute multipliers section
-multiplier_figures.py  its plots: loss vs FLOPs per rung with the matched-loss arrows, M vs compute
 """

@@ -238,7 +238,7 @@ def _contrast_text(c: dict, with_metric: bool, futility: float | None = None) ->
 
 def _state(c: dict) -> str:
     """A contrast's decision, "futile" also where study.json files before 2026-11-27 said "undecidable"."""
-    from ablate.report.inference.sequential import CLOSED, FUTILE
+    from ablate.report.sections.sequential.decide import CLOSED, FUTILE
 
     return FUTILE if c["decision"] in CLOSED else c["decision"]
 

@@ -12,7 +12,9 @@ import json
 import math
 
 from ablate.report.inputs.runs import sign_of
-from ablate.report.text import across, multipliers, opening, plots, sequential, tokenizers
+from ablate.report.sections.multipliers import render as multipliers
+from ablate.report.sections.sequential import render as sequential
+from ablate.report.text import across, opening, plots, tokenizers
 from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
 from ablate.report.text.grid_sections import grid_sections
 

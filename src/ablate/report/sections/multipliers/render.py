@@ -167,7 +167,7 @@ def section(report: dict, with_images: bool) -> Section | None:
             sec.bullets.append(f"{rung_label(rung['rung'], scale)}: {rung['baseline']['note']}")
     sec.bullets += [f"compute point left out: {why}" for why in found["left_out"]] + found["notes"]
     if with_images:
-        from ablate.report.text import multiplier_figures as figures  # matplotlib: only where images are drawn
+        from ablate.report.sections.multipliers import figures  # matplotlib: only where images are drawn
 
         for caption, image in figures.all_figures(found, scale):
             if image:

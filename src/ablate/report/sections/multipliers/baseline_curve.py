@@ -1,6 +1,6 @@
 """The baseline's curve at one rung: its compute points (Cell), the fitted L(C) = E + A C^-alpha (Curve,
 fit_curve), whether that form follows the points (check_form), and what M is read from (reader_for: the curve, or
-the local quadratic, Interpolation, where it does not). grid/multipliers.py reads multipliers off these.
+the local quadratic, Interpolation, where it does not). estimate.py reads multipliers off these.
 
 Is the curve the right one? E + A C^-alpha is a straight line in log (L - E) against log C, bent only by E; a curve
 it cannot follow biases M with an interval that does not know it (the report's default, E shared over 3 rungs, 3

@@ -1,4 +1,4 @@
-"""Beside each compute multiplier (multipliers.py): a projection along its trend across rungs (only when asked,
+"""Beside each compute multiplier (estimate.py): a projection along its trend across rungs (only when asked,
 labelled an extrapolation), and the seed bootstrap that checks the delta-method interval where there are >= 5
 seeds (a percentile interval over resampled whole seeds: a check, never the interval).
 """
@@ -11,8 +11,15 @@ from collections.abc import Hashable, Iterable
 
 import numpy as np
 
-from ablate.report.grid.baseline_curve import Cell, Point, check_form, fit_curve, group_cells, reader_for
-from ablate.report.grid.multipliers import LEVEL, MIN_BOOT_SEEDS, extrapolation_note, t_quantile
+from ablate.report.sections.multipliers.baseline_curve import (
+    Cell,
+    Point,
+    check_form,
+    fit_curve,
+    group_cells,
+    reader_for,
+)
+from ablate.report.sections.multipliers.estimate import LEVEL, MIN_BOOT_SEEDS, extrapolation_note, t_quantile
 
 
 def _nearest(cells: list[Cell], flops: float | None) -> Cell:

@@ -24,7 +24,7 @@ number (`extrapolated: true`): only a bound, M > C_max / C_v (or M < C_min / C_v
 Fewer than 2 seeds in any cell: a number, no interval. One rung: no trend.
 
 Is the curve the right one? Each rung's fit is tested, and where it fails M is read from a local quadratic instead
-(grid/baseline_curve.py: check_form, reader_for; each row says which it was read from, `read_from`, and why).
+(baseline_curve.py: check_form, reader_for; each row says which it was read from, `read_from`, and why).
 
 M at several budgets of one arm and rung: each row's `budget_ratios` gives M at every other budget over its own,
 with the interval of that ratio (log_ratio: one linear function of every cell's mean, seeds the unit as for log M),
@@ -75,7 +75,7 @@ from collections.abc import Hashable, Iterable
 import numpy as np
 from scipy import optimize, stats
 
-from ablate.report.grid.baseline_curve import (
+from ablate.report.sections.multipliers.baseline_curve import (
     EDGE_SHARE,
     Cell,
     Curve,

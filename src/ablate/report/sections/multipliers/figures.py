@@ -1,4 +1,4 @@
-"""The compute multipliers' plots, drawn from report["multipliers"] only, as base64 PNGs (plots.png)."""
+"""The compute multipliers' plots, drawn from report["multipliers"] only, as base64 PNGs (text/plots.py's png)."""
 
 from __future__ import annotations
 

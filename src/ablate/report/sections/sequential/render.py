@@ -1,10 +1,11 @@
-"""report.json's `sequential` (an adaptive study, inference/sequential.py) -> a section of report.md and report.html:
+"""report.json's `sequential` (an adaptive study, section.py) -> a section of report.md and report.html:
 the contrasts as a table, the method and its guarantee, the compute against a fixed design, how the study stopped,
 and a flag where its rule changed after results were seen."""
 
 from __future__ import annotations
 
-from ablate.report.inference.sequential import CLOSED, futility_text
+from ablate.report.sections.sequential.decide import CLOSED
+from ablate.report.sections.sequential.words import futility_text
 from ablate.report.text.fmt import Section, fmt, fmt_seconds
 
 

@@ -1,7 +1,7 @@
 """report["multipliers"]: each variant's effect in the currency of compute, from the compute points of a ladder.
 
 inputs/compute_points.py reads the points from the run folders (each arm at several budgets, annealed ends);
-multipliers.py fits the baseline's loss-vs-compute curve per rung and inverts it. This module names the arms as the
+estimate.py fits the baseline's loss-vs-compute curve per rung and inverts it. This module names the arms as the
 rest of the report does (a method's name without the scale suffix), picks each variant's row at its main budget (the
 budget every arm shares: the one the pairwise tests see), keeps its other budgets beside it (does M depend on the
 budget?), and lays out what the plots and the headline read: the baseline's fit with its band, every seed's point,
@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-from ablate.report.grid import multiplier_checks as checks
-from ablate.report.grid import baseline_curve
-from ablate.report.grid import multipliers as mult
+from ablate.report.sections.multipliers import checks
+from ablate.report.sections.multipliers import baseline_curve
+from ablate.report.sections.multipliers import estimate as mult
 from ablate.report.inputs.compute_points import BudgetSplit, ComputePoint
 from ablate.report.inputs.runs import ReportError, Run, TaskInfo, scale_order, scale_value
 

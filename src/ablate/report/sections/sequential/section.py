@@ -1,20 +1,15 @@
 """The report's `sequential` section: an adaptive study's contrasts recomputed from its run folders (study.json's
 own copies are not trusted), its rule and the rule's history, its rounds, the compute it used against the fixed
-design's, and the method in words. The decisions themselves are inference/sequential.py's."""
+design's, and the method in words. The decisions themselves are decide.py's, the contrasts contrasts.py's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ablate.report.stats.anytime import MIXTURE_G
-from ablate.report.inference.sequential import (
-    STUDY_FILE,
-    DecisionRule,
-    open_variants,
-    study_contrasts,
-    trained_order,
-    voids_guarantee,
-)
+from ablate.report.sections.sequential.contrasts import study_contrasts, trained_order
+from ablate.report.sections.sequential.decide import open_variants
+from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule, voids_guarantee
 
 
 def read_study(runs_dir) -> dict | None:
@@ -110,7 +105,7 @@ def study_section(runs, study: dict, max_token_gap: float | None = None) -> dict
 
 
 def folder_contrasts(runs_dir, rule: DecisionRule, variants=None, trained=None, max_token_gap=None) -> list:
-    """sequential.study_contrasts over the runs under runs_dir, read as the report reads them (inputs/runs.py): what
+    """contrasts.study_contrasts over the runs under runs_dir, read as the report reads them (inputs/runs.py): what
     the study's driver (launch/study.py) decides after each round."""
     from ablate.report.inputs.runs import load_runs
 
