@@ -58,21 +58,11 @@ def real_step(size: str, device: str, batch: int | None = None, seed: int = 0):
     return measure.RealStep(run_config(size, device, batch, seed), measure.device_setup(device))
 
 
-def timed(step, device: str, steps: int) -> float:
+def in_process(size: str, members: int, steps: int, warmup: int, device: str) -> dict[str, float]:
+    """tokens/s of one run, one run at K times its batch, and K stacked runs, interleaved in this process."""
     import gpu_acceptance_measure as measure
     import torch
 
-    device = torch.device(device)
-    measure.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    measure.synchronize(device)
-    return time.perf_counter() - start
-
-
-def in_process(size: str, members: int, steps: int, warmup: int, device: str) -> dict[str, float]:
-    """tokens/s of one run, one run at K times its batch, and K stacked runs, interleaved in this process."""
     from ablate.training.stack import StackedTrainer
 
     lone = real_step(size, device)
@@ -92,7 +82,7 @@ def in_process(size: str, members: int, steps: int, warmup: int, device: str) ->
     seconds = dict.fromkeys(sides, 0.0)
     for _ in range(2):  # interleaved halves
         for name, (step, _) in sides.items():
-            seconds[name] += timed(step, device, steps)
+            seconds[name] += measure.timed_steps(step, torch.device(device), steps)
     for real in {id(r): r for r in [lone, big, *member_steps]}.values():
         real.close()
     return {name: lone.tokens_per_step * runs * 2 * steps / seconds[name] for name, (_, runs) in sides.items()}

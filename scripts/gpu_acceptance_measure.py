@@ -199,18 +199,23 @@ class RealStep:
 
     def timed(self, steps: int) -> float:
         """Seconds for `steps` steps, the device drained before and after."""
-        synchronize(self.device)
-        start = time.perf_counter()
-        for _ in range(steps):
-            self.step()
-        synchronize(self.device)
-        return time.perf_counter() - start
+        return timed_steps(self.step, self.device, steps)
 
     def close(self) -> None:
         """The run's files closed (Trainer.end, as fit's end); its folder removed if it was a temporary one."""
         self.trainer.end()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def timed_steps(step, device: torch.device, steps: int) -> float:
+    """Seconds for `steps` calls of `step`, the device drained before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def synchronize(device: torch.device) -> None:

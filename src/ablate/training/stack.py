@@ -159,6 +159,11 @@ class Stack:
                 named, tokens, targets, doc_ids
             )
 
+    def forget_routing(self, k: int) -> None:
+        """Member k's routing statistics of this step dropped (its row ran on another member's batch)."""
+        for router in self._member_routers[k]:
+            router.step_stats = None
+
     def member_grads(self) -> None:
         """Each member's parameters get their slice of the stacked gradients (views, no copy); the stacked
         gradients are kept until zero_grad."""
@@ -315,8 +320,7 @@ class StackedTrainer:
         callbacks = sum(self.members[k].post_step_seconds for k in active)  # validation, checkpoints: not the step
         self.last_step_seconds = time.perf_counter() - start - callbacks
         for k in set(range(len(self.members))) - set(active):  # a row computed on another's batch: nobody's step
-            for router in self.stack._member_routers[k]:
-                router.step_stats = None
+            self.stack.forget_routing(k)
         self.stack.zero_grad()
 
     def _guarded(self, k: int, step) -> None:
