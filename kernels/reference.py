@@ -122,18 +122,33 @@ def addmm_takes_fp32_accumulator(device: torch.device) -> bool:
 def fused_head_gradient(device: torch.device) -> bool:
     """Whether half-precision chunks add into the fp32 head gradient in one addmm: eager CUDA where torch can
     (addmm_takes_fp32_accumulator). CPU has no such addmm; under torch.compile the product and the add are Inductor's
-    to schedule (its lowering of addmm with out_dtype failed: pytorch/pytorch#163880)."""
-    return device.type == "cuda" and not torch.compiler.is_compiling() and addmm_takes_fp32_accumulator(device)
+    to schedule (its lowering of addmm with out_dtype failed: pytorch/pytorch#163880); under torch.func.vmap (a stack
+    of members, StackedLinearCrossEntropyFunction) an out= call has no batching rule."""
+    return (
+        device.type == "cuda"
+        and not torch.compiler.is_compiling()
+        and not _under_vmap()
+        and addmm_takes_fp32_accumulator(device)
+    )
 
 
-def accumulate_head_gradient(grad_weight: torch.Tensor, logits: torch.Tensor, rows: torch.Tensor, fused: bool) -> None:
-    """grad_weight (fp32) += logits.T @ rows, for one chunk's logit gradient `logits` and its hidden rows `rows`."""
+def _under_vmap() -> bool:
+    """Whether this runs inside a torch.func transform (StackedLinearCrossEntropyFunction's vmap), eagerly."""
+    return not torch.compiler.is_compiling() and torch._C._functorch.maybe_current_level() is not None
+
+
+def accumulate_head_gradient(
+    grad_weight: torch.Tensor, logits: torch.Tensor, rows: torch.Tensor, fused: bool
+) -> torch.Tensor:
+    """grad_weight (fp32) + logits.T @ rows, for one chunk's logit gradient `logits` and its hidden rows `rows`:
+    added in place, and returned (under vmap, where addmm_ has no batching rule, a new tensor)."""
     if logits.dtype == grad_weight.dtype:
-        grad_weight.addmm_(logits.T, rows)  # in place: no weight-sized temporary per chunk
-    elif fused:  # half factors, fp32 sums in the matmul's epilogue: no half product, no separate add
-        torch.addmm(grad_weight, logits.T, rows, out_dtype=torch.float32, out=grad_weight)
-    else:  # a half product, then its fp32 add
-        grad_weight += logits.T @ rows
+        if _under_vmap():  # the members' products in one batched call, not one addmm_ each
+            return torch.addmm(grad_weight, logits.T, rows)
+        return grad_weight.addmm_(logits.T, rows)  # in place: no weight-sized temporary per chunk
+    if fused:  # half factors, fp32 sums in the matmul's epilogue: no half product, no separate add
+        return torch.addmm(grad_weight, logits.T, rows, out_dtype=torch.float32, out=grad_weight)
+    return grad_weight.add_(logits.T @ rows)  # a half product, then its fp32 add
 
 
 def chunked_linear_cross_entropy(
@@ -157,7 +172,7 @@ def chunked_linear_cross_entropy(
     z_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
     grad_hidden = torch.empty_like(hidden) if with_grads else None
     # fp32 accumulator over chunks, whatever the weight's dtype (a bf16 sum of many chunks would lose bits)
-    grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grads else None
+    grad_weight = torch.zeros_like(weight, dtype=torch.float32) if with_grads else None  # under vmap: each member's
     device_type = hidden.device.type
     # cast once here, not once per chunk and matmul (a third of the time); autocast exists on these two device types
     # (torch 2.11's dynamo cannot trace torch.amp.is_autocast_available)
@@ -181,7 +196,7 @@ def chunked_linear_cross_entropy(
             ce_rows_out.copy_(ce_rows)
         if with_grads:  # `logits` now holds d(loss sum)/d(logits) for this chunk
             grad_rows.copy_(logits @ weight)
-            accumulate_head_gradient(grad_weight, logits, rows, fused)
+            grad_weight = accumulate_head_gradient(grad_weight, logits, rows, fused)
     loss_sum = ce_sum + z_loss * z_sum if z_loss else ce_sum
     return loss_sum, ce_sum, valid_count, grad_hidden, grad_weight
 
@@ -213,24 +228,31 @@ def per_token_cross_entropy(
     return out.view(targets.shape)
 
 
+def _means_and_gradients(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks):
+    """(loss, ce, grad_hidden, grad_weight): the chunked driver's sums over the valid count, gradients included."""
+    loss_sum, ce_sum, count, grad_hidden, grad_weight = chunked_linear_cross_entropy(
+        hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True, chunks=chunks
+    )
+    return loss_sum / count, ce_sum / count, grad_hidden.div_(count), grad_weight.div_(count).to(weight.dtype)
+
+
+def _keep_gradients(ctx, inputs, output):
+    _, ce, grad_hidden, grad_weight = output
+    ctx.save_for_backward(grad_hidden, grad_weight)
+    ctx.mark_non_differentiable(ce, grad_hidden, grad_weight)
+
+
 class LinearCrossEntropyFunction(torch.autograd.Function):
     """Gradients are computed in forward, chunk by chunk, and only scaled in backward: nothing vocab-sized is saved.
     Outputs (loss, ce, grad_hidden, grad_weight): the last two are what backward scales (not differentiable).
-    Written with setup_context so torch.func.vmap takes it (a stack of models, training.stack): under vmap each
-    member runs the chunked driver on its own slice, so a member's loss and gradients are those of a lone run."""
+    Written with setup_context so torch.func.vmap takes it (a stack of models, training.stack): under vmap the
+    members' slices go through StackedLinearCrossEntropyFunction, every chunk's ops batched over the members."""
 
     @staticmethod
     def forward(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks):
-        loss_sum, ce_sum, count, grad_hidden, grad_weight = chunked_linear_cross_entropy(
-            hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, with_grads=True, chunks=chunks
-        )
-        return loss_sum / count, ce_sum / count, grad_hidden.div_(count), grad_weight.div_(count).to(weight.dtype)
+        return _means_and_gradients(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, ce, grad_hidden, grad_weight = output
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.mark_non_differentiable(ce, grad_hidden, grad_weight)
+    setup_context = staticmethod(_keep_gradients)
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_ce, _grad_hidden, _grad_weight):
@@ -239,18 +261,35 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, hidden, weight, targets, *options):
-        """Each member's slice through the driver, the results stacked on dim 0."""
+        """The members' slices at once (StackedLinearCrossEntropyFunction), the results stacked on dim 0."""
 
-        def member(x, dim, k):
-            return x if dim is None else x.select(dim, k)
+        def leading(x, dim):  # the members on dim 0 (a tensor every member shares: repeated for each)
+            return x.movedim(dim, 0) if dim is not None else x.expand(info.batch_size, *x.shape)
 
-        outs = [
-            LinearCrossEntropyFunction.apply(
-                member(hidden, in_dims[0], k), member(weight, in_dims[1], k), member(targets, in_dims[2], k), *options
-            )
-            for k in range(info.batch_size)
-        ]
-        return tuple(torch.stack(parts) for parts in zip(*outs)), (0, 0, 0, 0)
+        hidden, weight, targets = (leading(x, dim) for x, dim in zip((hidden, weight, targets), in_dims))
+        return StackedLinearCrossEntropyFunction.apply(hidden, weight, targets, *options), (0, 0, 0, 0)
+
+
+class StackedLinearCrossEntropyFunction(torch.autograd.Function):
+    """LinearCrossEntropyFunction of K members at once: hidden (K, N, D), weight (K, V, D), targets (K, N); outputs
+    (K,) losses and cross-entropies and (K, ...) gradients. The chunked driver runs under torch.func.vmap, so each
+    chunk is one batched matmul and one batched loss step for all members (on a GPU, K times fewer, K times larger
+    launches), each member's chunk the rows and sums a lone run's has."""
+
+    @staticmethod
+    def forward(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks):
+        def member(hidden, weight, targets):
+            return _means_and_gradients(hidden, weight, targets, ignore_index, z_loss, chunk_rows, ce_chunk, chunks)
+
+        return torch.func.vmap(member)(hidden, weight, targets)
+
+    setup_context = staticmethod(_keep_gradients)
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_ce, _grad_hidden, _grad_weight):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        per_member = grad_loss.view(-1, 1, 1)
+        return grad_hidden * per_member, grad_weight * per_member, None, None, None, None, None, None
 
 
 def linear_cross_entropy(

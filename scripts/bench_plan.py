@@ -4,6 +4,8 @@
     python scripts/bench_plan.py --cases small-fp32 --world 1 --rss
     python scripts/bench_plan.py --measure RUN.json --steps 2 --out OUT.json   # one measurement (the test's call)
     python scripts/bench_plan.py --smoke              # a tiny case, 1 process, 2 steps: checks the script runs
+    python scripts/bench_plan.py --world 1 --stack 1,2,4   # K seeds as one stack (training.stack), against
+                                                           # ablate plan --stack's estimate_stack_memory
 
 What is measured: the trainer itself (training.trainer.Trainer, no callbacks) builds the model and optimizer and runs
 `--steps` steps on real data (the second step is the first with optimizer state). On GPU the peak is
@@ -23,6 +25,7 @@ imported code, so plan for RAM above the estimate on CPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ctypes
 import json
 import os
@@ -148,9 +151,10 @@ def _live_bytes_peak(profiler, since_marker: str) -> int:
     )
 
 
-def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict:
+def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False, stack: int = 1) -> dict:
     """The per-rank peak of `steps` training steps of the run: live tensor bytes, or with `rss` (no profiler) the
-    RSS high-water mark. Every rank measures itself; the rank that needs the most is returned."""
+    RSS high-water mark. Every rank measures itself; the rank that needs the most is returned. `stack` > 1: that
+    many seeds of the run as one stack (training.stack.StackedTrainer), at world size 1."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -159,6 +163,7 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
     from ablate.setup.checks import check_run
     from ablate.training.parallel import init_distributed
     from ablate.training.run import Trainer
+    from ablate.training.stack import StackedTrainer
 
     run = RunConfig.from_dict(run_dict)
     d = init_distributed(run.train.device)
@@ -178,11 +183,16 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
         profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         profiler.start()
     start = time.perf_counter()
-    trainer = Trainer(check_run(run, d.world), run_dir, d, callbacks=[])
-    trainer.model.train()
+    members = [
+        Trainer(check_run(seeded(run, seed), d.world), run_dir / f"seed{seed}", d, callbacks=[])
+        for seed in range(stack)
+    ]
+    for member in members:
+        member.model.train()
+    step = StackedTrainer(members).train_step if stack > 1 else members[0].train_step
     with record_function("bench_plan_steps"):
         for _ in range(steps):
-            trainer.train_step()
+            step()
     seconds = time.perf_counter() - start
     if rss:
         peak = _rss_kib("VmHWM") * 1024 - rss_before
@@ -203,7 +213,7 @@ def measure(run_dict: dict, steps: int, out_dir: str, rss: bool = False) -> dict
 
 
 def measure_in_subprocess(
-    run_dict: dict, world: int = 1, steps: int = 2, rss: bool = False, timeout: float = 600
+    run_dict: dict, world: int = 1, steps: int = 2, rss: bool = False, timeout: float = 600, stack: int = 1
 ) -> dict:
     """`measure` in a fresh process (torchrun with `world` processes when > 1), so nothing of this process's memory
     enters the figure."""
@@ -225,6 +235,7 @@ def measure_in_subprocess(
             "--out",
             str(out),
             *(["--rss"] if rss else []),
+            *(["--stack", str(stack)] if stack > 1 else []),
         ]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
@@ -234,7 +245,8 @@ def measure_in_subprocess(
 
 
 def _child(args) -> int:
-    result = measure(json.loads(Path(args.measure).read_text()), args.steps, str(Path(args.out).parent), args.rss)
+    run_dict, out_dir = json.loads(Path(args.measure).read_text()), str(Path(args.out).parent)
+    result = measure(run_dict, args.steps, out_dir, args.rss, int(args.stack))
     if int(os.environ.get("RANK", 0)) == 0:
         Path(args.out).write_text(json.dumps(result))
     from ablate.training.parallel import shutdown_distributed
@@ -247,16 +259,24 @@ def _child(args) -> int:
 # the comparison
 
 
-def compare(name: str, world: int, steps: int, rss: bool) -> dict:
+def seeded(run, seed: int):
+    """`run` (a RunConfig) with train.seed `seed`."""
+    return dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed))
+
+
+def compare(name: str, world: int, steps: int, rss: bool, stack: int = 1) -> dict:
     from ablate.config import RunConfig
-    from ablate.cost.memory import estimate_memory
+    from ablate.cost.memory import estimate_memory, estimate_stack_memory
     from ablate.setup.checks import check_run
 
     run_dict = case_config(name, world)
+    run = RunConfig.from_dict(run_dict)
+    members = [check_run(seeded(run, seed), world) for seed in range(stack)]
+    estimate = estimate_stack_memory(members, "cpu") if stack > 1 else estimate_memory(members[0], world, "cpu")
     return {
-        "estimate": estimate_memory(check_run(RunConfig.from_dict(run_dict), world), world, "cpu"),
-        "live": measure_in_subprocess(run_dict, world, steps),
-        "rss": measure_in_subprocess(run_dict, world, steps, rss=True) if rss else None,
+        "estimate": estimate,
+        "live": measure_in_subprocess(run_dict, world, steps, stack=stack),
+        "rss": measure_in_subprocess(run_dict, world, steps, rss=True, stack=stack) if rss else None,
     }
 
 
@@ -267,6 +287,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--rss", action="store_true", help="also the RSS high-water mark (a run without profiler)")
     parser.add_argument("--smoke", action="store_true", help="a tiny case in 1 process, 2 steps (with --rss too)")
+    parser.add_argument("--stack", default="1", help="stack sizes (K seeds as one stacked model; world 1 only)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -277,18 +298,21 @@ def main() -> int:
     from ablate.cost.memory import format_bytes
 
     print(
-        f"{'case':16s} {'world':>5s} {'estimate':>10s} {'measured':>10s} {'est/meas':>8s}"
+        f"{'case':16s} {'world':>5s} {'K':>2s} {'estimate':>10s} {'measured':>10s} {'est/meas':>8s}"
         + (f" {'RSS':>10s} {'est/RSS':>7s}" if args.rss else "")
         + "  peak moment (estimate)"
     )
     ratios = []  # estimate / measured live bytes, per row
-    for world in (int(w) for w in args.world.split(",")):
+    sizes = [(world, k) for world in map(int, args.world.split(",")) for k in map(int, args.stack.split(","))]
+    for world, k in sizes:
+        if world > 1 and k > 1:
+            continue  # a stack trains on one device
         for name in args.cases.split(","):
-            row = compare(name, world, args.steps, args.rss)
+            row = compare(name, world, args.steps, args.rss, k)
             estimate, live, rss = row["estimate"], row["live"]["peak_bytes"], row["rss"]
             ratios.append(estimate.total / live)
             line = (
-                f"{name:16s} {world:5d} {format_bytes(estimate.total):>10s} {format_bytes(live):>10s} "
+                f"{name:16s} {world:5d} {k:2d} {format_bytes(estimate.total):>10s} {format_bytes(live):>10s} "
                 f"{estimate.total / live:8.3f}"
             )
             if rss:

@@ -2,6 +2,8 @@
 
     python scripts/bench_stack.py                                          # CPU: the quickstart's baseline, K = 1-4
     python scripts/bench_stack.py --device cuda --sizes 10M quickstart --members 1 2 4 8 16
+    python scripts/bench_stack.py --optim muon --members 1 3               # Muon: its Newton-Schulz batched
+    python scripts/bench_stack.py --ops --members 1 2 4 8                   # torch ops a step (~launches on a GPU)
 
 For each size and K, every side is ablate's real step (the Trainer as `ablate run` builds it, default callbacks,
 train.dtype at its default: fp32 on CPU, bf16 on a GPU; train.compile as --compile says, "auto" by default: eager
@@ -32,6 +34,7 @@ LONG_RUN_STEPS = 10_000  # no measured step is near a run's last (its validation
 
 
 COMPILE = "auto"  # train.compile of every side (--compile)
+OPTIMIZER = "adamw"  # optim.name of every side (--optim)
 
 
 def run_config(size: str, device: str, batch: int | None = None, seed: int = 0):
@@ -47,7 +50,7 @@ def run_config(size: str, device: str, batch: int | None = None, seed: int = 0):
         run = measure.run_config(measure.SPECS[size], measure.device_setup(device).device, dtype="auto")
     batch = batch or run.train.global_batch
     fields = {"train.global_batch": batch, "train.micro_batch": batch, "train.seed": seed, "train.device": device}
-    fields["train.compile"] = COMPILE
+    fields["train.compile"], fields["optim.name"] = COMPILE, OPTIMIZER
     quiet = {"train.max_steps": LONG_RUN_STEPS, "train.val_every": 0, "train.ckpt_every": 0}
     return apply_overrides(run, {**quiet, **fields})
 
@@ -88,11 +91,33 @@ def in_process(size: str, members: int, steps: int, warmup: int, device: str) ->
     return {name: lone.tokens_per_step * runs * 2 * steps / seconds[name] for name, (_, runs) in sides.items()}
 
 
-def _side_by_side_worker(size, device, seed, threads, steps, warmup, barrier, results, compile_setting):
-    global COMPILE
+def ops_per_step(size: str, members: int, device: str) -> dict[str, int]:
+    """The torch operators one stacked step of K members dispatches (the profiler's aten calls, nested ones
+    included), after a warm-up step: on a GPU, about its kernel launches. Against the lone run's, this shows what
+    still runs member by member (it grows with K) and what runs once for the stack."""
+    from torch.profiler import profile
+
+    from ablate.training.stack import StackedTrainer
+
+    lone = real_step(size, device)
+    member_steps = [real_step(size, device, seed=seed) for seed in range(members)]  # at one step: stacked
+    stacked = StackedTrainer([m.trainer for m in member_steps])
+    counts = {}
+    for name, step in (("lone", lone.step), ("stacked", stacked.train_step)):
+        step()
+        with profile() as profiled:
+            step()
+        counts[name] = sum(e.count for e in profiled.key_averages() if e.key.startswith("aten::"))
+    for real in [lone, *member_steps]:
+        real.close()
+    return counts
+
+
+def _side_by_side_worker(size, device, seed, threads, steps, warmup, barrier, results, settings):
+    global COMPILE, OPTIMIZER
     import torch
 
-    COMPILE = compile_setting  # a spawned process imports this module afresh
+    COMPILE, OPTIMIZER = settings  # a spawned process imports this module afresh
     torch.set_num_threads(threads)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         real = real_step(size, device, seed=seed)
@@ -118,7 +143,7 @@ def side_by_side(size: str, members: int, steps: int, warmup: int, device: str) 
     workers = [
         context.Process(
             target=_side_by_side_worker,
-            args=(size, device, seed, threads, 2 * steps, warmup, barrier, results, COMPILE),
+            args=(size, device, seed, threads, 2 * steps, warmup, barrier, results, (COMPILE, OPTIMIZER)),
         )
         for seed in range(members)
     ]
@@ -133,7 +158,7 @@ def side_by_side(size: str, members: int, steps: int, warmup: int, device: str) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    global COMPILE
+    global COMPILE, OPTIMIZER
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["quickstart"], choices=["quickstart", "10M"])
     parser.add_argument("--members", type=int, nargs="+", default=[1, 2, 3, 4])
@@ -142,11 +167,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-processes", action="store_true", help="skip the side-by-side processes")
     parser.add_argument("--compile", default="auto", choices=["auto", "true", "false"], help="train.compile, all sides")
+    parser.add_argument("--optim", default="adamw", choices=["adamw", "muon"], help="optim.name, all sides")
+    parser.add_argument("--ops", action="store_true", help="torch ops per stacked step for each K (no timing)")
     parser.add_argument("--smoke", action="store_true", help="K = 1, 2, one timed step: that the script runs")
     args = parser.parse_args(argv)
-    COMPILE = args.compile
+    COMPILE, OPTIMIZER = {"true": True, "false": False}.get(args.compile, args.compile), args.optim
     if args.smoke:
         args.members, args.steps, args.warmup = [1, 2], 1, 1
+    if args.ops:
+        print(f"{'size':<10} K   {'ops, lone step':>15} {'ops, stacked step':>18}  stacked / (K x lone)", flush=True)
+        for size in args.sizes:
+            for k in args.members:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    ops = ops_per_step(size, k, args.device)
+                share = ops["stacked"] / (k * ops["lone"])
+                print(f"{size:<10} {k:<3} {ops['lone']:>15,} {ops['stacked']:>18,}  {share:.2f}", flush=True)
+        return
     columns = ["one after another", "K x batch", "stacked", "side by side"]
     print(f"{'size':<10} K   " + "  ".join(f"{c:>17}" for c in columns) + "  stacked / each other side", flush=True)
     for size in args.sizes:

@@ -341,7 +341,7 @@ def step_stack_bench(smoke: bool) -> None:
 
     device, sizes = ("cpu", ("quickstart",)) if smoke else ("cuda", ("10M", "quickstart"))
     plans = [(size, k, "auto") for size in sizes for k in ((1, 2) if smoke else (1, 2, 3, 4, 8, 16))]
-    plans += [] if smoke else [("10M", k, "true") for k in (4, 8)]
+    plans += [] if smoke else [("10M", k, True) for k in (4, 8)]
     steps, warmup = (1, 1) if smoke else (5, 3)
     for size, k, compile_setting in plans:
         bench_stack.COMPILE = compile_setting

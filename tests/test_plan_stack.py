@@ -1,12 +1,14 @@
-"""`ablate plan --stack K`: a stack's memory (every member's bytes, the loss's chunk and the optimizer step's
-temporaries once), the largest stack that fits a device, and the command line. CPU, no training."""
+"""`ablate plan --stack K`: a stack's memory (every member's bytes; an optimizer step's temporaries once where the
+members step one after another), the largest stack that fits a device, and the command line. CPU, no training."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+import torch
 
+from ablate import optim
 from ablate.config import DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from ablate.cost import memory, plan
 from ablate.setup.checks import check_run
@@ -14,13 +16,13 @@ from ablate.setup.experiment import load_checked
 from conftest import TINY, cli_in_process
 
 
-def _members(k: int, **optim) -> list:
+def _members(k: int, **optim_fields) -> list:
     """K seeds of one small run (two micro-batches a step: the second finds gradients waiting)."""
     run = RunConfig(
         model=ModelConfig(vocab_size=512, d_model=64, n_layers=3, n_heads=4),
         data=DataConfig(seq_len=32),
         train=TrainConfig(max_steps=10, global_batch=8, micro_batch=4, peak_flops=1e11),
-        optim=OptimConfig(**optim),
+        optim=OptimConfig(**optim_fields),
     )
     return [check_run(dataclasses.replace(run, train=dataclasses.replace(run.train, seed=s))) for s in range(k)]
 
@@ -29,25 +31,57 @@ def _stack_total(members: list) -> int:
     return memory.estimate_stack_memory(members, "cpu").total
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_a_stack_needs_k_times_each_moment_but_what_it_holds_once(optimizer):
-    lone = memory.step_moments(_members(1, name=optimizer)[0], 1, "cpu")
-    assert any(m.once_per_stack for m in lone if m.moment.startswith("loss forward"))  # the chunk of logits
-    step = lone[-1]  # each member's optimizer steps in turn: one's temporaries at a time (AdamW's: none)
+@pytest.fixture
+def one_at_a_time():
+    """An optimizer with step temporaries and no stacked_step: a stack's members step it one after another."""
+
+    @optim.register("one_at_a_time_for_plan")
+    class OneAtATime(torch.optim.SGD):
+        def __init__(self, groups, cfg):
+            super().__init__(groups, lr=cfg.lr)
+
+        @staticmethod
+        def state_elements(shapes: optim.ParamShapes, world: int) -> int:
+            return 0
+
+        @staticmethod
+        def transient_elements(shapes: optim.ParamShapes, world: int) -> int:
+            return 100 * optim.shard_elements(shapes.root + shapes.all_blocks, world)  # made up: the peak
+
+    yield "one_at_a_time_for_plan"
+    del optim.OPTIMIZERS["one_at_a_time_for_plan"]
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon", "one_at_a_time"])
+def test_a_stack_needs_k_times_each_moment_but_what_it_holds_once(optimizer, request):
+    """Every member's bytes at every moment, the loss's chunks of logits included (the loss is batched over the
+    stack); only the temporaries of an optimizer whose members step one after another are held once (Muon steps
+    together, AdamW's fused step has none)."""
+    name = request.getfixturevalue(optimizer) if optimizer == "one_at_a_time" else optimizer
+    lone = memory.step_moments(_members(1, name=name)[0], 1, "cpu")
+    step = lone[-1]
     assert step.moment == "optimizer step" and step.once_per_stack == step.activations
-    assert (step.once_per_stack > 0) == (optimizer == "muon")
+    assert not any(m.once_per_stack for m in lone[:-1])
+    assert (step.once_per_stack > 0) == (optimizer != "adamw")
+    held_once = optimizer == "one_at_a_time"
+    assert memory.steps_together(_members(2, name=name)) == (optimizer == "muon")
     totals = []
     for k in range(1, 5):
-        formula = max(k * (m.total - m.once_per_stack) + m.once_per_stack for m in lone)
-        stacked = memory.estimate_stack_memory(_members(k, name=optimizer), "cpu")
+        once = [m.once_per_stack if held_once else 0 for m in lone]
+        formula = max(k * (m.total - held) + held for m, held in zip(lone, once))
+        stacked = memory.estimate_stack_memory(_members(k, name=name), "cpu")
         assert stacked.total == formula
         at = next(m for m in lone if m.moment == stacked.moment)  # every kind k times, at the stack's peak
         assert (stacked.params, stacked.grads, stacked.optimizer, stacked.gathered) == tuple(
             k * n for n in (at.params, at.grads, at.optimizer, at.gathered)
         )
         totals.append(stacked.total)
+        assert memory.largest_stack(_members(1, name=name)[0], stacked.total, "cpu") == k
     assert totals == sorted(set(totals))  # grows with every member
-    assert totals[1] < 2 * totals[0]  # what it holds once: under twice a lone run
+    if held_once:  # the step's temporaries once: under twice a lone run
+        assert totals[1] < 2 * totals[0]
+    else:
+        assert totals == [k * totals[0] for k in range(1, 5)]
 
 
 def test_a_stack_of_one_is_the_lone_run():

@@ -12,6 +12,7 @@ import torch
 from test_stack import poisoned_stack, _curve, _trainers
 
 from ablate import rundir
+from ablate.training.callbacks import Verdict
 from ablate.training.stack import StackedTrainer
 
 # 2 seeds by default (the file's runtime); 3 where members differ in values, and in the divergence test
@@ -191,3 +192,32 @@ def test_a_diverging_moe_member_leaves_the_others_unchanged(tmp_path):
         _assert_curves_close(got, _curve(alone))
     for trainer in (members[1], healthy.members[1]):  # the others were closed by _curve
         trainer.end()
+
+
+def test_a_muon_stack_orthogonalises_each_matrix_once_for_all_members(tmp_path, monkeypatch):
+    """Muon.stacked_step: one Newton-Schulz per hidden matrix for the whole stack (a (K, rows, cols) batch), as
+    many calls a step as a lone run makes, and a member that skips its update (a non-finite step) leaves the
+    others' orthogonalised together. With experts: their (n, rows, cols) stacks batched as (K, n, rows, cols)."""
+    import ablate.optim.muon as muon
+
+    shapes = []
+    real = muon.newton_schulz
+    monkeypatch.setattr(muon, "newton_schulz", lambda m, steps: (shapes.append(tuple(m.shape)), real(m, steps))[1])
+    fields = {"optim.name": "muon", **MOE}
+    lone = _trainers(tmp_path / "lone", 2, (0,), **fields)[0]
+    lone.train_step()
+    alone = list(shapes)
+    shapes.clear()
+    members = [t for seed in SEEDS for t in _trainers(tmp_path / "stack", 2, (seed,), **fields)]
+    stacked = StackedTrainer(members)
+    stacked.train_step()
+    assert alone and len(shapes) == len(alone)
+    assert shapes == [(len(SEEDS), *shape) for shape in alone]
+    assert any(len(shape) == 4 for shape in shapes)  # the experts' stacks
+    shapes.clear()
+    before = {n: t.clone() for n, t in members[1].model.state_dict().items()}
+    members[1].callbacks_verdict = lambda: Verdict("skip", "a test's")  # its update skipped: the others go on
+    stacked.train_step()
+    assert shapes == [(len(SEEDS) - 1, *shape) for shape in alone]
+    assert members[1].skipped_steps == 1 and members[0].skipped_steps == 0
+    assert all(torch.equal(t, before[n]) for n, t in members[1].model.state_dict().items())

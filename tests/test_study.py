@@ -190,6 +190,22 @@ def test_rounds_through_the_local_launcher(tmp_path):
     assert result.stdout.count("submitted job ") == 6 and len(summaries(tmp_path)) == 6
 
 
+def test_a_rounds_seeds_train_as_one_stack(tmp_path):
+    """--stack with --until-decided: each round's runs of one shape train as one stacked model (issue 45), every
+    member still its own run folder: round 1's four runs as one stack of 4, round 2's two as a stack of 2."""
+    flags = ("--seeds", "0,1", "--max-seeds", "3", "--stack", "4", "--set", "train.max_steps=8")
+    result = cli_in_process(*COMMAND, *flags, "--out", tmp_path)
+    recorded = study(tmp_path)
+    assert [r["round"] for r in recorded["rounds"]] == [1, 2] and recorded["stopped"] == "max_seeds"
+    stacks = {}
+    for folder in summaries(tmp_path):
+        summary = json.loads((Path(folder) / rundir.SUMMARY).read_text())
+        stacks.setdefault(summary["stack"]["members"], []).append(summary["stack"]["member"])
+    assert {k: sorted(v) for k, v in stacks.items()} == {4: [0, 1, 2, 3], 2: [0, 1]}
+    assert result.stdout.count("4 runs in 1 stacks of at most 4") == 1
+    assert result.stdout.count("2 runs in 1 stacks of at most 4") == 1
+
+
 def test_next_seeds_goes_to_open_variants_only():
     from ablate.report.sections.sequential.rule import DecisionRule
 

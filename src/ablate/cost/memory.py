@@ -31,6 +31,7 @@ from ablate.kernels import loss_chunks
 from ablate.kernels.reference import CACHE_BLOCK_ELEMENTS, default_chunk_rows
 from ablate.model import Transformer, layer_has_experts, layer_uses_rope, mla_dims
 from ablate.optim import ParamShapes, shard_elements, state_elements, transient_elements
+from ablate.optim import steps_together as optim_steps_together
 from ablate.setup import auto
 from ablate.setup.checks import CheckedRun
 
@@ -267,8 +268,8 @@ class Memory:
     activations: int  # saved for backward by one micro-batch at the peak, the loss's buffers, activation grads
     gathered: int  # all-gathered (unsharded) parameters of the root and the blocks in use
     moment: str  # when the peak happens
-    # of `activations`, what a stack of runs (training.stack) holds once however many members it has: the loss's
-    # logits chunk and the optimizer step's temporaries (see stack_memory)
+    # of `activations`, what a stack of runs (training.stack) holds once however many members it has where they
+    # step one after another: the optimizer step's temporaries (see stack_memory)
     once_per_stack: int = 0
 
     @property
@@ -351,8 +352,7 @@ def step_moments(
         waiting = 0 if micro == 1 else root_shard + blocks_shard
         after = f"micro-batch {micro}"
         in_use = gathered_root + gathered_block  # the last block stays gathered for backward
-        forward = moment(f"loss forward, {after}", waiting, saved + loss_forward, in_use + gather_buffer, chunk)
-        moments.append(forward)  # a stack holds one chunk of logits at a time (stack_memory)
+        moments.append(moment(f"loss forward, {after}", waiting, saved + loss_forward, in_use + gather_buffer))
         moments.append(moment(f"loss backward, {after}", waiting + head * p.gathered, saved + loss_backward, in_use))
         for i in reversed(range(layers)):
             reduced = 0 if micro > 1 else (layers - 1 - i) * block_shard  # shards of the blocks after i
@@ -404,31 +404,40 @@ def step_moments(
 # a stack: runs of one shape trained as one stacked model on one device (training.stack)
 #
 # Its tensors are its members' stacked on a leading dimension, and one vmapped forward and backward runs every
-# member on its own batch: each member's parameters, gradients, optimizer state, saved activations and bf16 weight
-# copies are alive together, as K lone runs' would be on K devices. Two things run member by member and so are held
-# once: the chunked loss (LinearCrossEntropyFunction.vmap calls the chunked driver on each member's slice in turn,
-# so one chunk of logits and its temporaries at a time; assumed eager: a compiled stack traces the loss whole), and
-# the optimizer step (each member's own optimizer steps after the other's). Nothing else is shared: the estimate
-# counts no fixed per-process cost (CUDA context, cuBLAS workspace) for a lone run either. Checked on CPU against the
-# live tensor bytes of 2 real StackedTrainer steps at K=1, 2 and 4 (scripts/bench_plan.py's cases, eager): each
-# stack's estimate is off by what its lone run's is (small-fp32 +1 to 3%, wide-fp32-accum +4 to 6%, long-bf16 -12%); for
-# muon-wide the optimizer step's per-member and once-held bytes are as measured, but the estimate's peak, a gradient
-# reduction that counts reduce-scatter buffers a world-size-1 run does not have, is 12% over alone, 27% at K=4.
+# member on its own batch: each member's parameters, gradients, optimizer state, saved activations, bf16 weight
+# copies and chunk of logits (the loss is batched over the members, StackedLinearCrossEntropyFunction) are alive
+# together, as K lone runs' would be on K devices. Only an optimizer step taken member after member (optimizers
+# without a stacked_step: AdamW, whose fused step has no temporaries, or a stack of mixed optimizers) holds its
+# temporaries once; Muon's stacked_step holds every member's. Nothing else is shared: the estimate counts no fixed
+# per-process cost (CUDA context, cuBLAS workspace) for a lone run either. Checked on CPU against the live tensor
+# bytes of 2 real StackedTrainer steps (`python scripts/bench_plan.py --world 1 --stack 1,2,4`, eager): estimate /
+# measured at K = 1, 2, 4 small-fp32 1.013, 0.968, 0.968; wide-fp32-accum 1.041, 0.987, 0.987; long-bf16 0.875 at
+# each K; muon-small-batch 1.141, 1.066, 1.066; muon-wide 1.120, 1.089, 1.089: a stack's estimate is off by about
+# what its lone run's is.
 
 
-def stack_memory(member_moments: list[Memory]) -> Memory:
+def stack_memory(member_moments: list[Memory], together: bool = False) -> Memory:
     """One moment of a stack's step from that moment of each member's (step_moments; members may differ in their
-    optimizer): every member's bytes, but what the stack holds once (once_per_stack) counted once, the largest."""
-    once = max(m.once_per_stack for m in member_moments)
+    optimizer): every member's bytes, but what the stack holds once (once_per_stack) counted once, the largest,
+    unless the members step `together` (one batched optimizer step: every member's temporaries at once)."""
+    once = 0 if together else max(m.once_per_stack for m in member_moments)
+    each = [m.activations - (0 if together else m.once_per_stack) for m in member_moments]
     return Memory(
         params=sum(m.params for m in member_moments),
         grads=sum(m.grads for m in member_moments),
         optimizer=sum(m.optimizer for m in member_moments),
-        activations=sum(m.activations - m.once_per_stack for m in member_moments) + once,
+        activations=sum(each) + once,
         gathered=sum(m.gathered for m in member_moments),
         moment=member_moments[0].moment,
         once_per_stack=once,
     )
+
+
+def steps_together(members: list[CheckedRun]) -> bool:
+    """Whether a stack of `members` takes its optimizer step as one batched call: every member has one optimizer
+    whose class batches a stack's step (optim.steps_together; training.stack.StackedTrainer takes it so)."""
+    names = {checked.config.optim.name for checked in members}
+    return len(names) == 1 and optim_steps_together(members[0].config.optim)
 
 
 def estimate_stack_memory(
@@ -438,7 +447,8 @@ def estimate_stack_memory(
     the step's moments, each the members' sum by stack_memory. One member: its estimate_memory at world size 1."""
     shapes = shapes or model_shapes(members[0].config)
     timelines = [step_moments(checked, 1, device_type, shapes) for checked in members]
-    return max((stack_memory(list(same)) for same in zip(*timelines)), key=lambda mem: mem.total)
+    together = steps_together(members)
+    return max((stack_memory(list(same), together) for same in zip(*timelines)), key=lambda mem: mem.total)
 
 
 def largest_stack(
@@ -446,10 +456,13 @@ def largest_stack(
 ) -> int:
     """The most runs like `checked` that fit `device_memory` as one stack (0: not even one), by check_fits's rule
     (a peak at most the device memory): at every moment K members need K x (its bytes - once_per_stack) +
-    once_per_stack, so the bound is each moment's, solved for K, and the smallest of them."""
+    once_per_stack (K x its bytes where they step together), so the bound is each moment's, solved for K, and the
+    smallest of them."""
+    held_once = not steps_together([checked])
     return min(
-        max((device_memory - m.once_per_stack) // (m.total - m.once_per_stack), 0)
+        max((device_memory - once) // (m.total - once), 0)
         for m in step_moments(checked, 1, device_type, shapes)
+        for once in [m.once_per_stack if held_once else 0]
     )
 
 

@@ -72,6 +72,19 @@ def update_scale(rows: int, cols: int) -> float:
     return 0.2 * math.sqrt(max(rows, cols))
 
 
+MUON_ROLES = ("hidden", "expert")  # orthogonalised; every other role takes AdamW's update
+
+
+def _batchable(optimizers: list[Muon]) -> bool:
+    """Whether `optimizers`' groups match position by position: role, Newton-Schulz steps, parameter shapes."""
+
+    def layout(optimizer):
+        return [(g["role"], g["ns_steps"], [tuple(p.shape) for p in g["params"]]) for g in optimizer.param_groups]
+
+    sharded = any(isinstance(p, DTensor) for o in optimizers for g in o.param_groups for p in g["params"])
+    return not sharded and all(isinstance(o, Muon) and layout(o) == layout(optimizers[0]) for o in optimizers)
+
+
 @register("muon")
 class Muon(torch.optim.Optimizer):
     # No device-side skip (its AdamW part keeps the step count on the host): the trainer reads each step's loss
@@ -115,20 +128,51 @@ class Muon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            update = self._muon_update if group["role"] in ("hidden", "expert") else self._adamw_update
             for param in group["params"]:
-                if param.grad is not None:
-                    update(param, group)
+                if param.grad is None:
+                    continue
+                if group["role"] in MUON_ROLES:
+                    self._muon_update(param, group, orthogonalized(self._nesterov(param, group), group["ns_steps"]))
+                else:
+                    self._adamw_update(param, group)
         return loss
 
-    def _muon_update(self, param: torch.Tensor, group: dict) -> None:
+    @staticmethod
+    @torch.no_grad()
+    def stacked_step(optimizers: list[Muon]) -> None:
+        """Each optimizer's step() (a stack's members, training.stack: each its own state, learning rate and
+        weight decay), with each hidden matrix's Newton-Schulz batched over the optimizers: one orthogonalisation
+        of a (K, rows, cols) stack per parameter position instead of K. Optimizers whose groups differ in structure
+        or Newton-Schulz steps each take their own step()."""
+        if not _batchable(optimizers):
+            for optimizer in optimizers:
+                optimizer.step()
+            return
+        for groups in zip(*(o.param_groups for o in optimizers)):
+            for params in zip(*(group["params"] for group in groups)):
+                taking = [(o, p, g) for o, p, g in zip(optimizers, params, groups) if p.grad is not None]
+                if groups[0]["role"] not in MUON_ROLES:
+                    for optimizer, param, group in taking:
+                        optimizer._adamw_update(param, group)
+                    continue
+                if not taking:
+                    continue
+                momenta = torch.stack([o._nesterov(p, g) for o, p, g in taking])
+                directions = orthogonalized(momenta, groups[0]["ns_steps"])  # a batch of matrices: each its own
+                for (optimizer, param, group), direction in zip(taking, directions):
+                    optimizer._muon_update(param, group, direction)
+
+    def _nesterov(self, param: torch.Tensor, group: dict) -> torch.Tensor:
+        """The momentum buffer moved by this step's gradient; the Nesterov direction to orthogonalise."""
         state = self.state[param]
         if not state:
             state["momentum_buffer"] = torch.zeros_like(param)
-        momentum, lr = group["momentum"], group["lr"]
-        buffer = state["momentum_buffer"]
+        momentum, buffer = group["momentum"], state["momentum_buffer"]
         buffer.lerp_(param.grad, 1 - momentum)
-        direction = orthogonalized(param.grad.lerp(buffer, momentum), group["ns_steps"])
+        return param.grad.lerp(buffer, momentum)
+
+    def _muon_update(self, param: torch.Tensor, group: dict, direction: torch.Tensor) -> None:
+        lr = group["lr"]
         param.mul_(1 - lr * group["weight_decay"])  # decoupled, as AdamW's
         param.add_(direction, alpha=-lr * update_scale(*param.shape[-2:]))  # an expert stack: per matrix
 

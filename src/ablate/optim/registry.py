@@ -64,3 +64,10 @@ def state_elements(cfg: OptimConfig, shapes: ParamShapes, world: int) -> int:
 def transient_elements(cfg: OptimConfig, shapes: ParamShapes, world: int) -> int:
     """The fp32 elements the optimizer's step needs beyond its state, on each of `world` ranks, as declared."""
     return int(_declaration(cfg, transient_elements)(shapes, world))
+
+
+def steps_together(cfg: OptimConfig) -> bool:
+    """Whether optim.name's class batches the step of a stack of runs (a static `stacked_step(optimizers)`, as
+    Muon's): a stack then takes one step for all its members, and its temporaries are every member's at once."""
+    check_optimizer_name(cfg)
+    return callable(getattr(OPTIMIZERS[cfg.name], "stacked_step", None))

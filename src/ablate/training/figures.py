@@ -26,7 +26,7 @@ class PendingStep:
     nonfinite: torch.Tensor  # 1.0 where the loss or the gradient is not finite (fp32, on the device: found_inf)
     values: StepValues | None = None  # once read
     stop: bool = False  # a rank asked to stop (Ctrl-C), once read
-    attempted: bool = False  # its update went to the optimizer (which skipped it on the device if non-finite)
+    take: bool = False  # its update goes to the optimizer (which skips it on the device if non-finite), else skipped
     over: bool = False  # the step is over: trainer.step counts it
 
 

@@ -10,23 +10,24 @@ have no batching rule), each member on its own batch; compiled as one graph wher
 their own routing statistics, so ExpertBalance logs them and moves a router bias as in a lone run.
 
 Exactness: on CPU in fp32 every member's loss and gradients equal its lone model's bit for bit for dense multi-head
-and latent attention (vmap runs the chunked loss member by member, kernels/reference.LinearCrossEntropyFunction.vmap,
-and CPU attention falls back to a loop over members), with Muon, a batch ramp, document masks and members that
-differ in learning rate, weight decay, init scale, clipping and schedule; a single key-value head (MQA) and
-mixture-of-experts layers agree to within 1e-5 relative (batched kernels round differently: over 50 steps MoE's
-losses moved ~2e-7, its grad norms ~3e-6, every routing choice the same). tests/test_stack.py,
-tests/test_stack_equality.py, tests/test_stack_run.py.
+and latent attention (the chunked loss runs batched over the members, kernels/reference.
+StackedLinearCrossEntropyFunction: each member's chunks hold the rows and sums a lone run's do; CPU attention
+falls back to a loop over members), with Muon (its Newton-Schulz batched over the stack, Muon.stacked_step), a
+batch ramp, document masks and members that differ in learning rate, weight decay, init scale, clipping and
+schedule; a single key-value head (MQA) and mixture-of-experts layers agree to within 1e-5 relative (batched
+kernels round differently: over 50 steps MoE's losses moved ~2e-7, its grad norms ~3e-6, every routing choice the
+same). tests/test_stack.py, tests/test_stack_equality.py, tests/test_stack_run.py.
 
 StackedTrainer steps K ordinary Trainers (each its own run folder, sampler, optimizer, learning-rate schedule,
-callbacks) through one Stack: one forward and backward for all, then each member's own Trainer.finish_step
-(clipping by its own norm, its non-finite guard and spike policy, its update). A member that diverges is masked:
-its row is still computed (on another member's batch) but never stepped again, and the others go on. Members at
-different steps (resumed from checkpoints of different steps, or one rolled back by its spike policy) step alone
-until they are at one step again.
+callbacks) through one Stack: one forward and backward for all; then each member's Trainer.decide_update
+(clipping by its own norm, its non-finite guard and spike policy: its verdict); one update of the members that
+take theirs (batched where their optimizer's class has a stacked_step, Muon's; each optimizer's own step
+otherwise, AdamW's fused kernel); then each member's complete_step (its counters and callbacks). A member that
+diverges is masked: its row is still computed (on another member's batch) but never stepped again, and the
+others go on. Members at different steps (resumed from checkpoints of different steps, or one rolled back by its
+spike policy) step alone until they are at one step again.
 
-Not yet: a batched optimizer step (each member's optimizer steps its own views: exact, one launch per member and
-tensor; Muon's Newton-Schulz is not batched over the stack), Triton kernels under vmap, FSDP2 (a stack is one
-device's: ablate run refuses --stack under torchrun).
+Not yet: Triton kernels under vmap, FSDP2 (a stack is one device's: ablate run refuses --stack under torchrun).
 """
 
 from __future__ import annotations
@@ -315,17 +316,49 @@ class StackedTrainer:
         # each member's step took the whole stack's: the previous stacked step's time (this one's is not over
         # while its members' callbacks run), the time so far on the first
         seconds = self.last_step_seconds
-        for k in active:
-            self._guarded(k, lambda k=k: self.members[k].finish_step(loss_sum[k], batch, lrs[k], start, seconds))
-        callbacks = sum(self.members[k].post_step_seconds for k in active)  # validation, checkpoints: not the step
+        decided = self._decide(active, loss_sum, batch, lrs)
+        self._update([k for k, pending in decided.items() if pending.take])
+        for k, pending in decided.items():
+            self._guarded(k, lambda k=k, p=pending: self.members[k].complete_step(p, batch, start, seconds))
+        callbacks = sum(self.members[k].post_step_seconds for k in decided)  # validation, checkpoints: not the step
         self.last_step_seconds = time.perf_counter() - start - callbacks
         for k in set(range(len(self.members))) - set(active):  # a row computed on another's batch: nobody's step
             self.stack.forget_routing(k)
         self.stack.zero_grad()
 
-    def _guarded(self, k: int, step) -> None:
-        """Member k's step; a Divergence masks it (recorded in `failed`), the others go on."""
+    def _decide(self, active: list[int], loss_sum: torch.Tensor, batch: int, lrs: dict) -> dict:
+        """Each active member's decide_update (its clipping, figures and verdict): member index -> its PendingStep,
+        for the members that go on to an update or its skip (not those rolled back or masked as diverged). A
+        Ctrl-C stops them all before any update: the figures the members before it staged are dropped."""
+        decided = {}
         try:
-            step()
+            for k in active:
+                pending = self._guarded(k, lambda k=k: self.members[k].decide_update(loss_sum[k], batch, lrs[k]))
+                if pending is not None:
+                    decided[k] = pending
+        except KeyboardInterrupt:
+            for k in decided:
+                self.members[k].figures.drop_newest()  # this step never happened, for any member
+            raise
+        return decided
+
+    def _update(self, taking: list[int]) -> None:
+        """The update of the members that take it: one batched step where their optimizer's class has one
+        (Muon.stacked_step: Newton-Schulz over the stack), else each optimizer's own step."""
+        optimizers = [self.members[k].optimizer for k in taking]
+        kinds = {type(optimizer) for optimizer in optimizers}
+        stacked_step = getattr(kinds.pop(), "stacked_step", None) if len(kinds) == 1 else None
+        if stacked_step is not None:
+            stacked_step(optimizers)
+        else:
+            for optimizer in optimizers:
+                optimizer.step()
+
+    def _guarded(self, k: int, step):
+        """Member k's part of the step (its value); a Divergence masks it (recorded in `failed`: None), the others
+        go on."""
+        try:
+            return step()
         except Divergence as exc:
             self.failed[k] = exc
+            return None

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-import signal
-import threading
 import time
 from functools import cache
 from pathlib import Path
@@ -39,6 +37,7 @@ from ablate.training.callbacks.nonfinite import NonFiniteGuard
 from ablate.training.callbacks.stability import LossSpikes, StabilityMonitors
 from ablate.training.callbacks.validation import Validation
 from ablate.training.figures import PendingStep, StepFigures
+from ablate.training.interrupt import CtrlC
 from ablate.training.parallel import (
     Dist,
     device_name,
@@ -246,13 +245,20 @@ class Trainer:
         set_lr(self.optimizer, lr)
         return lr
 
-    def finish_step(
-        self, loss_sum: torch.Tensor, batch: int, lr: float, start: float, step_seconds: float | None = None
-    ) -> None:
-        """The step after its forward and backward (the gradients on the model's parameters, loss_sum on the
-        device): clipping by this run's own norm, the figures staged, the callbacks' verdict, the update or its skip,
-        the counters, and the callbacks after the step. A stack of runs (training.stack) calls it for each member,
-        with the stack's `step_seconds` (every member's step takes the whole stack's); else the time since `start`."""
+    def finish_step(self, loss_sum: torch.Tensor, batch: int, lr: float, start: float) -> None:
+        """The step after its forward and backward (gradients on the parameters, loss_sum on the device): the
+        verdict, the update where it is taken, the rest. A stack (training.stack) calls the three parts itself."""
+        decided = self.decide_update(loss_sum, batch, lr)
+        if decided is None:
+            return  # rolled back: this step never happened
+        if decided.take:
+            self.optimizer.step()
+        self.complete_step(decided, batch, start)
+
+    def decide_update(self, loss_sum: torch.Tensor, batch: int, lr: float) -> PendingStep | None:
+        """Clipping by this run's own norm, the figures staged, the callbacks' verdict: the step's PendingStep, its
+        `take` set where the update is to be taken; None where the run rolled back. Raises Divergence on a verdict
+        to stop, KeyboardInterrupt on a Ctrl-C (before any update)."""
         d = self.dist
         max_norm = self.run.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -274,13 +280,16 @@ class Trainer:
             self.settle()
             self.roll_back(verdict.reason)
             self.optimizer.zero_grad(set_to_none=True)
-            return
-        if verdict.action == "take":
-            if self.skips_on_device:  # fused AdamW leaves weights, moments and step as they are where it is 1
-                self.optimizer.found_inf = pending.nonfinite
-            self.optimizer.step()
-            pending.attempted = True
-        else:  # skip the batch rather than poison the weights
+            return None
+        pending.take = verdict.action == "take"
+        if pending.take and self.skips_on_device:  # fused AdamW leaves weights, moments and step as they are
+            self.optimizer.found_inf = pending.nonfinite  # where it is 1
+        return pending
+
+    def complete_step(self, pending: PendingStep, batch: int, start: float, step_seconds: float | None = None) -> None:
+        """After the update (or its skip): the counters and the callbacks. `step_seconds`: a stack's (every
+        member's step takes the whole stack's); else the time since `start`."""
+        if not pending.take:  # skip the batch rather than poison the weights
             self.skipped_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -346,7 +355,7 @@ class Trainer:
         non-finite steps the device skipped are counted here. A callback that raises (the non-finite guard's
         Divergence) leaves the steps after the one it raised on undelivered."""
         for pending in self.figures.finished():
-            if pending.attempted and not pending.values.finite:
+            if pending.take and not pending.values.finite:
                 self.skipped_steps += 1  # skipped on the device (found_inf)
             for callback in self.callbacks:
                 callback.step_values(self, pending.values)
@@ -549,35 +558,6 @@ class Trainer:
         """A mixture's tokens drawn per source: {"drawn": {name: {weight, tokens, share, epochs}}} ({}: one source)."""
         drawn = self.sampler.source_stats()
         return {"drawn": drawn} if drawn else {}
-
-
-class CtrlC:
-    """Ctrl-C while a run trains, taken where every rank can stop together: SIGINT only sets `requested`, the step's
-    one all-reduce carries it, and every rank raises KeyboardInterrupt before the same step's update, none left
-    inside a collective (a KeyboardInterrupt raised inside gloo's or DCP's collectives hung the process here). A
-    second Ctrl-C raises at once; one that comes after the last step stops the run as it leaves."""
-
-    def __init__(self):
-        self.requested, self._previous = False, None
-
-    def __enter__(self) -> CtrlC:
-        self.requested = False
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGINT)
-            if previous is not signal.SIG_IGN:  # a process started ignoring Ctrl-C (nohup, `&`) keeps ignoring it
-                self._previous = signal.signal(signal.SIGINT, self._on_sigint)
-        return self
-
-    def _on_sigint(self, signum, frame) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)  # a second Ctrl-C: at once
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
-        if self.requested and exc_type is None:
-            raise KeyboardInterrupt
 
 
 def _callback_states_before_callbacks(meta: dict) -> dict:
