@@ -9,7 +9,7 @@ import pytest
 
 from ablate.config import ConfigError, RunConfig, TrainConfig, validate
 from ablate.report import write_report
-from ablate.report.grid.fits import critical_batch, lr_optimum, power_law, wsd_batch
+from ablate.report.sections.sweep.fits import critical_batch, lr_optimum, power_law, wsd_batch
 from ablate.setup.experiment import load_experiment
 from ablate.setup.overrides import apply_overrides
 from ablate.setup.variants import grid, variant
@@ -141,7 +141,7 @@ def test_wsd_batch_is_exact_on_a_fine_grid_and_says_when_a_grid_is_too_coarse():
     print(f"powers-of-2 grid: B_opt {fit['b_opt']:.0f} for {b_opt:.0f} ({fit['b_opt'] / b_opt - 1:+.1%})")
     assert fit["status"] == "vertex" and fit["b_opt"] < 0.95 * b_opt  # biased low...
     assert fit["window_span"] == pytest.approx(4) and "span a factor 4" in fit["note"]  # ...and the report says so
-    from ablate.report.text.grid_sections import _notes
+    from ablate.report.sections.sweep.render import _notes
 
     assert "span a factor 4" in _notes(critical_batch(coarse, [curve.steps(b) for b in coarse]), fit)  # the table
 

@@ -98,7 +98,7 @@ MODULES = _modules()
 
 
 def group_of(module: str) -> str:
-    """ablate.setup.checks -> setup.checks, ablate.eval.suite -> eval, ablate.report.grid.fits -> report, ablate (the
+    """ablate.setup.checks -> setup.checks, ablate.eval.suite -> eval, ablate.report.inputs.runs -> report, ablate (the
     package's __init__) -> __init__; a module no group names is its own path (and unplaced)."""
     parts = module.split(".")[1:]
     if not parts:
@@ -138,11 +138,11 @@ def ablate_imports(module: str) -> set[str]:
 
 # Inside `report` (one group above), its rooms import one way too (docs/architecture.md): report.json's schema (its
 # records, importing nothing), the pure statistics, what is read, which signal, how sure (decisions take the
-# recommendation), the grid's figures, the options, the text's shared parts, the sections (each its computation and
-# its rendering), then the pages that assemble them (the headline, report.md and report.html), the orchestrator and
+# recommendation), the options, the text's shared parts, the sections (each its computation and its rendering: the
+# sweep's among them), then the pages that assemble them (the headline, report.md and report.html), the orchestrator and
 # the whole-report calibration. A room is a folder of report/ or a module named by its path below it: the longest
 # name here that a module's path starts with (text.render is its own room, text.fmt is text's).
-REPORT_ROOMS = "schema stats inputs signal inference grid options text sections text.headline text.render".split()
+REPORT_ROOMS = "schema stats inputs signal inference options text sections text.headline text.render".split()
 REPORT_ROOMS += ["analyze", "calibrate"]
 # Narrower: the rooms (outside its own) each may import. stats knows nothing of runs; run folders are read in inputs.
 REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats"}}

@@ -11,16 +11,16 @@ inputs/     what is read: run folders -> runs and tasks, like with like (equal t
 signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric,
             subjects below an SNR floor
 inference/  how sure: a pair over seeds, the two families (Benjamini-Hochberg), the winner
-grid/       grid() runs on their axes: optimum LR, batch size, model size (report["sweep"]), their fits
-text/       the report in words: the headline, report.md and report.html, the plots, the grid's sections
+text/       the report in words: the headline, report.md and report.html, the plots
 sections/   one folder per section, its computation and its rendering: sequential/ (an adaptive study's rule,
-            decisions and words; the only part launch/study.py imports), multipliers/ (compute multipliers)
+            decisions and words; the only part launch/study.py imports), multipliers/ (compute multipliers),
+            sweep/ (grid() runs on their axes: optimum LR, batch size, model size, their fits)
 analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
 options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
 calibrate.py  constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 
-The rooms import one way (tests/test_structure.py): schema < stats < inputs < signal < inference < grid < options <
-text (its shared parts) < sections < text/headline.py < text/render.py < analyze < calibrate; schema and stats import
+The rooms import one way (tests/test_structure.py): schema < stats < inputs < signal < inference < options < text
+(its shared parts) < sections < text/headline.py < text/render.py < analyze < calibrate; schema and stats import
 nothing else of the report, inputs only stats.
 
 The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report.grid.analysis import analyze_sweep
 from ablate.report.inference import families, pairs
 from ablate.report.stats import stats
 from ablate.report.inputs import match, tokenizers
@@ -27,6 +26,7 @@ from ablate.report.text import headline as words
 from ablate.report.sections.multipliers import render as compute_words
 from ablate.report.sections.multipliers.section import multipliers_section, recorded_baseline
 from ablate.report.sections.sequential import section as study_section
+from ablate.report.sections.sweep.section import sweep_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
     BASELINE_METRICS,
@@ -535,7 +535,7 @@ def analyze_runs(
         "subject_floor": subject_floor,
         "recommendation": recommendation,
         "inference": inference,
-        "sweep": analyze_sweep(split.main, opts),  # grid() runs on their axes; None without a grid
+        "sweep": sweep_section(split.main, opts),  # grid() runs on their axes; None without a grid
         "multipliers": compute,  # compute multipliers on a ladder; None without compute points or --baseline
         "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
         "headline": headline,

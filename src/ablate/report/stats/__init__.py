@@ -8,4 +8,6 @@ da.py          decision accuracy's bootstrap (variants sharing a seed resampled 
 group_sequential.py  the default adaptive design: alpha spending over the looks, boundaries calibrated for the t,
                repeated intervals, non-binding futility
 anytime.py     the anytime design: the safe t-test's e-values and confidence sequences
+power_law.py   L(N) = E + A N^-alpha by least squares (E free or pinned): the sweep's model sizes, the multipliers'
+               baseline curve
 """

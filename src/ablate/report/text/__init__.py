@@ -8,6 +8,4 @@ render.py      report.json -> report.md and report.html (the sections in order, 
 across.py      the "Which signal to trust at which scale" section (signal/across.py's figures)
 tokenizers.py  the runs table's tokenizer columns
 plots.py       the embedded PNGs (matplotlib, Agg)
-grid_sections.py  report["sweep"] -> the report's Sweep sections
-grid_figures.py   their plots, as base64 PNGs (plots.py's png())
 """

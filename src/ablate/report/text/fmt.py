@@ -1,5 +1,5 @@
 """What every part of the report's text shares: the Section a renderer lays out, numbers as shown, and names escaped
-for markdown. Used by render.py and grid/sections.py, and by `ablate status` through sequential.py: it loads no
+for markdown. Used by render.py and the sections (sections/), and by `ablate status` through sequential.py: it loads no
 numpy, scipy or matplotlib.
 """
 

@@ -1,8 +1,8 @@
 """Plots for report.html, drawn from report.json's curves only, as base64 PNGs.
 
 Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend switch), so it runs headless and
-leaves a caller's matplotlib state alone. Every plot of the report (these and grid/figures.py's) is drawn inside
-as_written(), so names show as they are written.
+leaves a caller's matplotlib state alone. Every plot of the report (these and the sections' figures.py) is drawn
+inside as_written(), so names show as they are written.
 """
 
 from __future__ import annotations

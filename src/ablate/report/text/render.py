@@ -14,9 +14,9 @@ import math
 from ablate.report.inputs.runs import sign_of
 from ablate.report.sections.multipliers import render as multipliers
 from ablate.report.sections.sequential import render as sequential
+from ablate.report.sections.sweep import render as sweep
 from ablate.report.text import across, opening, plots, tokenizers
 from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
-from ablate.report.text.grid_sections import grid_sections
 
 
 def _group_title(group: dict, groups: list[dict]) -> str:
@@ -474,8 +474,7 @@ def sections(report: dict, with_images: bool) -> list[Section]:
     if trust:
         out.append(trust)
     out.append(_recommendation(report))
-    if report.get("sweep"):  # grid runs on their axes (grid/analysis.py; their text and plots: grid/)
-        out += grid_sections(report["sweep"], with_images)
+    out += sweep.sections(report, with_images)  # grid runs on their axes; none without a grid
     compute = multipliers.section(report, with_images)  # effects in compute, on a ladder's compute points
     if compute:
         out.append(compute)
@@ -533,7 +532,7 @@ def to_html(report: dict) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report['experiment'])}"
         f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report['experiment'])}</h1>"
     ]
-    with plots.as_written():  # the plots of every section (grid/figures.py's too) show names as written
+    with plots.as_written():  # the plots of every section (sections/sweep/figures.py's too) show names as written
         content = sections(report, with_images=True)
     for sec in content:
         parts.append(f"<h2>{e(sec.title)}</h2>")

@@ -29,7 +29,7 @@ from functools import cached_property
 import numpy as np
 from scipy import stats
 
-from ablate.report.grid.fits import power_law_params
+from ablate.report.stats.power_law import power_law_params
 
 MIN_FREE_E_POINTS = 4  # fewer: E + A C^-alpha passes through every point for any E
 EDGE_SHARE = 1e-3  # a shared E below this share of the lowest loss is at its search's edge (0): a bound, not a fit

@@ -2,8 +2,9 @@
 
 At one rung the baseline is trained to several compute budgets (its compute points, each an annealed endpoint,
 each with several seeds). Its curve L(C) = E + A C^-alpha is fitted through the points' mean losses (least squares
-on L, grid/fits.power_law_params) and inverted: C_base(L) = (A / (L - E))^(1/alpha). A variant that used C_v flops
-and reached mean loss L_v is worth M = C_base(L_v) / C_v: the baseline would need M times the compute for that loss.
+on L, stats/power_law.power_law_params) and inverted: C_base(L) = (A / (L - E))^(1/alpha). A variant that used C_v
+flops and reached mean loss L_v is worth M = C_base(L_v) / C_v: the baseline would need M times the compute for that
+loss.
 
 - data multiplier: against the baseline's curve at the same rung (same model size, more or less data).
 - frontier multiplier (>= 3 rungs): against the baseline's envelope across sizes, the least compute any rung's

@@ -1,5 +1,5 @@
-"""Plots of the sweep views, drawn from report["sweep"] only, as base64 PNGs (the Agg canvas and text shown as
-written: report/plots.py's png() and as_written())."""
+"""The sweep section's plots, drawn from report["sweep"] only, as base64 PNGs (the Agg canvas and text shown as
+written: text/plots.py's png() and as_written())."""
 
 from __future__ import annotations
 

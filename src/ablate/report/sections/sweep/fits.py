@@ -1,5 +1,5 @@
-"""The sweep views' fits: pure functions of numpy arrays. Each returns a JSON-ready dict with a "status" and, when
-it cannot fit (or its grid limits the fit), a "note" saying why, so report.json holds what the text says.
+"""The sweep views' fits: pure functions of numpy arrays. Each returns a new JSON-ready dict with a "status" and,
+when it cannot fit (or its grid limits the fit), a "note" saying why, so report.json holds what the text says.
 
 - lr_optimum: a quadratic in log10(LR) through the best grid point and its neighbours; the vertex is the optimum
 - critical_batch: McCandlish et al.'s (S/S_min - 1)(E/E_min - 1) = 1 across batch sizes, B_crit = E_min/S_min
@@ -8,7 +8,7 @@ it cannot fit (or its grid limits the fit), a "note" saying why, so report.json 
   (../shared/seeds/001_6d95237916c502c2.txt) holds only the paper's abstract, which names B_min and B_opt but
   not the form of E(S): the stages fitted here were taken from the paper's full text (or a summary of it), and
   could not be checked against it offline
-- power_law: L(N) = E + A N^-alpha
+- power_law: L(N) = E + A N^-alpha (its least squares: stats/power_law.py, which the multipliers share)
 """
 
 from __future__ import annotations
@@ -16,13 +16,22 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize
+
+from ablate.report.stats.power_law import power_law_params
 
 MINICPM_COEF, MINICPM_EXP = 1.2110e9, 6.2393  # MiniCPM: optimal batch in tokens = 1.2110e9 / L^6.2393 (C4 loss)
+MAX_FIT_BOOT = 200  # replicates that re-read loss curves or refit by least squares cost more than a mean
 
 
 def minicpm_batch_tokens(loss: float) -> float:
     return MINICPM_COEF / loss**MINICPM_EXP
+
+
+def _joined(note: str, more: str) -> str:
+    """A note with one more reason after it ("; "-separated)."""
+    if not more:
+        return note
+    return (note + "; " if note else "") + more
 
 
 def _window(cost: np.ndarray, width: int = 3) -> tuple[int, int]:
@@ -71,16 +80,51 @@ def quadratic_optimum(x: np.ndarray, cost: np.ndarray) -> dict:
         return out
     lo, hi = _window(cost)
     a, b, c = np.polyfit(x[lo:hi], cost[lo:hi], 2)
-    out.update(coef=[float(a), float(b), float(c)], window=[lo, hi])
+    out = {**out, "coef": [float(a), float(b), float(c)], "window": [lo, hi]}
     if best == 0:
-        out.update(status="at_most", bound_x=float(x[0]))
-    elif best == n - 1:
-        out.update(status="at_least", bound_x=float(x[-1]))
-    elif a > 0:
-        out.update(status="vertex", x_opt=float(-b / (2 * a)), cost_opt=float(c - b * b / (4 * a)))
-    else:
-        out["status"] = "not_convex"
-    return out
+        return {**out, "status": "at_most", "bound_x": float(x[0])}
+    if best == n - 1:
+        return {**out, "status": "at_least", "bound_x": float(x[-1])}
+    if a > 0:
+        return {**out, "status": "vertex", "x_opt": float(-b / (2 * a)), "cost_opt": float(c - b * b / (4 * a))}
+    return {**out, "status": "not_convex"}
+
+
+def _lr_fitted(lrs: np.ndarray, fit: dict, sign: float, tolerance: float) -> dict:
+    """What the quadratic gives: the score (not the cost) as a quadratic in log10 LR over its window, and the
+    optimum with the LRs within `tolerance` of it, or the bound, or why neither."""
+    out = {
+        "coef": [sign * c for c in fit["coef"]],
+        "window": [float(lrs[fit["window"][0]]), float(lrs[fit["window"][1] - 1])],
+    }
+    if fit["status"] == "vertex":
+        half = math.sqrt(tolerance * abs(fit["cost_opt"]) / fit["coef"][0])
+        within = [10 ** (fit["x_opt"] - half), 10 ** (fit["x_opt"] + half)]
+        beyond = bool(within[0] < lrs[0] or within[1] > lrs[-1])
+        optimum = {"lr_opt": 10 ** fit["x_opt"], "value_opt": sign * fit["cost_opt"]}
+        return {**out, **optimum, "within": within, "within_beyond_grid": beyond}
+    if fit["status"] in ("at_most", "at_least"):
+        word = "smallest" if fit["status"] == "at_most" else "largest"
+        note = f"the best LR is the grid's {word}: the optimum may lie beyond it; extend the grid that way"
+        return {**out, "bound_lr": 10 ** fit["bound_x"], "note": note}
+    return {**out, "note": "the scores around the best LR are not convex in log10(LR): no vertex (noisy or flat)"}
+
+
+def _lr_ci(x: np.ndarray, values: list[np.ndarray], sign: float, fit: dict, n_boot: int, seed: int, note: str) -> dict:
+    """Seeds resampled at each LR and refitted: the share of replicates with a vertex, and its 95% CI where the
+    point estimate is a vertex (a bound has no interval: resamples that found a vertex would contradict it)."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(n_boot):
+        rep = quadratic_optimum(x, sign * resample_means(values, rng))
+        if rep["status"] == "vertex":
+            found.append(rep["x_opt"])
+    share = len(found) / n_boot if n_boot else None
+    out = {"n_boot": n_boot, "ci_share": share}
+    if fit["status"] != "vertex":
+        return {**out, "note": note + f"; {100 * share:.0f}% of seed resamples put a vertex inside the grid"}
+    ci = percentile_ci(found)
+    return {**out, "ci": [10 ** ci[0], 10 ** ci[1]] if ci else None}
 
 
 def lr_optimum(
@@ -116,37 +160,11 @@ def lr_optimum(
         "note": "",
     }
     if fit["status"] == "too_few":
-        out["note"] = f"{len(lrs)} LR value(s): a quadratic optimum needs >= 3"
-        return out
-    out["coef"] = [sign * c for c in fit["coef"]]  # the score (not the cost) as a quadratic in log10 LR
-    out["window"] = [float(lrs[fit["window"][0]]), float(lrs[fit["window"][1] - 1])]
-    if fit["status"] == "vertex":
-        out["lr_opt"], out["value_opt"] = 10 ** fit["x_opt"], sign * fit["cost_opt"]
-        half = math.sqrt(tolerance * abs(fit["cost_opt"]) / fit["coef"][0])
-        out["within"] = [10 ** (fit["x_opt"] - half), 10 ** (fit["x_opt"] + half)]
-        out["within_beyond_grid"] = bool(out["within"][0] < lrs[0] or out["within"][1] > lrs[-1])
-    elif fit["status"] in ("at_most", "at_least"):
-        out["bound_lr"] = 10 ** fit["bound_x"]
-        word = "smallest" if fit["status"] == "at_most" else "largest"
-        out["note"] = f"the best LR is the grid's {word}: the optimum may lie beyond it; extend the grid that way"
-    else:
-        out["note"] = "the scores around the best LR are not convex in log10(LR): no vertex (noisy or flat)"
+        return {**out, "note": f"{len(lrs)} LR value(s): a quadratic optimum needs >= 3"}
+    out = {**out, **_lr_fitted(lrs, fit, sign, tolerance)}
     if min(len(v) for v in values) < 2:
-        out["note"] = (out["note"] + "; " if out["note"] else "") + "CI: needs >= 2 seeds at every LR"
-        return out
-    rng = np.random.default_rng(seed)
-    found = []
-    for _ in range(n_boot):
-        rep = quadratic_optimum(x, sign * resample_means(values, rng))
-        if rep["status"] == "vertex":
-            found.append(rep["x_opt"])
-    out["n_boot"], out["ci_share"] = n_boot, len(found) / n_boot if n_boot else None
-    if fit["status"] != "vertex":  # a bound has no interval: resamples that found a vertex would contradict it
-        out["note"] += f"; {100 * out['ci_share']:.0f}% of seed resamples put a vertex inside the grid"
-        return out
-    ci = percentile_ci(found)
-    out["ci"] = [10 ** ci[0], 10 ** ci[1]] if ci else None
-    return out
+        return {**out, "note": _joined(out["note"], "CI: needs >= 2 seeds at every LR")}
+    return {**out, **_lr_ci(x, values, sign, fit, n_boot, seed, out["note"])}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -160,22 +178,16 @@ def critical_batch(tokens_per_step, steps) -> dict:
     b, s = np.asarray(tokens_per_step, float), np.asarray(steps, float)
     out = {"status": "too_few", "s_min": None, "e_min": None, "b_crit": None, "rel_rmse": None, "note": ""}
     if len(b) < 3:
-        out["note"] = f"{len(b)} batch size(s) reached this loss: the hyperbola needs >= 3"
-        return out
+        return {**out, "note": f"{len(b)} batch size(s) reached this loss: the hyperbola needs >= 3"}
     (s_min, e_min), *_ = np.linalg.lstsq(np.column_stack([1 / s, 1 / (b * s)]), np.ones_like(s), rcond=None)
     pred = s_min + e_min / b
-    out["rel_rmse"] = float(np.sqrt(np.mean(((pred - s) / s) ** 2)))
+    out = {**out, "rel_rmse": float(np.sqrt(np.mean(((pred - s) / s) ** 2)))}
     if s_min <= 0:
-        out.update(
-            status="no_tradeoff",
-            note="larger batches reached this loss in fewer tokens (S_min <= 0): "
-            "no critical batch; see the WSD relation",
-        )
-    elif e_min <= 0:
-        out.update(status="no_tradeoff", note="larger batches did not take fewer steps (E_min <= 0)")
-    else:
-        out.update(status="fit", s_min=float(s_min), e_min=float(e_min), b_crit=float(e_min / s_min))
-    return out
+        note = "larger batches reached this loss in fewer tokens (S_min <= 0): no critical batch; see the WSD relation"
+        return {**out, "status": "no_tradeoff", "note": note}
+    if e_min <= 0:
+        return {**out, "status": "no_tradeoff", "note": "larger batches did not take fewer steps (E_min <= 0)"}
+    return {**out, "status": "fit", "s_min": float(s_min), "e_min": float(e_min), "b_crit": float(e_min / s_min)}
 
 
 # Three batch sizes around the vertex spanning this factor or more: B_opt is exact only if all three lie in E(S)'s
@@ -188,6 +200,45 @@ COARSE_NOTE = (
     "quadratic over all three (on a synthetic WSD E(S), batch sizes a factor 2 apart put it 10% to over "
     "100% low; 1.26 apart, within 0.4%); add batch sizes between them"
 )
+
+
+def _wsd_vertex(fit: dict, b: np.ndarray, span: float) -> dict:
+    """B_opt from the quadratic stage through the most token-efficient batch size and its two neighbours (b: the
+    batch sizes, largest first): the vertex, a bound at the grid's edge, or why neither."""
+    if fit["status"] == "vertex" and fit["cost_opt"] <= 0:  # three points too far apart for one quadratic stage
+        note = (
+            f"the quadratic through the 3 batch sizes around the minimum (a factor {span:.2g} apart) bottoms out "
+            f"at E <= 0: no B_opt; add batch sizes between them"
+        )
+        return {"status": "not_convex", "note": note}
+    if fit["status"] == "vertex":
+        vertex = {"status": "vertex", "s_opt": fit["x_opt"], "e_min": fit["cost_opt"]}
+        note = COARSE_NOTE.format(span=span) if span >= COARSE_SPAN else ""
+        return {**vertex, "b_opt": fit["cost_opt"] / fit["x_opt"], "note": note}
+    if fit["status"] == "at_most":  # fewest tokens at the fewest steps: the largest batch tried, or larger
+        note = "fewest tokens at the largest batch tried: B_opt is at least that"
+        return {"status": "at_least", "bound_b": float(b[0]), "note": note}
+    if fit["status"] == "at_least":
+        note = "fewest tokens at the smallest batch tried: B_opt is at most that"
+        return {"status": "at_most", "bound_b": float(b[-1]), "note": note}
+    return {"status": "not_convex", "note": "E(S) is not convex around its minimum: no vertex"}
+
+
+def _wsd_linear(s: np.ndarray, e: np.ndarray, end: int) -> tuple[dict | None, float | None, str]:
+    """B_min = A1 of the linear stage E = A1 S + A0, fitted to the points past the quadratic window (from `end`):
+    (the line, B_min, why there is none)."""
+    past = np.arange(len(s)) >= end
+    if past.sum() < 2:
+        return None, None, "B_min fit: needs >= 2 batch sizes smaller than the quadratic stage's three"
+    a1, a0 = np.polyfit(s[past], e[past], 1)
+    linear = {"a1": float(a1), "a0": float(a0), "n": int(past.sum())}
+    if a1 > 0 and a0 > 0:
+        return linear, float(a1), ""
+    return (
+        linear,
+        None,
+        "the points past the quadratic stage do not approach a line E = A1 S + A0 with A0 > 0: no B_min",
+    )
 
 
 def wsd_batch(tokens_per_step, steps) -> dict:
@@ -204,14 +255,13 @@ def wsd_batch(tokens_per_step, steps) -> dict:
     order = np.argsort(s)  # the largest batch (fewest steps) first
     b, s = b[order], s[order]
     e = b * s
-    best = int(np.argmin(e))
     out = {
         "status": "too_few",
         "s_opt": None,
         "e_min": None,
         "b_opt": None,
         "bound_b": None,
-        "most_efficient_b": float(b[best]),
+        "most_efficient_b": float(b[int(np.argmin(e))]),
         "coef": None,
         "window_s": None,
         "window_span": None,
@@ -220,101 +270,18 @@ def wsd_batch(tokens_per_step, steps) -> dict:
         "note": "",
     }
     if len(b) < 3:
-        out["note"] = f"{len(b)} batch size(s) reached this loss: the quadratic stage needs >= 3"
-        return out
+        return {**out, "note": f"{len(b)} batch size(s) reached this loss: the quadratic stage needs >= 3"}
     fit = quadratic_optimum(s, e)
-    out["coef"], out["window_s"] = fit["coef"], [float(s[fit["window"][0]]), float(s[fit["window"][1] - 1])]
     lo, hi = fit["window"]
     span = float(b[lo] / b[hi - 1])  # the window's largest batch over its smallest
-    out["window_span"] = span
-    if fit["status"] == "vertex" and fit["cost_opt"] <= 0:  # three points too far apart for one quadratic stage
-        out.update(
-            status="not_convex",
-            note=f"the quadratic through the 3 batch sizes around the minimum (a factor "
-            f"{span:.2g} apart) bottoms out at E <= 0: no B_opt; add batch sizes "
-            f"between them",
-        )
-    elif fit["status"] == "vertex":
-        out.update(status="vertex", s_opt=fit["x_opt"], e_min=fit["cost_opt"], b_opt=fit["cost_opt"] / fit["x_opt"])
-        if span >= COARSE_SPAN:
-            out["note"] = COARSE_NOTE.format(span=span)
-    elif fit["status"] == "at_most":  # fewest tokens at the fewest steps: the largest batch tried, or larger
-        out.update(
-            status="at_least",
-            bound_b=float(b[0]),
-            note="fewest tokens at the largest batch tried: B_opt is at least that",
-        )
-    elif fit["status"] == "at_least":
-        out.update(
-            status="at_most",
-            bound_b=float(b[-1]),
-            note="fewest tokens at the smallest batch tried: B_opt is at most that",
-        )
-    else:
-        out.update(status="not_convex", note="E(S) is not convex around its minimum: no vertex")
-    past = np.arange(len(s)) >= fit["window"][1]
-    if past.sum() >= 2:
-        a1, a0 = np.polyfit(s[past], e[past], 1)
-        out["linear"] = {"a1": float(a1), "a0": float(a0), "n": int(past.sum())}
-        if a1 > 0 and a0 > 0:
-            out["b_min"] = float(a1)
-        else:
-            out["note"] += (
-                "; " if out["note"] else ""
-            ) + "the points past the quadratic stage do not approach a line E = A1 S + A0 with A0 > 0: no B_min"
-    else:
-        out["note"] += (
-            "; " if out["note"] else ""
-        ) + "B_min fit: needs >= 2 batch sizes smaller than the quadratic stage's three"
-    return out
+    window = {"coef": fit["coef"], "window_s": [float(s[lo]), float(s[hi - 1])], "window_span": span}
+    out = {**out, **window, **_wsd_vertex(fit, b, span)}
+    linear, b_min, why = _wsd_linear(s, e, hi)
+    return {**out, "linear": linear, "b_min": b_min, "note": _joined(out["note"], why)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # model size
-
-
-def _power_law_profile(n: np.ndarray, loss: np.ndarray) -> np.ndarray:
-    """(E, log A, alpha) by profiling E on a grid below min(loss), with a log-log line fit at each E."""
-    logn = np.log(n)
-    floors = loss.min() * (1 - np.geomspace(1e-4, 1, 400))
-    y = np.log(loss[None, :] - floors[:, None])
-    xc = logn - logn.mean()
-    slope = (y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
-    intercept = y.mean(axis=1) - slope * logn.mean()
-    pred = floors[:, None] + np.exp(intercept[:, None] + slope[:, None] * logn[None, :])
-    k = int(np.argmin(((pred - loss) ** 2).sum(axis=1)))
-    return np.array([floors[k], intercept[k], -slope[k]])
-
-
-def power_law_params(n: np.ndarray, loss: np.ndarray, floor: float | None = None) -> np.ndarray | None:
-    """(E, log A, alpha) of L(N) = E + A N^-alpha by least squares on L; None when L does not fall with N.
-
-    floor: E held at this value (below every loss), only log A and alpha fitted: 3 points cannot identify E, since
-    3 free parameters pass through them exactly (ablate.report.sections.multipliers.estimate pins E there)."""
-    if floor is not None:
-        return _pinned_power_law(np.log(n), loss, floor)
-    start = _power_law_profile(n, loss)
-    if start[2] <= 0:
-        return None
-    logn = np.log(n)
-    top = float(loss.min()) * (1 - 1e-9)
-    start[0] = min(max(start[0], 0.0), top * (1 - 1e-6))
-    fit = optimize.least_squares(
-        lambda p: p[0] + np.exp(p[1] - p[2] * logn) - loss, start, bounds=([0.0, -np.inf, 1e-6], [top, np.inf, 10.0])
-    )
-    return fit.x
-
-
-def _pinned_power_law(logn: np.ndarray, loss: np.ndarray, floor: float) -> np.ndarray | None:
-    if floor >= loss.min():
-        return None
-    slope, intercept = np.polyfit(logn, np.log(loss - floor), 1)  # the log-log line: the start
-    if slope >= 0:
-        return None
-    bounds = ([-np.inf, 1e-6], [np.inf, 10.0])
-    start = [intercept, -slope]
-    fit = optimize.least_squares(lambda p: floor + np.exp(p[0] - p[1] * logn) - loss, start, bounds=bounds)
-    return np.array([floor, *fit.x])
 
 
 def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, seed: int = 0) -> dict:
@@ -323,37 +290,25 @@ def power_law(n, loss, values_by_size: list | None = None, n_boot: int = 200, se
     n, loss = np.asarray(n, float), np.asarray(loss, float)
     out = {"status": "too_few", "E": None, "A": None, "alpha": None, "ci": None, "n_boot": 0, "rmse": None, "note": ""}
     if len(n) < 3 or len(set(n.tolist())) < 3:
-        out["note"] = f"{len(set(n.tolist()))} model size(s): L(N) = E + A N^-alpha needs >= 3"
-        return out
+        return {**out, "note": f"{len(set(n.tolist()))} model size(s): L(N) = E + A N^-alpha needs >= 3"}
     params = power_law_params(n, loss)
     if params is None:
-        out.update(status="not_decreasing", note="the loss does not fall with model size: no power law")
-        return out
+        return {**out, "status": "not_decreasing", "note": "the loss does not fall with model size: no power law"}
     e, log_a, alpha = params
-    out.update(
-        status="fit",
-        E=float(e),
-        A=float(math.exp(log_a)),
-        alpha=float(alpha),
-        rmse=float(np.sqrt(np.mean((e + np.exp(log_a - alpha * np.log(n)) - loss) ** 2))),
-    )
+    rmse = float(np.sqrt(np.mean((e + np.exp(log_a - alpha * np.log(n)) - loss) ** 2)))
+    out = {**out, "status": "fit", "E": float(e), "A": float(math.exp(log_a)), "alpha": float(alpha), "rmse": rmse}
     if len(n) == 3:
-        out["note"] = "3 sizes for 3 parameters: the curve passes through them (the form is not tested)"
+        out = {**out, "note": "3 sizes for 3 parameters: the curve passes through them (the form is not tested)"}
     if values_by_size is None or min(len(v) for v in values_by_size) < 2:
-        out["note"] = (out["note"] + "; " if out["note"] else "") + "CI: needs >= 2 seeds at every size"
-        return out
+        return {**out, "note": _joined(out["note"], "CI: needs >= 2 seeds at every size")}
     rng = np.random.default_rng(seed)
     reps = [
         p
         for _ in range(n_boot)
         if (p := power_law_params(n, resample_means([np.asarray(v, float) for v in values_by_size], rng))) is not None
     ]
-    out["n_boot"] = n_boot
-    if reps:
-        reps = np.array(reps)
-        out["ci"] = {
-            "E": percentile_ci(reps[:, 0]),
-            "A": percentile_ci(np.exp(reps[:, 1])),
-            "alpha": percentile_ci(reps[:, 2]),
-        }
-    return out
+    if not reps:
+        return {**out, "n_boot": n_boot}
+    reps = np.array(reps)
+    ci = {"E": percentile_ci(reps[:, 0]), "A": percentile_ci(np.exp(reps[:, 1])), "alpha": percentile_ci(reps[:, 2])}
+    return {**out, "ci": ci, "n_boot": n_boot}

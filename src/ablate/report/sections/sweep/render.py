@@ -4,8 +4,8 @@ bullets). Every number shown is read from the dict (report.json), none recompute
 
 from __future__ import annotations
 
+from ablate.report.sections.sweep import figures
 from ablate.report.text.fmt import Section, fmt, fmt_ci
-from ablate.report.text import grid_figures as figures
 
 
 def _share(fit: dict) -> str:
@@ -66,10 +66,9 @@ def _lr(sweep: dict, metric: str) -> tuple[list, list]:
     ]
 
 
-def _batch(ctx: dict) -> tuple[list, list]:
-    seq = ctx["seq_len"]
+def _batch_method(ctx: dict) -> str:
     smooth = ", smoothed over 5 logged points" if ctx["curve"] == "train_loss" else ""
-    paragraphs = [
+    return (
         f"Batch size ({ctx['label']}): each batch size at its best LR ({', '.join(ctx['cells'])}); "
         f"{ctx['curve'].replace('_', ' ')} curves averaged over seeds{smooth}. S and E: the steps and tokens at "
         f"which a curve first reaches the target loss (interpolated between logged points). Hyperbola "
@@ -78,13 +77,58 @@ def _batch(ctx: dict) -> tuple[list, list]:
         f"loss), B_min = A1 of its linear stage E = A1 S + A0 (smaller batches never reach the loss); the grid's own "
         f"bound on B_min is the smallest batch that reached the loss. MiniCPM: B_opt = 1.2110e9 / L^6.2393 "
         f"tokens, fitted to C4 loss with its own tokenizer: a reference, not comparable across corpora and "
-        f"tokenizers. Batch sizes in sequences of {fmt(seq, 6)} tokens"
+        f"tokenizers. Batch sizes in sequences of {fmt(ctx['seq_len'], 6)} tokens"
         + (
             f"; 95% CIs: seeds resampled at each batch size, curves re-read and refitted ({ctx['n_boot']} replicates)."
             if ctx["n_boot"]
             else "."
         )
+    )
+
+
+def _batch_fit_row(t: dict) -> list[str]:
+    """One target loss: B_crit, B_opt and B_min (fitted and the grid's own), MiniCPM's B_opt, the notes."""
+    c, w, seen = t["critical"], t["wsd"], t["b_min_observed"]
+    b_opt = (
+        fmt(w["b_opt_sequences"], 3)
+        if w["status"] == "vertex"
+        else (f"{w['status'].replace('_', ' ')} {fmt(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
+    )
+    grid_min = (
+        "n/a"
+        if seen["at_most"] is None
+        else f"<= {seen['at_most']}" + (f", > {seen['above']}" if seen["above"] is not None else "")
+    )
+    return [
+        fmt(t["loss"]),
+        fmt(c["b_crit_sequences"], 3),
+        fmt_ci(c.get("ci_sequences"), 3) + _share(c),
+        fmt(c["rel_rmse"], 2),
+        b_opt,
+        fmt_ci(w.get("ci_sequences"), 3) + _share(w),
+        fmt(w["b_min_sequences"], 3),
+        grid_min,
+        f"{fmt(t['minicpm']['tokens'], 3)} ({fmt(t['minicpm']['sequences'], 3)})",
+        _notes(c, w),
     ]
+
+
+FIT_COLUMNS = [
+    "target loss",
+    "B_crit",
+    "95% CI",
+    "hyperbola rel. rmse",
+    "B_opt (WSD)",
+    "95% CI",
+    "B_min (WSD fit)",
+    "B_min (grid)",
+    "MiniCPM B_opt tokens (seqs)",
+    "note",
+]
+
+
+def _batch(ctx: dict) -> tuple[list, list]:
+    paragraphs = [_batch_method(ctx)]
     if ctx["note"]:
         paragraphs.append(f"Batch size ({ctx['label']}): {ctx['note']}.")
     if ctx["short_curves"]:
@@ -95,33 +139,6 @@ def _batch(ctx: dict) -> tuple[list, list]:
         for p in t["points"]
     ]
     points += [[fmt(t["loss"]), str(b), "not reached", ""] for t in ctx["targets"] for b in t["not_reached"]]
-    fits = []
-    for t in ctx["targets"]:
-        c, w, seen = t["critical"], t["wsd"], t["b_min_observed"]
-        b_opt = (
-            fmt(w["b_opt_sequences"], 3)
-            if w["status"] == "vertex"
-            else (f"{w['status'].replace('_', ' ')} {fmt(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
-        )
-        grid_min = (
-            "n/a"
-            if seen["at_most"] is None
-            else f"<= {seen['at_most']}" + (f", > {seen['above']}" if seen["above"] is not None else "")
-        )
-        fits.append(
-            [
-                fmt(t["loss"]),
-                fmt(c["b_crit_sequences"], 3),
-                fmt_ci(c.get("ci_sequences"), 3) + _share(c),
-                fmt(c["rel_rmse"], 2),
-                b_opt,
-                fmt_ci(w.get("ci_sequences"), 3) + _share(w),
-                fmt(w["b_min_sequences"], 3),
-                grid_min,
-                f"{fmt(t['minicpm']['tokens'], 3)} ({fmt(t['minicpm']['sequences'], 3)})",
-                _notes(c, w),
-            ]
-        )
     tables = [
         (
             f"Steps and tokens to each target loss ({ctx['label']})",
@@ -130,26 +147,14 @@ def _batch(ctx: dict) -> tuple[list, list]:
         ),
         (
             f"Batch-size fits per target loss ({ctx['label']}; sequences per step)",
-            [
-                "target loss",
-                "B_crit",
-                "95% CI",
-                "hyperbola rel. rmse",
-                "B_opt (WSD)",
-                "95% CI",
-                "B_min (WSD fit)",
-                "B_min (grid)",
-                "MiniCPM B_opt tokens (seqs)",
-                "note",
-            ],
-            fits,
+            FIT_COLUMNS,
+            [_batch_fit_row(t) for t in ctx["targets"]],
         ),
     ]
     return paragraphs, tables
 
 
-def _scale(scale: dict, metric: str) -> tuple[list, list]:
-    ranked = ", ".join(scale["ranked"]) or "nothing else"
+def _scale_paragraphs(scale: dict, ranked: str) -> list[str]:
     paragraphs = [
         f"Model size over {', '.join(scale['axes'])}: N = parameters (summary.json), at each size the "
         f"best cell over {ranked}. L(N) = E + A N^-alpha by least squares; 95% CIs: the best cell's "
@@ -168,39 +173,29 @@ def _scale(scale: dict, metric: str) -> tuple[list, list]:
         paragraphs.append(f"No power-law fit: {f['note']}.")
     if scale["note"]:
         paragraphs.append(scale["note"] + ".")
-    tables = [
-        (
-            "Best cell per model size",
-            ["size", "params", "best cell", metric],
-            [
-                [
-                    s["label"],
-                    fmt(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
-                    s["best"],
-                    fmt(s["mean"]),
-                ]
-                for s in scale["sizes"]
-            ],
-        )
+    return paragraphs
+
+
+def _scale(scale: dict, metric: str) -> tuple[list, list]:
+    ranked = ", ".join(scale["ranked"]) or "nothing else"
+    sizes = [
+        [
+            s["label"],
+            fmt(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
+            s["best"],
+            fmt(s["mean"]),
+        ]
+        for s in scale["sizes"]
     ]
+    tables = [("Best cell per model size", ["size", "params", "best cell", metric], sizes)]
     if scale["decision"]:
-        tables.append(
-            (
-                f"Ranking of {ranked} at each size vs the largest",
-                ["size", "params", "cells", "decision accuracy", "Kendall tau"],
-                [
-                    [
-                        d["label"],
-                        fmt(d["params"], 6),
-                        str(len(d["cells"])),
-                        fmt(d["decision_accuracy"], 3),
-                        fmt(d["tau"], 3),
-                    ]
-                    for d in scale["decision"]
-                ],
-            )
-        )
-    return paragraphs, tables
+        rows = [
+            [d["label"], fmt(d["params"], 6), str(len(d["cells"])), fmt(d["decision_accuracy"], 3), fmt(d["tau"], 3)]
+            for d in scale["decision"]
+        ]
+        header = ["size", "params", "cells", "decision accuracy", "Kendall tau"]
+        tables.append((f"Ranking of {ranked} at each size vs the largest", header, rows))
+    return _scale_paragraphs(scale, ranked), tables
 
 
 def _drawn(images: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
@@ -208,42 +203,26 @@ def _drawn(images: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
     return [(caption, png) for caption, png in images if png]
 
 
-def grid_sections(sweep: dict, with_images: bool) -> list[Section]:
-    """The "Sweep" section (cells, heatmap, what could not be computed), then one per view: optimum LR, batch size
-    per context, model size. Plots are drawn only with_images (for HTML)."""
-    m = sweep["metric"] or {"source": "n/a", "direction": "lower"}
-    metric = "val loss" if m["source"] == "final val/loss" else "loss"
-    hm = sweep.get("heatmap")
-    head = Section(
-        "Sweep",
+def _head(sweep: dict, m: dict, metric: str, with_images: bool) -> Section:
+    """The "Sweep" section: the grid's cells, its heatmap, what could not be computed (m: what they are scored by)."""
+    cells = [
         [
-            f"Runs built by grid() over {', '.join(sweep['axes'])}, one cell per combination of values, seeds "
-            "averaged; "
-            f'score: {m["source"]} ({m["direction"]} is better). Every number here is in report.json under "sweep".'
-        ],
-        bullets=list(sweep["notes"]),
-        tables=[
-            (
-                "Grid cells",
-                ["cell", "seeds", metric, "seed sd", "min", "max", "params"],
-                [
-                    [
-                        c["label"],
-                        str(len(c["seeds"])),
-                        fmt(c["mean"]),
-                        fmt(c["std"], 3),
-                        fmt(c["min"]),
-                        fmt(c["max"]),
-                        fmt(c["params"], 6),
-                    ]
-                    for c in sweep["cells"]
-                ],
-            )
-        ],
-    )
+            c["label"],
+            str(len(c["seeds"])),
+            fmt(c["mean"]),
+            fmt(c["std"], 3),
+            fmt(c["min"]),
+            fmt(c["max"]),
+            fmt(c["params"], 6),
+        ]
+        for c in sweep["cells"]
+    ]
+    tables = [("Grid cells", ["cell", "seeds", metric, "seed sd", "min", "max", "params"], cells)]
+    images = []
+    hm = sweep.get("heatmap")
     if hm:
         fixed = ", ".join(f"{k}={v}" for k, v in hm["fixed"].items())
-        head.tables.append(
+        tables.append(
             (
                 f"{metric}: {hm['y']} (rows) x {hm['x']} (columns)" + (f", at {fixed}" if fixed else ""),
                 [f"{hm['y']} \\ {hm['x']}"] + [str(x) for x in hm["x_values"]],
@@ -251,30 +230,37 @@ def grid_sections(sweep: dict, with_images: bool) -> list[Section]:
             )
         )
         if with_images:
-            head.images = _drawn([("heatmap", figures.heatmap_png(hm, metric))])
-    out = [head]
+            images = _drawn([("heatmap", figures.heatmap_png(hm, metric))])
+    opening = (
+        f"Runs built by grid() over {', '.join(sweep['axes'])}, one cell per combination of values, seeds averaged; "
+        f'score: {m["source"]} ({m["direction"]} is better). Every number here is in report.json under "sweep".'
+    )
+    return Section("Sweep", [opening], tables, images, bullets=list(sweep["notes"]))
+
+
+def sections(report: dict, with_images: bool) -> list[Section]:
+    """The "Sweep" section (cells, heatmap, what could not be computed), then one per view: optimum LR, batch size
+    per context, model size; none without a grid. Plots are drawn only with_images (for HTML)."""
+    sweep = report.get("sweep")
+    if not sweep:
+        return []
+    m = sweep["metric"] or {"source": "n/a", "direction": "lower"}
+    metric = "val loss" if m["source"] == "final val/loss" else "loss"
+    out = [_head(sweep, m, metric, with_images)]
     if sweep.get("lr"):
         paragraphs, tables = _lr(sweep, metric)
         images = _drawn([("score against LR", figures.lr_png(sweep["lr"], metric))]) if with_images else []
         out.append(Section("Sweep: optimum LR", paragraphs, tables, images))
     for ctx in sweep.get("batch") or []:
         paragraphs, tables = _batch(ctx)
-        images = (
-            _drawn(
-                [
-                    (f"loss curves per batch size ({ctx['label']})", figures.loss_curves_png(ctx)),
-                    (f"E vs S ({ctx['label']})", figures.es_png(ctx)),
-                ]
-            )
-            if with_images
-            else []
-        )
+        drawn = [
+            (f"loss curves per batch size ({ctx['label']})", figures.loss_curves_png(ctx) if with_images else None),
+            (f"E vs S ({ctx['label']})", figures.es_png(ctx) if with_images else None),
+        ]
         title = "Sweep: batch size" + ("" if ctx["label"] == "all" else f" ({ctx['label']})")
-        out.append(Section(title, paragraphs, tables, images))
+        out.append(Section(title, paragraphs, tables, _drawn(drawn)))
     if sweep.get("scale"):
         paragraphs, tables = _scale(sweep["scale"], metric)
-        images = (
-            _drawn([("score against model size", figures.power_law_png(sweep["scale"], metric))]) if with_images else []
-        )
-        out.append(Section("Sweep: model size", paragraphs, tables, images))
+        drawn = [("score against model size", figures.power_law_png(sweep["scale"], metric) if with_images else None)]
+        out.append(Section("Sweep: model size", paragraphs, tables, _drawn(drawn)))
     return out
