@@ -334,16 +334,21 @@ def step_profile(key: str, smoke: bool) -> None:
             say("info", f"{check}, most device time a step", top)
 
 
+def stack_bench_plans(smoke: bool) -> list[tuple[str, int, bool | str]]:
+    """stack_bench's rows: (size, K, train.compile) each."""
+    sizes = ("quickstart",) if smoke else ("10M", "quickstart")
+    plans = [(size, k, "auto") for size in sizes for k in ((1, 2) if smoke else (1, 2, 3, 4, 8, 16))]
+    return plans + ([] if smoke else [("10M", k, True) for k in (4, 8)])
+
+
 def step_stack_bench(smoke: bool) -> None:
     """bench_stack.py's sides in this process, a line per size and K; a row that fails (a stack whose members all
     diverged, say) is said as a failure and the others go on."""
     import bench_stack
 
-    device, sizes = ("cpu", ("quickstart",)) if smoke else ("cuda", ("10M", "quickstart"))
-    plans = [(size, k, "auto") for size in sizes for k in ((1, 2) if smoke else (1, 2, 3, 4, 8, 16))]
-    plans += [] if smoke else [("10M", k, True) for k in (4, 8)]
+    device = "cpu" if smoke else "cuda"
     steps, warmup = (1, 1) if smoke else (5, 3)
-    for size, k, compile_setting in plans:
+    for size, k, compile_setting in stack_bench_plans(smoke):
         bench_stack.COMPILE = compile_setting
         check = f"stack of {k}, {size}, train.compile={compile_setting}"
         try:

@@ -87,6 +87,23 @@ def test_the_benchmark_judges_the_gpu_targets_from_its_figures(capsys):
     assert "ratio" not in said  # ablate alone: no reference to compare with
 
 
+def test_every_stack_bench_row_of_the_lease_is_a_valid_run(monkeypatch):
+    """Part 4's stack_bench rows (size, K, train.compile) each build a config that loads, checked here on CPU: a
+    lease is too short to find a row refused (its compiled rows once passed train.compile='true', a string)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench_stack
+    import gpu_acceptance
+
+    from ablate.setup.checks import check_run
+
+    plans = gpu_acceptance.stack_bench_plans(smoke=False)
+    assert {compile_setting for _, _, compile_setting in plans} == {"auto", True}
+    for size, k, compile_setting in plans:
+        monkeypatch.setattr(bench_stack, "COMPILE", compile_setting)
+        run = bench_stack.run_config(size, "cpu", seed=k)
+        assert run.train.compile == compile_setting and check_run(run).config.train.seed == k
+
+
 def acceptance(*args, timeout=300):
     return subprocess.run(
         [sys.executable, str(REPO / "scripts" / "gpu_acceptance.py"), *args],

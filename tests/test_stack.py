@@ -9,7 +9,7 @@ import torch
 
 from ablate.config import ModelConfig
 from ablate.model import Transformer
-from ablate.training.stack import Stack
+from ablate.training.stack import Stack, StackedTrainer
 
 VOCAB, SEQ, BATCH, MEMBERS = 96, 16, 2, 3
 SHAPES = {
@@ -172,6 +172,30 @@ def test_a_member_that_diverges_is_masked_and_the_others_go_on_unchanged(tmp_pat
     assert list(stacked.failed) == [1] and stacked.failed[1].step == 7
     assert members[0].step == members[2].step == steps and members[1].step == 7
     assert _curve(members[0]) == _curve(lone[0]) and _curve(members[2]) == _curve(lone[1])
+
+
+def test_a_ctrl_c_between_members_verdicts_stops_every_member_before_any_update(tmp_path):
+    """A Ctrl-C that arrives after member 0's verdict but before member 1's: no member takes the step (weights,
+    step counts and the figures on their way to the callbacks as after the previous step), as a lone run's Ctrl-C
+    stops it before the update."""
+    members = _trainers(tmp_path, 4, seeds=(0, 1))
+    stacked = StackedTrainer(members)
+    stacked.train_step()
+    before = [{n: t.clone() for n, t in m.model.state_dict().items()} for m in members]
+    staged = [len(m.figures.pending) for m in members]
+    decide = members[1].decide_update
+
+    def ctrl_c_then_decide(*args):
+        members[1].ctrl_c.requested = True  # as CtrlC._on_sigint sets it
+        return decide(*args)
+
+    members[1].decide_update = ctrl_c_then_decide
+    with pytest.raises(KeyboardInterrupt):
+        stacked.train_step()
+    assert [m.step for m in members] == [1, 1]
+    assert [len(m.figures.pending) for m in members] == staged
+    for member, weights in zip(members, before):
+        assert all(torch.equal(t, weights[n]) for n, t in member.model.state_dict().items())
 
 
 def test_a_stack_resumes_from_its_members_checkpoints(tmp_path):

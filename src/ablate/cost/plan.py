@@ -336,8 +336,8 @@ def format_stacks(stacks: list[StackPlan], alone: list[str], size: int, device_m
     lines = [
         "",
         f"stacks of up to {size} runs of one shape, each trained as one model on one device (training.stack): memory "
-        "at the step's peak, every member's parameters, gradients, optimizer state and activations, and once the "
-        "loss's chunk of logits and the optimizer step's temporaries (run member by member)",
+        "at the step's peak, every member's parameters, gradients, optimizer state and activations (an optimizer "
+        "step's temporaries once where its members step one after another)",
         aligned(rows, text_columns=(0, 7, len(rows[0]) - 1)),
         "largest K: the most runs of the stack's shape that fit the device as one stack (--stack K)"
         if known
