@@ -229,6 +229,29 @@ def test_a_stack_resumes_from_its_members_checkpoints(tmp_path):
             assert torch.equal(p, q), name
 
 
+def test_a_members_checkpoint_resumes_as_a_lone_run(tmp_path):
+    """A stack stopped after step 4 (checkpoints at step 3); each member then resumed alone by its own Trainer
+    (no stack) to step 6: every curve and weight equals that of the same run trained alone from the start."""
+    fields = {"train.ckpt_every": 3}
+    lone = _trainers(tmp_path / "lone", 6, opened=False, **fields)
+    for alone in lone:
+        alone.fit()
+    stopped = StackedTrainer(_trainers(tmp_path / "stack", 6, opened=False, **fields))
+    for member in stopped.members:
+        member.start()
+        member.begin()
+    for _ in range(4):
+        stopped.train_step()
+    for member in stopped.members:
+        member.end()
+    for seed, alone in zip((0, 1, 2), lone):
+        (resumed,) = _trainers(tmp_path / "stack", 6, seeds=(seed,), opened=False, **fields)
+        assert resumed.fit()["steps"] == 6
+        assert _curve(resumed) == _curve(alone)
+        for (name, p), (_, q) in zip(resumed.model.named_parameters(), alone.model.named_parameters()):
+            assert torch.equal(p, q), name
+
+
 @pytest.mark.slow
 def test_a_compiled_stack_is_one_graph_and_equals_the_lone_runs(tmp_path):
     """train.compile on: the stack compiles its vmapped forward, loss and backward once, as a lone run's single-
