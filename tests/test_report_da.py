@@ -11,10 +11,10 @@ import pytest
 from ablate.report import Options
 from ablate.report.analyze import analyze_runs
 from ablate.report.stats import da
-from ablate.report.signal.choose import CANNOT_VALIDATE
+from ablate.report.sections.signal.choose import CANNOT_VALIDATE
 from ablate.report.text.render import to_markdown
 from ablate.report.inputs.runs import Point, Run, TaskInfo
-from ablate.report.signal.tracking import from_runs
+from ablate.report.sections.signal.tracking import from_runs
 
 STEPS = [10, 20, 30, 40]
 SEEDS = (0, 1, 2)

@@ -211,7 +211,7 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
     correlation is high), but orders A, B, C exactly against it (Kendall -1): refused. One swap among three (tau
     1/3) is refused too; the accuracy's own order passes."""
     from ablate.report.stats import stats
-    from ablate.report.signal import tracking
+    from ablate.report.sections.signal import tracking
 
     rank = {"A": 2, "B": 1, "C": 0}
     accuracy = _series("acc", {v: [0.3 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})

@@ -272,6 +272,22 @@ def _grouped(root):
     return root
 
 
+def test_the_subject_floor_returns_new_runs_and_tasks_and_leaves_its_inputs_as_they_were(tmp_path):
+    from ablate.report.inputs.runs import group_by_scale, load_runs, task_infos
+    from ablate.report.sections.signal.subjects import apply_floor
+
+    runs, _ = load_runs(_grouped(tmp_path / "groups"))
+    tasks, scales = task_infos(runs), group_by_scale(runs, ["model.d_model"])
+    key = ("mm:cf", "correct_prob")
+    before = {r.label: [(p.value, p.stderr) for p in r.scores[key]] for r in runs}
+    (entry,), floored, kept = apply_floor(scales, tasks, Options(subject_snr_floor=1.0))
+    assert entry["dropped"] == ["g3"] and kept["mm:cf"].kept_groups == {"correct_prob": {"g1", "g2"}}
+    assert tasks["mm:cf"].kept_groups == {}  # the caller's tasks and runs as they were
+    assert {r.label: [(p.value, p.stderr) for p in r.scores[key]] for r in runs} == before
+    new = {r.label: r for _, by_variant in floored for rs in by_variant.values() for r in rs}
+    assert all(new[label].scores[key][-1].value != values[-1][0] for label, values in before.items())
+
+
 def test_grouped_task_is_macro_averaged_and_the_subject_floor_names_what_it_leaves_out(tmp_path):
     root = _grouped(tmp_path / "groups")
     plain = build_report(root, Options(bootstrap=100, scale=["model.d_model"]))

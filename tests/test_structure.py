@@ -137,15 +137,17 @@ def ablate_imports(module: str) -> set[str]:
 
 
 # Inside `report` (one group above), its rooms import one way too (docs/architecture.md): report.json's schema (its
-# records, importing nothing), the pure statistics, what is read, which signal, how sure (decisions take the
-# recommendation), the options, the text's shared parts, the sections (each its computation and its rendering: the
-# sweep's among them), then the pages that assemble them (the headline, report.md and report.html), the orchestrator and
-# the whole-report calibration. A room is a folder of report/ or a module named by its path below it: the longest
-# name here that a module's path starts with (text.render is its own room, text.fmt is text's).
-REPORT_ROOMS = "schema stats inputs signal inference options text sections text.headline text.render".split()
+# records, importing nothing), the pure statistics, what is read, how sure (the decisions: they take the signal
+# section's recommendation as a value, never its code), the options, the text's shared parts, the sections (each its
+# computation and its rendering: the signal's and the sweep's among them), then the pages that assemble them (the
+# headline, report.md and report.html), the orchestrator and the whole-report calibration. A room is a folder of
+# report/ or a module named by its path below it: the longest name here that a module's path starts with
+# (text.render is its own room, text.fmt is text's).
+REPORT_ROOMS = "schema stats inputs inference options text sections text.headline text.render".split()
 REPORT_ROOMS += ["analyze", "calibrate"]
-# Narrower: the rooms (outside its own) each may import. stats knows nothing of runs; run folders are read in inputs.
-REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats"}}
+# Narrower: the rooms (outside its own) each may import. stats knows nothing of runs; run folders are read in inputs;
+# the decisions read no section (the recommendation reaches them as a value).
+REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats"}, "inference": {"stats", "inputs"}}
 # The adaptive study's driver reads the report through the sequential section alone: its rule, decisions and words
 SEQUENTIAL_SECTION = "ablate.report.sections.sequential"
 

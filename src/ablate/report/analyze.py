@@ -1,15 +1,15 @@
 """Run folders -> every figure of the report, as one JSON-ready dict (report.json). Rendering reads only that dict.
 
 Per scale group (one group without a scale axis), per task and metric ("series"): final scores with CIs, pairwise
-tests, curves, and the signal criteria; then every task x metric's SNR and decision accuracy across scales
-(across.py), each task's best measured metric (choose.py), and the decisions and headline at the largest scale
-(decide.py). Comparisons are like with like (match.py): equal tokens, identical item sets.
+tests, curves, and the signal criteria (sections/signal/quality.py); then every task x metric's SNR and decision
+accuracy across scales (sections/signal/across.py), each task's best measured metric (sections/signal/choose.py),
+and the decisions (inference/) and headline at the largest scale. Comparisons are like with like (match.py): equal
+tokens, identical item sets.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from pathlib import Path
 
@@ -19,18 +19,19 @@ from ablate.report.inference import families, pairs
 from ablate.report.stats import stats
 from ablate.report.inputs import match, tokenizers
 from ablate.report.inputs.compute_points import split_budgets
-from ablate.report.signal import choose, subjects
 from ablate.report.options import Options, floor_value
-from ablate.report.signal.across import RESAMPLE, across_scales
 from ablate.report.text import headline as words
 from ablate.report.sections.multipliers import render as compute_words
 from ablate.report.sections.multipliers.section import multipliers_section, recorded_baseline
 from ablate.report.sections.sequential import section as study_section
+from ablate.report.sections.signal import choose, subjects
+from ablate.report.sections.signal.across import RESAMPLE, across_scales
+from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
+from ablate.report.sections.tokenizers.section import tokenizers_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
     BASELINE_METRICS,
-    PRIOR_CONTROLLED,
     VAL_TASK,
     Point,
     ReportError,
@@ -39,27 +40,10 @@ from ablate.report.inputs.runs import (
     direction,
     direction_name,
     group_by_scale,
-    is_accuracy,
     load_runs,
     task_infos,
 )
 from ablate.text import natural_key
-
-
-def _series_points(run: Run, key) -> list:
-    return run.scores.get(key) or []
-
-
-def _common_steps(runs: list[Run], key) -> list[int]:
-    steps = None
-    for run in runs:
-        mine = {p.step for p in _series_points(run, key)}
-        steps = mine if steps is None else steps & mine
-    return sorted(steps or [])
-
-
-def _value_at(run: Run, key, step: int):
-    return next(p for p in _series_points(run, key) if p.step == step)
 
 
 def _curve(points: list[list[Point]]) -> dict:
@@ -105,165 +89,11 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
     return final, scores, items, stderrs
 
 
-def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> dict:
-    """Distance from chance pooled over all runs: mean score vs the mean standard error (seeds score the same
-    items, so their errors are not independent: averaging them, not dividing by sqrt(runs), stays conservative)."""
-    key, chance = (task.key, metric), task.chance_for(metric)
-    out = {
-        "chance": chance,
-        "z_final": None,
-        "first_significant_step": None,
-        "first_significant_tokens": None,
-        "by_checkpoint": [],
-        "gain_over_choices_only": None,
-        "gain_z": None,
-    }
-    if chance is None:
-        return out
-
-    def pooled(points):
-        se = [p.stderr for p in points]
-        mean = float(np.mean([p.value for p in points]))
-        return mean, (float(np.mean(se)) if all(s is not None for s in se) else None)
-
-    mean, se = pooled([finals[r.label] for r in runs])
-    out["z_final"] = stats.chance_z(mean, se, chance, sign)
-    for step in _common_steps(runs, key):
-        points = [_value_at(r, key, step) for r in runs]
-        m, s = pooled(points)
-        z = stats.chance_z(m, s, chance, sign)
-        out["by_checkpoint"].append({"step": step, "tokens": points[0].tokens, "mean": m, "z": z})
-        if out["first_significant_step"] is None and z is not None and z >= opts.min_z:
-            out["first_significant_step"], out["first_significant_tokens"] = step, points[0].tokens
-    baseline_key = (task.key, "acc_choices_only")
-    if metric.startswith("acc_") and metric not in BASELINE_METRICS and all(r.scores.get(baseline_key) for r in runs):
-        # Unpaired standard error of the gain: conservative, since a metric and its baseline share items.
-        gains, ses = [], []
-        for run in runs:
-            point = finals[run.label]
-            base = next((p for p in run.scores[baseline_key] if p.step == point.step), None)
-            if base is None:
-                return out
-            gains.append(point.value - base.value)
-            ses.append(
-                math.hypot(point.stderr, base.stderr) if point.stderr is not None and base.stderr is not None else None
-            )
-        out["gain_over_choices_only"] = float(np.mean(gains))
-        if all(s is not None for s in ses):
-            out["gain_z"] = stats.chance_z(out["gain_over_choices_only"], float(np.mean(ses)), 0.0, 1)
-    return out
-
-
-def _at_or_before(run: Run, key, x: int, by_tokens: bool):
-    before = [p for p in _series_points(run, key) if (p.tokens if by_tokens else p.step) <= x]
-    return before[-1] if before else None
-
-
-def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m: match.Matched) -> dict:
-    """Kendall tau and decision accuracy of the ranking at each checkpoint against the final ranking. Checkpoints
-    are those of the run that reached the fewest tokens, up to the compared point; every run contributes its
-    evaluation at or just before each (equal tokens; equal steps when token counts are unknown)."""
-    variants = list(final)
-    out = {
-        "by_checkpoint": [],
-        "tau_second_half": None,
-        "consistent_from_step": None,
-        "consistent_from_fraction": None,
-        "early_step": None,
-        "early_decision_accuracy": None,
-    }
-    all_runs = [r for v in variants for r in runs_by_variant[v]]
-    by_tokens = m.tokens is not None
-    ref = min(all_runs, key=lambda r: m.points[r.label].tokens if by_tokens else m.points[r.label].step)
-    end = m.points[ref.label]
-    grid = [p for p in _series_points(ref, key) if p.step <= end.step]
-    if len(variants) < 2 or len(grid) < 2:
-        return out
-    target = [sign * final[v]["mean"] for v in variants]
-    x_of = (lambda p: p.tokens) if by_tokens else (lambda p: p.step)
-    last = x_of(grid[-1])
-    for point in grid:
-        x = x_of(point)
-        at = {r.label: _at_or_before(r, key, x, by_tokens) for r in all_runs}
-        if any(p is None for p in at.values()):
-            continue
-        now = [sign * float(np.mean([at[r.label].value for r in runs_by_variant[v]])) for v in variants]
-        out["by_checkpoint"].append(
-            {
-                "step": point.step,
-                "tokens": point.tokens,
-                "x": x,
-                "tau": stats.kendall(now, target),
-                "decision_accuracy": stats.decision_accuracy(now, target),
-            }
-        )
-    rows = out["by_checkpoint"]
-    out["tau_second_half"] = stats.mean_or_none([r["tau"] for r in rows if last / 2 <= r["x"] < last])
-    for row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
-        if row["tau"] is None or row["tau"] < opts.min_tau:
-            break
-        out["consistent_from_step"], out["consistent_from_fraction"] = row["step"], row["x"] / last
-    early = next((r for r in rows if opts.early_fraction * last <= r["x"] < last), None)
-    if early is not None:
-        out["early_step"], out["early_decision_accuracy"] = early["step"], early["decision_accuracy"]
-    for row in rows:
-        del row["x"]
-    return out
-
-
-def _quality(
-    runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts, m: match.Matched
-) -> dict:
-    key = (task.key, metric)
-    runs = [r for rs in runs_by_variant.values() for r in rs]
-    rho = {
-        r.label: stats.spearman(
-            [p.step for p in _series_points(r, key)], [sign * p.value for p in _series_points(r, key)]
-        )
-        for r in runs
-    }
-    # the noise at the comparison point: each run's last last_k checkpoints up to the one compared (not its end)
-    tails = {
-        r.label: [p.value for p in _series_points(r, key) if p.step <= m.points[r.label].step][-opts.last_k :]
-        for r in runs
-    }
-    q = {
-        "monotonicity": stats.mean_or_none(rho.values()),
-        "monotonicity_per_run": rho,
-        "seed_spread": stats.mean_or_none([f["seed_std"] for f in final.values()]),
-        "checkpoint_spread": stats.mean_or_none([stats.std(t) for t in tails.values()]),
-        **stats.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
-        "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
-        "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m),
-    }
-    c = q["chance"]
-    criteria = {
-        "monotone": None if q["monotonicity"] is None else q["monotonicity"] >= opts.min_monotonicity,
-        "consistent": None
-        if q["ranking"]["tau_second_half"] is None
-        else q["ranking"]["tau_second_half"] >= opts.min_tau,
-    }
-    if c["chance"] is not None or is_accuracy(metric):
-        # a metric with a chance level (every accuracy: one whose task logs none cannot show it is past chance)
-        above = None
-        if c["z_final"] is not None:
-            past_prior = c["gain_z"] is None or c["gain_z"] >= opts.min_z or metric in PRIOR_CONTROLLED
-            above = c["z_final"] >= opts.min_z and past_prior
-        criteria["above_chance"] = above
-    if opts.min_snr is not None:
-        criteria["snr"] = None if q["snr"] is None else q["snr"] >= opts.min_snr
-    # Every criterion that applies must be shown (None: not computable, never a pass).
-    q["criteria"] = criteria
-    # baselines and answer-blind figures never decide a task, whatever their criteria
-    q["passes"] = metric not in BASELINE_METRICS | ANSWER_BLIND and all(ok is True for ok in criteria.values())
-    return q
-
-
 def analyze_series(
     runs_by_variant: dict, task: TaskInfo, metric: str, opts: Options, matched: match.Matched | None = None
 ) -> dict | None:
     key = (task.key, metric)
-    with_scores = {v: [r for r in rs if _series_points(r, key)] for v, rs in runs_by_variant.items()}
+    with_scores = {v: [r for r in rs if series_points(r, key)] for v, rs in runs_by_variant.items()}
     with_scores = {v: rs for v, rs in with_scores.items() if rs}
     if not with_scores:
         return None
@@ -292,10 +122,10 @@ def analyze_series(
             r.label: {
                 "variant": v,
                 "seed": r.seed,
-                "steps": [p.step for p in _series_points(r, key)],
-                "tokens": [p.tokens for p in _series_points(r, key)],
-                "values": [p.value for p in _series_points(r, key)],
-                "stderr": [p.stderr for p in _series_points(r, key)],
+                "steps": [p.step for p in series_points(r, key)],
+                "tokens": [p.tokens for p in series_points(r, key)],
+                "values": [p.value for p in series_points(r, key)],
+                "stderr": [p.stderr for p in series_points(r, key)],
             }
             for v, rs in with_scores.items()
             for r in rs
@@ -303,9 +133,9 @@ def analyze_series(
         "final": final,
         "best": None,  # the leader from the paired estimates (decide.best), set below and again after the families
         "pairwise": pairs.pairwise(list(final), scores, items, sign, opts, stderrs, final),
-        "curve": {v: _curve([_series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
-        "quality": _quality(with_scores, final, task, metric, sign, opts, m),
-        RESAMPLE: {"ids": m.ids, "items": items, "stderr": stderrs},  # for across.py; not a figure of the report
+        "curve": {v: _curve([series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
+        "quality": quality(with_scores, final, task, metric, sign, opts, m),
+        RESAMPLE: {"ids": m.ids, "items": items, "stderr": stderrs},  # for signal/across.py; not a figure
     }
     series["best"] = pairs.best(series)
     return series
@@ -320,7 +150,7 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
     series, mismatches = [], {}
     for task in tasks.values():
         for metric in task.metrics:
-            runs = [r for rs in finished.values() for r in rs if _series_points(r, (task.key, metric))]
+            runs = [r for rs in finished.values() for r in rs if series_points(r, (task.key, metric))]
             if not runs:
                 continue
             m = match.match(runs, task, metric, opts.min_shared_items, opts.average_last)
@@ -423,7 +253,7 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
             f"pairwise tests, SNR signal, Kendall tau, decision accuracy and the aggregate score: need >= 2 "
             f"finished variants (have {len(group['variants'])})"
         )
-    # val bpb across tokenizers has no pairable items by design (report/tokenizers.py says so)
+    # val bpb across tokenizers has no pairable items by design (sections/tokenizers/ says so)
     missing = sorted({s["task"] for s in group["series"] if not s["has_items"] and s["metric"] != tokenizers.BPB})
     if missing:
         notes.append(
@@ -437,6 +267,12 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
     if not has_scale:
         notes.append("decision accuracy across scales: needs a scale axis (ablate report --scale model.d_model)")
     return notes
+
+
+def _as_floored(runs: list[Run], scales: list, floored: list) -> list[Run]:
+    """The runs, each as the subject floor left it (subjects.apply_floor: the scales' runs in the same places)."""
+    new = {id(r): f for (_, a), (_, b) in zip(scales, floored) for v in a for r, f in zip(a[v], b[v])}
+    return [new.get(id(r), r) for r in runs]
 
 
 def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
@@ -466,7 +302,7 @@ def analyze_runs(
     them in memory and run this same path). study: the adaptive study's record (study.json), whose contrasts are
     recomputed from the runs into report["sequential"]."""
     overview = _overview(runs, skipped or [])
-    tokenizer_note, tasks = tokenizers.apply(runs, tasks)  # runs of several tokenizers: validation in bits per byte
+    tokenizer_note, tasks = tokenizers_section(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     # an arm at several budgets: the comparisons see it once, at the budget every arm shares; the other budgets are
     # compute points, read by the multipliers alone (inputs/compute_points.py)
     split = split_budgets(runs, opts.scale)
@@ -481,7 +317,10 @@ def analyze_runs(
     if opts.baseline is None and (recorded := recorded_baseline(runs)) is not None:
         opts, baseline_from = dataclasses.replace(opts, baseline=recorded), "the experiment file's multiplier_baseline"
     compute = multipliers_section(split, split.main, label_of, opts, floor, tasks.get(VAL_TASK), baseline_from)
-    subject_floor = subjects.apply_floor(scales, tasks, opts)  # before any figure: it changes the groups' average
+    # before any figure: it changes the groups' average (new runs and tasks; those read after see them too)
+    subject_floor, floored, tasks = subjects.apply_floor(scales, tasks, opts)
+    runs, main = _as_floored(runs, scales, floored), _as_floored(split.main, scales, floored)
+    scales = floored
     groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     target = groups[-1]  # the largest scale: what decisions are about
     if opts.primary and not any(families.is_primary(s, opts) for s in target["series"]):
@@ -535,7 +374,7 @@ def analyze_runs(
         "subject_floor": subject_floor,
         "recommendation": recommendation,
         "inference": inference,
-        "sweep": sweep_section(split.main, opts),  # grid() runs on their axes; None without a grid
+        "sweep": sweep_section(main, opts),  # grid() runs on their axes; None without a grid
         "multipliers": compute,  # compute multipliers on a ladder; None without compute points or --baseline
         "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
         "headline": headline,

@@ -1,8 +1,8 @@
 """The study's error control and what decisions rest on.
 
 - Decision metrics: the primary metric (validation loss, or bits per byte across tokenizers, or `--primary`) and,
-  per task, the best measured metric that passes the criteria (signal/choose.py). A task where no metric does is
-  "no signal here": never a win or a loss.
+  per task, the best measured metric that passes the criteria (the recommendation: sections/signal/choose.py). A
+  task where no metric does is "no signal here": never a win or a loss.
 - Error control over the whole study, in two families (a fallback procedure): the primary metric's pairs are
   declared before any result and tested as their own question, Benjamini-Hochberg at alpha x primary_share (0.04);
   every pair x candidate task metric (every metric the choice could have picked: choosing a metric, and its gates,
@@ -24,7 +24,6 @@ functions on simulated studies.
 from __future__ import annotations
 
 from ablate.report.inputs.runs import VAL_TASK
-from ablate.report.signal.choose import suite_series
 from ablate.report.stats import stats
 
 
@@ -155,10 +154,19 @@ def winner(decisions: list[dict], never: set[str] | frozenset = frozenset()) -> 
 
 
 def decision_series(group: dict, recommendation: dict, opts=None) -> list[dict]:
-    """The primary metric (validation loss unless opts.primary names a task's), then each suite task's recommended
-    metric: the only series decisions rest on (the recommendation's, signal/choose.py's suite_series)."""
-    primary = [s for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)]
-    return suite_series(group, recommendation["suite"], tuple((s["task"], s["metric"]) for s in primary))
+    """The primary metric (validation loss unless opts.primary names a task's), then the recommendation's decision
+    metrics (its aggregate_over: validation loss, then each suite task's chosen metric; a task the primary names
+    only once): the only series decisions rest on. Decisions take the recommendation as a value, made for this
+    group (sections/signal/choose.py)."""
+    primary = [
+        (s["task"], s["metric"]) for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)
+    ]
+    taken = {task for task, _ in primary}
+    chosen = [
+        (task, metric) for task, metric in recommendation["aggregate_over"] if task == VAL_TASK or task not in taken
+    ]
+    by_key = {(s["task"], s["metric"]): s for s in group["series"]}
+    return [by_key[k] for k in dict.fromkeys([*primary, *chosen]) if k in by_key]
 
 
 def family_series(group: dict, decisions: list[dict]) -> list[dict]:

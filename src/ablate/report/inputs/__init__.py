@@ -1,9 +1,10 @@
-"""What the report reads: run folders -> runs and tasks, like compared with like, and
-whether the runs' tokenizers let validation compare by loss or only by bits per byte.
+"""What the report reads: run folders -> runs and tasks, like compared with like, and what the runs record of
+their tokenizers.
 
 runs.py        run folders -> runs, tasks, scale groups; a metric's direction
 match.py       like with like: finals at equal tokens, scores over identical item sets
-tokenizers.py  the runs' tokenizers compared: bits per byte where they differ, on the same text only
+tokenizers.py  each run's tokenizer and its figures; whether the runs' validation compares (one definition, the same
+               text for bits per byte)
 flops.py       a run's FLOPs per token from its config.json, without torch (runs from before summary.json had it)
 compute_points.py  one arm at several budgets: the main runs apart from the compute points of the multipliers
 """

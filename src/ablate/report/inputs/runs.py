@@ -180,7 +180,7 @@ def load_run(path: Path, variant: str) -> Run:
             train_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["loss"]), None)
         if _finite(row.get("val/loss")):
             val_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/loss"]), None)
-        if _finite(row.get("val/bpb")):  # what runs of different tokenizers compare on (report/tokenizers.py)
+        if _finite(row.get("val/bpb")):  # what runs of different tokenizers compare on (sections/tokenizers/)
             bpb_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/bpb"]), None)
     train_loss = [train_by_step[s] for s in sorted(train_by_step)]
     planned = held.get("steps") or config.get("train", {}).get("max_steps")  # "steps": since batch schedules

@@ -1,8 +1,7 @@
-"""Runs of different tokenizers: loss per token does not compare across them (a token holds more text under a larger
-vocabulary), bits per byte does. When the finished runs use more than one tokenizer, validation is compared by its
-bits per byte (the val/bpb lines every run logs beside val/loss) and the report says so; the runs table shows each
-run's tokenizer figures (summary.json "tokenizer": fertility, bytes per token on its validation documents) beside
-its losses either way.
+"""What the runs record of their tokenizers: which tokenizer each run used, its figures (summary.json "tokenizer":
+fertility, bytes per token on its validation documents) for the runs table, and whether the runs' validation
+compares at all (one definition of validation; bits per byte on the same text). The tokenizers section
+(sections/tokenizers/) and the adaptive study's contrasts (sections/sequential/) read these.
 
 A run's tokenizer is the sha256 of its tokenizer.json (summary.json), or, when some finished run has none (older
 runs), what its config says: data.tokenizer, and for a BPE trained by ablate its vocabulary and training text.
@@ -10,12 +9,10 @@ runs), what its config says: data.tokenizer, and for a BPE trained by ablate its
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
-from ablate.report.inputs.runs import VAL_TASK, Run, TaskInfo
-from ablate.text import natural_key
+from ablate.report.inputs.runs import Run
 
 BPB = "bpb"
 TRAINING_TEXT_FIELDS = ("source", "val_source", "val_fraction", "max_documents", "text_field")  # what a BPE learns on
@@ -46,48 +43,6 @@ def identities(runs: list[Run]) -> dict[str, str]:
     finished = [r for r in runs if r.status == "finished"]
     exact = all(_figures(r).get("sha256") for r in finished)
     return {r.label: _figures(r)["sha256"] if exact else _from_config(r) for r in finished}
-
-
-def apply(runs: list[Run], tasks: dict[str, TaskInfo]) -> tuple[dict, dict[str, TaskInfo]]:
-    """When the finished runs use several tokenizers, validation is compared in bits per byte: the val task's one
-    metric becomes "bpb" (left out when some run logged none, or the runs did not score the same text: the reason
-    in the text). Validation is left out whatever the tokenizers where the runs mix its two definitions
-    (mixed_validation). Returns report.json's "tokenizers" and the tasks as compared, a new mapping (`tasks` and
-    its TaskInfos are left as they were)."""
-    ids = identities(runs)
-    kinds = sorted({tokenizer_label(r) for r in runs if r.label in ids}, key=natural_key)
-    out = {"differ": len(set(ids.values())) > 1, "tokenizers": kinds, "compared_by": "loss", "text": ""}
-    mixed = mixed_validation(runs) if VAL_TASK in tasks else None
-    if mixed:  # whatever the tokenizers: two definitions of validation never compare
-        out["compared_by"] = None
-        out["text"] = f"Validation is left out of the comparison: {mixed}."
-        return out, _without_val(tasks)
-    if not out["differ"] or VAL_TASK not in tasks:
-        return out, dict(tasks)
-    finished = [r for r in runs if r.label in ids]
-    without = [r.label for r in finished if not r.scores.get((VAL_TASK, BPB))]
-    head = f"Runs of {len(set(ids.values()))} tokenizers ({', '.join(kinds)})"
-    other_text = different_text(runs)
-    if without or other_text:
-        out["compared_by"] = None
-        why = f"{', '.join(without)} logged no val/bpb (trained before ablate logged it)" if without else other_text
-        out["text"] = (
-            f"{head}: loss per token does not compare across tokenizers and {why}, so validation is left out of "
-            f"the comparison."
-        )
-        return out, _without_val(tasks)
-    out["compared_by"] = BPB
-    out["text"] = (
-        f"{head}: validation is compared in bits per byte (val_bpb = loss x tokens / UTF-8 bytes / ln 2), since "
-        f"loss per token does not compare across tokenizers; every run scored the same validation text; on run "
-        f"scores alone, as a sequence holds other tokens under each tokenizer."
-    )
-    in_bpb = dataclasses.replace(tasks[VAL_TASK], metrics=[BPB], primary=BPB, chance=None)
-    return out, {**tasks, VAL_TASK: in_bpb}
-
-
-def _without_val(tasks: dict[str, TaskInfo]) -> dict[str, TaskInfo]:
-    return {key: info for key, info in tasks.items() if key != VAL_TASK}
 
 
 def mixed_validation(runs: list[Run]) -> str | None:

@@ -87,7 +87,7 @@ class Thresholds(Record):
 
 @record
 class TracksTask(Record):
-    """Whether a continuous metric follows its task (signal/tracking.py)."""
+    """Whether a continuous metric follows its task (sections/signal/tracking.py)."""
 
     against: str = figure("the evidence: target_da, val_da, or at equal training against the accuracy")
     value: float | None = figure("its decision accuracy or tau")

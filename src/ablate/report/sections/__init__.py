@@ -4,6 +4,9 @@ sequential/   an adaptive study (ablate run --until-decided): its rule, decision
               and its words (the only part of the report launch/study.py imports)
 multipliers/  compute multipliers on a ladder: the baseline's curve per rung, the multipliers, their checks, the
               report's section, its text and plots
+signal/       which signal to trust: each series' quality figures, SNR and decision accuracy across scales, the
+              subject floor, each task's best measured metric (the recommendation), and their text
 sweep/        runs built by grid() on their axes: cells, heatmap, optimum LR, batch size, model size, their fits,
               text and plots
+tokenizers/   runs of different tokenizers: what validation is compared by, the runs table's tokenizer columns
 """

@@ -5,7 +5,5 @@ headline.py    one sentence per decision metric, the headline; an adaptive study
 verdict.py     the verdict in one or two sentences, and the decisions table (a row per decision metric)
 opening.py     the report's opening: the verdict, the decisions table, the method once and folded away
 render.py      report.json -> report.md and report.html (the sections in order, sections/' among them)
-across.py      the "Which signal to trust at which scale" section (signal/across.py's figures)
-tokenizers.py  the runs table's tokenizer columns
 plots.py       the embedded PNGs (matplotlib, Agg)
 """

@@ -15,7 +15,9 @@ from ablate.report.inputs.runs import sign_of
 from ablate.report.sections.multipliers import render as multipliers
 from ablate.report.sections.sequential import render as sequential
 from ablate.report.sections.sweep import render as sweep
-from ablate.report.text import across, opening, plots, tokenizers
+from ablate.report.sections.tokenizers import render as tokenizers
+from ablate.report.sections.signal import render as signal
+from ablate.report.text import opening, plots
 from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
 
 
@@ -281,175 +283,6 @@ def _curves(group: dict, suffix: str, with_images: bool) -> Section:
     return sec
 
 
-def _verdict(s: dict) -> str:
-    q = s["quality"]
-    if s["baseline"]:
-        return "baseline (answer priors)"
-    if q["passes"]:
-        return "PASS"
-    parts = [f"fails {k}" for k, ok in q["criteria"].items() if ok is False]
-    return "; ".join(parts + [f"{k} not computable" for k, ok in q["criteria"].items() if ok is None])
-
-
-def _quality_section(group: dict, suffix: str, report: dict) -> Section:
-    o = report["options"]
-    sec = Section(
-        f"Task quality{suffix}",
-        [
-            "Per task and metric. mono: Spearman rho of score vs step, mean over runs (oriented: + = improving). "
-            "seed sd: "
-            f"spread of final scores over seeds. ckpt sd: spread over a run's last {o['last_k']} checkpoints. SNR "
-            "(Signal and Noise, AI2 2025): the largest gap between the variants' final scores over the runs' mean "
-            "std over their last checkpoints (the paper's relative dispersion over relative std, both relative to the "
-            "same mean). z chance: final score past chance in standard errors (accuracies and zero-chance margins "
-            f"only); first sig: first checkpoint where z >= {o['min_z']:g}. vs choices-only: accuracy gain over the "
-            "choices-only baseline (z). tau 2nd half: mean Kendall tau of the ranking at each checkpoint in the second "
-            f"half vs the final ranking. consistent from: share of training after which tau stays >= {o['min_tau']:g}. "
-            f"DA early: decision accuracy at the first checkpoint past {o['early_fraction']:g} of training."
-        ],
-    )
-    rows = []
-    for s in group["series"]:
-        q, c, r = s["quality"], s["quality"]["chance"], s["quality"]["ranking"]
-        gain = (
-            ""
-            if c["gain_over_choices_only"] is None
-            else f"{fmt(c['gain_over_choices_only'], 3)} (z {fmt(c['gain_z'], 3)})"
-        )
-        first = (
-            "n/a"
-            if c["chance"] is None
-            else ("never" if c["first_significant_tokens"] is None else fmt(c["first_significant_tokens"]))
-        )
-        rows.append(
-            [
-                s["task"],
-                s["metric"],
-                fmt(q["monotonicity"], 3),
-                fmt(q["seed_spread"], 3),
-                fmt(q["checkpoint_spread"], 3),
-                fmt(q["snr"], 3),
-                fmt(c["z_final"], 3),
-                first,
-                gain,
-                fmt(r["tau_second_half"], 3),
-                fmt(r["consistent_from_fraction"], 2),
-                fmt(r["early_decision_accuracy"], 3),
-                _verdict(s),
-            ]
-        )
-    sec.tables.append(
-        (
-            "Signal criteria",
-            [
-                "task",
-                "metric",
-                "mono",
-                "seed sd",
-                "ckpt sd",
-                "SNR",
-                "z chance",
-                "first sig (tokens)",
-                "vs choices-only",
-                "tau 2nd half",
-                "consistent from",
-                "DA early",
-                "verdict",
-            ],
-            rows,
-        )
-    )
-    for s in group["series"]:
-        by = s["quality"]["ranking"]["by_checkpoint"]
-        if s["primary"] and by:
-            sec.tables.append(
-                (
-                    f"{s['task']} [{s['metric']}]: ranking at each checkpoint vs final",
-                    ["step", "tokens", "Kendall tau", "decision accuracy"],
-                    [[fmt(x["step"]), fmt(x["tokens"]), fmt(x["tau"], 3), fmt(x["decision_accuracy"], 3)] for x in by],
-                )
-            )
-    return sec
-
-
-def _subject_floor(report: dict) -> Section | None:
-    entries = report.get("subject_floor") or []
-    if not entries:
-        return None
-    e0 = entries[0]
-    where = (
-        "chosen on these runs (one scale: in-sample, which favours groups where these variants happen to differ)"
-        if e0["in_sample"]
-        else f"chosen on the smaller scales ({', '.join(str(s) for s in e0['chosen_at'])}) only, applied at every scale"
-    )
-    bullets = [
-        f"{e['task']} [{e['metric']}]: "
-        + (
-            f"{len(e['dropped'])} of {e['groups']} left out: {', '.join(e['dropped'])}"
-            if e["dropped"]
-            else (e["note"] or f"none of {e['groups']} below the floor")
-        )
-        for e in entries
-    ]
-    return Section(
-        "Groups left out (subject SNR floor)",
-        [
-            f"Groups (subjects) whose SNR is below {e0['floor']:g} are left out of their task's average, per "
-            "metric, at "
-            f"every checkpoint of every run; {where}. Per-group SNRs are in report.json (subject_floor)."
-        ],
-        bullets=bullets,
-    )
-
-
-def _recommendation(report: dict) -> Section:
-    rec = report["recommendation"]
-    t = rec["thresholds"]
-    snr = "" if t["min_snr"] is None else f", SNR >= {t['min_snr']:g}"
-    sec = Section(
-        "Recommendation",
-        [
-            f"Every metric is a candidate, judged by what the runs show. Gates: monotonicity >= "
-            f"{t['min_monotonicity']:g}, Kendall tau over the second half >= {t['min_tau']:g}{snr}, and for metrics "
-            "with "
-            f"a chance level (accuracies, zero-chance margins) a final score >= {t['min_z']:g} standard errors past "
-            "chance (and past the choices-only baseline for accuracies other than acc_pmi): an accuracy at chance "
-            "never "
-            "counts. A continuous metric (no chance level) must also track its task: with a scale axis its decision "
-            "accuracy against the task's target > 0.5, else a rank correlation >= 0.5 with the task's accuracy over "
-            "the runs' checkpoints (with validation loss where the accuracy is at chance: weaker evidence). Of the "
-            "metrics that pass, a task enters the decision set through the best measured: with a scale axis the "
-            "highest decision accuracy from the smaller scales against the task's target at the largest (evidence "
-            "target_da), or against validation loss where that target is at chance (val_da); then SNR, then "
-            "monotonicity, then tau (alone without a scale axis: consistency). The choice never looks at which "
-            "variant a metric favours.",
-            "Metric chosen per task, and why the others lost:",
-        ],
-    )
-    sec.bullets = [c["text"] for c in rec["choices"]]
-    if not rec["suite"]:
-        sec.paragraphs.append("No task passed: no early-signal suite for this setup.")
-    if rec["aggregate"]:
-        rows = [
-            [v, fmt(a["mean_z"], 3), fmt(a["mean_rank"], 3), str(a["tasks"])]
-            for v, a in sorted(rec["aggregate"].items(), key=lambda kv: -(kv[1]["mean_z"] or 0))
-        ]
-        sec.tables.append(
-            (
-                "Aggregate over the decision metrics, validation loss and the suite (z: each metric's "
-                "variant means standardised, oriented so higher is better; rank 1 = best)",
-                ["variant", "mean z", "mean rank", "metrics"],
-                rows,
-            )
-        )
-    rows = [
-        [c["task"], c["metric"] or "none", c.get("evidence", ""), ", ".join(c["passing_metrics"])]
-        for c in rec["choices"]
-    ]
-    sec.tables.append(("Decision set", ["task", "metric", "ranked by", "passing metrics"], rows))
-    return sec
-
-
 def sections(report: dict, with_images: bool) -> list[Section]:
     """The report in reading order: the verdict and decisions first, the method folded, then the evidence."""
     groups = report["groups"]
@@ -460,7 +293,7 @@ def sections(report: dict, with_images: bool) -> list[Section]:
         opening.method_section(report),
         _overview_section(report),
     ]
-    floor = _subject_floor(report)
+    floor = signal.subject_floor_section(report)
     if floor:
         out.append(floor)
     for group in reversed(groups):  # largest scale first
@@ -468,12 +301,12 @@ def sections(report: dict, with_images: bool) -> list[Section]:
         out += [
             _final_scores_section(group, suffix, report),
             _curves(group, suffix, with_images),
-            _quality_section(group, suffix, report),
+            signal.quality_section(group, suffix, report),
         ]
-    trust = across.section(report)
+    trust = signal.across_section(report)
     if trust:
         out.append(trust)
-    out.append(_recommendation(report))
+    out.append(signal.recommendation_section(report))
     out += sweep.sections(report, with_images)  # grid runs on their axes; none without a grid
     compute = multipliers.section(report, with_images)  # effects in compute, on a ladder's compute points
     if compute:

@@ -10,7 +10,7 @@ Each side is oriented by its own direction. A target at chance at the largest sc
 chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (stats/da.py): a
 bootstrap of seeds (the variants sharing a seed kept together) and of the items every seed scored (the noise
 model's persistent part), shown only where its measured coverage holds. SNR is
-stats.signal_noise at that scale (analyze.py's quality figures); text/across.py lays these figures out.
+stats.signal_noise at that scale (quality.py's figures); render.py lays these figures out.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The runs table's tokenizer columns (inputs/tokenizers.py's overview_fields of each run)."""
+"""report["overview"]["runs"] -> the runs table's tokenizer columns (each run's inputs/tokenizers.overview_fields)."""
 
 from __future__ import annotations
 

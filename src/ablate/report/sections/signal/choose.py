@@ -25,8 +25,8 @@ import math
 import numpy as np
 
 from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
-from ablate.report.signal import tracking
-from ablate.report.signal.across import entry
+from ablate.report.sections.signal import tracking
+from ablate.report.sections.signal.across import entry
 from ablate.report.stats import stats
 
 
@@ -202,14 +202,12 @@ def choose(task: TaskInfo, series: list[dict], across: list[dict], opts, val: di
     }
 
 
-def suite_series(group: dict, suite: list[dict], first: tuple[tuple[str, str], ...] = ()) -> list[dict]:
-    """The group's series of the (task, metric) keys `first`, then validation loss (or its bits per byte: the val
-    task holds one, bpb when tokenizers differ), then each suite task's chosen metric (a task named in `first` only
-    once), each series once: what the aggregate is over, and the decisions after the primary metric
-    (families.decision_series puts it first)."""
-    keys = [*first, (VAL_TASK, "loss"), (VAL_TASK, "bpb")]
-    taken = {task for task, _ in first}
-    keys += [(e["task"], e["metric"]) for e in suite if e["task"] not in taken | {VAL_TASK}]
+def suite_series(group: dict, suite: list[dict]) -> list[dict]:
+    """The group's series of validation loss (or its bits per byte: the val task holds one, bpb when tokenizers
+    differ), then each suite task's chosen metric, each series once: what the aggregate is over (the
+    recommendation's aggregate_over), and what the decisions rest on after the primary metric
+    (inference/families.decision_series reads them from aggregate_over)."""
+    keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")] + [(e["task"], e["metric"]) for e in suite if e["task"] != VAL_TASK]
     by_key = {(s["task"], s["metric"]): s for s in group["series"]}
     return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
 

@@ -1,0 +1,183 @@
+"""Each series' signal figures (report.json's series "quality"): monotonicity, seed and checkpoint spread, SNR
+(stats.signal_noise), distance from chance and from the choices-only baseline, the ranking's consistency over
+checkpoints against the final one, and the criteria they pass (what the recommendation, choose.py, gates on).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ablate.report.inputs import match
+from ablate.report.inputs.runs import ANSWER_BLIND, BASELINE_METRICS, PRIOR_CONTROLLED, Run, TaskInfo, is_accuracy
+from ablate.report.stats import stats
+
+
+def series_points(run: Run, key) -> list:
+    """A run's evaluations of a (task, metric), in step order ([] where it has none)."""
+    return run.scores.get(key) or []
+
+
+def _common_steps(runs: list[Run], key) -> list[int]:
+    steps = None
+    for run in runs:
+        mine = {p.step for p in series_points(run, key)}
+        steps = mine if steps is None else steps & mine
+    return sorted(steps or [])
+
+
+def _value_at(run: Run, key, step: int):
+    return next(p for p in series_points(run, key) if p.step == step)
+
+
+def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> dict:
+    """Distance from chance pooled over all runs: mean score vs the mean standard error (seeds score the same
+    items, so their errors are not independent: averaging them, not dividing by sqrt(runs), stays conservative)."""
+    key, chance = (task.key, metric), task.chance_for(metric)
+    out = {
+        "chance": chance,
+        "z_final": None,
+        "first_significant_step": None,
+        "first_significant_tokens": None,
+        "by_checkpoint": [],
+        "gain_over_choices_only": None,
+        "gain_z": None,
+    }
+    if chance is None:
+        return out
+
+    def pooled(points):
+        se = [p.stderr for p in points]
+        mean = float(np.mean([p.value for p in points]))
+        return mean, (float(np.mean(se)) if all(s is not None for s in se) else None)
+
+    mean, se = pooled([finals[r.label] for r in runs])
+    out["z_final"] = stats.chance_z(mean, se, chance, sign)
+    for step in _common_steps(runs, key):
+        points = [_value_at(r, key, step) for r in runs]
+        m, s = pooled(points)
+        z = stats.chance_z(m, s, chance, sign)
+        out["by_checkpoint"].append({"step": step, "tokens": points[0].tokens, "mean": m, "z": z})
+        if out["first_significant_step"] is None and z is not None and z >= opts.min_z:
+            out["first_significant_step"], out["first_significant_tokens"] = step, points[0].tokens
+    baseline_key = (task.key, "acc_choices_only")
+    if metric.startswith("acc_") and metric not in BASELINE_METRICS and all(r.scores.get(baseline_key) for r in runs):
+        # Unpaired standard error of the gain: conservative, since a metric and its baseline share items.
+        gains, ses = [], []
+        for run in runs:
+            point = finals[run.label]
+            base = next((p for p in run.scores[baseline_key] if p.step == point.step), None)
+            if base is None:
+                return out
+            gains.append(point.value - base.value)
+            ses.append(
+                math.hypot(point.stderr, base.stderr) if point.stderr is not None and base.stderr is not None else None
+            )
+        out["gain_over_choices_only"] = float(np.mean(gains))
+        if all(s is not None for s in ses):
+            out["gain_z"] = stats.chance_z(out["gain_over_choices_only"], float(np.mean(ses)), 0.0, 1)
+    return out
+
+
+def _at_or_before(run: Run, key, x: int, by_tokens: bool):
+    before = [p for p in series_points(run, key) if (p.tokens if by_tokens else p.step) <= x]
+    return before[-1] if before else None
+
+
+def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m: match.Matched) -> dict:
+    """Kendall tau and decision accuracy of the ranking at each checkpoint against the final ranking. Checkpoints
+    are those of the run that reached the fewest tokens, up to the compared point; every run contributes its
+    evaluation at or just before each (equal tokens; equal steps when token counts are unknown)."""
+    variants = list(final)
+    out = {
+        "by_checkpoint": [],
+        "tau_second_half": None,
+        "consistent_from_step": None,
+        "consistent_from_fraction": None,
+        "early_step": None,
+        "early_decision_accuracy": None,
+    }
+    all_runs = [r for v in variants for r in runs_by_variant[v]]
+    by_tokens = m.tokens is not None
+    ref = min(all_runs, key=lambda r: m.points[r.label].tokens if by_tokens else m.points[r.label].step)
+    end = m.points[ref.label]
+    grid = [p for p in series_points(ref, key) if p.step <= end.step]
+    if len(variants) < 2 or len(grid) < 2:
+        return out
+    target = [sign * final[v]["mean"] for v in variants]
+    x_of = (lambda p: p.tokens) if by_tokens else (lambda p: p.step)
+    last = x_of(grid[-1])
+    for point in grid:
+        x = x_of(point)
+        at = {r.label: _at_or_before(r, key, x, by_tokens) for r in all_runs}
+        if any(p is None for p in at.values()):
+            continue
+        now = [sign * float(np.mean([at[r.label].value for r in runs_by_variant[v]])) for v in variants]
+        out["by_checkpoint"].append(
+            {
+                "step": point.step,
+                "tokens": point.tokens,
+                "x": x,
+                "tau": stats.kendall(now, target),
+                "decision_accuracy": stats.decision_accuracy(now, target),
+            }
+        )
+    rows = out["by_checkpoint"]
+    out["tau_second_half"] = stats.mean_or_none([r["tau"] for r in rows if last / 2 <= r["x"] < last])
+    for row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
+        if row["tau"] is None or row["tau"] < opts.min_tau:
+            break
+        out["consistent_from_step"], out["consistent_from_fraction"] = row["step"], row["x"] / last
+    early = next((r for r in rows if opts.early_fraction * last <= r["x"] < last), None)
+    if early is not None:
+        out["early_step"], out["early_decision_accuracy"] = early["step"], early["decision_accuracy"]
+    for row in rows:
+        del row["x"]
+    return out
+
+
+def quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts, m: match.Matched) -> dict:
+    key = (task.key, metric)
+    runs = [r for rs in runs_by_variant.values() for r in rs]
+    rho = {
+        r.label: stats.spearman(
+            [p.step for p in series_points(r, key)], [sign * p.value for p in series_points(r, key)]
+        )
+        for r in runs
+    }
+    # the noise at the comparison point: each run's last last_k checkpoints up to the one compared (not its end)
+    tails = {
+        r.label: [p.value for p in series_points(r, key) if p.step <= m.points[r.label].step][-opts.last_k :]
+        for r in runs
+    }
+    q = {
+        "monotonicity": stats.mean_or_none(rho.values()),
+        "monotonicity_per_run": rho,
+        "seed_spread": stats.mean_or_none([f["seed_std"] for f in final.values()]),
+        "checkpoint_spread": stats.mean_or_none([stats.std(t) for t in tails.values()]),
+        **stats.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
+        "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
+        "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m),
+    }
+    c = q["chance"]
+    criteria = {
+        "monotone": None if q["monotonicity"] is None else q["monotonicity"] >= opts.min_monotonicity,
+        "consistent": None
+        if q["ranking"]["tau_second_half"] is None
+        else q["ranking"]["tau_second_half"] >= opts.min_tau,
+    }
+    if c["chance"] is not None or is_accuracy(metric):
+        # a metric with a chance level (every accuracy: one whose task logs none cannot show it is past chance)
+        above = None
+        if c["z_final"] is not None:
+            past_prior = c["gain_z"] is None or c["gain_z"] >= opts.min_z or metric in PRIOR_CONTROLLED
+            above = c["z_final"] >= opts.min_z and past_prior
+        criteria["above_chance"] = above
+    if opts.min_snr is not None:
+        criteria["snr"] = None if q["snr"] is None else q["snr"] >= opts.min_snr
+    # Every criterion that applies must be shown (None: not computable, never a pass).
+    q["criteria"] = criteria
+    # baselines and answer-blind figures never decide a task, whatever their criteria
+    q["passes"] = metric not in BASELINE_METRICS | ANSWER_BLIND and all(ok is True for ok in criteria.values())
+    return q
