@@ -18,14 +18,15 @@ import numpy as np
 from ablate.report.inference import families, pairs
 from ablate.report.stats import stats
 from ablate.report.inputs import match, tokenizers
-from ablate.report.inputs.compute_points import split_budgets
+from ablate.report.inputs.overview import overview as runs_overview
+from ablate.report.inputs.compute_points import BudgetSplit, split_budgets
 from ablate.report.options import Options, floor_value
 from ablate.report.text import headline as words
 from ablate.report.sections.multipliers import render as compute_words
 from ablate.report.sections.multipliers.section import multipliers_section, recorded_baseline
 from ablate.report.sections.sequential import section as study_section
 from ablate.report.sections.signal import choose, subjects
-from ablate.report.sections.signal.across import RESAMPLE, across_scales
+from ablate.report.sections.signal.across import Resample, Resamples, across_scales
 from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
 from ablate.report.sections.tokenizers.section import tokenizers_section
@@ -91,7 +92,8 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
 
 def analyze_series(
     runs_by_variant: dict, task: TaskInfo, metric: str, opts: Options, matched: match.Matched | None = None
-) -> dict | None:
+) -> tuple[dict, Resample] | None:
+    """A task x metric's figures, and beside them what the DA bootstrap resamples (sections/signal/across.py)."""
     key = (task.key, metric)
     with_scores = {v: [r for r in rs if series_points(r, key)] for v, rs in runs_by_variant.items()}
     with_scores = {v: rs for v, rs in with_scores.items() if rs}
@@ -104,6 +106,7 @@ def analyze_series(
         return None
     sign = direction(metric)
     final, scores, items, stderrs = _final_scores(with_scores, m, opts)
+    pairwise = pairs.pairwise(list(final), scores, items, sign, opts, stderrs, final)
     series = {
         "task": task.key,
         "metric": metric,
@@ -131,23 +134,25 @@ def analyze_series(
             for r in rs
         },
         "final": final,
-        "best": None,  # the leader from the paired estimates (decide.best), set below and again after the families
-        "pairwise": pairs.pairwise(list(final), scores, items, sign, opts, stderrs, final),
+        # the leader from the paired estimates (pairs.best reads these three), set again after the families
+        "best": pairs.best({"direction": direction_name(sign), "final": final, "pairwise": pairwise}),
+        "pairwise": pairwise,
         "curve": {v: _curve([series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
         "quality": quality(with_scores, final, task, metric, sign, opts, m),
-        RESAMPLE: {"ids": m.ids, "items": items, "stderr": stderrs},  # for signal/across.py; not a figure
     }
-    series["best"] = pairs.best(series)
-    return series
+    return series, Resample(m.ids, items, stderrs)
 
 
-def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str, TaskInfo], opts: Options) -> dict:
+def analyze_group(
+    scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str, TaskInfo], opts: Options
+) -> tuple[dict, dict[tuple[str, str], Resample]]:
+    """A scale's figures, and each series' Resample by (task, metric)."""
     finished = {
         v: [r for r in rs if r.status == "finished"]
         for v, rs in sorted(runs_by_variant.items(), key=lambda kv: natural_key(kv[0]))
     }
     finished = {v: rs for v, rs in finished.items() if rs}
-    series, mismatches = [], {}
+    series, resamples, mismatches = [], {}, {}
     for task in tasks.values():
         for metric in task.metrics:
             runs = [r for rs in finished.values() for r in rs if series_points(r, (task.key, metric))]
@@ -156,10 +161,11 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
             m = match.match(runs, task, metric, opts.min_shared_items, opts.average_last)
             if m.mismatch and (task.key not in mismatches or metric == task.primary):
                 mismatches[task.key] = m.mismatch  # one per task: the items are the task's, not the metric's
-            if (s := analyze_series(finished, task, metric, opts, m)) is not None:
-                series.append(s)
+            if (analyzed := analyze_series(finished, task, metric, opts, m)) is not None:
+                series.append(analyzed[0])
+                resamples[task.key, metric] = analyzed[1]
     runs = [r for rs in finished.values() for r in rs]
-    return {
+    group = {
         "scale": scale,
         "failures": families.failed_seeds(runs_by_variant),
         "variants": list(finished),
@@ -169,59 +175,7 @@ def analyze_group(scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str,
         "train_loss": {v: _curve([r.train_loss for r in rs]) for v, rs in finished.items()},
         "series": series,
     }
-
-
-def _overview(runs: list[Run], skipped: list[str]) -> dict:
-    rows = []
-    for r in runs:
-        s = r.summary or {}
-        rows.append(
-            {
-                "run": r.label,
-                "variant": r.variant,
-                "seed": r.seed,
-                "status": r.status,
-                "note": r.note,
-                "steps": r.last_step,
-                "max_steps": r.planned_steps,
-                "tokens": s.get("tokens", r.train_loss[-1].tokens if r.train_loss else None),
-                "params": s.get("params"),
-                "params_active": s.get("params_active", s.get("params")),  # with experts: those a token uses
-                "kv_bytes_per_token": s.get("kv_cache_bytes_per_token"),
-                "wall_seconds": s.get("wall_seconds"),
-                "final_val_loss": s.get("final_val_loss"),
-                **tokenizers.overview_fields(r),
-            }
-        )
-    return {
-        "variants": sorted({r.variant for r in runs}, key=natural_key),
-        "seeds": sorted({r.seed for r in runs}),
-        "axes": _axes(runs),
-        "runs": rows,
-        "not_analyzed": [r.label for r in runs if r.status not in ("finished", "diverged")],
-        "diverged": [r.label for r in runs if r.status == "diverged"],
-        "skipped_folders": skipped,
-        "total_wall_seconds": sum(r["wall_seconds"] or 0 for r in rows),
-    }
-
-
-def _axes(runs: list[Run]) -> dict | None:
-    """Variants laid out on grid axes: from config["axes"] (recorded by grid()), else from names of the form
-    "lr=0.001,global_batch=16". None when the variants are not a grid."""
-    by_variant = {}
-    for run in runs:
-        axes = run.config.get("axes")
-        if isinstance(axes, dict) and axes:
-            by_variant[run.variant] = {k.split(".")[-1]: v for k, v in axes.items()}
-        else:
-            parts = [p.split("=", 1) for p in run.variant.split(",")]
-            if not all(len(p) == 2 and p[0] for p in parts):
-                return None
-            by_variant[run.variant] = dict(parts)
-    fields = list(dict.fromkeys(k for axes in by_variant.values() for k in axes))
-    if not fields:
-        return None
-    return {"fields": fields, "by_variant": {v: by_variant[v] for v in sorted(by_variant, key=natural_key)}}
+    return group, resamples
 
 
 def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, min_seeds: int) -> list[str]:
@@ -285,8 +239,7 @@ def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
     except ValueError as exc:
         raise ReportError(str(exc)) from None
     report = analyze_runs(runs, task_infos(runs), opts, experiment, str(runs_dir), skipped, study)
-    report["seconds"] = time.perf_counter() - start
-    return report
+    return {**report, "seconds": time.perf_counter() - start}
 
 
 def analyze_runs(
@@ -301,13 +254,48 @@ def analyze_runs(
     """Every figure of the report from loaded runs (build_report reads them from disk; the calibration tests build
     them in memory and run this same path). study: the adaptive study's record (study.json), whose contrasts are
     recomputed from the runs into report["sequential"]."""
-    overview = _overview(runs, skipped or [])
-    tokenizer_note, tasks = tokenizers_section(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     # an arm at several budgets: the comparisons see it once, at the budget every arm shares; the other budgets are
     # compute points, read by the multipliers alone (inputs/compute_points.py)
     split = split_budgets(runs, opts.scale)
-    overview["compute_points"] = [r.label for r in split.extra]
+    overview = runs_overview(runs, skipped or [], [r.label for r in split.extra])
+    tokenizer_note, tasks = tokenizers_section(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     scales = group_by_scale(split.main, opts.scale)
+    opts, compute = _multipliers(runs, split, scales, tasks, opts)
+    # before any figure: it changes the groups' average (new runs and tasks; those read after see them too)
+    subject_floor, floored, tasks = subjects.apply_floor(scales, tasks, opts)
+    runs, main = _as_floored(runs, scales, floored), _as_floored(split.main, scales, floored)
+    groups, resamples = _analyze_groups(floored, tasks, opts)
+    across = across_scales(groups, resamples, opts)
+    decided = _decide(groups, tasks, across, opts)
+    # recomputed from the runs, under the report's own like-with-like rule
+    adaptive = None if study is None else study_section.study_section(runs, study, opts.max_token_gap)
+    return {
+        "schema": 4,
+        "experiment": experiment,
+        "runs_dir": runs_dir,
+        "options": dataclasses.asdict(opts),
+        "overview": overview,
+        "tasks": _task_rows(tasks),
+        "groups": decided.groups,
+        "across_scales": across,
+        "subject_floor": subject_floor,
+        "recommendation": decided.recommendation,
+        "inference": _stopping(decided.inference, adaptive),
+        "sweep": sweep_section(main, opts),  # grid() runs on their axes; None without a grid
+        "multipliers": compute,  # compute multipliers on a ladder; None without compute points or --baseline
+        "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
+        "headline": _headline(experiment, decided, overview, tokenizer_note, adaptive, compute, opts),
+        "tokenizers": tokenizer_note,
+        "cannot_compute": _cannot_compute(decided.groups[-1], tasks, bool(opts.scale), opts.min_seeds),
+        "seconds": 0.0,
+    }
+
+
+def _multipliers(
+    runs: list[Run], split: BudgetSplit, scales: list, tasks: dict[str, TaskInfo], opts: Options
+) -> tuple[Options, dict | None]:
+    """The compute multipliers (sections/multipliers/; None without compute points or a baseline), and the options
+    with the experiment file's multiplier_baseline where --baseline names none."""
     label_of = {r.variant: label for _, by_variant in scales for label, rs in by_variant.items() for r in rs}
     try:  # a report built in code gets the command line's check
         floor = floor_value(opts.multiplier_floor)
@@ -317,20 +305,36 @@ def analyze_runs(
     if opts.baseline is None and (recorded := recorded_baseline(runs)) is not None:
         opts, baseline_from = dataclasses.replace(opts, baseline=recorded), "the experiment file's multiplier_baseline"
     compute = multipliers_section(split, split.main, label_of, opts, floor, tasks.get(VAL_TASK), baseline_from)
-    # before any figure: it changes the groups' average (new runs and tasks; those read after see them too)
-    subject_floor, floored, tasks = subjects.apply_floor(scales, tasks, opts)
-    runs, main = _as_floored(runs, scales, floored), _as_floored(split.main, scales, floored)
-    scales = floored
-    groups = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
-    target = groups[-1]  # the largest scale: what decisions are about
-    if opts.primary and not any(families.is_primary(s, opts) for s in target["series"]):
-        have = sorted({f"{s['task']}/{s['metric']}" for s in target["series"]})
+    return opts, compute
+
+
+def _analyze_groups(scales: list, tasks: dict[str, TaskInfo], opts: Options) -> tuple[list[dict], Resamples]:
+    """Each scale's figures (the largest last), and beside them each group's Resamples."""
+    analyzed = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
+    groups, resamples = [g for g, _ in analyzed], [r for _, r in analyzed]
+    if opts.primary and not any(families.is_primary(s, opts) for s in groups[-1]["series"]):
+        have = sorted({f"{s['task']}/{s['metric']}" for s in groups[-1]["series"]})
         raise ReportError(
             f"--primary {opts.primary}: no such task or task/metric in these runs; they have: {', '.join(have)}"
         )
-    across = across_scales(groups, opts)
-    for s in (s for g in groups for s in g["series"]):
-        del s[RESAMPLE]
+    return groups, resamples
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decided:
+    """The decisions at the largest scale (the target): the groups with the target's tested series in place, the
+    metric recommendation, the decision series as tested, the inference summary, and where ("at d_model=512", or ""
+    without a scale axis)."""
+
+    groups: list[dict]
+    recommendation: dict
+    decisions: list[dict]
+    inference: dict
+    where: str
+
+
+def _decide(groups: list[dict], tasks: dict[str, TaskInfo], across: list[dict], opts: Options) -> _Decided:
+    target = groups[-1]  # the largest scale: what decisions are about
     recommendation = choose.recommendation(target, tasks, across, opts)
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
     decisions = families.decision_series(target, recommendation, opts)
@@ -339,46 +343,47 @@ def analyze_runs(
     # the tested series take their place; no significant pair may put the leader behind
     as_tested = {id(s): {**t, "best": pairs.best(t)} for s, t in zip(family, tested)}
     target = {**target, "series": [as_tested.get(id(s), s) for s in target["series"]]}
-    groups[-1] = target
-    decisions = [as_tested[id(s)] for s in decisions]
-    name = experiment + (f" {where}" if where else "")
-    headline = words.headline(name, target, decisions, recommendation, overview, opts, tokenizer_note["text"])
-    adaptive = None
-    if study is not None:  # recomputed from the runs, under the report's own like-with-like rule
-        adaptive = study_section.study_section(runs, study, opts.max_token_gap)
-    if adaptive is not None:  # the sequential decisions lead; the fixed-n tests stay, labelled
-        inference["valid_under_optional_stopping"] = False
-        inference["optional_stopping_note"] = words.OPTIONAL_STOPPING_NOTE
+    decided = [as_tested[id(s)] for s in decisions]
+    return _Decided([*groups[:-1], target], recommendation, decided, inference, where)
+
+
+def _stopping(inference: dict, adaptive: dict | None) -> dict:
+    """With an adaptive study the sequential decisions lead; the fixed-n tests stay, labelled."""
+    if adaptive is None:
+        return inference
+    return {**inference, "valid_under_optional_stopping": False, "optional_stopping_note": words.OPTIONAL_STOPPING_NOTE}
+
+
+def _headline(
+    experiment: str,
+    decided: _Decided,
+    overview: dict,
+    tokenizer_note: dict,
+    adaptive: dict | None,
+    compute: dict | None,
+    opts: Options,
+) -> dict:
+    """The headline: the decisions, led by the sequential ones with an adaptive study; then what each variant is
+    worth in compute, said after the decisions, never deciding one."""
+    name = experiment + (f" {decided.where}" if decided.where else "")
+    target, text = decided.groups[-1], tokenizer_note["text"]
+    headline = words.headline(name, target, decided.decisions, decided.recommendation, overview, opts, text)
+    if adaptive is not None:
         headline = words.sequential_headline(headline, adaptive, experiment)
-    if compute is not None:  # what each variant is worth in compute: said after the decisions, never deciding one
+    if compute is not None:
         headline = compute_words.with_headline(headline, compute, opts.scale)
-    return {
-        "schema": 4,
-        "experiment": experiment,
-        "runs_dir": runs_dir,
-        "options": dataclasses.asdict(opts),
-        "overview": overview,
-        "tasks": [
-            {
-                "task": t.key,
-                "primary": t.primary,
-                "metrics": t.metrics,
-                "chance": t.chance,
-                "n": t.n,
-                "groups": len(t.groups),
-            }
-            for t in tasks.values()
-        ],
-        "groups": groups,
-        "across_scales": across,
-        "subject_floor": subject_floor,
-        "recommendation": recommendation,
-        "inference": inference,
-        "sweep": sweep_section(main, opts),  # grid() runs on their axes; None without a grid
-        "multipliers": compute,  # compute multipliers on a ladder; None without compute points or --baseline
-        "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
-        "headline": headline,
-        "tokenizers": tokenizer_note,
-        "cannot_compute": _cannot_compute(target, tasks, bool(opts.scale), opts.min_seeds),
-        "seconds": 0.0,
-    }
+    return headline
+
+
+def _task_rows(tasks: dict[str, TaskInfo]) -> list[dict]:
+    return [
+        {
+            "task": t.key,
+            "primary": t.primary,
+            "metrics": t.metrics,
+            "chance": t.chance,
+            "n": t.n,
+            "groups": len(t.groups),
+        }
+        for t in tasks.values()
+    ]

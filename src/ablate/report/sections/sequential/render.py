@@ -29,46 +29,55 @@ def section(report: dict) -> Section | None:
     seq = report.get("sequential")
     if not seq:
         return None
+    return Section("Adaptive study", _paragraphs(seq), [_contrasts_table(seq)])
+
+
+def _paragraphs(seq: dict) -> list[str]:
+    """The rule and how the study stopped, the method and its guarantee, the compute; a flag where the rule changed
+    after results were seen."""
     rule, compute = seq["rule"], seq["compute"]
     margins = ", ".join(f"{m} +-{v:g}" for m, v in rule["margins"].items()) or "none (no contrast can end equivalent)"
-    sec = Section(
-        "Adaptive study",
-        [
-            f"Decision rule, recorded before round 1: metrics {', '.join(rule['metrics'])}; margins {margins}; alpha "
-            f"{rule['alpha']:g}; at most {rule['max_seeds']} seeds per variant"
-            + (f"; budget {rule['budget']}" if rule["budget"] else "")
-            + f". {seq['rounds']} round(s); "
-            + {
-                "decided": "stopped: every contrast decided or closed for futility",
-                "max_seeds": "stopped at max seeds",
-                "budget": "stopped by the budget",
-            }.get(seq["stopped"], "not stopped (rounds may follow)")
-            + ".",
-            f"Method: {seq['method']}, "
-            + _levels(seq)
-            + ". "
-            + _DESIGN_TEXT[seq.get("design", "anytime")].format(level=f"{1 - seq['alpha']:g}")
-            + " Equivalent: the interval inside +-margin (checked first); a side better: the interval excludes 0. "
-            "Recomputed here from the run folders; the seed-level variance is floored by the items' noise, as in "
-            "the fixed-n tests.",
-            f"Compute: {fmt(compute['tokens'])} training tokens"
-            + (f", {fmt_seconds(compute['device_seconds'])} of device time" if compute["device_seconds"] else "")
-            + (
-                f": {compute['fixed_design_share']:.0%} of a fixed design of {compute['fixed_design_seeds']} seeds "
-                f"per variant ({fmt(compute['fixed_design_tokens'])} tokens)"
-                if compute["fixed_design_share"] is not None
-                else ""
-            )
-            + ".",
-        ],
-    )
-    if seq["rule_changed_after_results"]:
-        sec.paragraphs.append(
-            "FLAGGED: the decision rule changed after results were seen ("
-            + "; ".join(seq["rule_changes"])
-            + "). The guarantee above assumes a rule fixed before any result; it does not hold for this study."
+    paragraphs = [
+        f"Decision rule, recorded before round 1: metrics {', '.join(rule['metrics'])}; margins {margins}; alpha "
+        f"{rule['alpha']:g}; at most {rule['max_seeds']} seeds per variant"
+        + (f"; budget {rule['budget']}" if rule["budget"] else "")
+        + f". {seq['rounds']} round(s); "
+        + {
+            "decided": "stopped: every contrast decided or closed for futility",
+            "max_seeds": "stopped at max seeds",
+            "budget": "stopped by the budget",
+        }.get(seq["stopped"], "not stopped (rounds may follow)")
+        + ".",
+        f"Method: {seq['method']}, "
+        + _levels(seq)
+        + ". "
+        + _DESIGN_TEXT[seq.get("design", "anytime")].format(level=f"{1 - seq['alpha']:g}")
+        + " Equivalent: the interval inside +-margin (checked first); a side better: the interval excludes 0. "
+        "Recomputed here from the run folders; the seed-level variance is floored by the items' noise, as in "
+        "the fixed-n tests.",
+        f"Compute: {fmt(compute['tokens'])} training tokens"
+        + (f", {fmt_seconds(compute['device_seconds'])} of device time" if compute["device_seconds"] else "")
+        + (
+            f": {compute['fixed_design_share']:.0%} of a fixed design of {compute['fixed_design_seeds']} seeds "
+            f"per variant ({fmt(compute['fixed_design_tokens'])} tokens)"
+            if compute["fixed_design_share"] is not None
+            else ""
         )
-    anytime = seq.get("design", "anytime") == "anytime"
+        + ".",
+    ]
+    if not seq["rule_changed_after_results"]:
+        return paragraphs
+    return [
+        *paragraphs,
+        "FLAGGED: the decision rule changed after results were seen ("
+        + "; ".join(seq["rule_changes"])
+        + "). The guarantee above assumes a rule fixed before any result; it does not hold for this study.",
+    ]
+
+
+def _contrasts_table(seq: dict) -> tuple[str, list[str], list[list[str]]]:
+    """The contrasts, one row each: (caption, header, rows)."""
+    rule, anytime = seq["rule"], seq.get("design", "anytime") == "anytime"
     rows = [
         [
             c["metric"],
@@ -86,8 +95,7 @@ def section(report: dict) -> Section | None:
     ]
     interval = ["anytime interval"] if anytime else ["repeated interval", "boundary |t|"]
     header = ["metric", "contrast", "decision", "paired seeds", "decided at", "a - b", *interval, "margin"]
-    sec.tables.append(("Contrasts (a - b on the metric's scale)", [*header, "note"], rows))
-    return sec
+    return "Contrasts (a - b on the metric's scale)", [*header, "note"], rows
 
 
 _DESIGN_TEXT = {

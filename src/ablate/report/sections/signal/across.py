@@ -15,15 +15,27 @@ stats.signal_noise at that scale (quality.py's figures); render.py lays these fi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ablate.report.stats import da, stats
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 
-# A series' working data for the DA bootstrap (analyze.analyze_series sets it, analyze_runs drops it after
-# across_scales): {"ids": compared item ids or None, "items": {variant: (seeds, items) values} or None, "stderr":
-# {variant: {seed: logged stderr at the compared point}}}.
-RESAMPLE = "_resample"
+
+@dataclass(frozen=True)
+class Resample:
+    """A series' working data for the DA bootstrap, not a figure: analyze.analyze_series returns it beside the
+    series. ids: the compared item ids or None; items: {variant: (seeds, items) values} or None; stderr: {variant:
+    {seed: logged stderr at the compared point}}."""
+
+    ids: list | None
+    items: dict[str, np.ndarray] | None
+    stderr: dict[str, dict]
+
+
+# Each group's Resample per series, aligned with the groups: {(task, metric): Resample}.
+Resamples = list[dict[tuple[str, str], Resample]]
 
 
 def _find(group: dict, task: str, metric: str | None = None) -> dict | None:
@@ -53,20 +65,27 @@ def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, fl
     return stats.decision_accuracy(guess, truth), stats.kendall(guess, truth)
 
 
-def _scale(s: dict, variants: list[str]) -> da.Scale:
+def _scale(s: dict, work: Resample, variants: list[str]) -> da.Scale:
     """What the DA bootstrap resamples at one scale: each variant's {seed: oriented run score}, and its runs'
-    oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' RESAMPLE entry)."""
-    sign, work = sign_of(s["direction"]), s[RESAMPLE]
+    oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' Resample)."""
+    sign = sign_of(s["direction"])
     scores = [{k: sign * x for k, x in zip(s["final"][v]["seeds"], s["final"][v]["values"])} for v in variants]
-    if work["items"] is not None:
-        items = [dict(zip(s["final"][v]["seeds"], sign * work["items"][v])) for v in variants]
-        return da.Scale(scores, items, work["ids"])
-    logged = [[e for e in work["stderr"][v].values() if e is not None] for v in variants]
+    if work.items is not None:
+        items = [dict(zip(s["final"][v]["seeds"], sign * work.items[v])) for v in variants]
+        return da.Scale(scores, items, work.ids)
+    logged = [[e for e in work.stderr[v].values() if e is not None] for v in variants]
     item_var = [float(np.mean(np.square(e))) if e else None for e in logged]
     return da.Scale(scores, item_var=item_var)
 
 
-def _row(group: dict, small: dict, target: dict | None, val: dict | None, same: dict | None, opts) -> dict | None:
+def _key(s: dict) -> tuple[str, str]:
+    return s["task"], s["metric"]
+
+
+def _row(
+    group: dict, small: dict, target: dict | None, val: dict | None, same: dict | None, work: tuple[dict, dict], opts
+) -> dict | None:
+    """One smaller scale's row; work: the (small, largest) scales' Resamples."""
     target_da, tau = _agreement(small, target)
     val_da, _ = _agreement(small, val)
     self_da, _ = _agreement(small, same)
@@ -76,7 +95,9 @@ def _row(group: dict, small: dict, target: dict | None, val: dict | None, same: 
     seeds = min((len(s["final"][v]["values"]) for s in (small, target or same) for v in variants), default=0)
     shown = {"ci": None, "ci_note": None, "paired": None, "coverage": None, "item_noise": None}
     if target_da is not None:
-        shown = da.shown_interval(_scale(small, variants), _scale(target, variants), seeds, opts.bootstrap, opts.seed)
+        small_work, large_work = work[0][_key(small)], work[1][_key(target)]
+        scales = _scale(small, small_work, variants), _scale(target, large_work, variants)
+        shown = da.shown_interval(*scales, seeds, opts.bootstrap, opts.seed)
     return {
         "scale": group["scale"],
         "variants": variants,
@@ -90,11 +111,11 @@ def _row(group: dict, small: dict, target: dict | None, val: dict | None, same: 
     }
 
 
-def across_scales(groups: list[dict], opts) -> list[dict]:
+def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[dict]:
     """[{task, metric, direction, primary, snr (at the largest scale), target: {task, metric} | None, target_valid,
     by_scale: [{scale, variants, seeds, snr, decision_accuracy, decision_accuracy_val, self_agreement, tau (against
     the target), ci, ci_note, paired, coverage, item_noise}], mean_decision_accuracy, mean_decision_accuracy_val,
-    mean_self_agreement}], validation loss first; [] without a smaller scale."""
+    mean_self_agreement}], validation loss first; [] without a smaller scale. resamples: each group's Resamples."""
     if len(groups) < 2:
         return []
     largest, out = groups[-1], []
@@ -102,9 +123,9 @@ def across_scales(groups: list[dict], opts) -> list[dict]:
     for same in largest["series"]:
         target = _find(largest, same["task"])
         rows = []
-        for group in groups[:-1]:
+        for group, work in zip(groups[:-1], resamples[:-1]):
             small = _find(group, same["task"], same["metric"])
-            row = _row(group, small, target, val, same, opts) if small is not None else None
+            row = _row(group, small, target, val, same, (work, resamples[-1]), opts) if small is not None else None
             if row is not None:
                 rows.append(row)
         if not rows:
