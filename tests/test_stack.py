@@ -198,6 +198,19 @@ def test_a_ctrl_c_between_members_verdicts_stops_every_member_before_any_update(
         assert all(torch.equal(t, weights[n]) for n, t in member.model.state_dict().items())
 
 
+def _stopped_stack(root, steps: int, stop_after: int, **fields) -> StackedTrainer:
+    """Three seeds as one stack (`steps` long), started, stepped `stop_after` times and ended: stopped there."""
+    stopped = StackedTrainer(_trainers(root, steps, opened=False, **fields))
+    for member in stopped.members:
+        member.start()
+        member.begin()
+    for _ in range(stop_after):
+        stopped.train_step()
+    for member in stopped.members:
+        member.end()
+    return stopped
+
+
 def test_a_stack_resumes_from_its_members_checkpoints(tmp_path):
     """A stack stopped after step 4 (its members' checkpoints at step 3, each in its own run folder) and started
     again by fit() resumes every member from its own checkpoint: their curves to step 6 equal those of a stack that
@@ -208,14 +221,7 @@ def test_a_stack_resumes_from_its_members_checkpoints(tmp_path):
     whole = StackedTrainer(_trainers(tmp_path / "whole", 6, opened=False, **fields))
     summaries = whole.fit()
     assert [s["steps"] for s in summaries] == [6, 6, 6]
-    stopped = StackedTrainer(_trainers(tmp_path / "stopped", 6, opened=False, **fields))
-    for member in stopped.members:
-        member.start()
-        member.begin()
-    for _ in range(4):
-        stopped.train_step()
-    for member in stopped.members:
-        member.end()
+    stopped = _stopped_stack(tmp_path / "stopped", 6, 4, **fields)
     from ablate import checkpoint_files, rundir
 
     for member in stopped.members:  # each member's own checkpoint, in its own folder, from the stack's storage
@@ -236,14 +242,7 @@ def test_a_members_checkpoint_resumes_as_a_lone_run(tmp_path):
     lone = _trainers(tmp_path / "lone", 6, opened=False, **fields)
     for alone in lone:
         alone.fit()
-    stopped = StackedTrainer(_trainers(tmp_path / "stack", 6, opened=False, **fields))
-    for member in stopped.members:
-        member.start()
-        member.begin()
-    for _ in range(4):
-        stopped.train_step()
-    for member in stopped.members:
-        member.end()
+    _stopped_stack(tmp_path / "stack", 6, 4, **fields)
     for seed, alone in zip((0, 1, 2), lone):
         (resumed,) = _trainers(tmp_path / "stack", 6, seeds=(seed,), opened=False, **fields)
         assert resumed.fit()["steps"] == 6
