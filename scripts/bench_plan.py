@@ -246,7 +246,7 @@ def measure_in_subprocess(
 
 def _child(args) -> int:
     run_dict, out_dir = json.loads(Path(args.measure).read_text()), str(Path(args.out).parent)
-    result = measure(run_dict, args.steps, out_dir, args.rss, int(args.stack))
+    result = measure(run_dict, args.steps, out_dir, args.rss, args.stack[0])
     if int(os.environ.get("RANK", 0)) == 0:
         Path(args.out).write_text(json.dumps(result))
     from ablate.training.parallel import shutdown_distributed
@@ -280,21 +280,39 @@ def compare(name: str, world: int, steps: int, rss: bool, stack: int = 1) -> dic
     }
 
 
+def _sizes(text: str) -> list[int]:
+    """A comma-separated list of positive whole numbers (--world, --stack), refused by argparse otherwise."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive whole numbers separated by commas, e.g. 1,2,4")
+    return sizes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
-    parser.add_argument("--world", default="1,2", help="world sizes to measure at (2: torchrun, 2 gloo processes)")
+    parser.add_argument(
+        "--world", type=_sizes, default="1,2", help="world sizes to measure at (2: torchrun, 2 gloo processes)"
+    )
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--rss", action="store_true", help="also the RSS high-water mark (a run without profiler)")
     parser.add_argument("--smoke", action="store_true", help="a tiny case in 1 process, 2 steps (with --rss too)")
-    parser.add_argument("--stack", default="1", help="stack sizes (K seeds as one stacked model; world 1 only)")
+    parser.add_argument(
+        "--stack", type=_sizes, default="1", help="stack sizes (K seeds as one stacked model; world 1 only)"
+    )
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         return _child(args)
     if args.smoke:
-        args.cases, args.world, args.steps = "smoke", "1", 2
+        args.cases, args.world, args.steps = "smoke", [1], 2
+    unknown = sorted(set(args.cases.split(",")) - set(CASES) - {"smoke"})
+    if unknown:
+        parser.error(f"--cases: {', '.join(unknown)} unknown; choose from {', '.join(CASES)}")
     from ablate.cost.memory import format_bytes
 
     print(
@@ -303,7 +321,7 @@ def main() -> int:
         + "  peak moment (estimate)"
     )
     ratios = []  # estimate / measured live bytes, per row
-    sizes = [(world, k) for world in map(int, args.world.split(",")) for k in map(int, args.stack.split(","))]
+    sizes = [(world, k) for world in args.world for k in args.stack]
     for world, k in sizes:
         if world > 1 and k > 1:
             continue  # a stack trains on one device

@@ -91,6 +91,21 @@ def in_process(size: str, members: int, steps: int, warmup: int, device: str) ->
     return {name: lone.tokens_per_step * runs * 2 * steps / seconds[name] for name, (_, runs) in sides.items()}
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """The profiler's C++ side (kineto) writes a line to file descriptor 2 at each start and stop: it is sent to
+    /dev/null for the block, as Python's redirect_stderr cannot."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def ops_per_step(size: str, members: int, device: str) -> dict[str, int]:
     """The torch operators one stacked step of K members dispatches (the profiler's aten calls, nested ones
     included), after a warm-up step: on a GPU, about its kernel launches. Against the lone run's, this shows what
@@ -105,7 +120,7 @@ def ops_per_step(size: str, members: int, device: str) -> dict[str, int]:
     counts = {}
     for name, step in (("lone", lone.step), ("stacked", stacked.train_step)):
         step()
-        with profile() as profiled:
+        with _native_stderr_silenced(), profile() as profiled:
             step()
         counts[name] = sum(e.count for e in profiled.key_averages() if e.key.startswith("aten::"))
     for real in [lone, *member_steps]:

@@ -3,8 +3,8 @@
 - roles.py: ROLES, the table of parameter roles (embedding, hidden, vector, head) with their weight decay and lr
   multiplier; assign_roles and param_groups.
 - registry.py: optimizers registered by `optim.name`; build_optimizer, check_optimizer_name; state_elements and
-  transient_elements, what each declares about its memory (for ablate.cost.memory); steps_together, whether it
-  batches a stack's step.
+  transient_elements, what each declares about its memory (for ablate.cost.memory); steps_together and
+  stacked_step_of, whether and how it batches a stack's step.
 - state.py: ParamShapes and shard_elements, what an optimizer's memory declarations are computed from.
 - adamw.py, muon.py: one optimizer each (a new optimizer is one more file, imported below).
 - schedule.py: lr_factor (pure function of progress) and set_lr (lr x each role's multiplier).
@@ -16,6 +16,7 @@ from ablate.optim.registry import (
     build_optimizer,
     check_optimizer_name,
     register,
+    stacked_step_of,
     state_elements,
     steps_together,
     transient_elements,
@@ -38,6 +39,7 @@ __all__ = [
     "register",
     "set_lr",
     "shard_elements",
+    "stacked_step_of",
     "state_elements",
     "steps_together",
     "transient_elements",

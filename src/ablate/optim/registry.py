@@ -66,8 +66,21 @@ def transient_elements(cfg: OptimConfig, shapes: ParamShapes, world: int) -> int
     return int(_declaration(cfg, transient_elements)(shapes, world))
 
 
+def _stacked_step(cls: type) -> Callable[[list], None] | None:
+    step = getattr(cls, "stacked_step", None)
+    return step if callable(step) else None
+
+
+def stacked_step_of(optimizers: list) -> Callable[[list], None] | None:
+    """The one call that steps every optimizer of a stack's members at once: their class's static
+    `stacked_step(optimizers)` (Muon's batches Newton-Schulz over the stack), where they are all of one class that
+    has one; else None (each optimizer takes its own step)."""
+    kinds = {type(optimizer) for optimizer in optimizers}
+    return _stacked_step(kinds.pop()) if len(kinds) == 1 else None
+
+
 def steps_together(cfg: OptimConfig) -> bool:
-    """Whether optim.name's class batches the step of a stack of runs (a static `stacked_step(optimizers)`, as
-    Muon's): a stack then takes one step for all its members, and its temporaries are every member's at once."""
+    """Whether a stack of runs with optim.name's optimizer takes its step as one call (stacked_step_of): its
+    temporaries are then every member's at once."""
     check_optimizer_name(cfg)
-    return callable(getattr(OPTIMIZERS[cfg.name], "stacked_step", None))
+    return _stacked_step(OPTIMIZERS[cfg.name]) is not None

@@ -42,6 +42,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ablate.moe import Router
+from ablate.optim import stacked_step_of
 from ablate.training.callbacks import Divergence
 from ablate.training.parallel import seed_everything
 
@@ -346,8 +347,7 @@ class StackedTrainer:
         """The update of the members that take it: one batched step where their optimizer's class has one
         (Muon.stacked_step: Newton-Schulz over the stack), else each optimizer's own step."""
         optimizers = [self.members[k].optimizer for k in taking]
-        kinds = {type(optimizer) for optimizer in optimizers}
-        stacked_step = getattr(kinds.pop(), "stacked_step", None) if len(kinds) == 1 else None
+        stacked_step = stacked_step_of(optimizers)
         if stacked_step is not None:
             stacked_step(optimizers)
         else:
