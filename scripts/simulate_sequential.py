@@ -50,7 +50,7 @@ from ablate.report.sections.sequential.decide import (
     open_variants,
 )
 from ablate.report.sections.sequential.rule import DecisionRule
-from ablate.report.stats.stats import paired_noise
+from ablate.report.stats.noise import paired_noise
 
 VARIANTS = ("A", "B", "C")
 PAIRS = [("A", "B"), ("A", "C"), ("B", "C")]

@@ -20,7 +20,8 @@ import pytest
 
 from ablate.report.sections.multipliers.baseline_curve import Point, fit_curve, group_cells
 from ablate.report.sections.multipliers.checks import bootstrap_interval
-from ablate.report.sections.multipliers.estimate import multipliers, trend
+from ablate.report.sections.multipliers.estimate import multipliers
+from ablate.report.sections.multipliers.intervals import trend
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simulate_multipliers.py"
 sys.path.insert(0, str(SCRIPT.parent))

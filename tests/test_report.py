@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, ReportError, build_report, write_report
-from ablate.report.stats import stats
+from ablate.report.stats import describe, noise, power
 from conftest import run_cli
 from report_fixtures import STEPS, TOY, accuracy_items, build_toy_experiment, write_run
 
@@ -253,20 +253,20 @@ def test_cli_report_prints_the_verdict_and_the_decisions_table(toy, tmp_path):
 
 
 def test_stats_edge_cases():
-    assert stats.spearman([1, 2], [1, 2]) is None and stats.spearman([1, 2, 3], [5, 5, 5]) == 0
-    assert stats.kendall([1, 1, 1], [1, 2, 3]) == 0 and stats.kendall([1, 2, 3], [2, 2, 2]) is None
-    assert stats.decision_accuracy([1, 1], [1, 2]) == 0.5 and stats.decision_accuracy([1, 2], [3, 3]) is None
-    assert stats.signal_noise([1.0], [[1.0, 2.0]]) == {
+    assert describe.spearman([1, 2], [1, 2]) is None and describe.spearman([1, 2, 3], [5, 5, 5]) == 0
+    assert describe.kendall([1, 1, 1], [1, 2, 3]) == 0 and describe.kendall([1, 2, 3], [2, 2, 2]) is None
+    assert describe.decision_accuracy([1, 1], [1, 2]) == 0.5 and describe.decision_accuracy([1, 2], [3, 3]) is None
+    assert describe.signal_noise([1.0], [[1.0, 2.0]]) == {
         "signal": None,
         "noise": None,
         "snr": None,
         "noise_checkpoints": 2,
     }
-    assert stats.signal_noise([1.0, 2.0], [[3.0]])["snr"] is None  # one checkpoint: no noise estimate
-    flat = stats.signal_noise([1.0, 2.0], [[1.0, 1.0], [2.0, 2.0]])  # checkpoints that do not move: SNR unknown
+    assert describe.signal_noise([1.0, 2.0], [[3.0]])["snr"] is None  # one checkpoint: no noise estimate
+    flat = describe.signal_noise([1.0, 2.0], [[1.0, 1.0], [2.0, 2.0]])  # checkpoints that do not move: SNR unknown
     assert flat["snr"] is None and flat["noise"] == 0 and flat["signal"] == pytest.approx(1 / 1.5)
     # a margin whose variants straddle zero: signal and noise relative to a mean near 0 blow up, SNR does not
-    margin = stats.signal_noise([-0.1, 0.1], [[-0.2, 0.0], [0.0, 0.2]])
+    margin = describe.signal_noise([-0.1, 0.1], [[-0.2, 0.0], [0.0, 0.2]])
     assert margin["signal"] is None and margin["snr"] == pytest.approx(0.2 / np.std([-0.2, 0.0], ddof=1))
     with pytest.raises(ReportError, match="no run folders"):
         build_report(__import__("pathlib").Path(__file__).parent)
@@ -274,12 +274,12 @@ def test_stats_edge_cases():
 
 def test_seed_level_tests_and_bh():
     a, b = {0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.5, 1: 1.8, 2: 2.1}
-    paired = stats.seed_test(a, b)
+    paired = noise.seed_test(a, b)
     assert paired["paired"] and paired["p"] == pytest.approx(
         __import__("scipy").stats.ttest_1samp([0.5, 0.2, 0.9], 0).pvalue
     )
     assert paired["sd_diff"] == pytest.approx(np.std([0.5, 0.2, 0.9], ddof=1))
-    welch = stats.seed_test(a, {5: 0.5, 6: 1.8, 7: 2.1})
+    welch = noise.seed_test(a, {5: 0.5, 6: 1.8, 7: 2.1})
     assert (
         not welch["paired"]
         and welch["test"] == "Welch t over seeds"
@@ -289,11 +289,11 @@ def test_seed_level_tests_and_bh():
     assert welch["sd_diff"] == pytest.approx(
         np.sqrt((np.var([1, 2, 3], ddof=1) + np.var([0.5, 1.8, 2.1], ddof=1)) / 2) * np.sqrt(2)
     )
-    assert stats.bh_adjust([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.2])
-    assert stats.bh_adjust([]) == [] and stats.bh_adjust([0.9, 0.95]) == pytest.approx([0.95, 0.95])
+    assert power.bh_adjust([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.2])
+    assert power.bh_adjust([]) == [] and power.bh_adjust([0.9, 0.95]) == pytest.approx([0.95, 0.95])
     # normal approximation 4 seeds; the t-test needs 6 for 80% power at d = 1.5
-    assert stats.seeds_needed(1.5, 1.0, 0.05, 0.8) == 6 and stats.seeds_needed(0.0, 1.0, 0.05, 0.8) is None
-    assert stats.seeds_needed(1.0, None, 0.05, 0.8) is None and stats.seeds_needed(1.0, 0.0, 0.05, 0.8) == 2
+    assert power.seeds_needed(1.5, 1.0, 0.05, 0.8) == 6 and power.seeds_needed(0.0, 1.0, 0.05, 0.8) is None
+    assert power.seeds_needed(1.0, None, 0.05, 0.8) is None and power.seeds_needed(1.0, 0.0, 0.05, 0.8) == 2
 
 
 def _acc_items(ids, right):

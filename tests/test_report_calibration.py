@@ -26,9 +26,9 @@ import pytest
 
 from ablate.report import Options, write_report
 from ablate.report import calibrate
-from ablate.report.inference import families, pairs
-from ablate.report.stats import stats
-from ablate.report.text.headline import decide_series
+from ablate.report.sections.decisions import families, pairs
+from ablate.report.stats import power
+from ablate.report.sections.decisions.headline import decide_series
 from report_fixtures import write_run
 
 SIG_RUN, SIG_SEED, SIG_ITEM, ITEMS = 0.02, 0.01, 0.3, 200  # loss: run, seed and item-noise sds; items per eval
@@ -190,7 +190,7 @@ def test_seeds_needed_delivers_the_power_it_promises():
     80%. The normal approximation alone (n = ((z_0.975 + z_0.8) / d)^2 = 4 seeds for d = 1.5) measured 0.53 here:
     with few seeds the t-test needs more, so the report raises n until the noncentral-t power reaches 80%."""
     effect = 1.5  # in SD_DIFF units
-    need = stats.seeds_needed(effect * SD_DIFF, SD_DIFF, ALPHA, 0.8)
+    need = power.seeds_needed(effect * SD_DIFF, SD_DIFF, ALPHA, 0.8)
     assert math.ceil(((1.959964 + 0.841621) / effect) ** 2) == 4 and need == 6
     rng = np.random.default_rng(40)
     n, found = 300, 0

@@ -210,13 +210,13 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
     """correct_prob rises with training as the accuracy does (pooled over (run, checkpoint) points their rank
     correlation is high), but orders A, B, C exactly against it (Kendall -1): refused. One swap among three (tau
     1/3) is refused too; the accuracy's own order passes."""
-    from ablate.report.stats import stats
+    from ablate.report.stats import describe
     from ablate.report.sections.signal import tracking
 
     rank = {"A": 2, "B": 1, "C": 0}
     accuracy = _series("acc", {v: [0.3 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})
     opposite = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * (2 - r) for k in range(4)] for v, r in rank.items()})
-    pooled = stats.spearman(
+    pooled = describe.spearman(
         [x for r in opposite["runs"].values() for x in r["values"]],
         [x for r in accuracy["runs"].values() for x in r["values"]],
     )
@@ -243,7 +243,7 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
 
 def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
     """0 of 0 primary pairs rejected is not 'every pair it tested': the task family keeps alpha x (1 - share)."""
-    from ablate.report.inference import families
+    from ablate.report.sections.decisions import families
 
     def series(task: str, testable: bool) -> dict:
         row = {"a": "A", "b": "B", "testable": testable, "p_seeds": 0.001 if testable else None, "significant": None}

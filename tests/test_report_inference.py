@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.inference import families, pairs
-from ablate.report.stats import stats
-from ablate.report.text import headline
+from ablate.report.sections.decisions import families, headline, pairs
+from ablate.report.stats import noise
+from ablate.report.stats.power import sd_interval, seeds_needed
 from report_fixtures import STEPS, write_run
 
 FAST = Options(bootstrap=0)
@@ -121,8 +121,8 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
     At that many seeds the whole procedure (two families, BH) finds it in >= 80% - 5% of studies; at one seed fewer
     in fewer than 80%. The raw-alpha figure (6 seeds) would be far short."""
     sd, effect, m = 1.0, 1.5, 10
-    promised = stats.seeds_needed(effect * sd, sd, 0.01 / m, 0.8)
-    assert promised > stats.seeds_needed(effect * sd, sd, 0.05, 0.8) == 6
+    promised = seeds_needed(effect * sd, sd, 0.01 / m, 0.8)
+    assert promised > seeds_needed(effect * sd, sd, 0.05, 0.8) == 6
     rng = np.random.default_rng(5)
 
     def power(n_seeds: int, studies: int = 300) -> float:  # 2 standard errors of 80%: 0.046, the margin below
@@ -153,7 +153,7 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
 
 
 def test_seeds_needed_is_a_range_for_an_sd_from_three_seeds():
-    lo, hi = stats.sd_interval(1.0, 2)
+    lo, hi = sd_interval(1.0, 2)
     assert lo == pytest.approx(math.sqrt(2 / 4.605), rel=1e-3) and hi == pytest.approx(math.sqrt(2 / 0.2107), rel=1e-3)
     row = {"seeds_needed": 9, "seeds_needed_range": [5, 60]}
     assert headline.needed_text(row) == "~9 seeds needed (5 to 60 within the sd's uncertainty)"
@@ -211,9 +211,9 @@ def test_points_far_apart_in_tokens_are_refused(tmp_path):
 def test_unequal_seed_sets_pair_over_the_shared_seeds():
     a = {0: 1.0, 1: 1.2, 2: 0.9, 3: 1.1, 4: 1.05}
     b = {0: 0.5, 1: 0.8, 2: 0.35}
-    t = stats.seed_test(a, b)
+    t = noise.seed_test(a, b)
     assert t["paired"] and t["n_shared"] == 3 and t["diff"] == pytest.approx(np.mean([0.5, 0.4, 0.55]))
-    welch = stats.seed_test({0: 1.0, 1: 1.2, 2: 0.9}, {5: 0.5, 6: 0.8, 7: 0.35})
+    welch = noise.seed_test({0: 1.0, 1: 1.2, 2: 0.9}, {5: 0.5, 6: 0.8, 7: 0.35})
     assert not welch["paired"] and welch["test"] == "Welch t over seeds"
 
 
@@ -228,14 +228,14 @@ def test_the_report_and_the_eval_agree_on_answer_blind_metrics():
 def test_no_p_value_of_zero_from_finitely_many_seeds():
     same = {0: 0.6, 1: 0.7, 2: 0.65}
     shifted = {s: v + 0.1 for s, v in same.items()}
-    no_noise = stats.seed_test(shifted, same)  # a constant shift and nothing known of item noise: not testable
+    no_noise = noise.seed_test(shifted, same)  # a constant shift and nothing known of item noise: not testable
     assert no_noise["p"] is None
     items = (np.random.default_rng(0).random((3, 100)) < 0.5).astype(float)
-    floored = stats.seed_test(shifted, same, items + 0.1, items)  # still a constant item shift: floor 0, untestable
+    floored = noise.seed_test(shifted, same, items + 0.1, items)  # still a constant item shift: floor 0, untestable
     assert floored["p"] is None
     flipped = items.copy()
     flipped[:, :10] = 1 - flipped[:, :10]  # 10 discordant items: a floor, a finite p
-    t = stats.seed_test(
+    t = noise.seed_test(
         {s: float(flipped[s].mean()) for s in range(3)}, {s: float(items[s].mean()) for s in range(3)}, flipped, items
     )
     assert t["p"] is not None and t["p"] > 0 and t["noise_floor_sd"] > 0
@@ -298,7 +298,7 @@ def test_a_persistent_item_set_difference_in_val_loss_is_not_significant(tmp_pat
     (pair,) = next(s for s in report["groups"][0]["series"] if s["task"] == "val_loss")["pairwise"]
     assert pair["diff"] == pytest.approx(1.5 * gap.std(ddof=1) / math.sqrt(n), rel=0.05)
     assert pair["testable"] and pair["p_seeds"] > 0.05 and pair["significant"] is False
-    seeds_only = stats._floored_t(pair["diff"], pair["sd_diff"] ** 2, 8, 7)
+    seeds_only = noise._floored_t(pair["diff"], pair["sd_diff"] ** 2, 8, 7)
     assert seeds_only < 1e-6 and pair["item_sd"] > 3 * pair["sd_diff"] / math.sqrt(8)
     assert report["headline"]["winner"] is None
 
@@ -307,7 +307,7 @@ def test_without_per_item_files_the_logged_stderr_counts_as_persistent():
     """Logged standard errors only: their item noise is taken as persistent in full (the assumption is stated)."""
     a, b = {0: 0.61, 1: 0.62, 2: 0.60}, {0: 0.60, 1: 0.61, 2: 0.59}
     se = {s: 0.02 for s in range(3)}
-    t = stats.seed_test(a, b, stderr_a=se, stderr_b=se)
+    t = noise.seed_test(a, b, stderr_a=se, stderr_b=se)
     assert t["noise_source"] == "logged standard errors" and t["item_sd"] == pytest.approx(math.sqrt(2) * 0.02)
     assert t["p"] > 0.5  # 0.01 against an item sd of 0.028 that does not shrink with seeds
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.text.verdict import verdict
+from ablate.report.sections.decisions.verdict import verdict
 from report_fixtures import build_toy_experiment
 import test_report
 from test_report_inference import _clear_effect_study

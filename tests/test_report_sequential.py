@@ -125,7 +125,7 @@ def test_no_study_no_section_and_a_damaged_record_is_named(tmp_path):
 
 
 def test_many_open_contrasts_are_one_clause_of_the_headline():
-    from ablate.report.text.headline import sequential_text
+    from ablate.report.sections.sequential.headline import sequential_text
 
     def contrast(a, b, decision, seeds=8):
         return {
@@ -178,7 +178,7 @@ def test_a_contrast_closed_for_futility_says_so_with_its_chance_and_the_fixed_de
 def test_a_study_record_that_says_undecidable_still_reads_as_closed_for_futility():
     """study.json files written before the word changed hold "undecidable": the console, ablate status and the
     headline read it as the same decision."""
-    from ablate.report.text.headline import sequential_text
+    from ablate.report.sections.sequential.headline import sequential_text
     from ablate.report.sections.sequential.words import contrast_line
 
     old = {"a": "x", "b": "y", "metric": "val_loss", "decision": "undecidable", "seeds": 3, "interval": [-1, 1]}

@@ -137,18 +137,16 @@ def ablate_imports(module: str) -> set[str]:
 
 
 # Inside `report` (one group above), its rooms import one way too (docs/architecture.md): report.json's schema (its
-# records, importing nothing), the pure statistics, what is read, how sure (the decisions: they take the signal
-# section's recommendation as a value, never its code), the options, the text's shared parts, the sections (each its
-# computation and its rendering: the signal's and the sweep's among them), then the pages that assemble them (the
-# headline, report.md and report.html), the orchestrator and the whole-report calibration. A room is a folder of
-# report/ or a module named by its path below it: the longest name here that a module's path starts with
-# (text.render is its own room, text.fmt is text's).
-REPORT_ROOMS = "schema stats inputs inference options text sections text.headline text.render".split()
-REPORT_ROOMS += ["analyze", "calibrate"]
-# Narrower: the rooms (outside its own) each may import. stats knows nothing of runs; run folders are read in inputs;
-# the decisions read no section (the recommendation reaches them as a value).
-REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats"}, "inference": {"stats", "inputs"}}
-# The adaptive study's driver reads the report through the sequential section alone: its rule, decisions and words
+# records, importing nothing) and the pure statistics, what is read, the options, the text's shared parts (fmt.py,
+# plots.py), the sections (each its computation and its rendering: the decisions', the signal's, the sweep's among
+# them), then the page that assembles them (report.md and report.html), the orchestrator and the whole-report
+# calibration. A room is a folder of report/ or a module named by its path below it: the longest name here that a
+# module's path starts with (text.render is its own room, text.fmt is text's).
+REPORT_ROOMS = "schema stats inputs options text sections text.render analyze calibrate".split()
+# Narrower: the rooms (outside its own) each may import. stats knows nothing of runs; run folders are read in inputs.
+REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats"}}
+# A section reads no other section: what one needs of another reaches it as a value (the decisions take the signal
+# section's recommendation as one), passed by analyze; what two share of the runs is in inputs (failures.py).
 SEQUENTIAL_SECTION = "ablate.report.sections.sequential"
 
 
@@ -177,6 +175,25 @@ def test_the_report_rooms_import_one_way():
                 allowed = sorted(REPORT_ALLOWED[room]) or "nothing else of the report"
                 wrong.append(f"{module} ({room}) imports {target}; {room} may import only {allowed}")
     assert not wrong, "\n".join(wrong)
+
+
+def _section_of(module: str) -> str | None:
+    """ablate.report.sections.signal.choose -> signal; None outside the sections."""
+    parts = module.split(".")
+    return parts[3] if len(parts) > 4 and parts[:3] == ["ablate", "report", "sections"] else None
+
+
+def test_a_section_imports_no_other_section():
+    crossings = set()
+    for module in MODULES:
+        section = _section_of(module)
+        for target in ablate_imports(module) if section else ():
+            other = _section_of(target)
+            if other not in (None, section):
+                crossings.add((section, other))
+    assert _section_of("ablate.report.sections.signal.choose") == "signal"
+    assert _section_of("ablate.report.analyze") is None
+    assert not crossings, f"sections importing another section: {sorted(crossings)}; pass the value instead"
 
 
 def test_the_study_driver_imports_only_the_sequential_section():

@@ -66,7 +66,7 @@ def cmd_report(args) -> int:
 def console_text(report: dict) -> str:
     """What the terminal shows, read in ten seconds as the report opens: the verdict, an adaptive study's decisions
     in words, the decisions table and its notes (the whole headline is report.json's `headline.text`)."""
-    from ablate.report.text import verdict
+    from ablate.report.sections.decisions import verdict
     from ablate.text import aligned
 
     head = report["headline"]

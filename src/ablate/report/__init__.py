@@ -8,20 +8,22 @@ stats/      pure statistics that know nothing of runs: seed-level tests and thei
             decision accuracy's bootstrap, the adaptive designs' boundaries and confidence sequences
 inputs/     what is read: run folders -> runs and tasks, like with like (equal tokens, identical item sets),
             the runs' tokenizers compared
-signal/     which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric,
-            subjects below an SNR floor
-inference/  how sure: a pair over seeds, the two families (Benjamini-Hochberg), the winner
-text/       the report in words: the headline, report.md and report.html, the plots
-sections/   one folder per section, its computation and its rendering: sequential/ (an adaptive study's rule,
-            decisions and words; the only part launch/study.py imports), multipliers/ (compute multipliers),
-            sweep/ (grid() runs on their axes: optimum LR, batch size, model size, their fits)
+text/       what the text shares (fmt.py, plots.py), and render.py: report.json -> report.md and report.html,
+            the sections in reading order
+sections/   one folder per section, its computation and its rendering: decisions/ (how sure: a pair over seeds,
+            the two families (Benjamini-Hochberg), the winner, the headline and the report's opening), signal/
+            (which signal to trust: SNR and decision accuracy across scales, tracking, each task's best metric),
+            sequential/ (an adaptive study's rule, decisions and words; the only part launch/study.py imports),
+            multipliers/ (compute multipliers), sweep/ (grid() runs on their axes: optimum LR, batch size, model
+            size, their fits), tokenizers/ (runs of different tokenizers)
 analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
 options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
 calibrate.py  constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 
-The rooms import one way (tests/test_structure.py): schema < stats < inputs < signal < inference < options < text
-(its shared parts) < sections < text/headline.py < text/render.py < analyze < calibrate; schema and stats import
-nothing else of the report, inputs only stats.
+The rooms import one way (tests/test_structure.py): schema, stats < inputs < options < text (its shared parts) <
+sections < text/render.py < analyze < calibrate; schema and stats import nothing else of the report, inputs only
+stats. A section reads no other section (what one needs of another reaches it as a value), but for the crossings
+tests/test_structure.py names.
 
 The package loads its modules on first use: an experiment file's `from ablate import DecisionRule` reads
 sections/sequential/rule.py (and the statistics it checks a rule with), not the analysis (numpy, scipy, matplotlib).

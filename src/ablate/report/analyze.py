@@ -3,8 +3,8 @@
 Per scale group (one group without a scale axis), per task and metric ("series"): final scores with CIs, pairwise
 tests, curves, and the signal criteria (sections/signal/quality.py); then every task x metric's SNR and decision
 accuracy across scales (sections/signal/across.py), each task's best measured metric (sections/signal/choose.py),
-and the decisions (inference/) and headline at the largest scale. Comparisons are like with like (match.py): equal
-tokens, identical item sets.
+and the decisions and headline at the largest scale (sections/decisions/). Comparisons are like with like
+(match.py): equal tokens, identical item sets.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report.inference import families, pairs
-from ablate.report.stats import stats
-from ablate.report.inputs import match, tokenizers
+from ablate.report.stats import describe, noise
+from ablate.report.inputs import failures, match, tokenizers
 from ablate.report.inputs.overview import overview as runs_overview
 from ablate.report.inputs.compute_points import BudgetSplit, split_budgets
 from ablate.report.options import Options, floor_value
-from ablate.report.text import headline as words
+from ablate.report.sections.decisions import families, pairs
+from ablate.report.sections.decisions import headline as words
+from ablate.report.sections.sequential.headline import OPTIONAL_STOPPING_NOTE, sequential_headline
 from ablate.report.sections.multipliers import render as compute_words
 from ablate.report.sections.multipliers.section import multipliers_section, recorded_baseline
 from ablate.report.sections.sequential import section as study_section
@@ -64,7 +65,7 @@ def _curve(points: list[list[Point]]) -> dict:
 
 def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, dict, dict | None, dict]:
     """Per variant: run-level scores (each run's mean over the compared items at the compared evaluation), their
-    mean, seed sd and its interval under the tests' noise model (stats.mean_interval). Also returns the scores,
+    mean, seed sd and its interval under the tests' noise model (noise.mean_interval). Also returns the scores,
     (seeds, items) matrices and each run's logged standard error for the tests."""
     final, scores, items, stderrs = {}, {}, ({} if m.ids else None), {}
     for variant, runs in runs_by_variant.items():
@@ -74,11 +75,11 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
         if items is not None:
             items[variant] = np.array([[m.values[r.label][i] for i in m.ids] for r in runs])
         matrix = items[variant] if items is not None else None
-        ci = stats.mean_interval(scores[variant], matrix, stderrs[variant], 1 - opts.alpha)
+        ci = noise.mean_interval(scores[variant], matrix, stderrs[variant], 1 - opts.alpha)
         values = [scores[variant][r.seed] for r in runs]
         final[variant] = {
             "mean": float(np.mean(values)),
-            "seed_std": stats.std(values),
+            "seed_std": describe.std(values),
             "values": values,
             "seeds": [r.seed for r in runs],
             "steps": [m.points[r.label].step for r in runs],
@@ -167,7 +168,7 @@ def analyze_group(
     runs = [r for rs in finished.values() for r in rs]
     group = {
         "scale": scale,
-        "failures": families.failed_seeds(runs_by_variant),
+        "failures": failures.failed_seeds(runs_by_variant),
         "variants": list(finished),
         "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
         "shape_differences": match.shape_differences(runs),
@@ -351,7 +352,7 @@ def _stopping(inference: dict, adaptive: dict | None) -> dict:
     """With an adaptive study the sequential decisions lead; the fixed-n tests stay, labelled."""
     if adaptive is None:
         return inference
-    return {**inference, "valid_under_optional_stopping": False, "optional_stopping_note": words.OPTIONAL_STOPPING_NOTE}
+    return {**inference, "valid_under_optional_stopping": False, "optional_stopping_note": OPTIONAL_STOPPING_NOTE}
 
 
 def _headline(
@@ -369,7 +370,7 @@ def _headline(
     target, text = decided.groups[-1], tokenizer_note["text"]
     headline = words.headline(name, target, decided.decisions, decided.recommendation, overview, opts, text)
     if adaptive is not None:
-        headline = words.sequential_headline(headline, adaptive, experiment)
+        headline = sequential_headline(headline, adaptive, experiment)
     if compute is not None:
         headline = compute_words.with_headline(headline, compute, opts.scale)
     return headline

@@ -133,6 +133,26 @@ def _add(run: Run, key: str, step: int, columns: dict[str, np.ndarray], groups: 
         )
 
 
+def _tasks(design: Design) -> dict[str, TaskInfo]:
+    """The constructed study's tasks: validation loss, a multiple-choice task, a word task scored by greedy accuracy
+    and bits per byte, and a task of subjects."""
+    items = design.items
+    return {
+        "val_loss": TaskInfo("val_loss", "loss", ["loss"], math.log(512), "val_loss", VAL_ITEMS),
+        "mc:cf": TaskInfo("mc:cf", "acc_per_char", list(MC_METRICS), 0.25, "mc_cf", items),
+        "lambada:cf": TaskInfo("lambada:cf", "acc_greedy", ["acc_greedy", "gold_bpb"], 0.0, "lambada_cf", items),
+        "subj:cf": TaskInfo(
+            "subj:cf",
+            "acc_per_char",
+            list(SUBJECT_METRICS),
+            0.25,
+            "subj_cf",
+            items,
+            groups=[f"s{g}" for g in range(max(1, design.subjects))],
+        ),
+    }
+
+
 def study(rng: np.random.Generator, design: Design) -> tuple[list[Run], dict[str, TaskInfo], Options]:
     """(runs, tasks, options) of one constructed study, held in memory."""
     items = design.items
@@ -180,20 +200,7 @@ def study(rng: np.random.Generator, design: Design) -> tuple[list[Run], dict[str
                     scored = subj.score(rng, ability, subj_quirk)
                     _add(run, "subj:cf", step, {m: scored[m] for m in SUBJECT_METRICS}, subject_of)
                 runs.append(run)
-    tasks = {
-        "val_loss": TaskInfo("val_loss", "loss", ["loss"], math.log(512), "val_loss", VAL_ITEMS),
-        "mc:cf": TaskInfo("mc:cf", "acc_per_char", list(MC_METRICS), 0.25, "mc_cf", items),
-        "lambada:cf": TaskInfo("lambada:cf", "acc_greedy", ["acc_greedy", "gold_bpb"], 0.0, "lambada_cf", items),
-        "subj:cf": TaskInfo(
-            "subj:cf",
-            "acc_per_char",
-            list(SUBJECT_METRICS),
-            0.25,
-            "subj_cf",
-            items,
-            groups=[f"s{g}" for g in range(max(1, design.subjects))],
-        ),
-    }
+    tasks = _tasks(design)
     opts = Options(
         bootstrap=0,
         scale=["model.d_model"] if design.scales > 1 else [],

@@ -6,5 +6,7 @@ match.py       like with like: finals at equal tokens, scores over identical ite
 tokenizers.py  each run's tokenizer and its figures; whether the runs' validation compares (one definition, the same
                text for bits per byte)
 flops.py       a run's FLOPs per token from its config.json, without torch (runs from before summary.json had it)
+failures.py    each variant's failed and diverged seeds (the decisions' and the adaptive study's)
+study.py       an adaptive study's study.json (its rule checked by sections/sequential/)
 compute_points.py  one arm at several budgets: the main runs apart from the compute points of the multipliers
 """

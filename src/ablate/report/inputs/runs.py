@@ -117,6 +117,7 @@ class Run:
     # a task averaged over groups: (task key, metric) -> {group: by step}
     group_scores: dict[tuple[str, str], dict[str, list[Point]]] = field(default_factory=dict)
     _items: dict = field(default_factory=dict, repr=False)
+    world_size: int = 1  # config.json's world_size: the devices the run trained on (its device-seconds)
 
     @property
     def label(self) -> str:
@@ -166,7 +167,7 @@ def _status(summary: dict | None, train_loss: list[Point], max_steps, recorded: 
 
 def load_run(path: Path, variant: str) -> Run:
     held = json.loads((path / rundir.CONFIG).read_text())
-    config = held.get("config", {})
+    config, world_size = held.get("config", {}), int(held.get("world_size") or 1)
     summary_path = path / rundir.SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     name = path.name
@@ -185,7 +186,7 @@ def load_run(path: Path, variant: str) -> Run:
     train_loss = [train_by_step[s] for s in sorted(train_by_step)]
     planned = held.get("steps") or config.get("train", {}).get("max_steps")  # "steps": since batch schedules
     status, note, last_step = _status(summary, train_loss, planned, rundir.read_status(path) or {})
-    run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss, planned)
+    run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss, planned, world_size=world_size)
 
     if val_by_step:
         run.scores[(VAL_TASK, "loss")] = [val_by_step[s] for s in sorted(val_by_step)]

@@ -1,5 +1,7 @@
 """The report's sections, one folder each, owning its computation and its rendering (issue 46: the others follow).
 
+decisions/    which variant wins and how sure: each pair over seeds, the two families, the winner, the headline,
+              the report's opening and each scale's final scores
 sequential/   an adaptive study (ablate run --until-decided): its rule, decisions and contrasts, the report's section
               and its words (the only part of the report launch/study.py imports)
 multipliers/  compute multipliers on a ladder: the baseline's curve per rung, the multipliers, their checks, the

@@ -1,8 +1,9 @@
 """Pure statistics: functions of numbers and arrays that know nothing of runs, run folders, tasks or the report's
 options; they import nothing of ablate.report outside this folder (tests/test_structure.py).
 
-stats.py       seed-level tests and their t intervals (seeds + item-set noise), Benjamini-Hochberg, seeds needed,
-               Spearman, Kendall, SNR, decision accuracy (numpy/scipy)
+describe.py    rank correlations (Spearman, Kendall), decision accuracy, signal-to-noise, sd, distance from chance
+noise.py       the noise model of a difference (seeds + item-set noise), t intervals, the seed test, the item-level p
+power.py       Benjamini-Hochberg, the t-test's power, seeds needed (and the item set's limit), the sd's range
 da.py          decision accuracy's bootstrap (variants sharing a seed resampled together, the items shared by every
                seed resampled once per replicate) and its coverage
 group_sequential.py  the default adaptive design: alpha spending over the looks, boundaries calibrated for the t,

@@ -1,5 +1,5 @@
 """Decision accuracy (DataDecide, Magnusson et al. 2025) with a bootstrap interval that keeps the design and the
-noise model (stats.paired_noise), and the measured coverage that decides whether the interval is shown.
+noise model (noise.paired_noise), and the measured coverage that decides whether the interval is shown.
 
 Decision accuracy: the share of variant pairs a smaller scale's metric orders as the target orders them at the
 largest scale (oriented scores: larger is better on each side; a pair tied at the smaller scale counts one half,
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.report.stats.stats import pair_signs
+from ablate.report.stats.describe import pair_signs
 
 MIN_COVERAGE = 0.90  # the least measured coverage of a nominal 95% interval for it to be shown
 # The constructed ladder: 4 variants scored on 40 items; at the largest scale true oriented means 0, 1, 2, 3 (seed

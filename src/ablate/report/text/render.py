@@ -1,8 +1,9 @@
 """report.json -> report.md and report.html. Every figure shown is read from the report dict (after a JSON
 round trip), so what a reader sees is what report.json holds.
 
-The content is built once as neutral sections (titles, paragraphs, tables of plain strings, images); the markdown
-and HTML writers only escape and lay out.
+The content is built once as neutral sections (titles, paragraphs, tables of plain strings, images): the page
+assembles them in reading order, the sections' own (sections/) and the few that are the page's (the overview, the
+curves, what could not be computed); the markdown and HTML writers only escape and lay out.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import html
 import json
 import math
 
-from ablate.report.inputs.runs import sign_of
+from ablate.report.sections.decisions import opening
+from ablate.report.sections.decisions import render as decisions
 from ablate.report.sections.multipliers import render as multipliers
 from ablate.report.sections.sequential import render as sequential
+from ablate.report.sections.signal import render as signal
 from ablate.report.sections.sweep import render as sweep
 from ablate.report.sections.tokenizers import render as tokenizers
-from ablate.report.sections.signal import render as signal
-from ablate.report.text import opening, plots
-from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, fmt_seconds, md_escape, md_line, seeds_needed
+from ablate.report.text import plots
+from ablate.report.text.fmt import Section, fmt, fmt_seconds, md_escape, md_line
 
 
 def _group_title(group: dict, groups: list[dict]) -> str:
@@ -93,155 +95,6 @@ def _overview_section(report: dict) -> Section:
     return sec
 
 
-def _vs(p: dict, leader: str) -> tuple[str, float, list | None]:
-    """A pairwise row read from the leader's side: 'leader vs other', diff = leader - other."""
-    if p["a"] == leader:
-        return f"{p['a']} vs {p['b']}", p["diff"], p["ci"]
-    return f"{p['b']} vs {p['a']}", -p["diff"], None if not p["ci"] else [-p["ci"][1], -p["ci"][0]]
-
-
-def _pairwise_table(s: dict, name: str, level: str) -> tuple[str, list[str], list[list[str]]]:
-    """All pairs for up to 3 variants; else each variant against the best one (all pairs stay in report.json)."""
-    sign = sign_of(s["direction"])
-    leader = s["best"] or max(s["final"], key=lambda v: sign * s["final"][v]["mean"])
-    rows = s["pairwise"] if len(s["final"]) <= 3 else [p for p in s["pairwise"] if leader in (p["a"], p["b"])]
-    out = []
-    for p in rows:
-        pair, diff, ci = _vs(p, leader) if len(s["final"]) > 3 else (f"{p['a']} vs {p['b']}", p["diff"], p["ci"])
-        if len(s["final"]) > 3:
-            pair = pair.split(" vs ", 1)[1]  # the caption names the best
-        seeds = f"{p['n_seeds']} paired" if p["paired"] else f"{p['n_seeds_a']} and {p['n_seeds_b']}"
-        out.append(
-            [
-                pair,
-                fmt(diff),
-                fmt_ci(ci),
-                seeds,
-                p["test"] or "n/a",
-                fmt_p(p["p_seeds"]),
-                fmt_p(p["p_bh"]),
-                "n/a" if p["significant"] is None else fmt(p["significant"]),
-                p["better"] or "tie",
-                "" if p["significant"] else _needed(p),
-                fmt_p(p["p_items"]),
-                p["note"],
-            ]
-        )
-    columns = [f"{level} CI (the test's)", *_PAIR_COLUMNS]
-    if len(s["final"]) <= 3:
-        return f"{name}: pairwise", ["pair", "diff", *columns], out
-    return (
-        f"{name}: the best ({leader}) vs each other variant, diff = {leader} - other; all {len(s['pairwise'])} "
-        f"pairs are in report.json",
-        [f"{leader} vs", "diff", *columns],
-        out,
-    )
-
-
-def _needed(p: dict) -> str:
-    """Seeds needed, with the range an sd from few seeds leaves: '13 (6-210)'."""
-    found = seeds_needed(p, ">", fmt)
-    if found is None:
-        return "n/a"
-    need, span = found
-    return need + (f" ({span[0]}-{span[1]})" if span else "")
-
-
-_PAIR_COLUMNS = [
-    "seeds",
-    "test",
-    "p (seeds)",
-    "p_BH",
-    "significant",
-    "better",
-    "seeds needed",
-    "p (items: eval noise only)",
-    "note",
-]
-
-
-def _final_scores_section(group: dict, suffix: str, report: dict) -> Section:
-    o, inference = report["options"], report["inference"]
-    decisions = {tuple(k) for k in inference["metrics"]} if group is report["groups"][-1] else set()
-    sec = Section(f"Final scores{suffix}", [])
-    if report.get("sequential"):  # seeds were added where decisions were open: the fixed-n p's looked every round
-        sec.paragraphs.append(
-            f"Adaptive study: p (seeds) and p_BH here are {report['inference']['optional_stopping_note']}."
-        )
-    if o.get("average_last", opening.DEFAULTS.average_last) > 1:
-        sec.paragraphs.append(
-            f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
-            f"to the compared one (each item's mean, where per-item files exist; runs with fewer "
-            f"evaluations average what they have: the 'averaged' counts in report.json)."
-        )
-    for field, values in group.get("shape_differences", {}).items():
-        sec.paragraphs.append(
-            f"{field} differs between runs ("
-            + "; ".join(f"{v}: {', '.join(names)}" for v, names in values.items())
-            + "): steps mean different token counts, so finals are compared at equal tokens and "
-            "curves are drawn against tokens."
-        )
-    for m in group.get("item_mismatch", []):
-        sec.paragraphs.append("Different item sets: " + m["text"] + ".")
-    for s in group["series"]:
-        if not s["primary"] and (s["task"], s["metric"]) not in decisions:
-            continue
-        name = f"{s['task']} [{s['metric']}, {s['direction']} is better]"
-        at = s.get("compared_at") or {}
-        rows = [
-            [
-                v,
-                fmt(f["mean"]),
-                fmt(f["seed_std"]),
-                fmt_ci(f["ci"]),
-                str(len(f["seeds"])),
-                fmt(f["n_items"]),
-                "best" if v == s["best"] else "",
-            ]
-            for v, f in s["final"].items()
-        ]
-        sec.tables.append(
-            (
-                f"{name}, at {at.get('text', 'the last evaluation')}",
-                ["variant", "mean", "seed sd", f"{opening.ci_level(o)} CI", "seeds", "items", ""],
-                rows,
-            )
-        )
-        if s["pairwise"]:
-            sec.tables.append(_pairwise_table(s, name, opening.ci_level(o)))
-    variants = group["variants"]
-    rows = []
-    for s in group["series"]:
-        significant = [
-            f"{p['better']}>{p['b'] if p['better'] == p['a'] else p['a']}" for p in s["pairwise"] if p["significant"]
-        ]
-        if len(s["final"]) > 3 and significant:  # many variants: a count (the pairs are in the table above)
-            significant = [f"{len(significant)} of {len(s['pairwise'])} pairs"]
-        rows.append(
-            [s["task"], s["metric"], s["direction"]]
-            + [fmt(s["final"][v]["mean"]) if v in s["final"] else "" for v in variants]
-            + [s["best"] or "tie", ", ".join(significant)]
-        )
-    header = ["task", "metric", "better"] + variants + ["best", f"significant (p_BH < {o['alpha']:g})"]
-    if len(variants) > 3:  # a column per variant runs off the page: a row per variant, a column per metric
-        series = group["series"]
-        header = ["variant"] + [f"{s['task']} {s['metric']} ({s['direction']})" for s in series]
-        rows = [
-            [v]
-            + [
-                fmt(s["final"][v]["mean"]) + (" best" if v == s["best"] else "") if v in s["final"] else ""
-                for s in series
-            ]
-            for v in variants
-        ]
-        if len(series) > 8:
-            rows = [[v] + row[1:9] for v, row in zip(variants, rows)]
-            header = header[:9]
-            sec.paragraphs.append(f"The first 8 of {len(series)} metrics per variant; every one is in report.json.")
-    sec.tables.append(("Every metric: final mean per variant", header, rows))
-    return sec
-
-
 def _curves(group: dict, suffix: str, with_images: bool) -> Section:
     sec = Section(
         f"Curves{suffix}",
@@ -299,7 +152,7 @@ def sections(report: dict, with_images: bool) -> list[Section]:
     for group in reversed(groups):  # largest scale first
         suffix = _group_title(group, groups)
         out += [
-            _final_scores_section(group, suffix, report),
+            decisions.final_scores_section(group, suffix, report),
             _curves(group, suffix, with_images),
             signal.quality_section(group, suffix, report),
         ]

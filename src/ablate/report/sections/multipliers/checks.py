@@ -19,7 +19,8 @@ from ablate.report.sections.multipliers.baseline_curve import (
     group_cells,
     reader_for,
 )
-from ablate.report.sections.multipliers.estimate import LEVEL, MIN_BOOT_SEEDS, extrapolation_note, t_quantile
+from ablate.report.sections.multipliers.estimate import MIN_BOOT_SEEDS, extrapolation_note
+from ablate.report.sections.multipliers.intervals import LEVEL, t_quantile
 
 
 def _nearest(cells: list[Cell], flops: float | None) -> Cell:

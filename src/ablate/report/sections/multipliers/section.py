@@ -17,6 +17,7 @@ import numpy as np
 from ablate.report.sections.multipliers import checks
 from ablate.report.sections.multipliers import baseline_curve
 from ablate.report.sections.multipliers import estimate as mult
+from ablate.report.sections.multipliers.intervals import LEVEL, curve_band, trend
 from ablate.report.inputs.compute_points import BudgetSplit, ComputePoint
 from ablate.report.inputs.runs import ReportError, Run, TaskInfo, scale_order, scale_value
 
@@ -88,7 +89,7 @@ def _curve_entry(curve, level: float) -> dict:
     grid = np.geomspace(min(flops) / 1.5, max(flops) * 1.5, BAND_POINTS)
     return {
         "fit": {"E": curve.E, "A": curve.A, "alpha": curve.alpha, "E_pinned": curve.pinned},
-        "band": mult.curve_band(curve, grid, level),
+        "band": curve_band(curve, grid, level),
         "note": "",
     }
 
@@ -159,18 +160,9 @@ def multipliers_section(
     label_of: a main run's variant folder -> its method name (group_by_scale's labels); floor_option: the checked
     --multiplier-floor (options.floor_value); val_task: validation loss, whose per-item files give the item term;
     baseline_from: where the baseline's name came from, as errors and the section say it."""
-    extra, methods = len(split.extra), sorted(set(label_of.values()))
+    methods = sorted(set(label_of.values()))
     if opts.baseline is None:
-        if not extra:
-            return None
-        return {
-            "baseline": None,
-            "rows": [],
-            "note": (
-                f"{extra} run(s) are compute points (an arm at another budget; out of the comparisons above): name "
-                f"the baseline for compute multipliers with --baseline METHOD (one of: {', '.join(methods)})"
-            ),
-        }
+        return _without_baseline(len(split.extra), methods)
     if opts.baseline not in methods:
         raise ReportError(
             f"{baseline_from} {opts.baseline}: no such method in these runs; they have: {', '.join(methods)}"
@@ -183,44 +175,13 @@ def multipliers_section(
     ]
     base_cells = {rung: cs for (arm, rung), cs in baseline_curve.group_cells(points).items() if arm == opts.baseline}
     floor, floor_words = _resolve_floor(floor_option, base_cells)
-    found = mult.multipliers(points, opts.baseline, level=mult.LEVEL, floor=floor)
-    main_flops = {}
-    for p in counted:
-        if p.main:
-            main_flops.setdefault((arm_label[p.arm], p.rung), []).append(p.flops)
-    by_label = {r.label: r for r in main_runs}
-    speeds, params = _throughput(counted, by_label, arm_label), _params(counted, by_label, arm_label)
-    rows, budgets = [], {}
-    for row in found["rows"]:
-        key = (row["variant"], row["rung"])
-        at = main_flops.get(key)
-        is_main = at is not None and abs(math.log(row["flops"] / float(np.mean(at)))) < 1e-3
-        if row["kind"] == "data":
-            budgets.setdefault(key, []).append(_budget_entry(row))
-        if not is_main:
-            continue
-        if row["multiplier"] is not None and key in speeds and (opts.baseline, row["rung"]) in speeds:
-            row["wall_clock_multiplier"] = row["multiplier"] * speeds[key] / speeds[(opts.baseline, row["rung"])]
-        if "frontier_rung" in row:
-            row["frontier_rung"] = scale_value(row["frontier_rung"])
-        rows.append({**row, "rung": scale_value(row["rung"]), "rung_key": list(row["rung"]), "params": params.get(key)})
-    for row in rows:
-        row["by_budget"] = budgets.get((row["variant"], tuple(row["rung_key"])), [])
-    order = {rung: i for i, rung in enumerate(sorted({p.rung for p in counted}, key=scale_order))}
-    rows.sort(key=lambda r: (r["variant"], order.get(tuple(r["rung_key"]), 0), r["kind"]))
-    data_rows = {
-        v: [r for r in rows if r["variant"] == v and r["kind"] == "data"] for v in {r["variant"] for r in rows}
-    }
-    trends = {v: mult.trend(rs, mult.LEVEL) for v, rs in sorted(data_rows.items())}
-    projections = None
-    if opts.multiplier_target is not None:
-        projections = {
-            v: checks.projection(rs, opts.multiplier_target, mult.LEVEL) for v, rs in sorted(data_rows.items())
-        }
+    found = mult.multipliers(points, opts.baseline, level=LEVEL, floor=floor)
+    rows = _main_rows(found["rows"], counted, arm_label, {r.label: r for r in main_runs}, opts.baseline)
+    trends, projections = _trends(rows, opts.multiplier_target)
     return {
         "baseline": opts.baseline,
         "baseline_from": baseline_from,
-        "level": mult.LEVEL,
+        "level": LEVEL,
         "floor": {
             "option": opts.multiplier_floor,
             "used": floor,
@@ -229,7 +190,7 @@ def multipliers_section(
             "text": _floor_words(floor_words, found["E"], found["E_carried"], base_cells),
         },
         "rungs": [
-            {"rung": scale_value(rung), "baseline": _curve_entry(found["curves"][rung], mult.LEVEL)}
+            {"rung": scale_value(rung), "baseline": _curve_entry(found["curves"][rung], LEVEL)}
             for rung in sorted(found["curves"], key=scale_order)
         ],
         "rows": rows,
@@ -241,6 +202,71 @@ def multipliers_section(
         "notes": list(split.notes) + ([items_note] if items_note else []),
         "note": "",
     }
+
+
+def _without_baseline(extra: int, methods: list[str]) -> dict | None:
+    """No baseline named: nothing to say without compute points, else how to name one."""
+    if not extra:
+        return None
+    return {
+        "baseline": None,
+        "rows": [],
+        "note": (
+            f"{extra} run(s) are compute points (an arm at another budget; out of the comparisons above): name "
+            f"the baseline for compute multipliers with --baseline METHOD (one of: {', '.join(methods)})"
+        ),
+    }
+
+
+def _main_rows(
+    found: list[dict], counted: list[ComputePoint], arm_label: dict[str, str], runs: dict[str, Run], baseline: str
+) -> list[dict]:
+    """Each arm's rows at its main budget (the one the pairwise tests see), as new dicts: the rung as the report
+    names it, the wall-clock multiplier from the main runs' measured speed, the parameters, and beside each its
+    data multipliers at every budget (`by_budget`); in order of variant, rung and kind."""
+    main_flops: dict = {}
+    for p in counted:
+        if p.main:
+            main_flops.setdefault((arm_label[p.arm], p.rung), []).append(p.flops)
+    budgets: dict = {}
+    for row in found:
+        if row["kind"] == "data":
+            budgets.setdefault((row["variant"], row["rung"]), []).append(_budget_entry(row))
+    speeds, params = _throughput(counted, runs, arm_label), _params(counted, runs, arm_label)
+    rows = []
+    for row in found:
+        key = (row["variant"], row["rung"])
+        at = main_flops.get(key)
+        if at is None or abs(math.log(row["flops"] / float(np.mean(at)))) >= 1e-3:
+            continue  # another budget: in by_budget only
+        shown = dict(row)
+        if row["multiplier"] is not None and key in speeds and (baseline, row["rung"]) in speeds:
+            shown["wall_clock_multiplier"] = row["multiplier"] * speeds[key] / speeds[(baseline, row["rung"])]
+        if "frontier_rung" in row:
+            shown["frontier_rung"] = scale_value(row["frontier_rung"])
+        rung_key = list(row["rung"])
+        rows.append(
+            {
+                **shown,
+                "rung": scale_value(row["rung"]),
+                "rung_key": rung_key,
+                "params": params.get(key),
+                "by_budget": budgets.get((row["variant"], tuple(rung_key)), []),
+            }
+        )
+    order = {rung: i for i, rung in enumerate(sorted({p.rung for p in counted}, key=scale_order))}
+    return sorted(rows, key=lambda r: (r["variant"], order.get(tuple(r["rung_key"]), 0), r["kind"]))
+
+
+def _trends(rows: list[dict], target: float | None) -> tuple[dict, dict | None]:
+    """Each variant's trend of its data multiplier across rungs, and its projection to `target` where asked."""
+    data_rows = {
+        v: [r for r in rows if r["variant"] == v and r["kind"] == "data"] for v in {r["variant"] for r in rows}
+    }
+    trends = {v: trend(rs, LEVEL) for v, rs in sorted(data_rows.items())}
+    if target is None:
+        return trends, None
+    return trends, {v: checks.projection(rs, target, LEVEL) for v, rs in sorted(data_rows.items())}
 
 
 def _bootstrap(points: list, rows: list[dict], baseline: str, floor) -> dict:

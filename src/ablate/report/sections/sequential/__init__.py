@@ -7,7 +7,9 @@ decide.py     each contrast decided under its design (anytime or group-sequentia
               contrasts (decide_study), the seeds a next round gives (open_variants)
 contrasts.py  the study's contrasts from its loaded runs, read as the fixed report reads them, in the order trained
 words.py      a contrast in one line (the driver's and `ablate status`'s) and the futility text
-section.py    report.json's `sequential`: read_study, the contrasts, rule and its history, rounds and compute;
+section.py    report.json's `sequential`: read_study (inputs/study.py's record, its rule checked), the contrasts,
+              rule and its history, rounds and compute;
               folder_contrasts, the contrasts of the runs under a folder (what the driver asks after each round)
 render.py     report.json's `sequential` -> the Adaptive study section of report.md and report.html
+headline.py   the study's decisions leading the headline; the fixed-n tests' label under optional stopping
 """

@@ -26,8 +26,7 @@ def study_contrasts(
     the fourth). Like with like as in the fixed report: a pair whose compared points fail match.token_gap
     (max_token_gap, default --max-token-gap's) is not decided; a variant with a failed or diverged seed is never
     decided better, nor equivalent (its survivors are a selected sample)."""
-    from ablate.report.inference import families
-    from ablate.report.inputs import match, tokenizers
+    from ablate.report.inputs import failures, match, tokenizers
     from ablate.report.inputs.runs import direction, task_infos
     from ablate.text import natural_key
 
@@ -35,7 +34,7 @@ def study_contrasts(
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
     finished = {v: [r for r in runs if r.variant == v and r.status == "finished"] for v in names}
     unpaired = {v: sorted(r.seed for r in runs if r.variant == v and r.status != "finished") for v in names}
-    failed = families.failure_texts(families.failed_seeds({v: [r for r in runs if r.variant == v] for v in names}))
+    failed = failures.failure_texts(failures.failed_seeds({v: [r for r in runs if r.variant == v] for v in names}))
     tasks = task_infos([r for rs in finished.values() for r in rs])
     compare_bpb = _tokenizers_differ(runs, tasks)
     gap = match.MAX_TOKEN_GAP if max_token_gap is None else max_token_gap
@@ -53,13 +52,25 @@ def study_contrasts(
         for a, b in pairs:
             order = _pair_order(a, b, trained or {})
             c, inputs = _contrast(a, b, shown, scores, rule, margin, direction(metric) < 0, task_key, order, gap)
-            c.note = "; ".join(filter(None, [why, f"not decided: {refused}" if refused else c.note]))
-            never = [f"{v}: {failed[v]} (never decided better or equivalent)" for v in (a, b) if v in failed]
-            c.note = "; ".join(filter(None, [c.note, *never]))
-            skipped = [f"{v}: seed{'s' * (len(unpaired[v]) > 1)} {_seeds(unpaired[v])}" for v in (a, b) if unpaired[v]]
-            if skipped:
-                c.note = "; ".join(filter(None, [c.note, "unfinished or failed, not paired: " + ", ".join(skipped)]))
+            c.note = _pair_note(c.note, why, refused, (a, b), failed, unpaired)
             out.append((c, inputs))
+    return _decided(out, rule, failed)
+
+
+def _pair_note(note: str, why: str, refused: str | None, pair: tuple[str, str], failed: dict, unpaired: dict) -> str:
+    """A contrast's note: how it is compared (why), why it is not decided (refused), its variants' failed or
+    diverged seeds (never decided better or equivalent) and the seeds left unpaired."""
+    note = "; ".join(filter(None, [why, f"not decided: {refused}" if refused else note]))
+    never = [f"{v}: {failed[v]} (never decided better or equivalent)" for v in pair if v in failed]
+    note = "; ".join(filter(None, [note, *never]))
+    skipped = [f"{v}: seed{'s' * (len(unpaired[v]) > 1)} {_seeds(unpaired[v])}" for v in pair if unpaired[v]]
+    if skipped:
+        note = "; ".join(filter(None, [note, "unfinished or failed, not paired: " + ", ".join(skipped)]))
+    return note
+
+
+def _decided(out: list[tuple[Contrast, tuple | None]], rule: DecisionRule, failed: dict) -> list[Contrast]:
+    """The contrasts decided together (decide_study: Holm's recycling, or Bonferroni under the anytime design)."""
 
     def decide_at(i: int, level: float) -> tuple:
         c, inputs = out[i]
@@ -156,7 +167,7 @@ def pair_looks(shared: list[int], order) -> list[int]:
 def _contrast(a, b, metric, scores, rule, margin, lower_is_better, task_key, order, max_token_gap) -> tuple:
     """(the contrast, undecided, and its decision's inputs: decide_contrast's arguments but alpha as (prefixes,
     margin, lower_is_better, rule, looks); None where it cannot decide, the contrast's note saying why)."""
-    from ablate.report.stats import stats
+    from ablate.report.stats import noise as stats  # seed_test, read as the fixed report reads it
     from ablate.report.inputs import match
 
     contrast = Contrast(a, b, metric, "open", 0, None, None, margin)

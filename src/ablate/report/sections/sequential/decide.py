@@ -140,7 +140,7 @@ def _decide_looks(prefixes, looks, alpha, margin, lower_is_better, rule: Decisio
 def fixed_power(effect: float, max_seeds: int, alpha: float) -> float:
     """The fixed max_seeds-seed t-test's power at level alpha for a difference of `effect` seed-level sds (|mean| /
     sqrt(s^2 + max_seeds tau^2), its t's noncentrality over sqrt(max_seeds)): what a design without looks had."""
-    from ablate.report.stats.stats import t_power
+    from ablate.report.stats.power import t_power
 
     return t_power(max_seeds, effect, alpha, paired=True)
 

@@ -4,27 +4,23 @@ design's, and the method in words. The decisions themselves are decide.py's, the
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from ablate.report.inputs import study as study_file
 from ablate.report.stats.anytime import MIXTURE_G
 from ablate.report.sections.sequential.contrasts import study_contrasts, trained_order
 from ablate.report.sections.sequential.decide import open_variants
-from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule, voids_guarantee
+from ablate.report.sections.sequential.rule import DecisionRule, voids_guarantee
 
 
 def read_study(runs_dir) -> dict | None:
-    """runs_dir/study.json as the driver wrote it, or None where there is no study. Raises ValueError naming the
-    file when it cannot be read."""
-    import json
-
-    path = Path(runs_dir) / STUDY_FILE
-    if not path.is_file():
+    """The adaptive study under runs_dir (inputs/study.py reads study.json), or None where there is none. Raises
+    ValueError naming the file when it is not a study record (its rule among what is checked)."""
+    study = study_file.read_study(runs_dir)
+    if study is None:
         return None
     try:
-        study = json.loads(path.read_text())
         DecisionRule.from_dict(study["rule"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a study record ({exc})") from None
+        raise ValueError(f"{study_file.study_path(runs_dir)}: not a study record ({exc})") from None
     return study
 
 
@@ -36,17 +32,12 @@ def _study_variants(study: dict) -> list[str] | None:
 def _run_compute(run) -> tuple[float, float | None]:
     """(training tokens, device-seconds: wall time x devices) of one run, from its summary (else its last logged
     tokens, and no time)."""
-    import json
-
     summary = run.summary or {}
     tokens = summary.get("tokens", run.train_loss[-1].tokens if run.train_loss else 0) or 0
     wall = summary.get("wall_seconds")
     if wall is None:
         return float(tokens), None
-    from ablate import rundir
-
-    devices = json.loads((run.path / rundir.CONFIG).read_text()).get("world_size") or 1
-    return float(tokens), float(wall) * devices
+    return float(tokens), float(wall) * run.world_size
 
 
 def study_compute(runs, variants: list[str], max_seeds: int) -> dict:

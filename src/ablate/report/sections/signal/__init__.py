@@ -1,6 +1,6 @@
 """Which signal to trust (report.json's series "quality", across_scales, subject_floor, recommendation): each
 metric's quality figures, its SNR and decision accuracy across scales, whether a continuous metric tracks its task,
-and each task's best measured metric. The decisions (inference/) take the recommendation as a value.
+and each task's best measured metric. The decisions (sections/decisions/) take the recommendation as a value.
 
 quality.py   each series' figures: monotonicity, spreads, SNR, distance from chance, the ranking over checkpoints,
              and the criteria they pass

@@ -10,7 +10,7 @@ Each side is oriented by its own direction. A target at chance at the largest sc
 chance) has no ranking to validate against: the entry says so (target_valid False). Its interval (stats/da.py): a
 bootstrap of seeds (the variants sharing a seed kept together) and of the items every seed scored (the noise
 model's persistent part), shown only where its measured coverage holds. SNR is
-stats.signal_noise at that scale (quality.py's figures); render.py lays these figures out.
+describe.signal_noise at that scale (quality.py's figures); render.py lays these figures out.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.report.stats import da, stats
+from ablate.report.stats import da, describe
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 
 
@@ -62,7 +62,7 @@ def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, fl
         return None, None
     guess = [sign_of(small["direction"]) * small["final"][v]["mean"] for v in variants]
     truth = [sign_of(large["direction"]) * large["final"][v]["mean"] for v in variants]
-    return stats.decision_accuracy(guess, truth), stats.kendall(guess, truth)
+    return describe.decision_accuracy(guess, truth), describe.kendall(guess, truth)
 
 
 def _scale(s: dict, work: Resample, variants: list[str]) -> da.Scale:
@@ -141,9 +141,9 @@ def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[dict]:
                 # an accuracy at chance at the largest scale has no ranking to validate a proxy against
                 "target_valid": target is not None and target["quality"]["criteria"].get("above_chance") is not False,
                 "by_scale": rows,
-                "mean_decision_accuracy": stats.mean_or_none([r["decision_accuracy"] for r in rows]),
-                "mean_decision_accuracy_val": stats.mean_or_none([r["decision_accuracy_val"] for r in rows]),
-                "mean_self_agreement": stats.mean_or_none([r["self_agreement"] for r in rows]),
+                "mean_decision_accuracy": describe.mean_or_none([r["decision_accuracy"] for r in rows]),
+                "mean_decision_accuracy_val": describe.mean_or_none([r["decision_accuracy_val"] for r in rows]),
+                "mean_self_agreement": describe.mean_or_none([r["self_agreement"] for r in rows]),
             }
         )
     return out

@@ -27,7 +27,7 @@ import numpy as np
 from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
 from ablate.report.sections.signal import tracking
 from ablate.report.sections.signal.across import entry
-from ablate.report.stats import stats
+from ablate.report.stats import describe
 
 
 def _f(x, digits: int = 3) -> str:
@@ -206,7 +206,7 @@ def suite_series(group: dict, suite: list[dict]) -> list[dict]:
     """The group's series of validation loss (or its bits per byte: the val task holds one, bpb when tokenizers
     differ), then each suite task's chosen metric, each series once: what the aggregate is over (the
     recommendation's aggregate_over), and what the decisions rest on after the primary metric
-    (inference/families.decision_series reads them from aggregate_over)."""
+    (sections/decisions/families.decision_series reads them from aggregate_over)."""
     keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")] + [(e["task"], e["metric"]) for e in suite if e["task"] != VAL_TASK]
     by_key = {(s["task"], s["metric"]): s for s in group["series"]}
     return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
@@ -245,7 +245,11 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
                 zs[v].append(float(zv))
                 ranks[v].append(int(rv))
         aggregate = {
-            v: {"mean_z": stats.mean_or_none(zs[v]), "mean_rank": stats.mean_or_none(ranks[v]), "tasks": len(zs[v])}
+            v: {
+                "mean_z": describe.mean_or_none(zs[v]),
+                "mean_rank": describe.mean_or_none(ranks[v]),
+                "tasks": len(zs[v]),
+            }
             for v in variants
         }
     return {

@@ -1,5 +1,5 @@
 """Each series' signal figures (report.json's series "quality"): monotonicity, seed and checkpoint spread, SNR
-(stats.signal_noise), distance from chance and from the choices-only baseline, the ranking's consistency over
+(describe.signal_noise), distance from chance and from the choices-only baseline, the ranking's consistency over
 checkpoints against the final one, and the criteria they pass (what the recommendation, choose.py, gates on).
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from ablate.report.inputs import match
 from ablate.report.inputs.runs import ANSWER_BLIND, BASELINE_METRICS, PRIOR_CONTROLLED, Run, TaskInfo, is_accuracy
-from ablate.report.stats import stats
+from ablate.report.stats import describe
 
 
 def series_points(run: Run, key) -> list:
@@ -53,11 +53,11 @@ def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opt
         return mean, (float(np.mean(se)) if all(s is not None for s in se) else None)
 
     mean, se = pooled([finals[r.label] for r in runs])
-    out["z_final"] = stats.chance_z(mean, se, chance, sign)
+    out["z_final"] = describe.chance_z(mean, se, chance, sign)
     for step in _common_steps(runs, key):
         points = [_value_at(r, key, step) for r in runs]
         m, s = pooled(points)
-        z = stats.chance_z(m, s, chance, sign)
+        z = describe.chance_z(m, s, chance, sign)
         out["by_checkpoint"].append({"step": step, "tokens": points[0].tokens, "mean": m, "z": z})
         if out["first_significant_step"] is None and z is not None and z >= opts.min_z:
             out["first_significant_step"], out["first_significant_tokens"] = step, points[0].tokens
@@ -76,7 +76,7 @@ def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opt
             )
         out["gain_over_choices_only"] = float(np.mean(gains))
         if all(s is not None for s in ses):
-            out["gain_z"] = stats.chance_z(out["gain_over_choices_only"], float(np.mean(ses)), 0.0, 1)
+            out["gain_z"] = describe.chance_z(out["gain_over_choices_only"], float(np.mean(ses)), 0.0, 1)
     return out
 
 
@@ -119,12 +119,12 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
                 "step": point.step,
                 "tokens": point.tokens,
                 "x": x,
-                "tau": stats.kendall(now, target),
-                "decision_accuracy": stats.decision_accuracy(now, target),
+                "tau": describe.kendall(now, target),
+                "decision_accuracy": describe.decision_accuracy(now, target),
             }
         )
     rows = out["by_checkpoint"]
-    out["tau_second_half"] = stats.mean_or_none([r["tau"] for r in rows if last / 2 <= r["x"] < last])
+    out["tau_second_half"] = describe.mean_or_none([r["tau"] for r in rows if last / 2 <= r["x"] < last])
     for row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
         if row["tau"] is None or row["tau"] < opts.min_tau:
             break
@@ -141,7 +141,7 @@ def quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sig
     key = (task.key, metric)
     runs = [r for rs in runs_by_variant.values() for r in rs]
     rho = {
-        r.label: stats.spearman(
+        r.label: describe.spearman(
             [p.step for p in series_points(r, key)], [sign * p.value for p in series_points(r, key)]
         )
         for r in runs
@@ -152,11 +152,11 @@ def quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sig
         for r in runs
     }
     q = {
-        "monotonicity": stats.mean_or_none(rho.values()),
+        "monotonicity": describe.mean_or_none(rho.values()),
         "monotonicity_per_run": rho,
-        "seed_spread": stats.mean_or_none([f["seed_std"] for f in final.values()]),
-        "checkpoint_spread": stats.mean_or_none([stats.std(t) for t in tails.values()]),
-        **stats.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
+        "seed_spread": describe.mean_or_none([f["seed_std"] for f in final.values()]),
+        "checkpoint_spread": describe.mean_or_none([describe.std(t) for t in tails.values()]),
+        **describe.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
         "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
         "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m),
     }

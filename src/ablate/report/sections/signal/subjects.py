@@ -1,7 +1,7 @@
 """Groups of a task averaged over groups (MMLU's subjects) whose SNR is below a floor: left out of its average, named.
 
 Signal and Noise (Heineman et al., AI2 2025) cuts a benchmark's noise by keeping its subtasks of high SNR. Here a
-group's SNR is measured per metric as any metric's is (stats.signal_noise: the variants' final group means against
+group's SNR is measured per metric as any metric's is (describe.signal_noise: the variants' final group means against
 each run's last `last_k` group means), and with `--subject-snr-floor X` the groups below X are left out of that
 metric's average at every checkpoint of every run (and out of its per-item values: match.py).
 
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ablate.report.stats import stats
+from ablate.report.stats import describe
 from ablate.report.inputs.runs import Run, TaskInfo
 
 
@@ -30,7 +30,7 @@ def _group_snr(by_variant: dict[str, list[Run]], key, group: str, last_k: int) -
             return None
         finals.append(float(np.mean([s[-1].value for s in series])))
         tails += [[p.value for p in s[-last_k:]] for s in series]
-    return stats.signal_noise(finals, tails)["snr"]
+    return describe.signal_noise(finals, tails)["snr"]
 
 
 def _refiltered(run: Run, key, kept: set[str], n_groups: int) -> Run:
@@ -61,7 +61,7 @@ def _mean_snr(choosers: list, task: TaskInfo, key, last_k: int) -> dict[str, flo
             value = _group_snr(finished, key, group, last_k)
             if value is not None:
                 snr[group].append(value)
-    return {g: stats.mean_or_none(v) for g, v in snr.items()}
+    return {g: describe.mean_or_none(v) for g, v in snr.items()}
 
 
 def _entry(task: TaskInfo, metric: str, mean_snr: dict, floor: float, scales: list, choosers: list) -> dict:

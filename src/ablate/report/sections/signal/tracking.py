@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report.stats import stats
+from ablate.report.stats import describe
 from ablate.report.inputs.runs import VAL_TASK, is_accuracy, sign_of
 
 MIN_TAU = 0.5  # least mean Kendall tau of the variants' ranking; above 1/3, what one swap among three variants gives
@@ -65,7 +65,7 @@ def ranking_agreement(metric: dict, reference: dict) -> float | None:
             [float(np.mean([series[r][step] for r in runs if variant[r] == v])) for v in variants]
             for series in (mine, theirs)
         ]
-        tau = stats.kendall(*means)
+        tau = describe.kendall(*means)
         if tau is not None:  # None: the reference ties every variant there
             taus.append(tau)
     return float(np.mean(taus)) if taus else None

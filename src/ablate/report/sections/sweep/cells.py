@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ablate.report.inputs.runs import Run, get_dotted
-from ablate.report.stats import stats
+from ablate.report.stats import describe
 
 LR_AXIS, BATCH_AXIS = "optim.lr", "train.global_batch"
 
@@ -35,7 +35,7 @@ def final(run: Run, metric: tuple[str, str] | None, at: dict | None = None) -> f
 
 def _summary(values) -> dict:
     v = np.asarray(values, float)
-    return {"mean": float(v.mean()), "std": stats.std(v), "min": float(v.min()), "max": float(v.max())}
+    return {"mean": float(v.mean()), "std": describe.std(v), "min": float(v.min()), "max": float(v.max())}
 
 
 def grid_cells(runs: list[Run], axes: list[str], metric, at: dict | None = None) -> tuple[list[dict], dict]:

@@ -9,7 +9,7 @@ import numpy as np
 from ablate.report.options import Options
 from ablate.report.sections.sweep import fits
 from ablate.report.sections.sweep.cells import LR_AXIS, group, label, order
-from ablate.report.stats import stats
+from ablate.report.stats import describe
 
 
 def lr_views(axes: list[str], cells: list[dict], lower: bool, opts: Options) -> list[dict]:
@@ -73,8 +73,8 @@ def _decisions(sizes: list[dict], sign: float) -> list[dict]:
                 "label": s["label"],
                 "params": s["params"],
                 "cells": shared,
-                "decision_accuracy": stats.decision_accuracy(small, large),
-                "tau": stats.kendall(small, large),
+                "decision_accuracy": describe.decision_accuracy(small, large),
+                "tau": describe.kendall(small, large),
             }
         )
     return out

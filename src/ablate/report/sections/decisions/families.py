@@ -17,14 +17,14 @@
 - The winner: the variant significantly best on some decision metric and behind on none, never one with a failed
   or diverged seed.
 
-`apply_family` and `winner` are what the report runs; the calibration (inference/calibrate.py) runs the same
+`apply_family` and `winner` are what the report runs; the calibration (report/calibrate.py) runs the same
 functions on simulated studies.
 """
 
 from __future__ import annotations
 
 from ablate.report.inputs.runs import VAL_TASK
-from ablate.report.stats import stats
+from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
 def is_primary(s: dict, opts) -> bool:
@@ -41,7 +41,7 @@ def _bh(rows: list[dict], alpha: float, name: str, power: float) -> tuple[list[d
     """Benjamini-Hochberg at `alpha` over the testable rows: the rows as tested (new dicts with family, p_bh,
     significant, seeds needed) and the family's summary."""
     tested = [i for i, p in enumerate(rows) if p["testable"]]
-    adjusted = dict(zip(tested, stats.bh_adjust([rows[i]["p_seeds"] for i in tested])))
+    adjusted = dict(zip(tested, bh_adjust([rows[i]["p_seeds"] for i in tested])))
     step = alpha / max(1, len(rows))  # where a lone real effect must pass once every pair is tested
     out = [{**p, "family": name} for p in rows]
     for i, p in enumerate(out):
@@ -50,20 +50,18 @@ def _bh(rows: list[dict], alpha: float, name: str, power: float) -> tuple[list[d
         if p["significant"]:
             continue  # established: no seeds needed
         items = ((p["item_sd"] or 0.0) ** 2, p["item_df"])  # the persistent item term: no seed count removes it
-        need = stats.seeds_needed(p["diff"], p["sd_diff"], step, power, p["paired"], *items)
+        need = seeds_needed(p["diff"], p["sd_diff"], step, power, p["paired"], *items)
         have = p["n_seeds"] if p["paired"] else min(p["n_seeds_a"], p["n_seeds_b"])
         if need is not None and p["untested"] == "seeds":  # too few to be tested: at least one more
             need = max(need, have + 1)
         p["seeds_needed"] = need
-        p["more_items"] = stats.items_limit(p["diff"], step, power, *items)
+        p["more_items"] = items_limit(p["diff"], step, power, *items)
         seed_df = p["n_seeds"] - 1 if p["paired"] else p["n_seeds_a"] + p["n_seeds_b"] - 2
-        interval = stats.sd_interval(p["sd_seeds"], seed_df) if p["sd_seeds"] is not None and seed_df else None
+        interval = sd_interval(p["sd_seeds"], seed_df) if p["sd_seeds"] is not None and seed_df else None
         if need is not None and interval is not None and not p["more_items"]:
             # the fresh floor stays: a true seed sd below it still leaves each evaluation's answer noise
             sds = [max(x, p["noise_floor_sd"] or 0.0) for x in interval]
-            p["seeds_needed_range"] = [
-                stats.seeds_needed(p["diff"], sd, step, power, p["paired"], *items) for sd in sds
-            ]
+            p["seeds_needed_range"] = [seeds_needed(p["diff"], sd, step, power, p["paired"], *items) for sd in sds]
     return out, {
         "name": name,
         "alpha": alpha,
@@ -177,27 +175,3 @@ def family_series(group: dict, decisions: list[dict]) -> list[dict]:
         for s in group["series"]
         if not s["baseline"] and not s.get("diagnostic") and not any(s is d for d in decisions)
     ]
-
-
-FAILED_STATES = ("diverged", "failed")  # a variant with a seed in one of these never wins on its survivors
-
-
-def failed_seeds(runs_by_variant: dict) -> dict:
-    """Variants with a failed or diverged seed: {variant: {"seeds": n, "by_state": {state: [seed, ...]}}} (runs:
-    anything with .seed and .status). The fixed report and the adaptive study read failures through this."""
-    out = {}
-    for variant, runs in runs_by_variant.items():
-        by_state = {state: sorted(r.seed for r in runs if r.status == state) for state in FAILED_STATES}
-        if any(by_state.values()):
-            out[variant] = {"seeds": len(runs), "by_state": by_state}
-    return out
-
-
-def failure_texts(failed: dict) -> dict[str, str]:
-    """failed_seeds' dict -> variant -> 'k of n seeds diverged' (or failed)."""
-    out = {}
-    for variant, f in failed.items():
-        parts = [f"{len(seeds)} of {f['seeds']} seeds {state}" for state, seeds in f["by_state"].items() if seeds]
-        if parts:
-            out[variant] = ", ".join(parts)
-    return out

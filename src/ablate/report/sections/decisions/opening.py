@@ -4,7 +4,7 @@ Headline), then the method once, folded away (HTML <details>), which every table
 from __future__ import annotations
 
 from ablate.report.options import Options
-from ablate.report.text import verdict
+from ablate.report.sections.decisions import verdict
 from ablate.report.text.fmt import Section
 
 DEFAULTS = Options()  # what a report.json written before an option existed was made with

@@ -2,7 +2,7 @@
 pairs.
 
 - A pair is tested over run-level scores (a paired t over the per-seed differences of the seeds both variants ran,
-  Welch over the two samples when they share fewer than 2) under one noise model (stats.seed_test): the seed
+  Welch over the two samples when they share fewer than 2) under one noise model (noise.seed_test): the seed
   variance divided by the seeds plus the persistent item-set variance, not divided by them, on Satterthwaite's
   degrees of freedom; a difference repeated exactly by every seed is evidence only as far as the items it rests on
   are. Its interval (`ci`) is the test's own: the same variance and df at the level 1 - alpha, so it excludes 0
@@ -12,7 +12,7 @@ pairs.
 - Fewer than `min_seeds` seeds per variant, or compared points more than `max_token_gap` apart in tokens, or a
   token count missing (match.token_gap): not tested, and the report says why.
 
-`compare` and `pairwise` are what the report runs; the calibration (inference/calibrate.py) runs the same functions
+`compare` and `pairwise` are what the report runs; the calibration (report/calibrate.py) runs the same functions
 on simulated studies.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.report.stats import stats
+from ablate.report.stats import noise
 from ablate.report.inputs import match
 from ablate.report.inputs.runs import sign_of
 
@@ -63,15 +63,37 @@ def compare(
     tokens: the two variants' compared token counts (run order irrelevant)."""
     with_items = items_a is not None and items_b is not None and items_a.shape[1] == items_b.shape[1]
     ia, ib = (items_a, items_b) if with_items else (None, None)
-    t = stats.seed_test(a, b, ia, ib, stderr_a, stderr_b, level=1 - opts.alpha)
-    diff = t["diff"]
+    t = noise.seed_test(a, b, ia, ib, stderr_a, stderr_b, level=1 - opts.alpha)
     shared = sorted(set(a) & set(b))
     n_tested = t["n_shared"] if t["paired"] else min(t["n_a"], t["n_b"])
     gap, refused = match.token_gap(tokens[0] + tokens[1], opts.max_token_gap) if tokens else (None, None)
     testable = n_tested >= opts.min_seeds and t["p"] is not None and not refused
-    row = {
-        "diff": diff,
-        "better": None,
+    untested, why = _why_untested(t, n_tested, refused, opts.min_seeds)
+    p_items, n_items = _item_level(a, b, shared, t["paired"], ia, ib)
+    return {
+        "diff": t["diff"],
+        "better": "a" if sign * t["diff"] > 0 else "b" if sign * t["diff"] < 0 else None,
+        **_test_fields(t),
+        "seeds_agree": _seeds_agree(a, b, shared, t),
+        "testable": testable,
+        "token_gap": gap,
+        "untested": untested,  # why a pair was not tested: "tokens", "seeds" or "no_spread"
+        "seeds_needed": None,
+        "seeds_needed_range": None,
+        "more_items": None,  # the item set alone hides a difference this size: more items, not more seeds
+        "ci": t["ci"] if testable else None,  # the test's interval, unadjusted, at 1 - alpha
+        "p_items": p_items,
+        "n_items": n_items,
+        "family": None,
+        "p_bh": None,
+        "significant": None,
+        "note": "; ".join(filter(None, [why, _partly_paired(a, b, shared, t["paired"])])),
+    }
+
+
+def _test_fields(t: dict) -> dict:
+    """The seed test's figures (noise.seed_test) as a pair's row names them."""
+    return {
         "test": t["test"],
         "paired": t["paired"],
         "p_seeds": t["p"],
@@ -84,47 +106,45 @@ def compare(
         "item_sd": t["item_sd"],
         "item_df": t["item_df"],
         "noise_source": t["noise_source"],
-        "noise_assumption": stats.STDERR_ASSUMPTION if t["noise_source"] == "logged standard errors" else None,
+        "noise_assumption": noise.STDERR_ASSUMPTION if t["noise_source"] == "logged standard errors" else None,
         "df": t["df"],
-        "seeds_agree": None,
-        "testable": testable,
-        "token_gap": gap,
-        "untested": None,  # why a pair was not tested: "tokens", "seeds" or "no_spread"
-        "seeds_needed": None,
-        "seeds_needed_range": None,
-        "more_items": None,  # the item set alone hides a difference this size: more items, not more seeds
-        "ci": t["ci"] if testable else None,  # the test's interval, unadjusted, at 1 - alpha
-        "p_items": None,
-        "n_items": None,
-        "family": None,
-        "p_bh": None,
-        "significant": None,
-        "note": "",
     }
-    if sign * diff > 0 or sign * diff < 0:
-        row["better"] = "a" if sign * diff > 0 else "b"
-    if t["paired"] and diff != 0:
-        per_seed = np.array([a[s] - b[s] for s in shared])
-        row["seeds_agree"] = int(np.sum(np.sign(per_seed) == np.sign(diff)))
-    if with_items:
-        row["n_items"] = int(items_a.shape[1])
-        pa, pb = (_rows(items_a, a, shared), _rows(items_b, b, shared)) if t["paired"] else (items_a, items_b)
-        row["p_items"] = stats.item_pvalue(pa, pb)
+
+
+def _why_untested(t: dict, n_tested: int, refused: str | None, min_seeds: int) -> tuple[str | None, str]:
+    """(why a pair was not tested: "tokens", "seeds", "no_spread" or None, the note saying so)."""
     if refused:
-        row["untested"] = "tokens"
-        row["note"] = f"not tested: {refused}"
-    elif n_tested < opts.min_seeds:
-        row["untested"] = "seeds"
+        return "tokens", f"not tested: {refused}"
+    if n_tested < min_seeds:
         what = f"{n_tested} seeds both ran" if t["paired"] else f"{n_tested} seeds on the smaller side"
-        row["note"] = f"not tested: {what}, fewer than {opts.min_seeds}"
-    elif t["p"] is None:
-        row["untested"] = "no_spread"
-        row["note"] = "not tested: no seed spread and no item noise known to bound it"
-    if t["paired"] and (len(shared) < len(a) or len(shared) < len(b)):
-        row["note"] = (row["note"] + "; " if row["note"] else "") + (
-            f"paired over the {len(shared)} seeds both ran ({len(a)} vs {len(b)})"
-        )
-    return row
+        return "seeds", f"not tested: {what}, fewer than {min_seeds}"
+    if t["p"] is None:
+        return "no_spread", "not tested: no seed spread and no item noise known to bound it"
+    return None, ""
+
+
+def _partly_paired(a: dict, b: dict, shared: list[int], paired: bool) -> str:
+    """The note of a paired test over fewer seeds than one side ran ("" otherwise)."""
+    if paired and (len(shared) < len(a) or len(shared) < len(b)):
+        return f"paired over the {len(shared)} seeds both ran ({len(a)} vs {len(b)})"
+    return ""
+
+
+def _seeds_agree(a: dict, b: dict, shared: list[int], t: dict) -> int | None:
+    """How many shared seeds' differences have the sign of the paired mean difference (None unpaired or at 0)."""
+    if not t["paired"] or t["diff"] == 0:
+        return None
+    per_seed = np.array([a[s] - b[s] for s in shared])
+    return int(np.sum(np.sign(per_seed) == np.sign(t["diff"])))
+
+
+def _item_level(a: dict, b: dict, shared: list[int], paired: bool, items_a, items_b) -> tuple[float | None, int | None]:
+    """(the item-level p, the items it is over) where both sides have per-item values on the same items: evaluation
+    noise only, over the shared seeds' rows when the test is paired."""
+    if items_a is None:
+        return None, None
+    pa, pb = (_rows(items_a, a, shared), _rows(items_b, b, shared)) if paired else (items_a, items_b)
+    return noise.item_pvalue(pa, pb), int(items_a.shape[1])
 
 
 def pairwise(
