@@ -419,3 +419,15 @@ def test_callbacks_read_only_what_trainer_view_declares():
     assert len(CALLBACK_MODULES) >= 8 and len(read) > 10  # the scan sees every callback module and its reads
     undeclared = {name: where for name, where in read.items() if name not in declared}
     assert not undeclared, f"callbacks read trainer attributes TrainerView does not declare: {undeclared}"
+
+
+def test_pyproject_lists_every_package_of_the_tree():
+    """A folder of src/ablate/ left out of pyproject's `packages` is not installed: the editable install of a fresh
+    venv fails on one listed but gone, and a wheel leaves out one that is new (the wheel test is in the slow tier)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    src = REPO / "src"
+    tree = {".".join(p.parent.relative_to(src).parts) for p in (src / "ablate").rglob("__init__.py")}
+    tree |= {"ablate.kernels", "ablate_evals", "ablate_evals.lm_eval_tasks"}  # package-dir maps these
+    assert listed == tree, f"in pyproject, not in the tree: {sorted(listed - tree)}; missing: {sorted(tree - listed)}"
