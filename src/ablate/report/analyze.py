@@ -30,6 +30,7 @@ from ablate.report.sections.signal import choose, subjects
 from ablate.report.sections.signal.across import Resample, Resamples, across_scales
 from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
+from ablate.report.schema.runs import Tokenizers
 from ablate.report.sections.tokenizers.section import tokenizers_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
@@ -286,7 +287,7 @@ def analyze_runs(
         "multipliers": compute,  # compute multipliers on a ladder; None without compute points or --baseline
         "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
         "headline": _headline(experiment, decided, overview, tokenizer_note, adaptive, compute, opts),
-        "tokenizers": tokenizer_note,
+        "tokenizers": tokenizer_note.to_json(),
         "cannot_compute": _cannot_compute(decided.groups[-1], tasks, bool(opts.scale), opts.min_seeds),
         "seconds": 0.0,
     }
@@ -359,7 +360,7 @@ def _headline(
     experiment: str,
     decided: _Decided,
     overview: dict,
-    tokenizer_note: dict,
+    tokenizer_note: Tokenizers,
     adaptive: dict | None,
     compute: dict | None,
     opts: Options,
@@ -367,7 +368,7 @@ def _headline(
     """The headline: the decisions, led by the sequential ones with an adaptive study; then what each variant is
     worth in compute, said after the decisions, never deciding one."""
     name = experiment + (f" {decided.where}" if decided.where else "")
-    target, text = decided.groups[-1], tokenizer_note["text"]
+    target, text = decided.groups[-1], tokenizer_note.text
     headline = words.headline(name, target, decided.decisions, decided.recommendation, overview, opts, text)
     if adaptive is not None:
         headline = sequential_headline(headline, adaptive, experiment)

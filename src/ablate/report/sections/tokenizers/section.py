@@ -10,45 +10,46 @@ import dataclasses
 
 from ablate.report.inputs import tokenizers
 from ablate.report.inputs.runs import VAL_TASK, Run, TaskInfo
+from ablate.report.schema.runs import Tokenizers
 from ablate.text import natural_key
 
 
-def tokenizers_section(runs: list[Run], tasks: dict[str, TaskInfo]) -> tuple[dict, dict[str, TaskInfo]]:
+def tokenizers_section(runs: list[Run], tasks: dict[str, TaskInfo]) -> tuple[Tokenizers, dict[str, TaskInfo]]:
     """When the finished runs use several tokenizers, validation is compared in bits per byte: the val task's one
     metric becomes "bpb" (left out when some run logged none, or the runs did not score the same text: the reason
     in the text). Validation is left out whatever the tokenizers where the runs mix its two definitions
-    (inputs/tokenizers.mixed_validation). Returns report.json's "tokenizers" and the tasks as compared, a new
+    (inputs/tokenizers.mixed_validation). Returns report.json's "tokenizers" record and the tasks as compared, a new
     mapping (`tasks` and its TaskInfos are left as they were)."""
     ids = tokenizers.identities(runs)
     kinds = sorted({tokenizers.tokenizer_label(r) for r in runs if r.label in ids}, key=natural_key)
-    out = {"differ": len(set(ids.values())) > 1, "tokenizers": kinds, "compared_by": "loss", "text": ""}
+    differ = len(set(ids.values())) > 1
+
+    def note(compared_by: str | None, text: str = "") -> Tokenizers:
+        return Tokenizers(differ=differ, tokenizers=kinds, compared_by=compared_by, text=text)
+
     mixed = tokenizers.mixed_validation(runs) if VAL_TASK in tasks else None
     if mixed:  # whatever the tokenizers: two definitions of validation never compare
-        out["compared_by"] = None
-        out["text"] = f"Validation is left out of the comparison: {mixed}."
-        return out, _without_val(tasks)
-    if not out["differ"] or VAL_TASK not in tasks:
-        return out, dict(tasks)
+        return note(None, f"Validation is left out of the comparison: {mixed}."), _without_val(tasks)
+    if not differ or VAL_TASK not in tasks:
+        return note("loss"), dict(tasks)
     finished = [r for r in runs if r.label in ids]
     without = [r.label for r in finished if not r.scores.get((VAL_TASK, tokenizers.BPB))]
     head = f"Runs of {len(set(ids.values()))} tokenizers ({', '.join(kinds)})"
     other_text = tokenizers.different_text(runs)
     if without or other_text:
-        out["compared_by"] = None
         why = f"{', '.join(without)} logged no val/bpb (trained before ablate logged it)" if without else other_text
-        out["text"] = (
+        text = (
             f"{head}: loss per token does not compare across tokenizers and {why}, so validation is left out of "
             f"the comparison."
         )
-        return out, _without_val(tasks)
-    out["compared_by"] = tokenizers.BPB
-    out["text"] = (
+        return note(None, text), _without_val(tasks)
+    text = (
         f"{head}: validation is compared in bits per byte (val_bpb = loss x tokens / UTF-8 bytes / ln 2), since "
         f"loss per token does not compare across tokenizers; every run scored the same validation text; on run "
         f"scores alone, as a sequence holds other tokens under each tokenizer."
     )
     in_bpb = dataclasses.replace(tasks[VAL_TASK], metrics=[tokenizers.BPB], primary=tokenizers.BPB, chance=None)
-    return out, {**tasks, VAL_TASK: in_bpb}
+    return note(tokenizers.BPB, text), {**tasks, VAL_TASK: in_bpb}
 
 
 def _without_val(tasks: dict[str, TaskInfo]) -> dict[str, TaskInfo]:
