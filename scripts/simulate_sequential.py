@@ -15,7 +15,7 @@ ABILITY + shift_v + s_vk with a seed shift s_vk ~ N(0, SEED_SD) (seed noise), an
 draw with P(right) = sigmoid(ability - b_i + z_vi) (item noise), z_vi the variant's persistent item quirk (0, or
 ~ N(0, quirk sd) drawn once per study: each variant answers some items better and others worse on every seed, zero
 mean over the population of items: a population null). A run's score is its accuracy (higher is better). Each
-contrast's per-seed differences and, at every prefix of its seeds, the noise model stats.paired_noise computes from
+contrast's per-seed differences and, at every prefix of its seeds, the noise model noise.paired_noise computes from
 the (seeds, items) matrix of per-item differences (the fixed report's: fresh noise floors the per-seed variance,
 the persistent item variance is added to the mean's, not divided by the seeds) go through the same confidence
 sequence, decide_contrast, rounds and Bonferroni as above. Designs: A/A, with and without quirks; C better by 0.1
@@ -177,7 +177,7 @@ def run_accuracy_study(
     rng, shift: float, alpha: float, items: int = ITEMS, copied: int = 0, floor: bool = True, quirk_sd: float = 0.0
 ) -> dict:
     """One study on accuracy (higher is better) through run_rounds: per-seed run-level accuracy differences, each
-    prefix under stats.paired_noise of its (seeds, items) per-item differences (floor=False: no noise model)."""
+    prefix under noise.paired_noise of its (seeds, items) per-item differences (floor=False: no noise model)."""
     drawn = accuracy_answers(rng, shift, items, copied, quirk_sd)
     answers = drawn["answers"]
 
@@ -450,7 +450,7 @@ def item_share_mixes() -> list[tuple[str, dict, float | None]]:
 
 def fixed_report_test(means: dict, studies: int, alpha: float, rng, item_var: float) -> dict:
     """The fixed report's own test on max_seeds seeds of every variant, Bonferroni over the pairs: t = mean /
-    sqrt((s^2 + n tau^2) / n) on n - 1 degrees of freedom (stats.seed_test's noise model), values drawn as
+    sqrt((s^2 + n tau^2) / n) on n - 1 degrees of freedom (noise.seed_test's noise model), values drawn as
     gaussian_study draws them. any-wrong share and the share of real contrasts decided on their true side."""
     from scipy.stats import t as student
 

@@ -3,7 +3,7 @@
 An adaptive study looks after each round, at n paired seeds, up to the max_seeds N its rule recorded. The
 anytime-valid design (sequential.py) pays for stopping at any time; this one uses what the rule fixed in advance.
 
-Information. The noise model of the fixed report (stats.seed_test) puts the mean difference's variance at
+Information. The noise model of the fixed report (noise.seed_test) puts the mean difference's variance at
 sigma^2 / n + tau^2: a per-seed part that seeds average away and an item-set part (the same validation documents or
 task items on every seed) that they do not. The information at n seeds is its inverse, so the information fraction
 is I(n) / I(N) = (1/N + rho) / (1/n + rho), rho = tau^2 / sigma^2 the item-set share. rho is not known before the

@@ -18,7 +18,7 @@ def study_contrasts(
 ) -> list[Contrast]:
     """Every pair of `variants` (default: every variant of the runs) x every decision metric of the rule, decided
     from the study's runs (as inputs/runs.load_runs reads them from its run folders: section.folder_contrasts)
-    through the fixed report's own reading: match.match's final value of each run, stats.seed_test's seed pairing and
+    through the fixed report's own reading: match.match's final value of each run, noise.seed_test's seed pairing and
     noise model (at every prefix of the paired seeds). Only finished runs are paired; others are counted in each
     contrast's note. Over the K contrasts: Holm's recycling under the group-sequential design, Bonferroni (rule.alpha
     / K each) under the anytime one (decide_study). trained: when the study trained each seed (trained_order of
@@ -167,7 +167,7 @@ def pair_looks(shared: list[int], order) -> list[int]:
 def _contrast(a, b, metric, scores, rule, margin, lower_is_better, task_key, order, max_token_gap) -> tuple:
     """(the contrast, undecided, and its decision's inputs: decide_contrast's arguments but alpha as (prefixes,
     margin, lower_is_better, rule, looks); None where it cannot decide, the contrast's note saying why)."""
-    from ablate.report.stats import noise as stats  # seed_test, read as the fixed report reads it
+    from ablate.report.stats import noise  # seed_test, read as the fixed report reads it
     from ablate.report.inputs import match
 
     contrast = Contrast(a, b, metric, "open", 0, None, None, margin)
@@ -181,9 +181,9 @@ def _contrast(a, b, metric, scores, rule, margin, lower_is_better, task_key, ord
         keep = shared[:n]
         rows_a = None if ia is None else ia[[sorted(sa).index(s) for s in keep]]
         rows_b = None if ib is None else ib[[sorted(sb).index(s) for s in keep]]
-        t = stats.seed_test({s: sa[s] for s in keep}, {s: sb[s] for s in keep}, rows_a, rows_b, ea, eb)
-        noise = [(t[key] or 0.0) ** 2 for key in ("noise_floor_sd", "item_sd")]
-        prefixes.append(([sa[s] - sb[s] for s in keep], *noise))
+        t = noise.seed_test({s: sa[s] for s in keep}, {s: sb[s] for s in keep}, rows_a, rows_b, ea, eb)
+        floors = [(t[key] or 0.0) ** 2 for key in ("noise_floor_sd", "item_sd")]
+        prefixes.append(([sa[s] - sb[s] for s in keep], *floors))
     contrast.seeds = len(shared)
     if shared:
         contrast.estimate = sum(sa[s] - sb[s] for s in shared) / len(shared)

@@ -7,7 +7,7 @@ Under the group-sequential design Holm's recycling (decide_study): each contrast
 decided on a side the others are judged at alpha / (K - r), every look at the boundaries of that level (Maurer and
 Bretz 2013); a decided contrast's alpha passes to those still open.
 
-Noise model (stats.seed_test's, the fixed report's): the mean difference's variance is max(s^2, fresh) / n +
+Noise model (noise.seed_test's, the fixed report's): the mean difference's variance is max(s^2, fresh) / n +
 item_var, fresh the items' fresh answer noise in one run-level difference (a floor on s^2: accuracies move in steps,
 so a few seeds sometimes agree exactly by chance) and item_var the persistent item-set part, the same on every seed
 and so not divided by the seeds (a difference every seed repeats is evidence only as far as its items are). The t
