@@ -20,6 +20,7 @@ report.json, then the text rendered from it.
 from __future__ import annotations
 
 import importlib
+import dataclasses
 import json
 import os
 import shutil
@@ -106,19 +107,26 @@ STUDIES = {
 }
 
 
-def _write(folder: Path, report: dict) -> None:
+def _write(folder: Path, report) -> None:
+    """As write_report does: report.json, then the pages from what it holds. report: the Report record (or, in a
+    tree from before the sections built records, the report's dict)."""
     render = _module("text.render")
-    report = report | {"seconds": 0.0}
-    try:  # as write_report does, where the tree has the schema
-        from ablate.report.schema import Report
-    except ModuleNotFoundError:
-        Report = None
-    text = render.to_json(Report.from_json(report).to_json() if Report else report)
+    if dataclasses.is_dataclass(report):
+        report = dataclasses.replace(report, seconds=0.0)
+        text = render.to_json(report.to_json())
+        written = type(report).from_json(json.loads(text))
+    else:
+        report = report | {"seconds": 0.0}
+        try:  # where the tree has the schema
+            from ablate.report.schema import Report
+        except ModuleNotFoundError:
+            Report = None
+        text = render.to_json(Report.from_json(report).to_json() if Report else report)
+        written = json.loads(text)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(text)
-    report = json.loads(text)
-    (folder / "report.md").write_text(render.to_markdown(report))
-    (folder / "report.html").write_text(render.to_html(report))
+    (folder / "report.md").write_text(render.to_markdown(written))
+    (folder / "report.html").write_text(render.to_html(written))
 
 
 def main(out: Path) -> None:

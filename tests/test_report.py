@@ -123,7 +123,7 @@ def test_recommendation_and_headline(toy):
     assert "flat: no signal here" in head["text"] and "No winner established" in head["text"]
     assert "A/seed2" in head["text"]
     # Stricter thresholds move toy out of the suite: tau 2/3 < 0.7.
-    strict = build_report(root, Options(bootstrap=50, min_tau=0.7))
+    strict = build_report(root, Options(bootstrap=50, min_tau=0.7)).to_json()
     assert [e["task"] for e in strict["recommendation"]["suite"]] == ["val_loss"]
 
 
@@ -222,7 +222,7 @@ def test_scale_axis_decision_accuracy(tmp_path):
                     {},
                     config_extra=extra,
                 )
-    report = build_report(root, Options(bootstrap=50, scale=["model.d_model"]))
+    report = build_report(root, Options(bootstrap=50, scale=["model.d_model"])).to_json()
     assert [g["scale"] for g in report["groups"]] == [32, 64]
     assert report["groups"][1]["variants"] == ["mha", "mqa"]
     (row,) = report["across_scales"][0]["by_scale"]
@@ -269,7 +269,7 @@ def test_stats_edge_cases():
     margin = describe.signal_noise([-0.1, 0.1], [[-0.2, 0.0], [0.0, 0.2]])
     assert margin["signal"] is None and margin["snr"] == pytest.approx(0.2 / np.std([-0.2, 0.0], ddof=1))
     with pytest.raises(ReportError, match="no run folders"):
-        build_report(__import__("pathlib").Path(__file__).parent)
+        build_report(__import__("pathlib").Path(__file__).parent).to_json()
 
 
 def test_seed_level_tests_and_bh():

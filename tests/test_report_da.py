@@ -12,6 +12,7 @@ from ablate.report import Options
 from ablate.report.analyze import analyze_runs
 from ablate.report.stats import da
 from ablate.report.sections.signal.choose import CANNOT_VALIDATE
+from ablate.report.schema import Report
 from ablate.report.text.render import to_markdown
 from ablate.report.inputs.runs import Point, Run, TaskInfo
 from ablate.report.sections.signal.tracking import from_runs
@@ -76,7 +77,7 @@ def test_target_da_differs_from_self_agreement_and_the_choice_follows_the_target
     runs = _study(_self_consistent_but_wrong)
     report = analyze_runs(
         runs, _tasks(["acc_per_char", "gold_bpb"]), Options(bootstrap=200, scale=["model.d_model"]), "x"
-    )
+    ).to_json()
     bpb, acc = _entry(report, "gold_bpb"), _entry(report, "acc_per_char")
     assert bpb["target"] == {"task": "t:cf", "metric": "acc_per_char"} and bpb["target_valid"]
     (row,) = bpb["by_scale"]
@@ -101,7 +102,7 @@ def test_target_da_differs_from_self_agreement_and_the_choice_follows_the_target
     # accuracy, which a resample can swap): the interval stays far below agreement
     assert row["coverage"] == da.COVERAGE[3] >= da.MIN_COVERAGE and row["ci_note"] is None and row["paired"] is True
     assert row["ci"][0] == 0 < row["ci"][1] < 0.5 and row["item_noise"] == "logged standard errors"
-    md = to_markdown(report).replace("\\", "")
+    md = to_markdown(Report.from_json(report)).replace("\\", "")
     assert "| DA 16->64 | DA vs val loss 16->64 | self 16->64 |" in md
     assert "| t:cf | gold_bpb | " in md and "Interval not shown" not in md
     assert "| t:cf | acc_per_char | target_da | acc_per_char |" in md
@@ -123,7 +124,7 @@ def test_target_at_chance_ranks_by_da_against_validation_loss_and_says_so():
     runs = _study(_accuracy_at_chance)
     report = analyze_runs(
         runs, _tasks(["acc_per_char", "gold_bpb"]), Options(bootstrap=200, scale=["model.d_model"]), "x"
-    )
+    ).to_json()
     bpb = _entry(report, "gold_bpb")
     assert not bpb["target_valid"] and bpb["mean_decision_accuracy_val"] == 1
     choice = _choice(report)
@@ -132,7 +133,7 @@ def test_target_at_chance_ranks_by_da_against_validation_loss_and_says_so():
     assert choice["figures"]["tracks_task"] == {"against": "val_da", "value": 1, "passes": True, "weaker": None}
     assert f"t {CANNOT_VALIDATE}" in choice["text"]
     assert "DA vs val loss 1 from smaller scales" in choice["text"]
-    md = to_markdown(report).replace("\\", "")
+    md = to_markdown(Report.from_json(report)).replace("\\", "")
     assert "Targets at chance at the largest scale" in md and "t:cf (acc_per_char)" in md
 
 
@@ -153,7 +154,7 @@ def _tracks_not(v: str, scale) -> dict:
 
 def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
     runs = _study(_tracks_not, scales=(None,), variants=("A", "B", "C"))
-    report = analyze_runs(runs, _tasks(["acc_per_char", "gold_bpb"]), OPTS, "x")
+    report = analyze_runs(runs, _tasks(["acc_per_char", "gold_bpb"]), OPTS, "x").to_json()
     series = {s["metric"]: s for s in report["groups"][-1]["series"] if s["task"] == "t:cf"}
     assert series["gold_bpb"]["quality"]["passes"]  # its own gates pass
     choice = _choice(report)
@@ -169,7 +170,7 @@ def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
 
 def test_accuracy_at_chance_checks_against_validation_loss_as_weaker_evidence():
     runs = _study(_accuracy_at_chance, scales=(None,), variants=("A", "B", "C"))
-    report = analyze_runs(runs, _tasks(["acc_per_char", "gold_bpb"]), OPTS, "x")
+    report = analyze_runs(runs, _tasks(["acc_per_char", "gold_bpb"]), OPTS, "x").to_json()
     choice = _choice(report)
     tracks = choice["figures"]["tracks_task"]
     assert choice["metric"] == "gold_bpb" and tracks["against"] == "val_loss" and tracks["passes"]

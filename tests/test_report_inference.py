@@ -371,7 +371,7 @@ def test_every_pairwise_interval_agrees_with_its_test_in_calibration_studies(des
     checked = 0
     for _ in range(2):
         runs, tasks, opts = calibrate.study(rng, calibrate.Design(**design))
-        checked += _agrees(analyze_runs(runs, tasks, opts, "calibration"), opts.alpha)
+        checked += _agrees(analyze_runs(runs, tasks, opts, "calibration").to_json(), opts.alpha)
     assert checked > 20
 
 

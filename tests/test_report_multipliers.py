@@ -12,6 +12,7 @@ import pytest
 
 from ablate import ModelConfig, RunConfig, ScheduleConfig, TrainConfig, compute_points, variant
 from ablate.report import Options, ReportError, build_report
+from ablate.report.schema import Report
 from ablate.report.text.render import to_html, to_markdown
 from ablate.report.inputs.flops import flops_per_token
 from report_fixtures import write_run
@@ -67,7 +68,7 @@ def ladder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(ladder):
-    return build_report(ladder, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200))
+    return build_report(ladder, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200)).to_json()
 
 
 def test_planted_multipliers_are_found_with_intervals_that_cover_them(report):
@@ -109,7 +110,7 @@ def test_the_report_says_it_in_words_a_table_and_two_plots(report):
     assert "huge: beyond 2x at d_model=32" in words
     assert "with scale not established" in words or "with scale (" in words
     assert words in report["headline"]["text"]
-    md = to_markdown(report)
+    md = to_markdown(Report.from_json(report))
     assert "## Compute multipliers" in md and "**Compute multipliers against baseline" in md
     # M at the other budgets beside its ratio to the main budget's M and that ratio's interval (planted: no change)
     assert "(ratio 1.00 [" in md and "no change established" in md and "tested for lack of fit" in md
@@ -117,29 +118,29 @@ def test_the_report_says_it_in_words_a_table_and_two_plots(report):
     assert all(r["read_from"] == "power law" and r["lack_of_fit"]["p"] > 0.2 for r in rows)
     assert all(not b["established"] for r in rows for b in r["budget_ratios"]) and rows[0]["budget_ratios"]
     assert "**Trend across scale" in md
-    html = to_html(report)
+    html = to_html(Report.from_json(report))
     section = html.split("<h2>Compute multipliers</h2>")[1].split("<h2>")[0]
     assert section.count("<img") == 3  # loss vs FLOPs at each rung, M vs compute
 
 
 def test_without_a_baseline_the_report_says_how_to_ask(ladder):
-    found = build_report(ladder, Options(scale=["model.d_model"], bootstrap=200))["multipliers"]
+    found = build_report(ladder, Options(scale=["model.d_model"], bootstrap=200)).to_json()["multipliers"]
     assert found["baseline"] is None and found["rows"] == []
     assert "--baseline METHOD (one of: baseline, fast, huge, same)" in found["note"]
     with pytest.raises(ReportError, match="--baseline adamw: no such method.*baseline, fast, huge, same"):
-        build_report(ladder, Options(scale=["model.d_model"], baseline="adamw", bootstrap=200))
+        build_report(ladder, Options(scale=["model.d_model"], baseline="adamw", bootstrap=200)).to_json()
 
 
 def test_one_rung_of_three_points_gives_its_reason_not_a_number(tmp_path):
     root = _write_ladder(tmp_path / "ladder", {"fast": 1.3}, rungs=(32,))
-    report = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200))
+    report = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200)).to_json()
     (row,) = report["multipliers"]["rows"]
     assert row["multiplier"] is None and "pin E" in row["note"]
     assert "one rung: no trend" in report["headline"]["compute"]
     # pinned at the true E, the number comes back, with its sensitivity to E reported
     pinned = build_report(
         root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200, multiplier_floor=E)
-    )
+    ).to_json()
     (row,) = pinned["multipliers"]["rows"]
     low, high = row["sensitivity"]["E_range"]  # 0 to 0.8 of the baseline's lowest loss: any E a reader believes
     lowest = min(p["loss"] for p in pinned["multipliers"]["points"] if p["method"] == "baseline" and p["counts"])
@@ -150,10 +151,10 @@ def test_one_rung_of_three_points_gives_its_reason_not_a_number(tmp_path):
 def test_a_projection_is_given_only_when_asked_and_labelled(ladder):
     report = build_report(
         ladder, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200, multiplier_target=1e13)
-    )
+    ).to_json()
     projected = report["multipliers"]["projections"]["fast"]
     assert projected["extrapolation"] and projected["multiplier"] == pytest.approx(1.3, rel=0.15)
-    assert "extrapolated" in projected["note"] and "an extrapolation" in to_markdown(report)
+    assert "extrapolated" in projected["note"] and "an extrapolation" in to_markdown(Report.from_json(report))
 
 
 def test_the_floor_flag_says_what_it_accepts(ladder):
@@ -167,7 +168,9 @@ def test_the_floor_flag_says_what_it_accepts(ladder):
 
 def test_a_multiplier_that_shrinks_across_three_rungs_gets_a_negative_slope_and_a_frontier(tmp_path):
     root = _write_ladder(tmp_path / "ladder", {"shrink": {32: 1.8, 64: 1.4, 128: 1.1}}, rungs=(32, 64, 128))
-    found = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200))["multipliers"]
+    found = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200)).to_json()[
+        "multipliers"
+    ]
     data = [r["multiplier"] for r in found["rows"] if r["kind"] == "data"]
     assert data == pytest.approx([1.8, 1.4, 1.1], rel=0.1)
     trend = found["trends"]["shrink"]
@@ -177,12 +180,14 @@ def test_a_multiplier_that_shrinks_across_three_rungs_gets_a_negative_slope_and_
 
 def test_the_interval_carries_the_validation_items_term_where_per_item_files_exist(tmp_path):
     root = _write_ladder(tmp_path / "ladder", {"fast": 1.3})
-    with_items = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200))
+    with_items = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200)).to_json()
     assert all(r["item_var"] is not None for r in with_items["multipliers"]["rows"])
     assert not any("per-item" in n for n in with_items["multipliers"]["notes"])
     for folder in root.glob("*@d64*/seed*/eval_items"):  # one rung without per-item files: said, not guessed
         shutil.rmtree(folder)
-    without = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200))["multipliers"]
+    without = build_report(root, Options(scale=["model.d_model"], baseline="baseline", bootstrap=200)).to_json()[
+        "multipliers"
+    ]
     rows = {r["rung"]: r for r in without["rows"]}
     assert rows[64]["item_var"] is None
     # with E fitted across the rungs, every row's interval reads every rung's points: none gets a partial item term
@@ -196,7 +201,7 @@ def test_the_experiment_files_baseline_recorded_in_the_run_folders_is_used_unask
         record = json.loads(path.read_text())
         record["config"]["multiplier_baseline"] = "baseline"
         path.write_text(json.dumps(record))
-    report = build_report(root, Options(scale=["model.d_model"], bootstrap=200))
+    report = build_report(root, Options(scale=["model.d_model"], bootstrap=200)).to_json()
     found = report["multipliers"]
     assert found["baseline"] == "baseline" and found["baseline_from"] == "the experiment file's multiplier_baseline"
     assert report["options"]["baseline"] == "baseline" and found["rows"][0]["multiplier"] is not None
@@ -204,4 +209,4 @@ def test_the_experiment_files_baseline_recorded_in_the_run_folders_is_used_unask
     record["config"]["multiplier_baseline"] = "fast"
     path.write_text(json.dumps(record))
     with pytest.raises(ReportError, match="different multiplier_baseline values \\(baseline, fast\\)"):
-        build_report(root, Options(scale=["model.d_model"], bootstrap=200))
+        build_report(root, Options(scale=["model.d_model"], bootstrap=200)).to_json()

@@ -72,7 +72,7 @@ def reports(tmp_path_factory):
     def get(name):
         if name not in built:
             build, opts = STUDIES[name]
-            built[name] = build_report(build(tmp_path_factory.mktemp(name) / name), opts)
+            built[name] = build_report(build(tmp_path_factory.mktemp(name) / name), opts).to_json()
         return built[name]
 
     return get

@@ -124,30 +124,36 @@ def test_no_study_no_section_and_a_damaged_record_is_named(tmp_path):
         write_report(root, opts=FAST)
 
 
+def _contrast(a, b, decision, seeds=8, **more):
+    from ablate.report.schema import Contrast
+
+    fields = dict(interval=[-0.1, 0.1], estimate=0.0, margin=0.01, decided_at=3, note="", boundary=None, looks=[])
+    fields |= dict(level=None, chance=None, fixed_power=None) | more
+    return Contrast(a=a, b=b, metric="val_loss", decision=decision, seeds=seeds, **fields)
+
+
+def _study_record(contrasts, stopped: str, fixed_design_share: float | None, futility: float = 0.0):
+    """An adaptive study's record (schema.Sequential) around the given contrasts, the rest plain defaults."""
+    from ablate.report.schema import Rule, Sequential
+    from ablate.report.schema.sequential import StudyCompute
+
+    rule = Rule(**{**DecisionRule().to_dict(), "futility": futility})
+    compute = StudyCompute(
+        tokens=0, device_seconds=None, fixed_design_seeds=8, fixed_design_tokens=0,
+        fixed_design_share=fixed_design_share, fixed_design_share_time=None,
+    )  # fmt: skip
+    return Sequential(
+        design="anytime", method="", rule=rule, rule_history=[], rule_changed_after_results=False, rule_changes=[],
+        stopping_changes=[], alpha=0.05, alpha_per_contrast=0.05, rounds=1, stopped=stopped, contrasts=contrasts,
+        open=[], compute=compute,
+    )  # fmt: skip
+
+
 def test_many_open_contrasts_are_one_clause_of_the_headline():
     from ablate.report.sections.sequential.headline import sequential_text
 
-    def contrast(a, b, decision, seeds=8):
-        return {
-            "a": a,
-            "b": b,
-            "metric": "val_loss",
-            "decision": decision,
-            "seeds": seeds,
-            "decided_at": 3,
-            "interval": [-0.1, 0.1],
-            "margin": 0.01,
-            "estimate": 0.0,
-        }
-
-    opened = [contrast(f"v{i}", f"w{i}", "open") for i in range(5)]
-    section = {
-        "contrasts": [contrast("slow", "base", "b"), *opened],
-        "stopped": "max_seeds",
-        "alpha": 0.05,
-        "rule_changed_after_results": False,
-        "compute": {"fixed_design_share": 0.9, "fixed_design_seeds": 8},
-    }
+    opened = [_contrast(f"v{i}", f"w{i}", "open") for i in range(5)]
+    section = _study_record([_contrast("slow", "base", "b"), *opened], "max_seeds", 0.9)
     text = sequential_text(section)
     assert "slow worse than base, decided at 3 seeds" in text
     assert "5 of 6 contrasts open at 8 seeds (see the table)" in text and "v0 vs w0" not in text
@@ -184,7 +190,6 @@ def test_a_study_record_that_says_undecidable_still_reads_as_closed_for_futility
     old = {"a": "x", "b": "y", "metric": "val_loss", "decision": "undecidable", "seeds": 3, "interval": [-1, 1]}
     line = contrast_line(old, 0.1)
     assert "x vs y: closed for futility (estimated chance of a decision < 0.1)  (3 seeds" in line
-    section = {"contrasts": [{**old, "decided_at": None, "margin": None, "estimate": 0.0}], "stopped": "decided"}
-    section |= {"alpha": 0.05, "rule": {"futility": 0.1}, "compute": {"fixed_design_share": None}}
-    section |= {"rule_changed_after_results": False}
+    closed = _contrast("x", "y", "undecidable", seeds=3, interval=[-1, 1], decided_at=None, margin=None)
+    section = _study_record([closed], "decided", None, futility=0.1)
     assert "x vs y closed for futility (estimated chance of a decision < 0.1) at 3 seeds" in sequential_text(section)

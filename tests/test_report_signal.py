@@ -92,7 +92,7 @@ def test_continuous_metric_enters_the_decision_set_when_it_passes(tmp_path):
 
 def test_noisy_continuous_metric_is_left_out(tmp_path):
     """The same experiment with gold_bpb as noisy as correct_prob: no metric of mc passes, mc has no signal."""
-    report = build_report(_mc_experiment(tmp_path / "noisy", PROB_NOISY), FAST)
+    report = build_report(_mc_experiment(tmp_path / "noisy", PROB_NOISY), FAST).to_json()
     rec = report["recommendation"]
     assert [e for e in rec["suite"] if e["task"] != "val_loss"] == []
     rejected = next(r for r in rec["rejected"] if r["task"] == "mc:cf")
@@ -143,7 +143,7 @@ def test_average_last_scores_the_mean_of_the_last_evaluations(tmp_path):
         assert not t["has_items"]
         assert t["final"][variant]["values"] == pytest.approx([np.mean(acc[variant, s][-3:]) / N for s in (0, 1, 2)])
     assert v["has_items"] and v["final"]["A"]["ci"] is not None
-    plain = build_report(root, Options(bootstrap=200))  # without: the last evaluation alone
+    plain = build_report(root, Options(bootstrap=200)).to_json()  # without: the last evaluation alone
     assert series(plain, "val_loss", "loss")["final"]["A"]["values"] == pytest.approx([4.0, 4.5, 4.2])
     assert report["headline"]["text"].endswith("Each run's score: the mean of its last 3 evaluations.")
     assert "Each run's score" not in plain["headline"]["text"]
@@ -290,7 +290,7 @@ def test_the_subject_floor_returns_new_runs_and_tasks_and_leaves_its_inputs_as_t
 
 def test_grouped_task_is_macro_averaged_and_the_subject_floor_names_what_it_leaves_out(tmp_path):
     root = _grouped(tmp_path / "groups")
-    plain = build_report(root, Options(bootstrap=100, scale=["model.d_model"]))
+    plain = build_report(root, Options(bootstrap=100, scale=["model.d_model"])).to_json()
     mm = series(plain, "mm:cf", "correct_prob")
     hand = lambda keep, seed: np.mean([_group_value(32, "A", g, seed, 3) for g in keep])  # noqa: E731
     assert mm["has_items"] and mm["final"]["A"]["values"] == pytest.approx([hand(GROUP_SIZES, s) for s in (0, 1, 2)])

@@ -64,11 +64,12 @@ def write_report(runs_dir: str | Path, out_dir: str | Path | None = None, opts: 
     from ablate.report.schema import Report
     from ablate.report.text.render import to_html, to_json, to_markdown
 
-    text = to_json(Report.from_json(build_report(runs_dir, opts)).to_json())  # the schema's records: no figure lost
+    text = to_json(build_report(runs_dir, opts).to_json())
     out = Path(out_dir or runs_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(text)
     report = json.loads(text)
-    (out / "report.md").write_text(to_markdown(report))
-    (out / "report.html").write_text(to_html(report))
+    written = Report.from_json(report)  # what report.json holds (non-finite figures null): what the pages show
+    (out / "report.md").write_text(to_markdown(written))
+    (out / "report.html").write_text(to_html(written))
     return report

@@ -1,4 +1,5 @@
-"""Run folders -> every figure of the report, as one JSON-ready dict (report.json). Rendering reads only that dict.
+"""Run folders -> every figure of the report, as one record (schema.Report, report.json). Rendering reads only that
+record, as read back from report.json.
 
 Per scale group (one group without a scale axis), per task and metric ("series"): final scores with CIs, pairwise
 tests, curves, and the signal criteria (sections/signal/quality.py); then every task x metric's SNR and decision
@@ -30,6 +31,20 @@ from ablate.report.sections.signal import choose, subjects
 from ablate.report.sections.signal.across import Resample, Resamples, across_scales
 from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
+from ablate.report.schema import (
+    AcrossScales,
+    Group,
+    Headline,
+    Inference,
+    Multipliers,
+    Overview,
+    Recommendation,
+    Report,
+    Sequential,
+    SubjectFloor,
+    Sweep,
+    TaskRow,
+)
 from ablate.report.schema.runs import Tokenizers
 from ablate.report.sections.tokenizers.section import tokenizers_section
 from ablate.report.inputs.runs import (
@@ -231,7 +246,7 @@ def _as_floored(runs: list[Run], scales: list, floored: list) -> list[Run]:
     return [new.get(id(r), r) for r in runs]
 
 
-def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
+def build_report(runs_dir: str | Path, opts: Options | None = None) -> Report:
     opts = opts or Options()
     start = time.perf_counter()
     runs, skipped = load_runs(runs_dir)
@@ -241,7 +256,7 @@ def build_report(runs_dir: str | Path, opts: Options | None = None) -> dict:
     except ValueError as exc:
         raise ReportError(str(exc)) from None
     report = analyze_runs(runs, task_infos(runs), opts, experiment, str(runs_dir), skipped, study)
-    return {**report, "seconds": time.perf_counter() - start}
+    return dataclasses.replace(report, seconds=time.perf_counter() - start)
 
 
 def analyze_runs(
@@ -252,7 +267,7 @@ def analyze_runs(
     runs_dir: str = "",
     skipped: list[str] | None = None,
     study: dict | None = None,
-) -> dict:
+) -> Report:
     """Every figure of the report from loaded runs (build_report reads them from disk; the calibration tests build
     them in memory and run this same path). study: the adaptive study's record (study.json), whose contrasts are
     recomputed from the runs into report["sequential"]."""
@@ -271,26 +286,27 @@ def analyze_runs(
     decided = _decide(groups, tasks, across, opts)
     # recomputed from the runs, under the report's own like-with-like rule
     adaptive = None if study is None else study_section.study_section(runs, study, opts.max_token_gap)
-    return {
-        "schema": 4,
-        "experiment": experiment,
-        "runs_dir": runs_dir,
-        "options": dataclasses.asdict(opts),
-        "overview": overview,
-        "tasks": _task_rows(tasks),
-        "groups": decided.groups,
-        "across_scales": across,
-        "subject_floor": subject_floor,
-        "recommendation": decided.recommendation,
-        "inference": _stopping(decided.inference, adaptive),
-        "sweep": sweep_section(main, opts),  # grid() runs on their axes; None without a grid
-        "multipliers": compute,  # compute multipliers on a ladder; None without compute points or --baseline
-        "sequential": adaptive,  # None unless the folder holds an adaptive study (study.json)
-        "headline": _headline(experiment, decided, overview, tokenizer_note, adaptive, compute, opts),
-        "tokenizers": tokenizer_note.to_json(),
-        "cannot_compute": _cannot_compute(decided.groups[-1], tasks, bool(opts.scale), opts.min_seeds),
-        "seconds": 0.0,
-    }
+    sweep = sweep_section(main, opts)  # grid() runs on their axes; None without a grid
+    return Report(
+        schema=4,
+        experiment=experiment,
+        runs_dir=runs_dir,
+        options=dataclasses.asdict(opts),
+        overview=Overview.from_json(overview),
+        tasks=[TaskRow.from_json(t) for t in _task_rows(tasks)],
+        groups=[Group.from_json(g) for g in decided.groups],
+        across_scales=[AcrossScales.from_json(a) for a in across],
+        subject_floor=[SubjectFloor.from_json(f) for f in subject_floor],
+        recommendation=Recommendation.from_json(decided.recommendation),
+        inference=Inference.from_json(_stopping(decided.inference, adaptive)),
+        sweep=None if sweep is None else Sweep.from_json(sweep),
+        multipliers=None if compute is None else Multipliers.from_json(compute),
+        sequential=adaptive,  # None unless the folder holds an adaptive study (study.json)
+        headline=Headline.from_json(_headline(experiment, decided, overview, tokenizer_note, adaptive, compute, opts)),
+        tokenizers=tokenizer_note,
+        cannot_compute=_cannot_compute(decided.groups[-1], tasks, bool(opts.scale), opts.min_seeds),
+        seconds=0.0,
+    )
 
 
 def _multipliers(
@@ -349,7 +365,7 @@ def _decide(groups: list[dict], tasks: dict[str, TaskInfo], across: list[dict], 
     return _Decided([*groups[:-1], target], recommendation, decided, inference, where)
 
 
-def _stopping(inference: dict, adaptive: dict | None) -> dict:
+def _stopping(inference: dict, adaptive: Sequential | None) -> dict:
     """With an adaptive study the sequential decisions lead; the fixed-n tests stay, labelled."""
     if adaptive is None:
         return inference
@@ -361,7 +377,7 @@ def _headline(
     decided: _Decided,
     overview: dict,
     tokenizer_note: Tokenizers,
-    adaptive: dict | None,
+    adaptive: Sequential | None,
     compute: dict | None,
     opts: Options,
 ) -> dict:

@@ -219,7 +219,7 @@ class Outcome:
 
 def run_study(rng: np.random.Generator, design: Design) -> Outcome:
     runs, tasks, opts = study(rng, design)
-    report = analyze_runs(runs, tasks, opts, "calibration")
+    report = analyze_runs(runs, tasks, opts, "calibration").to_json()
     target = report["groups"][-1]
     claims = any(p["significant"] for s in target["series"] for p in s["pairwise"])
     val = next(s for s in target["series"] if s["task"] == "val_loss")

@@ -1,5 +1,5 @@
-"""report.json -> report.md and report.html. Every figure shown is read from the report dict (after a JSON
-round trip), so what a reader sees is what report.json holds.
+"""report.json -> report.md and report.html. Every figure shown is read from the report's record as read back from
+report.json (schema.Report.from_json), so what a reader sees is what report.json holds.
 
 The content is built once as neutral sections (titles, paragraphs, tables of plain strings, images): the page
 assembles them in reading order, the sections' own (sections/) and the few that are the page's (the overview, the
@@ -12,6 +12,7 @@ import html
 import json
 import math
 
+from ablate.report.schema import Report
 from ablate.report.sections.decisions import opening
 from ablate.report.sections.decisions import render as decisions
 from ablate.report.sections.multipliers import render as multipliers
@@ -136,10 +137,11 @@ def _curves(group: dict, suffix: str, with_images: bool) -> Section:
     return sec
 
 
-def sections(report: dict, with_images: bool) -> list[Section]:
+def sections(record: Report, with_images: bool) -> list[Section]:
     """The report in reading order: the verdict and decisions first, the method folded, then the evidence."""
+    report = record.to_json()  # the parts whose renderers still read report.json's dicts
     groups = report["groups"]
-    adaptive = sequential.section(report)  # an adaptive study's decisions, beside the headline
+    adaptive = sequential.section(record.sequential)  # an adaptive study's decisions, beside the headline
     out = [
         opening.headline_section(report),
         *([adaptive] if adaptive else []),
@@ -174,8 +176,8 @@ def sections(report: dict, with_images: bool) -> list[Section]:
     return out
 
 
-def to_markdown(report: dict) -> str:
-    lines = [f"# Ablation report: {md_escape(report['experiment'])}", ""]
+def to_markdown(report: Report) -> str:
+    lines = [f"# Ablation report: {md_escape(report.experiment)}", ""]
     for sec in sections(report, with_images=False):
         lines += [f"## {md_escape(sec.title)}", ""]
         if sec.folded:  # folded where markdown renders HTML (GitHub), plain text elsewhere
@@ -198,8 +200,7 @@ def to_markdown(report: dict) -> str:
         if sec.folded:
             lines += ["</details>", ""]
     lines.append(
-        f"_Analysis took {report['seconds']:.1f}s over {md_escape(report['runs_dir'])}; every figure is "
-        f"in report.json._"
+        f"_Analysis took {report.seconds:.1f}s over {md_escape(report.runs_dir)}; every figure is in report.json._"
     )
     return "\n".join(lines) + "\n"
 
@@ -212,11 +213,11 @@ figure{display:inline-block;margin:4px;vertical-align:top;max-width:560px}figcap
 .note{font-size:14px;color:#444;margin:.3em 0}summary{cursor:pointer;color:#36c}"""
 
 
-def to_html(report: dict) -> str:
+def to_html(report: Report) -> str:
     e = html.escape
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report['experiment'])}"
-        f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report['experiment'])}</h1>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>ablate report: {e(report.experiment)}"
+        f"</title><style>{_CSS}</style></head><body><h1>Ablation report: {e(report.experiment)}</h1>"
     ]
     with plots.as_written():  # the plots of every section (sections/sweep/figures.py's too) show names as written
         content = sections(report, with_images=True)
@@ -246,7 +247,7 @@ def to_html(report: dict) -> str:
         if sec.folded:
             parts.append("</details>")
     parts.append(
-        f"<p><em>Analysis took {report['seconds']:.1f}s over {e(report['runs_dir'])}; every figure is in "
+        f"<p><em>Analysis took {report.seconds:.1f}s over {e(report.runs_dir)}; every figure is in "
         f"report.json.</em></p></body></html>"
     )
     return "\n".join(parts) + "\n"

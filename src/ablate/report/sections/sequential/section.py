@@ -5,6 +5,7 @@ design's, and the method in words. The decisions themselves are decide.py's, the
 from __future__ import annotations
 
 from ablate.report.inputs import study as study_file
+from ablate.report.schema.sequential import Contrast, Rule, Sequential, StudyCompute
 from ablate.report.stats.anytime import MIXTURE_G
 from ablate.report.sections.sequential.contrasts import study_contrasts, trained_order
 from ablate.report.sections.sequential.decide import open_variants
@@ -40,7 +41,7 @@ def _run_compute(run) -> tuple[float, float | None]:
     return float(tokens), float(wall) * run.world_size
 
 
-def study_compute(runs, variants: list[str], max_seeds: int) -> dict:
+def study_compute(runs, variants: list[str], max_seeds: int) -> StudyCompute:
     """Tokens and device-seconds of the study's runs, and their share of a fixed design of max_seeds seeds for every
     variant (each variant's runs costing what its runs cost on average)."""
     used_tokens, used_seconds, fixed_tokens, fixed_seconds = 0.0, 0.0, 0.0, 0.0
@@ -56,17 +57,17 @@ def study_compute(runs, variants: list[str], max_seeds: int) -> dict:
         timed = timed and len(seconds) == len(costs)
         used_seconds += sum(seconds)
         fixed_seconds += max_seeds * sum(seconds) / len(seconds) if seconds else 0.0
-    return {
-        "tokens": int(used_tokens),
-        "device_seconds": used_seconds if timed else None,
-        "fixed_design_seeds": max_seeds,
-        "fixed_design_tokens": int(fixed_tokens),
-        "fixed_design_share": used_tokens / fixed_tokens if fixed_tokens else None,
-        "fixed_design_share_time": used_seconds / fixed_seconds if timed and fixed_seconds else None,
-    }
+    return StudyCompute(
+        tokens=int(used_tokens),
+        device_seconds=used_seconds if timed else None,
+        fixed_design_seeds=max_seeds,
+        fixed_design_tokens=int(fixed_tokens),
+        fixed_design_share=used_tokens / fixed_tokens if fixed_tokens else None,
+        fixed_design_share_time=used_seconds / fixed_seconds if timed and fixed_seconds else None,
+    )
 
 
-def study_section(runs, study: dict, max_token_gap: float | None = None) -> dict:
+def study_section(runs, study: dict, max_token_gap: float | None = None) -> Sequential:
     """report.json's `sequential`: the contrasts recomputed from the run folders (study.json's own copies are not
     trusted) in the order the study trained its seeds, the rule and its history, the rounds, the compute used, and
     how the study stopped. max_token_gap: the report's --max-token-gap."""
@@ -77,22 +78,22 @@ def study_section(runs, study: dict, max_token_gap: float | None = None) -> dict
     history = study.get("rule_history") or []
     after = [i for i, h in enumerate(history) if h.get("set_after_results")]
     changed = [(i, history[i]) for i in after if voids_guarantee(_changed_fields(history, i), _design(history, i))]
-    return {
-        "design": rule.design,
-        "method": method_text(rule, len(contrasts)),
-        "rule": rule.to_dict(),
-        "rule_history": history,
-        "rule_changed_after_results": bool(changed),
-        "rule_changes": [_change_text(history, i) for i, _ in changed],
-        "stopping_changes": [_change_text(history, i) for i in after if (i, history[i]) not in changed],
-        "alpha": rule.alpha,
-        "alpha_per_contrast": rule.alpha / max(1, len(contrasts)),
-        "rounds": len(study.get("rounds") or []),
-        "stopped": study.get("stopped"),
-        "contrasts": [c.to_dict() for c in contrasts],
-        "open": sorted(open_variants(contrasts)),
-        "compute": study_compute(runs, names, rule.max_seeds),
-    }
+    return Sequential(
+        design=rule.design,
+        method=method_text(rule, len(contrasts)),
+        rule=Rule(**rule.to_dict()),
+        rule_history=history,
+        rule_changed_after_results=bool(changed),
+        rule_changes=[_change_text(history, i) for i, _ in changed],
+        stopping_changes=[_change_text(history, i) for i in after if (i, history[i]) not in changed],
+        alpha=rule.alpha,
+        alpha_per_contrast=rule.alpha / max(1, len(contrasts)),
+        rounds=len(study.get("rounds") or []),
+        stopped=study.get("stopped"),
+        contrasts=[Contrast(**c.to_dict()) for c in contrasts],  # JSON's values: an unbounded end is null
+        open=sorted(open_variants(contrasts)),
+        compute=study_compute(runs, names, rule.max_seeds),
+    )
 
 
 def folder_contrasts(runs_dir, rule: DecisionRule, variants=None, trained=None, max_token_gap=None) -> list:

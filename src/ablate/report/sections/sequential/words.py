@@ -8,17 +8,19 @@ import math
 from ablate.report.sections.sequential.decide import CLOSED
 
 
-def futility_text(c: dict, futility: float | None = None, max_seeds: int | None = None) -> str:
+def futility_text(
+    chance: float | None, fixed_power: float | None, futility: float | None = None, max_seeds: int | None = None
+) -> str:
     """'closed for futility (estimated chance of a decision < 0.1)', with the chance itself and the fixed design's
     power at the difference seen where the contrast records them (report.json's `chance` and `fixed_power`)."""
     below = f" < {futility:g}" if futility else " below the rule's futility threshold"
     text = f"closed for futility (estimated chance of a decision{below})"
     extra = []
-    if c.get("chance") is not None:
-        extra.append(f"estimated chance {c['chance']:.2f}")
-    if c.get("fixed_power") is not None:
+    if chance is not None:
+        extra.append(f"estimated chance {chance:.2f}")
+    if fixed_power is not None:
         seeds = f"{max_seeds}-seed " if max_seeds else ""
-        extra.append(f"a fixed {seeds}design's power at the difference seen {c['fixed_power']:.2f}")
+        extra.append(f"a fixed {seeds}design's power at the difference seen {fixed_power:.2f}")
     return text + (f": {'; '.join(extra)}" if extra else "")
 
 
@@ -37,7 +39,10 @@ def contrast_line(c: dict, futility: float | None = None) -> str:
         "a": f"decided: {c['a']} better",
         "b": f"decided: {c['b']} better",
         "equivalent": f"decided: equivalent within +-{_margin(c.get('margin'))}",
-    }.get(c["decision"], futility_text(c, futility) if c["decision"] in CLOSED else "open")
+    }.get(
+        c["decision"],
+        futility_text(c.get("chance"), c.get("fixed_power"), futility) if c["decision"] in CLOSED else "open",
+    )
     interval = c.get("interval")  # an end not bounded yet is null
     shown = f"[{_end(interval[0], '-inf')}, {_end(interval[1], '+inf')}]" if interval else "none yet"
     note = f"; {c['note']}" if c.get("note") else ""
