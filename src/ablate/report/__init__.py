@@ -3,7 +3,7 @@
 The report's rooms, by job (each folder's __init__ maps its files):
 
 schema/     what report.json holds, one frozen record a part, each field described (docs/reports.md's table is
-            generated from them); write_report passes every report through it
+            generated from them); the pipeline builds every report as one
 stats/      pure statistics that know nothing of runs: seed-level tests and their noise model, seeds needed,
             decision accuracy's bootstrap, the adaptive designs' boundaries and confidence sequences
 inputs/     what is read: run folders -> runs and tasks, like with like (equal tokens, identical item sets),
@@ -16,7 +16,7 @@ sections/   one folder per section, its computation and its rendering: decisions
             sequential/ (an adaptive study's rule, decisions and words; the only part launch/study.py imports),
             multipliers/ (compute multipliers), sweep/ (grid() runs on their axes: optimum LR, batch size, model
             size, their fits), tokenizers/ (runs of different tokenizers)
-analyze.py  the orchestrator: every figure, as one JSON-ready dict (report.json); build_report
+analyze.py  the orchestrator: every figure, as one record (schema.Report, report.json); build_report
 options.py  the report's options declared once (Options): defaults, help, what each `ablate report` flag accepts
 calibrate.py  constructed A/A and planted-effect studies through the whole report (scripts/calibrate_report.py)
 

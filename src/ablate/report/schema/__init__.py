@@ -1,6 +1,7 @@
 """report.json's schema: a frozen record (dataclass) per part, `Report` at the top. `Report.from_json(report)` reads
 a report dict (raising SchemaError on a key the schema lacks) and `.to_json()` writes it back, keys in today's
-order; write_report passes every report through both, so the schema is what report.json holds. docs/reports.md's
+order; the pipeline builds every report as a `Report` and the pages read it back with from_json, so the schema is
+what report.json holds. docs/reports.md's
 table of every figure is generated from the records (table.py).
 
 record.py      the machinery: Record, figure(doc), ABSENT (a key only some reports hold), SchemaError
