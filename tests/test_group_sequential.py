@@ -1,7 +1,8 @@
 """The group-sequential design (ablate.report.stats.group_sequential, decided through sequential.decide_contrast
-and the study's round logic in scripts/simulate_sequential.py): alpha spending, boundaries calibrated for the t
-against a fresh simulation, A/A at the default within alpha, equivalence and futility exercised, and the item term's
-own boundary: alpha held and spent at item shares 0-2, planted differences the seeds' boundaries alone miss."""
+and the study's round logic in scripts/simulate_sequential_studies.py): alpha spending, boundaries calibrated for the
+t against a fresh simulation, A/A at the default within alpha, equivalence and futility exercised, and the item
+term's own boundary: alpha held and spent at item shares 0-2, planted differences the seeds' boundaries alone miss;
+the comparison tables of scripts/simulate_sequential.py (scripts/simulate_sequential_comparisons.py) print."""
 
 import math
 import sys
@@ -16,7 +17,8 @@ from ablate.report.sections.sequential.rule import DecisionRule
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simulate_sequential.py"
 sys.path.insert(0, str(SCRIPT.parent))
-import simulate_sequential as sim  # noqa: E402  (the study loop: the same decision code as a study)
+import simulate_sequential_comparisons as sim_comparisons  # noqa: E402  (the script's comparison tables)
+import simulate_sequential_studies as sim_studies  # noqa: E402  (the study loop: the same decision code as a study)
 
 LOOKS = tuple(range(3, 9))
 
@@ -88,9 +90,9 @@ def test_an_item_term_keeps_the_seeds_schedule_conservative():
 def test_aa_studies_under_the_default_claim_at_most_alpha():
     """Six equal variants (15 contrasts) through the study's rounds at the default design: any wrong decision in at
     most alpha + 2 standard errors of 200 studies."""
-    rule, first = sim.design_rules()["group-sequential"]
+    rule, first = sim_comparisons.design_rules()["group-sequential"]
     assert rule.design == DecisionRule().design == "group_sequential" and rule.spending == DecisionRule().spending
-    result = sim.tally_designs(
+    result = sim_studies.tally_designs(
         dict.fromkeys("ABCDEF", 0.0), None, 200, 0.05, np.random.default_rng(21), rule, 0.0, first
     )
     assert result["wrong_any"] <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 200)
@@ -101,11 +103,11 @@ def test_equivalence_is_decided_inside_the_margin_and_a_loser_is_dropped_early()
     """Twins A = B with a margin of 3 seed-sds end equivalent in most studies (a side only as the rare wrong
     decision alpha allows); a loser C worse by 4 sd is decided worse than both in nearly all; every study uses less
     compute than a fixed 8-seed design."""
-    rule, first = sim.design_rules()["group-sequential"]
+    rule, first = sim_comparisons.design_rules()["group-sequential"]
     rng = np.random.default_rng(5)
     decisions = {("A", "B"): [], ("A", "C"): []}
     for _ in range(60):
-        study = sim.gaussian_study(rng, {"A": 0.0, "B": 0.0, "C": 4.0}, 0.05, 3.0, rule, 0.0, first)
+        study = sim_studies.gaussian_study(rng, {"A": 0.0, "B": 0.0, "C": 4.0}, 0.05, 3.0, rule, 0.0, first)
         for c in study["contrasts"]:
             decisions.get((c.a, c.b), []).append(c.decision)
         assert study["seeds"] < 3 * 8
@@ -191,7 +193,7 @@ def test_holm_recycles_the_alpha_of_a_side_decided_contrast_and_not_of_an_equiva
 def test_the_designs_comparison_prints_every_table(capsys):
     """scripts/simulate_sequential.py --designs at 2 studies a cell: every mix under each design, with and without
     an item term, the spending families and M2's futility trade-off."""
-    sim.compare_designs(2, 0.05, np.random.default_rng(0))
+    sim_comparisons.compare_designs(2, 0.05, np.random.default_rng(0))
     out = capsys.readouterr().out
     assert out.count("| M2: six at 0, 0.8, ..., 4.0 |") == 3 and out.count("| 6 variants, F worse by 8 |") == 2
     assert "| mix | fixed right | pocock | hsd:1 | hsd:-1 | hsd:-2 | obrien_fleming |" in out
@@ -275,19 +277,19 @@ def test_a_planted_difference_the_seeds_boundaries_miss_is_decided_with_the_item
 
 
 def test_item_share_studies_hold_alpha_and_decide_more_than_the_seeds_boundaries():
-    """Through the study's rounds (scripts/simulate_sequential.py, the default design): six equal variants at item
-    shares 0.1, 0.5 and 2 make a wrong decision in at most alpha + 2 standard errors of 60 studies each; six variants
-    with one 3 seed-sds worse at share 0.5 are decided right far more often than under the seeds' boundaries alone
-    (measured at 500 studies: 0.6 against 0.1)."""
-    rule, first = sim.design_rules()["group-sequential"]
+    """Through the study's rounds (scripts/simulate_sequential_studies.py, the default design): six equal variants
+    at item shares 0.1, 0.5 and 2 make a wrong decision in at most alpha + 2 standard errors of 60 studies each; six
+    variants with one 3 seed-sds worse at share 0.5 are decided right far more often than under the seeds' boundaries
+    alone (measured at 500 studies: 0.6 against 0.1)."""
+    rule, first = sim_comparisons.design_rules()["group-sequential"]
     equal = dict.fromkeys("ABCDEF", 0.0)
     for share in (0.1, 0.5, 2.0):
-        result = sim.tally_designs(equal, None, 60, 0.05, np.random.default_rng(31), rule, share, first)
+        result = sim_studies.tally_designs(equal, None, 60, 0.05, np.random.default_rng(31), rule, share, first)
         assert result["wrong_any"] <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 60), share
     worse = {v: 3.0 * (v == "F") for v in "ABCDEF"}
-    now = sim.tally_designs(worse, None, 30, 0.05, np.random.default_rng(32), rule, 0.5, first)
-    before = sim.seeds_only(
-        lambda: sim.tally_designs(worse, None, 30, 0.05, np.random.default_rng(32), rule, 0.5, first)
+    now = sim_studies.tally_designs(worse, None, 30, 0.05, np.random.default_rng(32), rule, 0.5, first)
+    before = sim_comparisons.seeds_only(
+        lambda: sim_studies.tally_designs(worse, None, 30, 0.05, np.random.default_rng(32), rule, 0.5, first)
     )
     assert now["right"] >= before["right"] + 0.3, (now, before)
 
@@ -295,19 +297,19 @@ def test_item_share_studies_hold_alpha_and_decide_more_than_the_seeds_boundaries
 def test_the_item_share_table_prints_every_cell(capsys):
     """scripts/simulate_sequential.py --item-shares at 2 studies a cell: every share x mix under the four designs,
     then one contrast's null misses at every share and level."""
-    sim.compare_item_shares(2, 0.05, np.random.default_rng(0))
+    sim_comparisons.compare_item_shares(2, 0.05, np.random.default_rng(0))
     out = capsys.readouterr().out
-    for share in sim.ITEM_SHARES:
-        assert out.count(f"| {share:g} | ") == len(sim.item_share_mixes())
+    for share in sim_comparisons.ITEM_SHARES:
+        assert out.count(f"| {share:g} | ") == len(sim_comparisons.item_share_mixes())
     assert out.count(" | hsd:-2 | ") == 2 and "| 0.0500 | pocock |" in out
 
 
 def test_the_spending_comparison_prints_every_mix(capsys):
     """scripts/simulate_sequential.py --spendings at 2 studies a cell: the A/A studies and the four power mixes
     (6 variants with one 2 sd worse, M2, M1, 3 variants 1.5 sd apart), the fixed design beside each family."""
-    sim.compare_spendings(2, 0.05, 0, ("obrien_fleming",))
+    sim_comparisons.compare_spendings(2, 0.05, 0, ("obrien_fleming",))
     out = capsys.readouterr().out
     assert "| mix | fixed 8 seeds: any wrong / right | obrien_fleming |" in out
-    for name, *_ in sim.power_mixes():
+    for name, *_ in sim_comparisons.power_mixes():
         assert out.count(f"| {name} | ") == 1
     assert "| 6 variants, F worse by 2 | " in out and "| 3 variants 1.5 sd apart (0, 1.5, 3) | " in out

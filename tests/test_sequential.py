@@ -1,6 +1,6 @@
 """Adaptive studies' statistics (ablate.report.sections.sequential): the safe t-test's e-value against its definition,
 the confidence sequence and decisions, their error rates under optional stopping through the study's round logic
-(scripts/simulate_sequential.py), the decision rule, and contrasts read from run folders."""
+(scripts/simulate_sequential_studies.py), the decision rule, and contrasts read from run folders."""
 
 import math
 import subprocess
@@ -26,7 +26,7 @@ from report_fixtures import STEPS, write_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simulate_sequential.py"
 sys.path.insert(0, str(SCRIPT.parent))
-import simulate_sequential as sim  # noqa: E402  (the script's study loop: the same decision code as a study)
+import simulate_sequential_studies as sim_studies  # noqa: E402  (the script's study loop: the same decision code)
 
 
 def _bayes_factor_by_integral(t: float, n: int, g: float) -> float:
@@ -65,13 +65,13 @@ def test_aa_studies_with_optional_stopping_claim_at_most_alpha():
     the share with any claim stays <= alpha + 2 standard errors."""
     rng = np.random.default_rng(1)
     claims = sum(
-        any(c.decision != "open" for c in sim.run_study(rng, 0.0, 0.05, None)["contrasts"]) for _ in range(200)
+        any(c.decision != "open" for c in sim_studies.run_study(rng, 0.0, 0.05, None)["contrasts"]) for _ in range(200)
     )
     assert claims / 200 <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 200)
 
 
 def test_a_planted_two_sd_effect_is_never_decided_the_wrong_way():
-    result = sim.simulate("2 sd", 2.0, None, 200, 0.05, np.random.default_rng(2))
+    result = sim_studies.simulate("2 sd", 2.0, None, 200, 0.05, np.random.default_rng(2))
     assert result["wrong"] == 0 and result["right"] > 0.3  # 0.55 over 2000 studies (docs/reports.md)
 
 
@@ -209,9 +209,9 @@ def test_accuracy_aa_studies_claim_at_most_alpha():
     """200 A/A studies on 200 0/1 items (shared difficulties, seed and item noise, and each variant's persistent
     item quirks, sd 1.5 logits), each prefix under stats.paired_noise of its per-item differences: the share with
     any wrong decision stays <= alpha + 2 se."""
-    quirky = sim.simulate_accuracy("A/A", 0.0, 200, 0.05, np.random.default_rng(3), quirk_sd=1.5)
+    quirky = sim_studies.simulate_accuracy("A/A", 0.0, 200, 0.05, np.random.default_rng(3), quirk_sd=1.5)
     assert quirky["wrong_any"] <= ALPHA_2SE_200 and quirky["item_sd"] > 0.01
-    result = sim.simulate_accuracy("A/A", 0.0, 200, 0.05, np.random.default_rng(3))
+    result = sim_studies.simulate_accuracy("A/A", 0.0, 200, 0.05, np.random.default_rng(3))
     assert result["wrong_any"] <= ALPHA_2SE_200
     assert result["floor_sd"] == pytest.approx(result["sd_diff"], rel=0.2)  # item noise is most of the spread
 
@@ -220,22 +220,22 @@ def test_identical_item_differences_are_not_a_winner_under_the_floor():
     """C = A plus the same 3 of 200 items right on every seed: equal per-seed differences (no seed spread). With the
     floor, A vs C gets an interval and stays open; the study is decided wrong in <= alpha + 2 se of 200 studies.
     Without it, A vs C has no interval at all (open: undecidable)."""
-    result = sim.simulate_accuracy("C = A + 3", 0.0, 200, 0.05, np.random.default_rng(4), copied=3)
+    result = sim_studies.simulate_accuracy("C = A + 3", 0.0, 200, 0.05, np.random.default_rng(4), copied=3)
     assert result["wrong_any"] <= ALPHA_2SE_200 and result["no_interval"] == 0
     assert result["planted"] == pytest.approx(3 / 200) and result["sd_diff"] == 0
-    study = sim.run_accuracy_study(np.random.default_rng(5), 0.0, 0.05, copied=3)
+    study = sim_studies.run_accuracy_study(np.random.default_rng(5), 0.0, 0.05, copied=3)
     (a_c,) = [c for c in study["contrasts"] if (c.a, c.b) == ("A", "C")]
     assert a_c.decision == "open" and a_c.interval is not None and a_c.estimate == pytest.approx(-3 / 200)
-    bare = sim.run_accuracy_study(np.random.default_rng(5), 0.0, 0.05, copied=3, floor=False)
+    bare = sim_studies.run_accuracy_study(np.random.default_rng(5), 0.0, 0.05, copied=3, floor=False)
     (a_c,) = [c for c in bare["contrasts"] if (c.a, c.b) == ("A", "C")]
-    assert a_c.decision == "open" and a_c.interval is None and a_c.seeds == sim.MAX_SEEDS
+    assert a_c.decision == "open" and a_c.interval is None and a_c.seeds == sim_studies.MAX_SEEDS
 
 
 def test_a_16_point_accuracy_gap_is_decided_within_8_seeds():
     """C better by 1 logit (16 points on 200 items). The former floor counted each seed's fresh answer noise as if
     it persisted and never decided it (t at most 3.85 against t* 5.89); under the noise model (fresh noise divided
     by the seeds, the persistent item part not) it is decided for C, never for A, in most studies by 8 seeds."""
-    result = sim.simulate_accuracy("1 logit", 1.0, 100, 0.05, np.random.default_rng(8))
+    result = sim_studies.simulate_accuracy("1 logit", 1.0, 100, 0.05, np.random.default_rng(8))
     assert result["planted"] == pytest.approx(0.16, abs=0.01)
     assert result["wrong"] == 0 and result["right"] > 0.9 and result["seeds_at_decision"] < 7.5
 
@@ -243,7 +243,7 @@ def test_a_16_point_accuracy_gap_is_decided_within_8_seeds():
 @pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
 def test_a_large_planted_accuracy_effect_is_decided_the_right_way():
     """C better by 2 logits (about 28 accuracy points on 200 items): decided for C in most studies, never for A."""
-    result = sim.simulate_accuracy("2 logits", 2.0, 200, 0.05, np.random.default_rng(6))
+    result = sim_studies.simulate_accuracy("2 logits", 2.0, 200, 0.05, np.random.default_rng(6))
     assert result["planted"] == pytest.approx(0.28, abs=0.03)
     assert result["wrong"] == 0 and result["right"] > 0.8  # 1.00 over 1000 studies (docs/reports.md)
 
