@@ -31,21 +31,8 @@ from ablate.report.sections.signal import choose, subjects
 from ablate.report.sections.signal.across import Resample, Resamples, across_scales
 from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
-from ablate.report.schema import (
-    AcrossScales,
-    Group,
-    Headline,
-    Inference,
-    Multipliers,
-    Overview,
-    Recommendation,
-    Report,
-    Sequential,
-    SubjectFloor,
-    Sweep,
-    TaskRow,
-)
-from ablate.report.schema.runs import Tokenizers
+from ablate.report import schema
+from ablate.report.schema import Report, Sequential, Tokenizers
 from ablate.report.sections.tokenizers.section import tokenizers_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
@@ -287,22 +274,23 @@ def analyze_runs(
     # recomputed from the runs, under the report's own like-with-like rule
     adaptive = None if study is None else study_section.study_section(runs, study, opts.max_token_gap)
     sweep = sweep_section(main, opts)  # grid() runs on their axes; None without a grid
+    headline = _headline(experiment, decided, overview, tokenizer_note, adaptive, compute, opts)
     return Report(
         schema=4,
         experiment=experiment,
         runs_dir=runs_dir,
         options=dataclasses.asdict(opts),
-        overview=Overview.from_json(overview),
-        tasks=[TaskRow.from_json(t) for t in _task_rows(tasks)],
-        groups=[Group.from_json(g) for g in decided.groups],
-        across_scales=[AcrossScales.from_json(a) for a in across],
-        subject_floor=[SubjectFloor.from_json(f) for f in subject_floor],
-        recommendation=Recommendation.from_json(decided.recommendation),
-        inference=Inference.from_json(_stopping(decided.inference, adaptive)),
-        sweep=None if sweep is None else Sweep.from_json(sweep),
-        multipliers=None if compute is None else Multipliers.from_json(compute),
+        overview=schema.Overview.from_json(overview),
+        tasks=[schema.TaskRow.from_json(t) for t in _task_rows(tasks)],
+        groups=[schema.Group.from_json(g) for g in decided.groups],
+        across_scales=[schema.AcrossScales.from_json(a) for a in across],
+        subject_floor=[schema.SubjectFloor.from_json(f) for f in subject_floor],
+        recommendation=schema.Recommendation.from_json(decided.recommendation),
+        inference=schema.Inference.from_json(_stopping(decided.inference, adaptive)),
+        sweep=None if sweep is None else schema.Sweep.from_json(sweep),
+        multipliers=None if compute is None else schema.Multipliers.from_json(compute),
         sequential=adaptive,  # None unless the folder holds an adaptive study (study.json)
-        headline=Headline.from_json(_headline(experiment, decided, overview, tokenizer_note, adaptive, compute, opts)),
+        headline=schema.Headline.from_json(headline),
         tokenizers=tokenizer_note,
         cannot_compute=_cannot_compute(decided.groups[-1], tasks, bool(opts.scale), opts.min_seeds),
         seconds=0.0,
