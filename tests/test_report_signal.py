@@ -281,7 +281,7 @@ def test_the_subject_floor_returns_new_runs_and_tasks_and_leaves_its_inputs_as_t
     key = ("mm:cf", "correct_prob")
     before = {r.label: [(p.value, p.stderr) for p in r.scores[key]] for r in runs}
     (entry,), floored, kept = apply_floor(scales, tasks, Options(subject_snr_floor=1.0))
-    assert entry["dropped"] == ["g3"] and kept["mm:cf"].kept_groups == {"correct_prob": {"g1", "g2"}}
+    assert entry.dropped == ["g3"] and kept["mm:cf"].kept_groups == {"correct_prob": {"g1", "g2"}}
     assert tasks["mm:cf"].kept_groups == {}  # the caller's tasks and runs as they were
     assert {r.label: [(p.value, p.stderr) for p in r.scores[key]] for r in runs} == before
     new = {r.label: r for _, by_variant in floored for rs in by_variant.values() for r in rs}

@@ -283,9 +283,9 @@ def analyze_runs(
         overview=schema.Overview.from_json(overview),
         tasks=[schema.TaskRow.from_json(t) for t in _task_rows(tasks)],
         groups=[schema.Group.from_json(g) for g in decided.groups],
-        across_scales=[schema.AcrossScales.from_json(a) for a in across],
-        subject_floor=[schema.SubjectFloor.from_json(f) for f in subject_floor],
-        recommendation=schema.Recommendation.from_json(decided.recommendation),
+        across_scales=across,
+        subject_floor=subject_floor,
+        recommendation=decided.recommendation,
         inference=schema.Inference.from_json(_stopping(decided.inference, adaptive)),
         sweep=None if sweep is None else schema.Sweep.from_json(sweep),
         multipliers=None if compute is None else schema.Multipliers.from_json(compute),
@@ -333,13 +333,15 @@ class _Decided:
     without a scale axis)."""
 
     groups: list[dict]
-    recommendation: dict
+    recommendation: schema.Recommendation
     decisions: list[dict]
     inference: dict
     where: str
 
 
-def _decide(groups: list[dict], tasks: dict[str, TaskInfo], across: list[dict], opts: Options) -> _Decided:
+def _decide(
+    groups: list[dict], tasks: dict[str, TaskInfo], across: list[schema.AcrossScales], opts: Options
+) -> _Decided:
     target = groups[-1]  # the largest scale: what decisions are about
     recommendation = choose.recommendation(target, tasks, across, opts)
     where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""

@@ -148,7 +148,7 @@ def sections(record: Report, with_images: bool) -> list[Section]:
         opening.method_section(report),
         _overview_section(report),
     ]
-    floor = signal.subject_floor_section(report)
+    floor = signal.subject_floor_section(record.subject_floor)
     if floor:
         out.append(floor)
     for group in reversed(groups):  # largest scale first
@@ -158,10 +158,11 @@ def sections(record: Report, with_images: bool) -> list[Section]:
             _curves(group, suffix, with_images),
             signal.quality_section(group, suffix, report),
         ]
-    trust = signal.across_section(report)
+    scales = [g.scale for g in record.groups]
+    trust = signal.across_section(record.across_scales, scales, record.options["bootstrap"])
     if trust:
         out.append(trust)
-    out.append(signal.recommendation_section(report))
+    out.append(signal.recommendation_section(record.recommendation))
     out += sweep.sections(report, with_images)  # grid runs on their axes; none without a grid
     compute = multipliers.section(report, with_images)  # effects in compute, on a ladder's compute points
     if compute:

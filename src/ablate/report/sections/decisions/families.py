@@ -24,6 +24,7 @@ functions on simulated studies.
 from __future__ import annotations
 
 from ablate.report.inputs.runs import VAL_TASK
+from ablate.report.schema import Recommendation
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
@@ -151,7 +152,7 @@ def winner(decisions: list[dict], never: set[str] | frozenset = frozenset()) -> 
     return next(iter(candidates)) if len(candidates) == 1 and len(tops) == 1 else None
 
 
-def decision_series(group: dict, recommendation: dict, opts=None) -> list[dict]:
+def decision_series(group: dict, recommendation: Recommendation, opts=None) -> list[dict]:
     """The primary metric (validation loss unless opts.primary names a task's), then the recommendation's decision
     metrics (its aggregate_over: validation loss, then each suite task's chosen metric; a task the primary names
     only once): the only series decisions rest on. Decisions take the recommendation as a value, made for this
@@ -160,9 +161,7 @@ def decision_series(group: dict, recommendation: dict, opts=None) -> list[dict]:
         (s["task"], s["metric"]) for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)
     ]
     taken = {task for task, _ in primary}
-    chosen = [
-        (task, metric) for task, metric in recommendation["aggregate_over"] if task == VAL_TASK or task not in taken
-    ]
+    chosen = [(task, metric) for task, metric in recommendation.aggregate_over if task == VAL_TASK or task not in taken]
     by_key = {(s["task"], s["metric"]): s for s in group["series"]}
     return [by_key[k] for k in dict.fromkeys([*primary, *chosen]) if k in by_key]
 

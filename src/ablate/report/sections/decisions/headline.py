@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 from ablate.report.inputs.failures import failure_texts
+from ablate.report.schema import Recommendation
 from ablate.report.sections.decisions.families import metric_label, winner
 from ablate.report.sections.decisions.pairs import best
 from ablate.report.sections.decisions.verdict import verdict as short_verdict
@@ -170,16 +171,14 @@ def _runs_left_out(overview: dict) -> list[str]:
     return [t for t in (left_runs, apart) if t]
 
 
-def _without_signal(recommendation: dict, opts) -> tuple[list[str], list[str]]:
+def _without_signal(recommendation: Recommendation, opts) -> tuple[list[str], list[str]]:
     """(the tasks with no signal here, those whose signal these runs cannot assess), by their short names; the
     primary metric's task is decided whatever its criteria, so never named."""
-    short = {
-        t["task"]: metric_label({"task": t["task"], "metric": "", "primary": True}) for t in recommendation["rejected"]
-    }
+    short = {t.task: metric_label({"task": t.task, "metric": "", "primary": True}) for t in recommendation.rejected}
     primary = {(opts.primary or VAL_TASK).partition("/")[0], VAL_TASK}
-    rejected = [r for r in recommendation["rejected"] if r["task"] not in primary]
-    no_signal = [short[r["task"]] for r in rejected if r["status"] == "no_signal"]
-    return no_signal, [short[r["task"]] for r in rejected if r["status"] != "no_signal"]
+    rejected = [r for r in recommendation.rejected if r.task not in primary]
+    no_signal = [short[r.task] for r in rejected if r.status == "no_signal"]
+    return no_signal, [short[r.task] for r in rejected if r.status != "no_signal"]
 
 
 def _overall(decisions: list[dict], top: str | None, opts) -> str:
@@ -200,7 +199,13 @@ def _overall(decisions: list[dict], top: str | None, opts) -> str:
 
 
 def headline(
-    experiment: str, group: dict, series: list[dict], recommendation: dict, overview: dict, opts, note: str = ""
+    experiment: str,
+    group: dict,
+    series: list[dict],
+    recommendation: Recommendation,
+    overview: dict,
+    opts,
+    note: str = "",
 ) -> dict:
     """One short sentence per decision metric, the tasks without signal named once, and the overall winner (text);
     the verdict in one or two sentences, and what the decisions leave out (notes: the tasks without signal, runs

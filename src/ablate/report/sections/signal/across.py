@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.report.stats import da, describe
 from ablate.report.inputs.runs import VAL_TASK, sign_of
+from ablate.report.schema import AcrossScales, ScaleRow
+from ablate.report.schema.signal import MetricRef
+from ablate.report.stats import da, describe
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def _key(s: dict) -> tuple[str, str]:
 
 def _row(
     group: dict, small: dict, target: dict | None, val: dict | None, same: dict | None, work: tuple[dict, dict], opts
-) -> dict | None:
+) -> ScaleRow | None:
     """One smaller scale's row; work: the (small, largest) scales' Resamples."""
     target_da, tau = _agreement(small, target)
     val_da, _ = _agreement(small, val)
@@ -98,24 +100,22 @@ def _row(
         small_work, large_work = work[0][_key(small)], work[1][_key(target)]
         scales = _scale(small, small_work, variants), _scale(target, large_work, variants)
         shown = da.shown_interval(*scales, seeds, opts.bootstrap, opts.seed)
-    return {
-        "scale": group["scale"],
-        "variants": variants,
-        "seeds": seeds,
-        "snr": small["quality"]["snr"],
-        "decision_accuracy": target_da,
-        "decision_accuracy_val": val_da,
-        "self_agreement": self_da,
-        "tau": tau,
+    return ScaleRow(
+        scale=group["scale"],
+        variants=variants,
+        seeds=seeds,
+        snr=small["quality"]["snr"],
+        decision_accuracy=target_da,
+        decision_accuracy_val=val_da,
+        self_agreement=self_da,
+        tau=tau,
         **shown,
-    }
+    )
 
 
-def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[dict]:
-    """[{task, metric, direction, primary, snr (at the largest scale), target: {task, metric} | None, target_valid,
-    by_scale: [{scale, variants, seeds, snr, decision_accuracy, decision_accuracy_val, self_agreement, tau (against
-    the target), ci, ci_note, paired, coverage, item_noise}], mean_decision_accuracy, mean_decision_accuracy_val,
-    mean_self_agreement}], validation loss first; [] without a smaller scale. resamples: each group's Resamples."""
+def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[AcrossScales]:
+    """Every task x metric of the largest scale with a row at a smaller scale (schema.AcrossScales), validation loss
+    first; [] without a smaller scale. resamples: each group's Resamples."""
     if len(groups) < 2:
         return []
     largest, out = groups[-1], []
@@ -131,24 +131,24 @@ def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[dict]:
         if not rows:
             continue
         out.append(
-            {
-                "task": same["task"],
-                "metric": same["metric"],
-                "direction": same["direction"],
-                "primary": same["primary"],
-                "snr": same["quality"]["snr"],
-                "target": None if target is None else {"task": target["task"], "metric": target["metric"]},
+            AcrossScales(
+                task=same["task"],
+                metric=same["metric"],
+                direction=same["direction"],
+                primary=same["primary"],
+                snr=same["quality"]["snr"],
+                target=None if target is None else MetricRef(task=target["task"], metric=target["metric"]),
                 # an accuracy at chance at the largest scale has no ranking to validate a proxy against
-                "target_valid": target is not None and target["quality"]["criteria"].get("above_chance") is not False,
-                "by_scale": rows,
-                "mean_decision_accuracy": describe.mean_or_none([r["decision_accuracy"] for r in rows]),
-                "mean_decision_accuracy_val": describe.mean_or_none([r["decision_accuracy_val"] for r in rows]),
-                "mean_self_agreement": describe.mean_or_none([r["self_agreement"] for r in rows]),
-            }
+                target_valid=target is not None and target["quality"]["criteria"].get("above_chance") is not False,
+                by_scale=rows,
+                mean_decision_accuracy=describe.mean_or_none([r.decision_accuracy for r in rows]),
+                mean_decision_accuracy_val=describe.mean_or_none([r.decision_accuracy_val for r in rows]),
+                mean_self_agreement=describe.mean_or_none([r.self_agreement for r in rows]),
+            )
         )
     return out
 
 
-def entry(across: list[dict], task: str, metric: str) -> dict | None:
+def entry(across: list[AcrossScales], task: str, metric: str) -> AcrossScales | None:
     """A task x metric's across-scales entry (None without a scale axis or without the metric at a smaller scale)."""
-    return next((a for a in across if (a["task"], a["metric"]) == (task, metric)), None)
+    return next((a for a in across if (a.task, a.metric) == (task, metric)), None)

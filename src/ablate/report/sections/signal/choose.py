@@ -25,6 +25,8 @@ import math
 import numpy as np
 
 from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
+from ablate.report.schema import AcrossScales, Choice, Recommendation
+from ablate.report.schema.signal import Aggregate, Figures, OtherMetric, Rejected, SuiteEntry, Thresholds, TracksTask
 from ablate.report.sections.signal import tracking
 from ablate.report.sections.signal.across import entry
 from ablate.report.stats import describe
@@ -44,42 +46,51 @@ CANNOT_VALIDATE = (
 )
 
 
-def figures(s: dict, da: float | None, tracks: dict | None = None) -> dict:
+TRACKS_FIELDS = ("against", "value", "passes", "weaker")  # tracking.py's evidence as the choice records it
+
+
+def figures(s: dict, da: float | None, tracks: dict | None = None) -> Figures:
     q = s["quality"]
-    return {
-        "monotonicity": q["monotonicity"],
-        "snr": q["snr"],
-        "tau": q["ranking"]["tau_second_half"],
-        "decision_accuracy": da,  # against the evidence's target (target_da or val_da); None without a scale axis
-        "tracks_task": None if tracks is None else {k: tracks[k] for k in ("against", "value", "passes", "weaker")},
-    }
+    return Figures(
+        monotonicity=q["monotonicity"],
+        snr=q["snr"],
+        tau=q["ranking"]["tau_second_half"],
+        decision_accuracy=da,  # against the evidence's target (target_da or val_da); None without a scale axis
+        tracks_task=None if tracks is None else TracksTask(**{k: tracks[k] for k in TRACKS_FIELDS}),
+    )
 
 
-def evidence(task_key: str, series: list[dict], across: list[dict]) -> tuple[str, dict | None]:
+def evidence(task_key: str, series: list[dict], across: list[AcrossScales]) -> tuple[str, AcrossScales | None]:
     """What ranks a task's metrics, with the task's across-scales entry of any metric (its target is the task's):
     "target_da" with a scale axis and a usable target, "val_da" where the target is at chance (or missing) at the
     largest scale, "consistency" without a scale axis."""
     found = next((e for s in series if (e := entry(across, task_key, s["metric"])) is not None), None)
     if found is None:
         return "consistency", None
-    return ("target_da" if found["target_valid"] else "val_da"), found
+    return ("target_da" if found.target_valid else "val_da"), found
 
 
-def _da(e: dict | None, ranked_by: str) -> float | None:
+def _da(e: AcrossScales | None, ranked_by: str) -> float | None:
     if e is None or ranked_by == "consistency":
         return None
-    return e["mean_decision_accuracy"] if ranked_by == "target_da" else e["mean_decision_accuracy_val"]
+    return e.mean_decision_accuracy if ranked_by == "target_da" else e.mean_decision_accuracy_val
 
 
 def _tracks(
-    name: str, s: dict, series: list[dict], val: dict | None, ranked_by: str, found: dict | None, da: float | None
+    name: str,
+    s: dict,
+    series: list[dict],
+    val: dict | None,
+    ranked_by: str,
+    found: AcrossScales | None,
+    da: float | None,
 ) -> dict | None:
     """tracking.py's evidence for a continuous metric; None for the metrics that keep their own gates."""
     if not tracking.needs_tracking(s):
         return None
     if ranked_by == "consistency":
         return tracking.from_runs(name, s, series, val)
-    target = found["target"]["metric"] if found and found["target"] else None
+    target = found.target.metric if found and found.target else None
     return tracking.from_scales(name, target, da, by_val=ranked_by == "val_da")
 
 
@@ -104,52 +115,52 @@ def _failures(s: dict, opts, tracks: dict | None = None) -> list[str]:
     return out
 
 
-def _key(fig: dict) -> tuple:
+def _key(fig: Figures) -> tuple:
     """Higher is better measured: decision accuracy across scales (-1 when not measured), SNR, rho, tau."""
     return tuple(
         -math.inf if x is None else x
         for x in (
-            -1.0 if fig["decision_accuracy"] is None else fig["decision_accuracy"],
-            fig["snr"],
-            fig["monotonicity"],
-            fig["tau"],
+            -1.0 if fig.decision_accuracy is None else fig.decision_accuracy,
+            fig.snr,
+            fig.monotonicity,
+            fig.tau,
         )
     )
 
 
-def _lost_on(mine: dict, best: dict, ranked_by: str) -> str:
+def _lost_on(mine: Figures, best: Figures, ranked_by: str) -> str:
     for name, label in (
         ("decision_accuracy", DA_LABEL[ranked_by]),
         ("snr", "SNR"),
         ("monotonicity", "rho"),
         ("tau", "tau"),
     ):
-        a, b = mine[name], best[name]
+        a, b = getattr(mine, name), getattr(best, name)
         if (a if a is not None else -math.inf) != (b if b is not None else -math.inf):
             return f"passes; lower {label} ({_f(a)} vs {_f(b)})"
     return "passes; tied, the primary metric or the first listed is taken"
 
 
-def _describe(metric: str, fig: dict, ranked_by: str) -> str:
-    da = fig["decision_accuracy"]
+def _describe(metric: str, fig: Figures, ranked_by: str) -> str:
+    da = fig.decision_accuracy
     da = "" if da is None else f", {DA_LABEL[ranked_by]} {_f(da)} from smaller scales"
-    tracks = fig["tracks_task"]
-    if tracks is not None and tracks["against"] not in ("target_da", "val_da"):  # the DA above says it otherwise
-        weaker = f" (weaker evidence: {tracks['weaker']})" if tracks["weaker"] else ""
-        da += f", tracks {tracks['against']}: tau {_f(tracks['value'])}{weaker}"
-    return f"{metric} (rho {_f(fig['monotonicity'])}, SNR {_f(fig['snr'])}, tau {_f(fig['tau'])}{da})"
+    tracks = fig.tracks_task
+    if tracks is not None and tracks.against not in ("target_da", "val_da"):  # the DA above says it otherwise
+        weaker = f" (weaker evidence: {tracks.weaker})" if tracks.weaker else ""
+        da += f", tracks {tracks.against}: tau {_f(tracks.value)}{weaker}"
+    return f"{metric} (rho {_f(fig.monotonicity)}, SNR {_f(fig.snr)}, tau {_f(fig.tau)}{da})"
 
 
-def _caveat(name: str, task_key: str, ranked_by: str, found: dict | None) -> str:
+def _caveat(name: str, task_key: str, ranked_by: str, found: AcrossScales | None) -> str:
     """What the choice says when the task's target could not rank its metrics."""
     if ranked_by != "val_da" or task_key == VAL_TASK:
         return ""
-    if found["target"] is None:
+    if found.target is None:
         return f". {name} has no target metric at the largest scale; used instead: {USED_INSTEAD}"
     return f". {name} {CANNOT_VALIDATE}"
 
 
-def choose(task: TaskInfo, series: list[dict], across: list[dict], opts, val: dict | None = None) -> dict:
+def choose(task: TaskInfo, series: list[dict], across: list[AcrossScales], opts, val: dict | None = None) -> Choice:
     """One task: the metric it enters through (or none), its figures, the evidence that ranked them, and why each
     other metric lost. val: the group's validation loss series (what a continuous metric is checked against
     without a scale axis when the task's accuracy is at chance)."""
@@ -178,8 +189,8 @@ def choose(task: TaskInfo, series: list[dict], across: list[dict], opts, val: di
             fails = _failures(s, opts, tracks[s["metric"]])
             outright.append(any("not computable" not in f for f in fails))
             why = "; ".join(fails)
-        others.append({"metric": s["metric"], "why": why})
-    lost = "; ".join(f"{o['metric']}: {o['why']}" for o in others)
+        others.append(OtherMetric(metric=s["metric"], why=why))
+    lost = "; ".join(f"{o.metric}: {o.why}" for o in others)
     caveat = _caveat(name, task.key, ranked_by, found)
     if top is not None:
         text = f"{name}: {_describe(top['metric'], figs[top['metric']], ranked_by)}{caveat}"
@@ -189,30 +200,30 @@ def choose(task: TaskInfo, series: list[dict], across: list[dict], opts, val: di
         status = "no_signal" if all(outright) else "not_assessable"
         head = "a decision metric whatever its criteria" if task.key == VAL_TASK else "no metric passes"
         text = f"{name}: {head}{caveat}. {lost}"
-    return {
-        "task": task.key,
-        "metric": top["metric"] if top else None,
-        "status": status,
-        "evidence": ranked_by,
-        "figures": figs[top["metric"]] if top else None,
-        "others": others,
-        "text": text,
-        "direction": top["direction"] if top else None,
-        "passing_metrics": [s["metric"] for s in passing],
-    }
+    return Choice(
+        task=task.key,
+        metric=top["metric"] if top else None,
+        status=status,
+        evidence=ranked_by,
+        figures=figs[top["metric"]] if top else None,
+        others=others,
+        text=text,
+        direction=top["direction"] if top else None,
+        passing_metrics=[s["metric"] for s in passing],
+    )
 
 
-def suite_series(group: dict, suite: list[dict]) -> list[dict]:
+def suite_series(group: dict, suite: list[SuiteEntry]) -> list[dict]:
     """The group's series of validation loss (or its bits per byte: the val task holds one, bpb when tokenizers
     differ), then each suite task's chosen metric, each series once: what the aggregate is over (the
     recommendation's aggregate_over), and what the decisions rest on after the primary metric
     (sections/decisions/families.decision_series reads them from aggregate_over)."""
-    keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")] + [(e["task"], e["metric"]) for e in suite if e["task"] != VAL_TASK]
+    keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")] + [(e.task, e.metric) for e in suite if e.task != VAL_TASK]
     by_key = {(s["task"], s["metric"]): s for s in group["series"]}
     return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
 
 
-def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], opts) -> dict:
+def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[AcrossScales], opts) -> Recommendation:
     """Each task's choice (validation loss's too: it is always a decision metric), the suite of chosen metrics, the
     tasks without one, and the aggregate over the decision metrics."""
     choices, suite, rejected = [], [], []
@@ -223,12 +234,12 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
             continue
         c = choose(task, mine, across, opts, val)
         choices.append(c)
-        if c["metric"] is not None:
-            suite.append({k: c[k] for k in ("task", "metric", "direction", "passing_metrics")})
-        else:
-            rejected.append(
-                {"task": task.key, "status": c["status"], "reasons": {o["metric"]: o["why"] for o in c["others"]}}
+        if c.metric is not None:
+            suite.append(
+                SuiteEntry(task=c.task, metric=c.metric, direction=c.direction, passing_metrics=c.passing_metrics)
             )
+        else:
+            rejected.append(Rejected(task=task.key, status=c.status, reasons={o.metric: o.why for o in c.others}))
     aggregate = {}
     variants = group["variants"]
     # over the decision metrics only: validation loss and the suite (a task at chance would add noise, not signal)
@@ -245,23 +256,18 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[dict], 
                 zs[v].append(float(zv))
                 ranks[v].append(int(rv))
         aggregate = {
-            v: {
-                "mean_z": describe.mean_or_none(zs[v]),
-                "mean_rank": describe.mean_or_none(ranks[v]),
-                "tasks": len(zs[v]),
-            }
+            v: Aggregate(
+                mean_z=describe.mean_or_none(zs[v]), mean_rank=describe.mean_or_none(ranks[v]), tasks=len(zs[v])
+            )
             for v in variants
         }
-    return {
-        "thresholds": {
-            "min_monotonicity": opts.min_monotonicity,
-            "min_z": opts.min_z,
-            "min_tau": opts.min_tau,
-            "min_snr": opts.min_snr,
-        },
-        "choices": choices,
-        "suite": suite,
-        "rejected": rejected,
-        "aggregate": aggregate,
-        "aggregate_over": [[s["task"], s["metric"]] for s in chosen],
-    }
+    return Recommendation(
+        thresholds=Thresholds(
+            min_monotonicity=opts.min_monotonicity, min_z=opts.min_z, min_tau=opts.min_tau, min_snr=opts.min_snr
+        ),
+        choices=choices,
+        suite=suite,
+        rejected=rejected,
+        aggregate=aggregate,
+        aggregate_over=[[s["task"], s["metric"]] for s in chosen],
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from ablate.report.schema import AcrossScales, Recommendation, ScaleRow, SubjectFloor
 from ablate.report.text.fmt import Section, fmt, fmt_ci
 
 
@@ -101,30 +102,29 @@ def quality_section(group: dict, suffix: str, report: dict) -> Section:
     return sec
 
 
-def subject_floor_section(report: dict) -> Section | None:
+def subject_floor_section(entries: list[SubjectFloor]) -> Section | None:
     """The groups (subjects) the SNR floor left out of their task's average (None: no floor, or none measured)."""
-    entries = report.get("subject_floor") or []
     if not entries:
         return None
     e0 = entries[0]
     where = (
         "chosen on these runs (one scale: in-sample, which favours groups where these variants happen to differ)"
-        if e0["in_sample"]
-        else f"chosen on the smaller scales ({', '.join(str(s) for s in e0['chosen_at'])}) only, applied at every scale"
+        if e0.in_sample
+        else f"chosen on the smaller scales ({', '.join(str(s) for s in e0.chosen_at)}) only, applied at every scale"
     )
     bullets = [
-        f"{e['task']} [{e['metric']}]: "
+        f"{e.task} [{e.metric}]: "
         + (
-            f"{len(e['dropped'])} of {e['groups']} left out: {', '.join(e['dropped'])}"
-            if e["dropped"]
-            else (e["note"] or f"none of {e['groups']} below the floor")
+            f"{len(e.dropped)} of {e.groups} left out: {', '.join(e.dropped)}"
+            if e.dropped
+            else (e.note or f"none of {e.groups} below the floor")
         )
         for e in entries
     ]
     return Section(
         "Groups left out (subject SNR floor)",
         [
-            f"Groups (subjects) whose SNR is below {e0['floor']:g} are left out of their task's average, per "
+            f"Groups (subjects) whose SNR is below {e0.floor:g} are left out of their task's average, per "
             "metric, at "
             f"every checkpoint of every run; {where}. Per-group SNRs are in report.json (subject_floor)."
         ],
@@ -132,18 +132,17 @@ def subject_floor_section(report: dict) -> Section | None:
     )
 
 
-def recommendation_section(report: dict) -> Section:
+def recommendation_section(rec: Recommendation) -> Section:
     """The metric each task enters the decision set through, why the others lost, the aggregate."""
-    rec = report["recommendation"]
-    t = rec["thresholds"]
-    snr = "" if t["min_snr"] is None else f", SNR >= {t['min_snr']:g}"
+    t = rec.thresholds
+    snr = "" if t.min_snr is None else f", SNR >= {t.min_snr:g}"
     sec = Section(
         "Recommendation",
         [
             f"Every metric is a candidate, judged by what the runs show. Gates: monotonicity >= "
-            f"{t['min_monotonicity']:g}, Kendall tau over the second half >= {t['min_tau']:g}{snr}, and for metrics "
+            f"{t.min_monotonicity:g}, Kendall tau over the second half >= {t.min_tau:g}{snr}, and for metrics "
             "with "
-            f"a chance level (accuracies, zero-chance margins) a final score >= {t['min_z']:g} standard errors past "
+            f"a chance level (accuracies, zero-chance margins) a final score >= {t.min_z:g} standard errors past "
             "chance (and past the choices-only baseline for accuracies other than acc_pmi): an accuracy at chance "
             "never "
             "counts. A continuous metric (no chance level) must also track its task: with a scale axis its decision "
@@ -157,13 +156,13 @@ def recommendation_section(report: dict) -> Section:
             "Metric chosen per task, and why the others lost:",
         ],
     )
-    sec.bullets = [c["text"] for c in rec["choices"]]
-    if not rec["suite"]:
+    sec.bullets = [c.text for c in rec.choices]
+    if not rec.suite:
         sec.paragraphs.append("No task passed: no early-signal suite for this setup.")
-    if rec["aggregate"]:
+    if rec.aggregate:
         rows = [
-            [v, fmt(a["mean_z"], 3), fmt(a["mean_rank"], 3), str(a["tasks"])]
-            for v, a in sorted(rec["aggregate"].items(), key=lambda kv: -(kv[1]["mean_z"] or 0))
+            [v, fmt(a.mean_z, 3), fmt(a.mean_rank, 3), str(a.tasks)]
+            for v, a in sorted(rec.aggregate.items(), key=lambda kv: -(kv[1].mean_z or 0))
         ]
         sec.tables.append(
             (
@@ -173,44 +172,39 @@ def recommendation_section(report: dict) -> Section:
                 rows,
             )
         )
-    rows = [
-        [c["task"], c["metric"] or "none", c.get("evidence", ""), ", ".join(c["passing_metrics"])]
-        for c in rec["choices"]
-    ]
+    rows = [[c.task, c.metric or "none", c.evidence, ", ".join(c.passing_metrics)] for c in rec.choices]
     sec.tables.append(("Decision set", ["task", "metric", "ranked by", "passing metrics"], rows))
     return sec
 
 
-def _da_cell(r: dict) -> str:
+def _da_cell(r: ScaleRow) -> str:
     """Target DA with its interval where one is shown (the note under the table says why one is not)."""
-    return f"{fmt(r['decision_accuracy'], 3)} {fmt_ci(r['ci'])}" if r["ci"] else fmt(r["decision_accuracy"], 3)
+    return f"{fmt(r.decision_accuracy, 3)} {fmt_ci(r.ci)}" if r.ci else fmt(r.decision_accuracy, 3)
 
 
-def _cells(a: dict, smaller: list) -> list[str]:
+def _cells(a: AcrossScales, smaller: list) -> list[str]:
     """One table row: per smaller scale SNR, DA (with its interval where shown), DA vs val loss, self-agreement;
     then SNR at the largest and the three means."""
-    by = {json.dumps(r["scale"]): r for r in a["by_scale"]}
+    by = {json.dumps(r.scale): r for r in a.by_scale}
     cells = []
     for sc in smaller:
         r = by.get(json.dumps(sc))
         if r is None:
             cells += ["", "", "", ""]
             continue
-        cells += [fmt(r["snr"], 3), _da_cell(r), fmt(r["decision_accuracy_val"], 3), fmt(r["self_agreement"], 3)]
-    means = [a["mean_decision_accuracy"], a["mean_decision_accuracy_val"], a["mean_self_agreement"]]
-    note = " (primary)" if a["primary"] else " (baseline)" if a["metric"] == "acc_choices_only" else ""
-    return [a["task"], a["metric"] + note] + cells + [fmt(a["snr"], 3)] + [fmt(m, 3) for m in means]
+        cells += [fmt(r.snr, 3), _da_cell(r), fmt(r.decision_accuracy_val, 3), fmt(r.self_agreement, 3)]
+    means = [a.mean_decision_accuracy, a.mean_decision_accuracy_val, a.mean_self_agreement]
+    note = " (primary)" if a.primary else " (baseline)" if a.metric == "acc_choices_only" else ""
+    return [a.task, a.metric + note] + cells + [fmt(a.snr, 3)] + [fmt(m, 3) for m in means]
 
 
-def _notes(across: list[dict]) -> list[str]:
+def _notes(across: list[AcrossScales]) -> list[str]:
     """Why intervals are not shown, where seeds were not paired, and which targets are at chance."""
-    out = [n[0].upper() + n[1:] for n in sorted({r["ci_note"] for a in across for r in a["by_scale"] if r["ci_note"]})]
-    unpaired = sorted({a["task"] for a in across for r in a["by_scale"] if r["paired"] is False})
+    out = [n[0].upper() + n[1:] for n in sorted({r.ci_note for a in across for r in a.by_scale if r.ci_note})]
+    unpaired = sorted({a.task for a in across for r in a.by_scale if r.paired is False})
     if unpaired:
         out.append("Variants ran different seed lists, so their seeds were resampled apart: " + ", ".join(unpaired))
-    at_chance = sorted(
-        {f"{a['task']} ({a['target']['metric']})" for a in across if a["target"] and not a["target_valid"]}
-    )
+    at_chance = sorted({f"{a.task} ({a.target.metric})" for a in across if a.target and not a.target_valid})
     if at_chance:
         out.append(
             "Targets at chance at the largest scale (no ranking to validate a metric against: read DA vs val loss): "
@@ -219,14 +213,13 @@ def _notes(across: list[dict]) -> list[str]:
     return out
 
 
-def across_section(report: dict) -> Section | None:
+def across_section(across: list[AcrossScales], scales: list, bootstrap: int) -> Section | None:
     """The report's "Which signal to trust at which scale" (text/render.py places it): SNR at each scale, and decision
-    accuracy to the largest against the task's target, against validation loss, and against itself."""
-    across = report["across_scales"]
+    accuracy to the largest against the task's target, against validation loss, and against itself. scales: the
+    groups' scales, the largest last; bootstrap: the DA intervals' replicates (--bootstrap)."""
     if not across:
         return None
-    largest = report["groups"][-1]["scale"]
-    smaller = [g["scale"] for g in report["groups"][:-1]]
+    largest, smaller = scales[-1], scales[:-1]
     per_scale = ("SNR @{}", "DA {}->" + str(largest), "DA vs val loss {}->" + str(largest), "self {}->" + str(largest))
     header = (
         ["task", "metric"]
@@ -241,7 +234,7 @@ def across_section(report: dict) -> Section | None:
         "Self: against the same metric at the largest scale (whether it agrees with itself, not whether it "
         "predicts the task). With few variants DA moves in coarse steps (2 variants: 0, 1/2 or 1). Kendall tau "
         "against the target is in report.json (across_scales).",
-        f"95% interval of DA: a bootstrap ({report['options']['bootstrap']} replicates) that resamples seed indices "
+        f"95% interval of DA: a bootstrap ({bootstrap} replicates) that resamples seed indices "
         "once for every variant of a scale (seed k shares data order and init), each scale apart, and the eval "
         "items once per replicate for every seed (the same items on every seed: the noise model's persistent part; "
         "without per-item files, each variant's logged standard error); shown only where it covered the true DA in "

@@ -18,8 +18,9 @@ import math
 
 import numpy as np
 
-from ablate.report.stats import describe
 from ablate.report.inputs.runs import Run, TaskInfo
+from ablate.report.schema import SubjectFloor
+from ablate.report.stats import describe
 
 
 def _group_snr(by_variant: dict[str, list[Run]], key, group: str, last_k: int) -> float | None:
@@ -64,22 +65,22 @@ def _mean_snr(choosers: list, task: TaskInfo, key, last_k: int) -> dict[str, flo
     return {g: describe.mean_or_none(v) for g, v in snr.items()}
 
 
-def _entry(task: TaskInfo, metric: str, mean_snr: dict, floor: float, scales: list, choosers: list) -> dict:
+def _entry(task: TaskInfo, metric: str, mean_snr: dict, floor: float, scales: list, choosers: list) -> SubjectFloor:
     """report.json's subject_floor entry of a task x metric."""
     dropped = sorted(g for g, v in mean_snr.items() if v is not None and v < floor)
     kept = set(task.groups) - set(dropped)
-    return {
-        "task": task.key,
-        "metric": metric,
-        "floor": floor,
-        "dropped": dropped if kept else [],
-        "groups": len(task.groups),
-        "kept": len(kept) if kept else len(task.groups),
-        "snr": mean_snr,
-        "chosen_at": [scale for scale, _ in choosers],
-        "in_sample": len(scales) == 1,
-        "note": "" if kept else "every group is below the floor: all kept",
-    }
+    return SubjectFloor(
+        task=task.key,
+        metric=metric,
+        floor=floor,
+        dropped=dropped if kept else [],
+        groups=len(task.groups),
+        kept=len(kept) if kept else len(task.groups),
+        snr=mean_snr,
+        chosen_at=[scale for scale, _ in choosers],
+        in_sample=len(scales) == 1,
+        note="" if kept else "every group is below the floor: all kept",
+    )
 
 
 def _floored(scales: list, key, kept: set[str], n_groups: int) -> list:
@@ -91,7 +92,7 @@ def _floored(scales: list, key, kept: set[str], n_groups: int) -> list:
 
 def apply_floor(
     scales: list[tuple[object, dict[str, list[Run]]]], tasks: dict[str, TaskInfo], opts
-) -> tuple[list[dict], list[tuple[object, dict[str, list[Run]]]], dict[str, TaskInfo]]:
+) -> tuple[list[SubjectFloor], list[tuple[object, dict[str, list[Run]]]], dict[str, TaskInfo]]:
     """Leave the groups below opts.subject_snr_floor out of each grouped task's metrics. Returns one entry per task x
     metric that had groups measured, naming what was left out; the scales with their runs' scores refiltered (new
     Runs where a score changed); and the tasks with their kept_groups (new TaskInfos). The arguments are left as
@@ -107,8 +108,8 @@ def apply_floor(
             if all(v is None for v in mean_snr.values()):
                 continue
             out.append(entry := _entry(task, metric, mean_snr, floor, scales, choosers))
-            kept = set(task.groups) - set(entry["dropped"])
-            if entry["dropped"]:
+            kept = set(task.groups) - set(entry.dropped)
+            if entry.dropped:
                 task = dataclasses.replace(task, kept_groups={**task.kept_groups, metric: kept})
                 scales = _floored(scales, (task.key, metric), kept, len(task.groups))
         tasks[name] = task
