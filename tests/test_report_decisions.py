@@ -253,12 +253,12 @@ def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
 
     primary, task = series("val_loss", testable=False), series("quiz:cf", testable=True)
     out, _ = families.apply_family([primary, task], FAST, "(one scale)")
-    first, second = out["families"]
-    assert first["tests"] == 0 and second["alpha"] == pytest.approx(0.01) and not second["carried_forward"]
-    assert "rejected every pair it tested" not in out["family"]
+    first, second = out.families
+    assert first.tests == 0 and second.alpha == pytest.approx(0.01) and not second.carried_forward
+    assert "rejected every pair it tested" not in out.family
     primary["pairwise"][0] |= {"testable": True, "p_seeds": 0.001}  # tested and rejected: now it carries
     carried, _ = families.apply_family([primary, series("quiz:cf", testable=True)], FAST, "(one scale)")
-    assert carried["families"][1]["alpha"] == pytest.approx(0.05) and "its alpha carried forward" in carried["family"]
+    assert carried.families[1].alpha == pytest.approx(0.05) and "its alpha carried forward" in carried.family
 
 
 # ---- bits per byte across tokenizers: only on the same text ----------------------------------------------------

@@ -286,7 +286,7 @@ def analyze_runs(
         across_scales=across,
         subject_floor=subject_floor,
         recommendation=decided.recommendation,
-        inference=schema.Inference.from_json(_stopping(decided.inference, adaptive)),
+        inference=_stopping(decided.inference, adaptive),
         sweep=None if sweep is None else schema.Sweep.from_json(sweep),
         multipliers=None if compute is None else schema.Multipliers.from_json(compute),
         sequential=adaptive,  # None unless the folder holds an adaptive study (study.json)
@@ -335,7 +335,7 @@ class _Decided:
     groups: list[dict]
     recommendation: schema.Recommendation
     decisions: list[dict]
-    inference: dict
+    inference: schema.Inference
     where: str
 
 
@@ -355,11 +355,12 @@ def _decide(
     return _Decided([*groups[:-1], target], recommendation, decided, inference, where)
 
 
-def _stopping(inference: dict, adaptive: Sequential | None) -> dict:
+def _stopping(inference: schema.Inference, adaptive: Sequential | None) -> schema.Inference:
     """With an adaptive study the sequential decisions lead; the fixed-n tests stay, labelled."""
     if adaptive is None:
         return inference
-    return {**inference, "valid_under_optional_stopping": False, "optional_stopping_note": OPTIONAL_STOPPING_NOTE}
+    note = OPTIONAL_STOPPING_NOTE
+    return dataclasses.replace(inference, valid_under_optional_stopping=False, optional_stopping_note=note)
 
 
 def _headline(

@@ -145,7 +145,7 @@ def sections(record: Report, with_images: bool) -> list[Section]:
     out = [
         opening.headline_section(report),
         *([adaptive] if adaptive else []),
-        opening.method_section(report),
+        opening.method_section(record),
         _overview_section(report),
     ]
     floor = signal.subject_floor_section(record.subject_floor)
@@ -154,7 +154,7 @@ def sections(record: Report, with_images: bool) -> list[Section]:
     for group in reversed(groups):  # largest scale first
         suffix = _group_title(group, groups)
         out += [
-            decisions.final_scores_section(group, suffix, report),
+            decisions.final_scores_section(group, suffix, record, group is groups[-1]),
             _curves(group, suffix, with_images),
             signal.quality_section(group, suffix, report),
         ]

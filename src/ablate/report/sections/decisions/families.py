@@ -24,7 +24,7 @@ functions on simulated studies.
 from __future__ import annotations
 
 from ablate.report.inputs.runs import VAL_TASK
-from ablate.report.schema import Recommendation
+from ablate.report.schema import Family, Inference, Recommendation
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
@@ -38,9 +38,9 @@ def is_primary(s: dict, opts) -> bool:
     return s["metric"] == metric if metric else (s["primary"] or s["task"] == VAL_TASK)
 
 
-def _bh(rows: list[dict], alpha: float, name: str, power: float) -> tuple[list[dict], dict]:
+def _bh(rows: list[dict], alpha: float, name: str, power: float, **family) -> tuple[list[dict], Family]:
     """Benjamini-Hochberg at `alpha` over the testable rows: the rows as tested (new dicts with family, p_bh,
-    significant, seeds needed) and the family's summary."""
+    significant, seeds needed) and the family's summary; family: its metrics (and carried_forward)."""
     tested = [i for i, p in enumerate(rows) if p["testable"]]
     adjusted = dict(zip(tested, bh_adjust([rows[i]["p_seeds"] for i in tested])))
     step = alpha / max(1, len(rows))  # where a lone real effect must pass once every pair is tested
@@ -63,14 +63,15 @@ def _bh(rows: list[dict], alpha: float, name: str, power: float) -> tuple[list[d
             # the fresh floor stays: a true seed sd below it still leaves each evaluation's answer noise
             sds = [max(x, p["noise_floor_sd"] or 0.0) for x in interval]
             p["seeds_needed_range"] = [seeds_needed(p["diff"], sd, step, power, p["paired"], *items) for sd in sds]
-    return out, {
-        "name": name,
-        "alpha": alpha,
-        "comparisons": len(rows),
-        "tests": len(tested),
-        "rejected": sum(bool(out[i]["significant"]) for i in tested),
-        "first_step_alpha": step,
-    }
+    return out, Family(
+        name=name,
+        alpha=alpha,
+        comparisons=len(rows),
+        tests=len(tested),
+        rejected=sum(bool(out[i]["significant"]) for i in tested),
+        first_step_alpha=step,
+        **family,
+    )
 
 
 def _tested(series: list[dict], rows: list[dict]) -> list[dict]:
@@ -82,7 +83,9 @@ def _tested(series: list[dict], rows: list[dict]) -> list[dict]:
     return out
 
 
-def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | None = None) -> tuple[dict, list]:
+def apply_family(
+    series: list[dict], opts, where: str, decisions: list[dict] | None = None
+) -> tuple[Inference, list[dict]]:
     """The study's error control over the given series: the primary metric's pairs first at alpha x primary_share,
     then every other series' pairs at the rest of alpha, or at all of it when the primary family tested pairs and
     rejected each. Returns the inference summary and the series as tested (new series, in the given order, whose
@@ -92,46 +95,52 @@ def apply_family(series: list[dict], opts, where: str, decisions: list[dict] | N
     primary = [s for s in series if is_primary(s, opts)]
     others = [s for s in series if not is_primary(s, opts)]
     alpha1 = opts.alpha * opts.primary_share
-    primary_rows, first = _bh([p for s in primary for p in s["pairwise"]], alpha1, "primary", opts.power)
+    metrics = {
+        "primary": [[s["task"], s["metric"]] for s in primary],
+        "tasks": [[s["task"], s["metric"]] for s in others],
+    }
+    primary_rows, first = _bh(
+        [p for s in primary for p in s["pairwise"]], alpha1, "primary", opts.power, metrics=metrics["primary"]
+    )
     # alpha1 is unspent only where the primary family tested something and rejected all of it (nothing left that
     # could be a false claim); a family that tested nothing has spent no evidence and carries nothing forward
-    carried = first["tests"] > 0 and first["rejected"] == first["tests"]
+    carried = first.tests > 0 and first.rejected == first.tests
     alpha2 = opts.alpha if carried else opts.alpha - alpha1
-    other_rows, second = _bh([p for s in others for p in s["pairwise"]], alpha2, "tasks", opts.power)
+    rows = [p for s in others for p in s["pairwise"]]
+    forward = carried and alpha2 > opts.alpha - alpha1
+    other_rows, second = _bh(rows, alpha2, "tasks", opts.power, metrics=metrics["tasks"], carried_forward=forward)
     as_tested = dict(zip(map(id, primary + others), _tested(primary, primary_rows) + _tested(others, other_rows)))
-    first["metrics"] = [[s["task"], s["metric"]] for s in primary]
-    second["metrics"] = [[s["task"], s["metric"]] for s in others]
-    second["carried_forward"] = carried and alpha2 > opts.alpha - alpha1
     pairs = max((len(s["pairwise"]) for s in series), default=0)
     names = ", ".join(metric_label(s) for s in decisions)
     prim = ", ".join(metric_label(s) for s in primary) or "none"
     carried_text = " (the primary family rejected every pair it tested: its alpha carried forward)"
-    text = f"{where}: primary metric {prim}, {first['comparisons']} pair(s), Benjamini-Hochberg at {alpha1:g}"
+    text = f"{where}: primary metric {prim}, {first.comparisons} pair(s), Benjamini-Hochberg at {alpha1:g}"
     if others:
         text += (
             f"; task metrics (every candidate but the baselines and answer-blind diagnostics; decisions on {names}), "
-            f"{pairs} pair(s) x {len(others)} metric(s) = {second['comparisons']} comparisons, Benjamini-Hochberg "
-            f"at {alpha2:g}" + (carried_text if second["carried_forward"] else "")
+            f"{pairs} pair(s) x {len(others)} metric(s) = {second.comparisons} comparisons, Benjamini-Hochberg "
+            f"at {alpha2:g}" + (carried_text if second.carried_forward else "")
         )
     text += (
-        f"; {first['tests'] + second['tests']} of {first['comparisons'] + second['comparisons']} comparisons tested "
+        f"; {first.tests + second.tests} of {first.comparisons + second.comparisons} comparisons tested "
         f"(>= {opts.min_seeds} seeds both variants ran); A/A any-claim rate <= {opts.alpha:g}"
     )
-    if not first["comparisons"] + second["comparisons"]:
+    if not first.comparisons + second.comparisons:
         text = f"no comparison {where}: fewer than 2 variants or no decision metric"
-    return {
-        "method": "fallback over two families, Benjamini-Hochberg within each",
-        "alpha": opts.alpha,
-        "level": "training seed",
-        "min_seeds": opts.min_seeds,
-        "power": opts.power,
-        "family": text,
-        "families": [first, second],
-        "tests": first["tests"] + second["tests"],
-        "comparisons": first["comparisons"] + second["comparisons"],
-        "metrics": [[s["task"], s["metric"]] for s in decisions],
-        "family_metrics": [[s["task"], s["metric"]] for s in series],
-    }, [as_tested[id(s)] for s in series]
+    inference = Inference(
+        method="fallback over two families, Benjamini-Hochberg within each",
+        alpha=opts.alpha,
+        level="training seed",
+        min_seeds=opts.min_seeds,
+        power=opts.power,
+        family=text,
+        families=[first, second],
+        tests=first.tests + second.tests,
+        comparisons=first.comparisons + second.comparisons,
+        metrics=[[s["task"], s["metric"]] for s in decisions],
+        family_metrics=[[s["task"], s["metric"]] for s in series],
+    )
+    return inference, [as_tested[id(s)] for s in series]
 
 
 def metric_label(s: dict) -> str:

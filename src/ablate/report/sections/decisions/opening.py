@@ -4,6 +4,7 @@ Headline), then the method once, folded away (HTML <details>), which every table
 from __future__ import annotations
 
 from ablate.report.options import Options
+from ablate.report.schema import Report
 from ablate.report.sections.decisions import verdict
 from ablate.report.text.fmt import Section
 
@@ -37,9 +38,9 @@ def _error_control(family: str) -> str:
     return f"{family[0].upper()}{family[1:]}." if family.startswith("no comparison") else f"Error control {family}."
 
 
-def method_section(report: dict) -> Section:
+def method_section(report: Report) -> Section:
     """How scores are compared, tested and corrected for many comparisons: said once, for every table."""
-    o, inference = report["options"], report["inference"]
+    o, inference = report.options, report.inference
     k = o.get("average_last", DEFAULTS.average_last)
     averaged = (
         f" Each run's score is the mean of its last {k} evaluations up to the compared one (--average-last "
@@ -47,11 +48,7 @@ def method_section(report: dict) -> Section:
         if k > 1
         else ""
     )
-    stopping = (
-        f" Under the adaptive study these are {inference['optional_stopping_note']}."
-        if report.get("sequential")
-        else ""
-    )
+    stopping = f" Under the adaptive study these are {inference.optional_stopping_note}." if report.sequential else ""
     level = ci_level(o)
     return Section(
         "Method",
@@ -68,7 +65,7 @@ def method_section(report: dict) -> Section:
             f"than {o.get('max_token_gap', DEFAULTS.max_token_gap):.0%} apart in tokens (the note says which). The "
             f"pair's {level} CI is its test's own interval (same variance, df and level, before any adjustment for "
             f"many comparisons): it excludes 0 exactly when p (seeds) < {o.get('alpha', DEFAULTS.alpha):g}.",
-            _error_control(inference["family"]) + " p_BH is Benjamini-Hochberg adjusted within the pair's family; "
+            _error_control(inference.family) + " p_BH is Benjamini-Hochberg adjusted within the pair's family; "
             "significant: p_BH below its family's alpha, for tested pairs at the largest scale only (n/a elsewhere); "
             "decisions are read on the decision metrics alone.",
             f"Seeds needed: per variant, for {o['power']:.0%} power at the level the pair is tested at (its family's "

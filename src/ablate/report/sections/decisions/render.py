@@ -6,6 +6,7 @@ metric's final mean per variant. Every number shown is read from the report dict
 from __future__ import annotations
 
 from ablate.report.inputs.runs import sign_of
+from ablate.report.schema import Report
 from ablate.report.sections.decisions import opening
 from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_p, seeds_needed
 
@@ -26,11 +27,12 @@ WIDE = 3  # past this many variants a table turns: a row per variant, or the bes
 MAX_METRICS = 8  # the metric columns the turned "every metric" table shows (report.json holds every one)
 
 
-def final_scores_section(group: dict, suffix: str, report: dict) -> Section:
+def final_scores_section(group: dict, suffix: str, report: Report, largest: bool) -> Section:
     """One scale group's final scores: the notes on how they were compared, a table of finals and one of pairs for
-    each decision metric (the primary metric at every scale), and every metric's final mean per variant."""
-    o, inference = report["options"], report["inference"]
-    decisions = {tuple(k) for k in inference["metrics"]} if group is report["groups"][-1] else set()
+    each decision metric (the primary metric at every scale), and every metric's final mean per variant. largest:
+    the group decisions are read at."""
+    o = report.options
+    decisions = {tuple(k) for k in report.inference.metrics} if largest else set()
     level = opening.ci_level(o)
     shown = [s for s in group["series"] if s["primary"] or (s["task"], s["metric"]) in decisions]
     every, cut = _every_metric_table(group, o["alpha"])
@@ -41,12 +43,12 @@ def final_scores_section(group: dict, suffix: str, report: dict) -> Section:
     )
 
 
-def _compared_under(group: dict, report: dict) -> list[str]:
+def _compared_under(group: dict, report: Report) -> list[str]:
     """What the finals were compared under, in words: optional stopping, averaged evaluations, run shapes that
     differ, item sets that differ."""
-    o, out = report["options"], []
-    if report.get("sequential"):  # seeds were added where decisions were open: the fixed-n p's looked every round
-        out.append(f"Adaptive study: p (seeds) and p_BH here are {report['inference']['optional_stopping_note']}.")
+    o, out = report.options, []
+    if report.sequential:  # seeds were added where decisions were open: the fixed-n p's looked every round
+        out.append(f"Adaptive study: p (seeds) and p_BH here are {report.inference.optional_stopping_note}.")
     if o.get("average_last", opening.DEFAULTS.average_last) > 1:
         out.append(
             f"Averaged: each run's score is the mean of its last {o['average_last']} evaluations up "
