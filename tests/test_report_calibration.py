@@ -180,8 +180,8 @@ def test_two_seeds_never_decide_and_say_how_many_are_needed():
         winner, series, decisions = decide_study(simulate(rng, ["A", "B"], 2, effect=6.0, planted="A"))
         assert winner is None and not claims(series)
         loss = decisions[0]
-        assert loss["status"] == "too_few_seeds" and loss["seeds_needed"] >= 3
-        assert "not established with 2 seeds (~" in loss["text"]
+        assert loss.status == "too_few_seeds" and loss.seeds_needed >= 3
+        assert "not established with 2 seeds (~" in loss.text
 
 
 @pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier

@@ -66,17 +66,18 @@ def cmd_report(args) -> int:
 def console_text(report: dict) -> str:
     """What the terminal shows, read in ten seconds as the report opens: the verdict, an adaptive study's decisions
     in words, the decisions table and its notes (the whole headline is report.json's `headline.text`)."""
+    from ablate.report.schema import Headline
     from ablate.report.sections.decisions import verdict
     from ablate.text import aligned
 
-    head = report["headline"]
-    lines = [f"{report['experiment']}: {head['verdict']}"]
-    if head.get("sequential") and head["sequential"] not in head["verdict"]:
-        lines.append(f"adaptive study: {head['sequential']}")
+    head = Headline.from_json(report["headline"])
+    lines = [f"{report['experiment']}: {head.verdict}"]
+    if head.sequential and head.sequential not in head.verdict:
+        lines.append(f"adaptive study: {head.sequential}")
     _, header, rows = verdict.table(head, report["options"]["power"])
     if rows:
         lines.append(aligned([header, *rows], text_columns=tuple(range(len(header)))))
-    lines += head.get("notes") or []  # what the decisions leave out: no-signal tasks, runs left out, refusals
-    if head.get("compute"):  # compute multipliers on a ladder, or how to ask for them
-        lines.append(head["compute"])
+    lines += head.notes  # what the decisions leave out: no-signal tasks, runs left out, refusals
+    if head.compute:  # compute multipliers on a ladder, or how to ask for them
+        lines.append(head.compute)
     return "\n".join(lines)

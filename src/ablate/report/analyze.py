@@ -290,7 +290,7 @@ def analyze_runs(
         sweep=None if sweep is None else schema.Sweep.from_json(sweep),
         multipliers=None if compute is None else schema.Multipliers.from_json(compute),
         sequential=adaptive,  # None unless the folder holds an adaptive study (study.json)
-        headline=schema.Headline.from_json(headline),
+        headline=headline,
         tokenizers=tokenizer_note,
         cannot_compute=_cannot_compute(decided.groups[-1], tasks, bool(opts.scale), opts.min_seeds),
         seconds=0.0,
@@ -371,7 +371,7 @@ def _headline(
     adaptive: Sequential | None,
     compute: dict | None,
     opts: Options,
-) -> dict:
+) -> schema.Headline:
     """The headline: the decisions, led by the sequential ones with an adaptive study; then what each variant is
     worth in compute, said after the decisions, never deciding one."""
     name = experiment + (f" {decided.where}" if decided.where else "")

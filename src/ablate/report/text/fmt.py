@@ -52,12 +52,13 @@ def fmt_ci(ci, digits: int = 4) -> str:
     return "n/a" if not ci else f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
 
 
-def seeds_needed(row: dict, more_than: str, number=str) -> tuple[str, tuple[str, str] | None] | None:
+def seeds_needed(
+    need: int | None, span: list | None, more_than: str, number=str
+) -> tuple[str, tuple[str, str] | None] | None:
     """A pair's seeds needed as text, and the range an sd from few seeds leaves where it is one (None: the seed
     spread is unknown); counts past power.MAX_SEEDS read `more_than` MAX_SEEDS."""
     from ablate.report.stats.power import MAX_SEEDS  # numpy and scipy: loaded by then, where a report is made
 
-    need, span = row["seeds_needed"], row.get("seeds_needed_range")
     if need is None:
         return None
 

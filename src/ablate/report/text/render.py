@@ -143,7 +143,7 @@ def sections(record: Report, with_images: bool) -> list[Section]:
     groups = report["groups"]
     adaptive = sequential.section(record.sequential)  # an adaptive study's decisions, beside the headline
     out = [
-        opening.headline_section(report),
+        opening.headline_section(record),
         *([adaptive] if adaptive else []),
         opening.method_section(record),
         _overview_section(report),

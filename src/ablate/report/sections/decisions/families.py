@@ -24,7 +24,7 @@ functions on simulated studies.
 from __future__ import annotations
 
 from ablate.report.inputs.runs import VAL_TASK
-from ablate.report.schema import Family, Inference, Recommendation
+from ablate.report.schema import Decision, Family, Inference, Recommendation
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
@@ -151,12 +151,12 @@ def metric_label(s: dict) -> str:
     return name if s["primary"] else f"{name} [{s['metric']}]"
 
 
-def winner(decisions: list[dict], never: set[str] | frozenset = frozenset()) -> str | None:
+def winner(decisions: list[Decision], never: set[str] | frozenset = frozenset()) -> str | None:
     """The variant significantly best on some decision metric and significantly behind on none; None when no
     variant is, or when two are best on different metrics. `never`: variants with a failed or diverged seed,
     which cannot win on their surviving seeds."""
-    tops = {d["leader"] for d in decisions if d["status"] == "best"}
-    behind = {v for d in decisions if d["status"] in ("best", "ahead") for v in d["ahead_of"]}
+    tops = {d.leader for d in decisions if d.status == "best"}
+    behind = {v for d in decisions if d.status in ("best", "ahead") for v in d.ahead_of}
     candidates = tops - behind - set(never)
     return next(iter(candidates)) if len(candidates) == 1 and len(tops) == 1 else None
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 from ablate.report.inputs.failures import failure_texts
-from ablate.report.schema import Recommendation
+from ablate.report.schema import Decision, Headline, OpenPair, Recommendation
 from ablate.report.sections.decisions.families import metric_label, winner
 from ablate.report.sections.decisions.pairs import best
 from ablate.report.sections.decisions.verdict import verdict as short_verdict
@@ -33,7 +33,7 @@ def needed_text(row: dict) -> str:
     """'~13 seeds needed (6 to 210 within the sd's uncertainty)' for a pair's seeds-needed estimate."""
     if row.get("more_items"):
         return "more items, not more seeds: the item set's own noise hides a difference this size at any seed count"
-    found = seeds_needed(row, "more than ")
+    found = seeds_needed(row["seeds_needed"], row.get("seeds_needed_range"), "more than ")
     if found is None:
         return "seed spread unknown"
     need, span = found
@@ -54,13 +54,13 @@ def _others_clause(s: dict, leader: str, rest: list[str]) -> str:
     return f"; {', '.join(rest)} not separated" if len(rest) >= 2 else ""
 
 
-def _open_pair(leader: str, other: str | None, vs: dict[str, dict]) -> dict | None:
+def _open_pair(leader: str, other: str | None, vs: dict[str, dict]) -> OpenPair | None:
     """The leader's pair with `other` as the decisions table shows it (None: every pair of the leader decided)."""
     if other is None:
         return None
     row = vs[other]
     keep = ("p_bh", "testable", "untested", "note", "seeds_needed", "seeds_needed_range", "more_items")
-    return {"a": leader, "b": other} | {k: row.get(k) for k in keep}
+    return OpenPair(a=leader, b=other, **{k: row.get(k) for k in keep})
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _sentence(s: dict, name: str, st: _Standing) -> tuple[str, str]:
     )
 
 
-def decide_series(s: dict, opts) -> dict | None:
+def decide_series(s: dict, opts) -> Decision | None:
     """The decision on one metric: leader, the variants it is significantly ahead of, and one sentence that claims
     only pairs that were tested (the leader against each other variant, and any other significant pair)."""
     if len(s["final"]) < 2:
@@ -141,26 +141,24 @@ def decide_series(s: dict, opts) -> dict | None:
     st = _standing(s)
     name = metric_label(s)
     status, text = _sentence(s, name, st)
-    return {
-        "task": s["task"],
-        "metric": s["metric"],
-        "name": name,
-        "direction": s["direction"],
-        "leader": st.leader,
-        "ahead_of": st.beaten,
-        "not_separated_from": st.level,
-        "seeds": st.seeds,
-        "seeds_needed": st.close["seeds_needed"],
-        "seeds_needed_range": st.close.get("seeds_needed_range"),
-        "p_bh": {o: st.vs[o]["p_bh"] for o in st.order[1:]},
+    return Decision(
+        task=s["task"],
+        metric=s["metric"],
+        name=name,
+        direction=s["direction"],
+        leader=st.leader,
+        ahead_of=st.beaten,
+        not_separated_from=st.level,
+        seeds=st.seeds,
+        seeds_needed=st.close["seeds_needed"],
+        seeds_needed_range=st.close.get("seeds_needed_range"),
+        p_bh={o: st.vs[o]["p_bh"] for o in st.order[1:]},
         # the significant pairs [better, worse], and the leader's closest pair not decided: the decisions table
-        "decided": [
-            [p["better"], p["b"] if p["better"] == p["a"] else p["a"]] for p in s["pairwise"] if p["significant"]
-        ],
-        "closest_open": _open_pair(st.leader, next((o for o in st.order[1:] if o in st.level), None), st.vs),
-        "status": status,
-        "text": text,
-    }
+        decided=[[p["better"], p["b"] if p["better"] == p["a"] else p["a"]] for p in s["pairwise"] if p["significant"]],
+        closest_open=_open_pair(st.leader, next((o for o in st.order[1:] if o in st.level), None), st.vs),
+        status=status,
+        text=text,
+    )
 
 
 def _runs_left_out(overview: dict) -> list[str]:
@@ -181,16 +179,16 @@ def _without_signal(recommendation: Recommendation, opts) -> tuple[list[str], li
     return no_signal, [short[r.task] for r in rejected if r.status != "no_signal"]
 
 
-def _overall(decisions: list[dict], top: str | None, opts) -> str:
+def _overall(decisions: list[Decision], top: str | None, opts) -> str:
     """The overall verdict at the end of the headline's text: the winner, or why there is none."""
     if top:
-        n = sum(d["status"] == "best" for d in decisions)
+        n = sum(d.status == "best" for d in decisions)
         verdict = f"Winner: {top} (best on {n} of {len(decisions)} decision metric(s), behind on none)"
     elif not decisions:
         verdict = "No decision metric to compare on"
     else:
         verdict = "No winner established"
-    if any(d["status"] in ("too_few_seeds", "no_difference") and d["seeds_needed"] for d in decisions):
+    if any(d.status in ("too_few_seeds", "no_difference") and d.seeds_needed for d in decisions):
         verdict += (
             f" (seeds needed: per variant, for {opts.power:.0%} power at the level each pair is tested at (its "
             f"family's alpha over its size), from the observed seed spread)"
@@ -206,7 +204,7 @@ def headline(
     overview: dict,
     opts,
     note: str = "",
-) -> dict:
+) -> Headline:
     """One short sentence per decision metric, the tasks without signal named once, and the overall winner (text);
     the verdict in one or two sentences, and what the decisions leave out (notes: the tasks without signal, runs
     left out), which the report shows around its decisions table. series: the decision series as tested
@@ -215,16 +213,18 @@ def headline(
     tail = "".join(f" ({t})" for t in runs_left)
     no_signal, unknown = _without_signal(recommendation, opts)
     left_out = sorted({m["task"] for m in group.get("item_mismatch", []) if not m["kept"]})
-    out = {"winner": None, "decisions": [], "no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}
+    told = {"no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}  # whatever the decisions
     note_text = f" {note}" if note else ""
     runs_notes = [t + "." for t in runs_left] + ([note] if note else [])
     if len(variants) < 2:
-        return out | {
-            "winner": variants[0] if variants else None,
-            "text": f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}" + note_text,
-            "verdict": f"Nothing to compare: {len(variants)} variant(s) finished.",
-            "notes": runs_notes,
-        }
+        return Headline(
+            winner=variants[0] if variants else None,
+            decisions=[],
+            **told,
+            text=f"{experiment}: {len(variants)} variant(s) finished, nothing to compare{tail}" + note_text,
+            verdict=f"Nothing to compare: {len(variants)} variant(s) finished.",
+            notes=runs_notes,
+        )
     decisions = [d for s in series if (d := decide_series(s, opts))]
     failed = failure_texts(group.get("failures", {}))
     notes = [
@@ -241,18 +241,19 @@ def headline(
     )
     text = (
         f"{experiment}: "
-        + "; ".join([d["text"] for d in decisions] + notes)
+        + "; ".join([d.text for d in decisions] + notes)
         + (f" ({scope})" if scope else "")
         + f". {_overall(decisions, top, opts)}.{tail}"
         + (f" {averaged}" if averaged else "")
         + note_text
     )
     scope_note = ["Validation loss only: no task evals in these runs."] if scope else []
-    return out | {
-        "winner": top,
-        "decisions": decisions,
-        "failures": failed,
-        "text": text,
-        "verdict": short_verdict(decisions, top, failed, opts.min_seeds),
-        "notes": [n + "." for n in notes] + scope_note + runs_notes + ([averaged] if averaged else []),
-    }
+    return Headline(
+        winner=top,
+        decisions=decisions,
+        **told,
+        failures=failed,
+        text=text,
+        verdict=short_verdict(decisions, top, failed, opts.min_seeds),
+        notes=[n + "." for n in notes] + scope_note + runs_notes + ([averaged] if averaged else []),
+    )

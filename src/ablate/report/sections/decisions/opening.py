@@ -16,18 +16,16 @@ def ci_level(options: dict) -> str:
     return f"{1 - options.get('alpha', DEFAULTS.alpha):.0%}"
 
 
-def headline_section(report: dict) -> Section:
+def headline_section(report: Report) -> Section:
     """The verdict in one or two sentences, the decisions table, then the notes (tasks without signal, runs left
-    out). A report.json from before the verdict existed: its headline text alone."""
-    head = report["headline"]
-    if "verdict" not in head:
-        return Section("Headline", [head["text"]])
-    sec = Section("Headline", [head["verdict"]], after=list(head["notes"]))
-    if head.get("compute"):  # what each variant is worth in compute (report["multipliers"])
-        sec.paragraphs.append(head["compute"])
-    if head["decisions"]:
-        caption, header, rows = verdict.table(head, report["options"]["power"])
-        if report.get("sequential"):
+    out)."""
+    head = report.headline
+    sec = Section("Headline", [head.verdict], after=list(head.notes))
+    if head.compute:  # what each variant is worth in compute (report.multipliers)
+        sec.paragraphs.append(head.compute)
+    if head.decisions:
+        caption, header, rows = verdict.table(head, report.options["power"])
+        if report.sequential:
             caption = "Fixed-n tests (p-values not valid under optional stopping). " + caption
         sec.tables.append((caption, header, rows))
     return sec

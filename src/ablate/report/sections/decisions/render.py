@@ -134,7 +134,7 @@ def _pairwise_table(s: dict, name: str, level: str) -> Table:
 
 def _needed(p: dict) -> str:
     """Seeds needed, with the range an sd from few seeds leaves: '13 (6-210)'."""
-    found = seeds_needed(p, ">", fmt)
+    found = seeds_needed(p["seeds_needed"], p.get("seeds_needed_range"), ">", fmt)
     if found is None:
         return "n/a"
     need, span = found

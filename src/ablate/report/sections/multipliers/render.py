@@ -5,6 +5,9 @@ Every number shown is read from the dict, none recomputed; a multiplier that is 
 
 from __future__ import annotations
 
+import dataclasses
+
+from ablate.report.schema import Headline
 from ablate.report.text.fmt import Section, fmt, fmt_ci, rung_label
 
 
@@ -59,10 +62,10 @@ def sentence(section: dict, scale_fields: list[str]) -> str:
     )
 
 
-def with_headline(headline: dict, section: dict, scale_fields: list[str]) -> dict:
+def with_headline(headline: Headline, section: dict, scale_fields: list[str]) -> Headline:
     """The headline with its compute sentence after the decisions (never part of a decision)."""
     words = sentence(section, scale_fields)
-    return {**headline, "compute": words, "text": f"{headline['text']} {words}."}
+    return dataclasses.replace(headline, compute=words, text=f"{headline.text} {words}.")
 
 
 def _budgets(row: dict) -> str:

@@ -8,6 +8,9 @@ the decisions section wrote (sections/decisions/headline.py), and it adds the st
 
 from __future__ import annotations
 
+import dataclasses
+
+from ablate.report.schema.decisions import Headline
 from ablate.report.schema.sequential import Contrast, Sequential
 from ablate.report.sections.sequential.decide import CLOSED, FUTILE
 
@@ -77,15 +80,15 @@ def sequential_text(section: Sequential) -> str:
     return text
 
 
-def sequential_headline(headline: dict, section: Sequential, experiment: str) -> dict:
+def sequential_headline(headline: Headline, section: Sequential, experiment: str) -> Headline:
     """The headline with the adaptive study first: its decisions, then the fixed-n view, labelled."""
-    fixed = headline["text"].removeprefix(f"{experiment}: ")
+    fixed = headline.text.removeprefix(f"{experiment}: ")
     said = sequential_text(section)
-    return {
-        **headline,
-        "sequential": said,
-        "rule_changed_after_results": section.rule_changed_after_results,
-        "verdict": f"Adaptive study: {said}.",
-        "text": f"{experiment} (adaptive study): {said}. Fixed-n tests (p-values not valid under optional stopping): "
+    return dataclasses.replace(
+        headline,
+        sequential=said,
+        rule_changed_after_results=section.rule_changed_after_results,
+        verdict=f"Adaptive study: {said}.",
+        text=f"{experiment} (adaptive study): {said}. Fixed-n tests (p-values not valid under optional stopping): "
         f"{fixed}",
-    }
+    )
