@@ -288,7 +288,7 @@ def analyze_runs(
         recommendation=decided.recommendation,
         inference=_stopping(decided.inference, adaptive),
         sweep=None if sweep is None else schema.Sweep.from_json(sweep),
-        multipliers=None if compute is None else schema.Multipliers.from_json(compute),
+        multipliers=compute,
         sequential=adaptive,  # None unless the folder holds an adaptive study (study.json)
         headline=headline,
         tokenizers=tokenizer_note,
@@ -299,7 +299,7 @@ def analyze_runs(
 
 def _multipliers(
     runs: list[Run], split: BudgetSplit, scales: list, tasks: dict[str, TaskInfo], opts: Options
-) -> tuple[Options, dict | None]:
+) -> tuple[Options, schema.Multipliers | None]:
     """The compute multipliers (sections/multipliers/; None without compute points or a baseline), and the options
     with the experiment file's multiplier_baseline where --baseline names none."""
     label_of = {r.variant: label for _, by_variant in scales for label, rs in by_variant.items() for r in rs}
@@ -369,7 +369,7 @@ def _headline(
     overview: dict,
     tokenizer_note: Tokenizers,
     adaptive: Sequential | None,
-    compute: dict | None,
+    compute: schema.Multipliers | None,
     opts: Options,
 ) -> schema.Headline:
     """The headline: the decisions, led by the sequential ones with an adaptive study; then what each variant is

@@ -164,7 +164,7 @@ def sections(record: Report, with_images: bool) -> list[Section]:
         out.append(trust)
     out.append(signal.recommendation_section(record.recommendation))
     out += sweep.sections(report, with_images)  # grid runs on their axes; none without a grid
-    compute = multipliers.section(report, with_images)  # effects in compute, on a ladder's compute points
+    compute = multipliers.section(record, with_images)  # effects in compute, on a ladder's compute points
     if compute:
         out.append(compute)
     out.append(

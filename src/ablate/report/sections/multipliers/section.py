@@ -20,6 +20,7 @@ from ablate.report.sections.multipliers import estimate as mult
 from ablate.report.sections.multipliers.intervals import LEVEL, curve_band, trend
 from ablate.report.inputs.compute_points import BudgetSplit, ComputePoint
 from ablate.report.inputs.runs import ReportError, Run, TaskInfo, scale_order, scale_value
+from ablate.report.schema import Multipliers
 
 BAND_POINTS = 40  # where the baseline's fitted curve and band are drawn
 
@@ -154,8 +155,9 @@ def multipliers_section(
     floor_option,
     val_task: TaskInfo | None = None,
     baseline_from: str = "--baseline",
-) -> dict | None:
-    """report["multipliers"], or None where the runs hold no compute points and no baseline was named.
+) -> Multipliers | None:
+    """report["multipliers"], or None where the runs hold no compute points and no baseline was named. The fits
+    work in dicts (estimate.py, intervals.py); what leaves the section is its record.
 
     label_of: a main run's variant folder -> its method name (group_by_scale's labels); floor_option: the checked
     --multiplier-floor (options.floor_value); val_task: validation loss, whose per-item files give the item term;
@@ -178,7 +180,7 @@ def multipliers_section(
     found = mult.multipliers(points, opts.baseline, level=LEVEL, floor=floor)
     rows = _main_rows(found["rows"], counted, arm_label, {r.label: r for r in main_runs}, opts.baseline)
     trends, projections = _trends(rows, opts.multiplier_target)
-    return {
+    section = {
         "baseline": opts.baseline,
         "baseline_from": baseline_from,
         "level": LEVEL,
@@ -202,20 +204,21 @@ def multipliers_section(
         "notes": list(split.notes) + ([items_note] if items_note else []),
         "note": "",
     }
+    return Multipliers.from_json(section)
 
 
-def _without_baseline(extra: int, methods: list[str]) -> dict | None:
+def _without_baseline(extra: int, methods: list[str]) -> Multipliers | None:
     """No baseline named: nothing to say without compute points, else how to name one."""
     if not extra:
         return None
-    return {
-        "baseline": None,
-        "rows": [],
-        "note": (
+    return Multipliers(
+        baseline=None,
+        rows=[],
+        note=(
             f"{extra} run(s) are compute points (an arm at another budget; out of the comparisons above): name "
             f"the baseline for compute multipliers with --baseline METHOD (one of: {', '.join(methods)})"
         ),
-    }
+    )
 
 
 def _main_rows(
