@@ -141,9 +141,15 @@ def test_wsd_batch_is_exact_on_a_fine_grid_and_says_when_a_grid_is_too_coarse():
     print(f"powers-of-2 grid: B_opt {fit['b_opt']:.0f} for {b_opt:.0f} ({fit['b_opt'] / b_opt - 1:+.1%})")
     assert fit["status"] == "vertex" and fit["b_opt"] < 0.95 * b_opt  # biased low...
     assert fit["window_span"] == pytest.approx(4) and "span a factor 4" in fit["note"]  # ...and the report says so
+    from ablate.report.schema.sweep import CriticalFit, WsdFit
     from ablate.report.sections.sweep.render import _notes
 
-    assert "span a factor 4" in _notes(critical_batch(coarse, [curve.steps(b) for b in coarse]), fit)  # the table
+    critical = critical_batch(coarse, [curve.steps(b) for b in coarse])
+    records = (
+        CriticalFit.from_json({**critical, "b_crit_sequences": None}),
+        WsdFit.from_json({**fit, "b_opt_sequences": None, "b_min_sequences": None, "bound_b_sequences": None}),
+    )  # as the section hands them to the table (sequences aside)
+    assert "span a factor 4" in _notes(*records)  # the table
 
 
 def test_power_law_recovers_e_a_alpha_with_cis():

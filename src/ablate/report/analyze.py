@@ -287,7 +287,7 @@ def analyze_runs(
         subject_floor=subject_floor,
         recommendation=decided.recommendation,
         inference=_stopping(decided.inference, adaptive),
-        sweep=None if sweep is None else schema.Sweep.from_json(sweep),
+        sweep=sweep,
         multipliers=compute,
         sequential=adaptive,  # None unless the folder holds an adaptive study (study.json)
         headline=headline,

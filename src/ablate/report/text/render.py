@@ -163,7 +163,7 @@ def sections(record: Report, with_images: bool) -> list[Section]:
     if trust:
         out.append(trust)
     out.append(signal.recommendation_section(record.recommendation))
-    out += sweep.sections(report, with_images)  # grid runs on their axes; none without a grid
+    out += sweep.sections(record, with_images)  # grid runs on their axes; none without a grid
     compute = multipliers.section(record, with_images)  # effects in compute, on a ladder's compute points
     if compute:
         out.append(compute)

@@ -1,36 +1,38 @@
 """report["sweep"] -> the report's sweep sections (fmt.Section: title, paragraphs, tables of plain strings, PNGs,
-bullets). Every number shown is read from the dict (report.json), none recomputed.
+bullets). Every number shown is read from the record (schema.Sweep, as report.json holds it), none recomputed.
 """
 
 from __future__ import annotations
 
+from ablate.report.schema import ABSENT, Report, Sweep
+from ablate.report.schema.sweep import BatchView, CriticalFit, LrFit, ScaleView, Target, WsdFit
 from ablate.report.sections.sweep import figures
 from ablate.report.text.fmt import Section, fmt, fmt_ci
 
 
-def _share(fit: dict) -> str:
+def _share(fit: LrFit | CriticalFit | WsdFit) -> str:
     """How many bootstrap replicates gave a usable fit, where the point estimate had one."""
-    usable = fit.get("ci_share") is not None and fit["status"] in ("fit", "vertex")
-    return f" ({fit['ci_share']:.0%} of replicates)" if usable else ""
+    usable = fit.ci_share not in (None, ABSENT) and fit.status in ("fit", "vertex")
+    return f" ({fit.ci_share:.0%} of replicates)" if usable else ""
 
 
-def _notes(*fits: dict) -> str:
-    if all(f["status"] == "too_few" for f in fits):  # one reason, said once
-        return fits[0]["note"].split(":")[0] + ": the fits need >= 3"
-    return "; ".join(f["note"] for f in fits if f["note"])
+def _notes(*fits: CriticalFit | WsdFit) -> str:
+    if all(f.status == "too_few" for f in fits):  # one reason, said once
+        return fits[0].note.split(":")[0] + ": the fits need >= 3"
+    return "; ".join(f.note for f in fits if f.note)
 
 
-def _optimum(fit: dict) -> str:
-    if fit["status"] == "vertex":
-        return fmt(fit["lr_opt"], 3)
-    if fit["status"] == "at_least":
-        return f"at least {fmt(fit['bound_lr'], 3)}"
-    if fit["status"] == "at_most":
-        return f"at most {fmt(fit['bound_lr'], 3)}"
+def _optimum(fit: LrFit) -> str:
+    if fit.status == "vertex":
+        return fmt(fit.lr_opt, 3)
+    if fit.status == "at_least":
+        return f"at least {fmt(fit.bound_lr, 3)}"
+    if fit.status == "at_most":
+        return f"at most {fmt(fit.bound_lr, 3)}"
     return "n/a"
 
 
-def _lr(sweep: dict, metric: str) -> tuple[list, list]:
+def _lr(sweep: Sweep, metric: str) -> tuple[list, list]:
     paragraphs = [
         f"Optimum LR: a quadratic in log10(LR) through the best LR and its two neighbours; its vertex is "
         f"the optimum. 95% CI: seeds resampled at each LR and refitted (the share of replicates whose "
@@ -38,23 +40,19 @@ def _lr(sweep: dict, metric: str) -> tuple[list, list]:
         f"1% of the optimum's. An optimum past the grid's edge is given as a bound, not extrapolated."
     ]
     rows = []
-    for v in sweep["lr"]:
-        f = v["fit"]
-        within = (
-            "n/a"
-            if not f["within"]
-            else fmt_ci(f["within"], 3) + (" (beyond the grid)" if f["within_beyond_grid"] else "")
-        )
+    for v in sweep.lr:
+        f = v.fit
+        within = "n/a" if not f.within else fmt_ci(f.within, 3) + (" (beyond the grid)" if f.within_beyond_grid else "")
         rows.append(
             [
-                v["label"],
-                ", ".join(fmt(x, 3) for x in v["lrs"]),
-                f"{fmt(f['best_lr'], 3)}: {fmt(f['best_value'])}",
+                v.label,
+                ", ".join(fmt(x, 3) for x in v.lrs),
+                f"{fmt(f.best_lr, 3)}: {fmt(f.best_value)}",
                 _optimum(f),
-                fmt(f["value_opt"]),
-                fmt_ci(f["ci"], 3) + _share(f),
+                fmt(f.value_opt),
+                fmt_ci(f.ci, 3) + _share(f),
                 within,
-                f["note"],
+                f.note,
             ]
         )
     return paragraphs, [
@@ -66,49 +64,49 @@ def _lr(sweep: dict, metric: str) -> tuple[list, list]:
     ]
 
 
-def _batch_method(ctx: dict) -> str:
-    smooth = ", smoothed over 5 logged points" if ctx["curve"] == "train_loss" else ""
+def _batch_method(ctx: BatchView) -> str:
+    smooth = ", smoothed over 5 logged points" if ctx.curve == "train_loss" else ""
     return (
-        f"Batch size ({ctx['label']}): each batch size at its best LR ({', '.join(ctx['cells'])}); "
-        f"{ctx['curve'].replace('_', ' ')} curves averaged over seeds{smooth}. S and E: the steps and tokens at "
+        f"Batch size ({ctx.label}): each batch size at its best LR ({', '.join(ctx.cells)}); "
+        f"{ctx.curve.replace('_', ' ')} curves averaged over seeds{smooth}. S and E: the steps and tokens at "
         f"which a curve first reaches the target loss (interpolated between logged points). Hyperbola "
         f"(McCandlish et al.): (S/S_min - 1)(E/E_min - 1) = 1, B_crit = E_min/S_min. WSD-revised E(S) (Zhou et al. "
         f"2026, arXiv 2601.05034): B_opt = E_min/S_opt at the vertex of its quadratic stage (fewest tokens to the "
         f"loss), B_min = A1 of its linear stage E = A1 S + A0 (smaller batches never reach the loss); the grid's own "
         f"bound on B_min is the smallest batch that reached the loss. MiniCPM: B_opt = 1.2110e9 / L^6.2393 "
         f"tokens, fitted to C4 loss with its own tokenizer: a reference, not comparable across corpora and "
-        f"tokenizers. Batch sizes in sequences of {fmt(ctx['seq_len'], 6)} tokens"
+        f"tokenizers. Batch sizes in sequences of {fmt(ctx.seq_len, 6)} tokens"
         + (
-            f"; 95% CIs: seeds resampled at each batch size, curves re-read and refitted ({ctx['n_boot']} replicates)."
-            if ctx["n_boot"]
+            f"; 95% CIs: seeds resampled at each batch size, curves re-read and refitted ({ctx.n_boot} replicates)."
+            if ctx.n_boot
             else "."
         )
     )
 
 
-def _batch_fit_row(t: dict) -> list[str]:
+def _batch_fit_row(t: Target) -> list[str]:
     """One target loss: B_crit, B_opt and B_min (fitted and the grid's own), MiniCPM's B_opt, the notes."""
-    c, w, seen = t["critical"], t["wsd"], t["b_min_observed"]
+    c, w, seen = t.critical, t.wsd, t.b_min_observed
     b_opt = (
-        fmt(w["b_opt_sequences"], 3)
-        if w["status"] == "vertex"
-        else (f"{w['status'].replace('_', ' ')} {fmt(w['bound_b_sequences'], 3)}" if w["bound_b"] else "n/a")
+        fmt(w.b_opt_sequences, 3)
+        if w.status == "vertex"
+        else (f"{w.status.replace('_', ' ')} {fmt(w.bound_b_sequences, 3)}" if w.bound_b else "n/a")
     )
     grid_min = (
         "n/a"
-        if seen["at_most"] is None
-        else f"<= {seen['at_most']}" + (f", > {seen['above']}" if seen["above"] is not None else "")
+        if seen.at_most is None
+        else f"<= {seen.at_most}" + (f", > {seen.above}" if seen.above is not None else "")
     )
     return [
-        fmt(t["loss"]),
-        fmt(c["b_crit_sequences"], 3),
-        fmt_ci(c.get("ci_sequences"), 3) + _share(c),
-        fmt(c["rel_rmse"], 2),
+        fmt(t.loss),
+        fmt(c.b_crit_sequences, 3),
+        fmt_ci(c.ci_sequences, 3) + _share(c),
+        fmt(c.rel_rmse, 2),
         b_opt,
-        fmt_ci(w.get("ci_sequences"), 3) + _share(w),
-        fmt(w["b_min_sequences"], 3),
+        fmt_ci(w.ci_sequences, 3) + _share(w),
+        fmt(w.b_min_sequences, 3),
         grid_min,
-        f"{fmt(t['minicpm']['tokens'], 3)} ({fmt(t['minicpm']['sequences'], 3)})",
+        f"{fmt(t.minicpm.tokens, 3)} ({fmt(t.minicpm.sequences, 3)})",
         _notes(c, w),
     ]
 
@@ -127,71 +125,67 @@ FIT_COLUMNS = [
 ]
 
 
-def _batch(ctx: dict) -> tuple[list, list]:
+def _batch(ctx: BatchView) -> tuple[list, list]:
     paragraphs = [_batch_method(ctx)]
-    if ctx["note"]:
-        paragraphs.append(f"Batch size ({ctx['label']}): {ctx['note']}.")
-    if ctx["short_curves"]:
-        paragraphs.append(f"Too few logged points in common over seeds, left out: {', '.join(ctx['short_curves'])}.")
-    points = [
-        [fmt(t["loss"]), str(p["batch"]), fmt(p["steps"]), fmt(p["tokens"])]
-        for t in ctx["targets"]
-        for p in t["points"]
-    ]
-    points += [[fmt(t["loss"]), str(b), "not reached", ""] for t in ctx["targets"] for b in t["not_reached"]]
+    if ctx.note:
+        paragraphs.append(f"Batch size ({ctx.label}): {ctx.note}.")
+    if ctx.short_curves:
+        paragraphs.append(f"Too few logged points in common over seeds, left out: {', '.join(ctx.short_curves)}.")
+    points = [[fmt(t.loss), str(p.batch), fmt(p.steps), fmt(p.tokens)] for t in ctx.targets for p in t.points]
+    points += [[fmt(t.loss), str(b), "not reached", ""] for t in ctx.targets for b in t.not_reached]
     tables = [
         (
-            f"Steps and tokens to each target loss ({ctx['label']})",
+            f"Steps and tokens to each target loss ({ctx.label})",
             ["target loss", "batch", "steps S", "tokens E"],
             points,
         ),
         (
-            f"Batch-size fits per target loss ({ctx['label']}; sequences per step)",
+            f"Batch-size fits per target loss ({ctx.label}; sequences per step)",
             FIT_COLUMNS,
-            [_batch_fit_row(t) for t in ctx["targets"]],
+            [_batch_fit_row(t) for t in ctx.targets],
         ),
     ]
     return paragraphs, tables
 
 
-def _scale_paragraphs(scale: dict, ranked: str) -> list[str]:
+def _scale_paragraphs(scale: ScaleView, ranked: str) -> list[str]:
     paragraphs = [
-        f"Model size over {', '.join(scale['axes'])}: N = parameters (summary.json), at each size the "
+        f"Model size over {', '.join(scale.axes)}: N = parameters (summary.json), at each size the "
         f"best cell over {ranked}. L(N) = E + A N^-alpha by least squares; 95% CIs: the best cell's "
         f"seeds resampled at each size and refitted."
     ]
-    f = scale["fit"]
-    if f and f["status"] == "fit":
-        ci = f["ci"] or {}
+    f = scale.fit
+    if f and f.status == "fit":
+        ci = f.ci
         paragraphs.append(
-            f"Fit: E = {fmt(f['E'])} {fmt_ci(ci.get('E'), 3)}, "
-            f"A = {fmt(f['A'])} {fmt_ci(ci.get('A'), 3)}, "
-            f"alpha = {fmt(f['alpha'])} {fmt_ci(ci.get('alpha'), 3)}; rmse {fmt(f['rmse'], 3)}."
-            + (f" {f['note']}." if f["note"] else "")
+            f"Fit: E = {fmt(f.E)} {fmt_ci(ci and ci.E, 3)}, "
+            f"A = {fmt(f.A)} {fmt_ci(ci and ci.A, 3)}, "
+            f"alpha = {fmt(f.alpha)} {fmt_ci(ci and ci.alpha, 3)}; rmse {fmt(f.rmse, 3)}."
+            + (f" {f.note}." if f.note else "")
         )
     elif f:
-        paragraphs.append(f"No power-law fit: {f['note']}.")
-    if scale["note"]:
-        paragraphs.append(scale["note"] + ".")
+        paragraphs.append(f"No power-law fit: {f.note}.")
+    if scale.note:
+        paragraphs.append(scale.note + ".")
     return paragraphs
 
 
-def _scale(scale: dict, metric: str) -> tuple[list, list]:
-    ranked = ", ".join(scale["ranked"]) or "nothing else"
+def _scale(scale: ScaleView, metric: str) -> tuple[list, list]:
+    ranked = ", ".join(scale.ranked) or "nothing else"
     sizes = [
         [
-            s["label"],
-            fmt(s["params"], 6) + ("" if s["params_from"] == "summary" else " (axis value)"),
-            s["best"],
-            fmt(s["mean"]),
+            s.label,
+            fmt(s.params, 6) + ("" if s.params_from == "summary" else " (axis value)"),
+            s.best,
+            fmt(s.mean),
         ]
-        for s in scale["sizes"]
+        for s in scale.sizes
     ]
     tables = [("Best cell per model size", ["size", "params", "best cell", metric], sizes)]
-    if scale["decision"]:
+    if scale.decision:
         rows = [
-            [d["label"], fmt(d["params"], 6), str(len(d["cells"])), fmt(d["decision_accuracy"], 3), fmt(d["tau"], 3)]
-            for d in scale["decision"]
+            [d.label, fmt(d.params, 6), str(len(d.cells)), fmt(d.decision_accuracy, 3), fmt(d.tau, 3)]
+            for d in scale.decision
         ]
         header = ["size", "params", "cells", "decision accuracy", "Kendall tau"]
         tables.append((f"Ranking of {ranked} at each size vs the largest", header, rows))
@@ -203,64 +197,66 @@ def _drawn(images: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
     return [(caption, png) for caption, png in images if png]
 
 
-def _head(sweep: dict, m: dict, metric: str, with_images: bool) -> Section:
-    """The "Sweep" section: the grid's cells, its heatmap, what could not be computed (m: what they are scored by)."""
+def _head(sweep: Sweep, scored: tuple[str, str], metric: str, with_images: bool) -> Section:
+    """The "Sweep" section: the grid's cells, its heatmap, what could not be computed (scored: what they are scored
+    by, and which way is better)."""
     cells = [
         [
-            c["label"],
-            str(len(c["seeds"])),
-            fmt(c["mean"]),
-            fmt(c["std"], 3),
-            fmt(c["min"]),
-            fmt(c["max"]),
-            fmt(c["params"], 6),
+            c.label,
+            str(len(c.seeds)),
+            fmt(c.mean),
+            fmt(c.std, 3),
+            fmt(c.min),
+            fmt(c.max),
+            fmt(c.params, 6),
         ]
-        for c in sweep["cells"]
+        for c in sweep.cells
     ]
     tables = [("Grid cells", ["cell", "seeds", metric, "seed sd", "min", "max", "params"], cells)]
     images = []
-    hm = sweep.get("heatmap")
+    hm = sweep.heatmap
     if hm:
-        fixed = ", ".join(f"{k}={v}" for k, v in hm["fixed"].items())
+        fixed = ", ".join(f"{k}={v}" for k, v in hm.fixed.items())
         tables.append(
             (
-                f"{metric}: {hm['y']} (rows) x {hm['x']} (columns)" + (f", at {fixed}" if fixed else ""),
-                [f"{hm['y']} \\ {hm['x']}"] + [str(x) for x in hm["x_values"]],
-                [[str(y)] + [fmt(v) for v in row] for y, row in zip(hm["y_values"], hm["mean"])],
+                f"{metric}: {hm.y} (rows) x {hm.x} (columns)" + (f", at {fixed}" if fixed else ""),
+                [f"{hm.y} \\ {hm.x}"] + [str(x) for x in hm.x_values],
+                [[str(y)] + [fmt(v) for v in row] for y, row in zip(hm.y_values, hm.mean)],
             )
         )
         if with_images:
             images = _drawn([("heatmap", figures.heatmap_png(hm, metric))])
     opening = (
-        f"Runs built by grid() over {', '.join(sweep['axes'])}, one cell per combination of values, seeds averaged; "
-        f'score: {m["source"]} ({m["direction"]} is better). Every number here is in report.json under "sweep".'
+        f"Runs built by grid() over {', '.join(sweep.axes)}, one cell per combination of values, seeds averaged; "
+        f'score: {scored[0]} ({scored[1]} is better). Every number here is in report.json under "sweep".'
     )
-    return Section("Sweep", [opening], tables, images, bullets=list(sweep["notes"]))
+    return Section("Sweep", [opening], tables, images, bullets=list(sweep.notes))
 
 
-def sections(report: dict, with_images: bool) -> list[Section]:
+def sections(report: Report, with_images: bool) -> list[Section]:
     """The "Sweep" section (cells, heatmap, what could not be computed), then one per view: optimum LR, batch size
     per context, model size; none without a grid. Plots are drawn only with_images (for HTML)."""
-    sweep = report.get("sweep")
-    if not sweep:
+    sweep = report.sweep
+    if sweep is None:
         return []
-    m = sweep["metric"] or {"source": "n/a", "direction": "lower"}
-    metric = "val loss" if m["source"] == "final val/loss" else "loss"
-    out = [_head(sweep, m, metric, with_images)]
-    if sweep.get("lr"):
+    m = sweep.metric
+    scored = (m.source, m.direction) if m is not None else ("n/a", "lower")
+    metric = "val loss" if scored[0] == "final val/loss" else "loss"
+    out = [_head(sweep, scored, metric, with_images)]
+    if sweep.lr:
         paragraphs, tables = _lr(sweep, metric)
-        images = _drawn([("score against LR", figures.lr_png(sweep["lr"], metric))]) if with_images else []
+        images = _drawn([("score against LR", figures.lr_png(sweep.lr, metric))]) if with_images else []
         out.append(Section("Sweep: optimum LR", paragraphs, tables, images))
-    for ctx in sweep.get("batch") or []:
+    for ctx in sweep.batch or []:
         paragraphs, tables = _batch(ctx)
         drawn = [
-            (f"loss curves per batch size ({ctx['label']})", figures.loss_curves_png(ctx) if with_images else None),
-            (f"E vs S ({ctx['label']})", figures.es_png(ctx) if with_images else None),
+            (f"loss curves per batch size ({ctx.label})", figures.loss_curves_png(ctx) if with_images else None),
+            (f"E vs S ({ctx.label})", figures.es_png(ctx) if with_images else None),
         ]
-        title = "Sweep: batch size" + ("" if ctx["label"] == "all" else f" ({ctx['label']})")
+        title = "Sweep: batch size" + ("" if ctx.label == "all" else f" ({ctx.label})")
         out.append(Section(title, paragraphs, tables, _drawn(drawn)))
-    if sweep.get("scale"):
-        paragraphs, tables = _scale(sweep["scale"], metric)
-        drawn = [("score against model size", figures.power_law_png(sweep["scale"], metric) if with_images else None)]
+    if sweep.scale:
+        paragraphs, tables = _scale(sweep.scale, metric)
+        drawn = [("score against model size", figures.power_law_png(sweep.scale, metric) if with_images else None)]
         out.append(Section("Sweep: model size", paragraphs, tables, _drawn(drawn)))
     return out

@@ -18,6 +18,7 @@ from collections import Counter
 from ablate.report.inputs.match import final_points
 from ablate.report.inputs.runs import VAL_TASK, ReportError, Run
 from ablate.report.options import Options
+from ablate.report.schema import Sweep
 from ablate.report.sections.sweep.batch import batch_views
 from ablate.report.sections.sweep.cells import BATCH_AXIS, LR_AXIS, final, grid_cells, heatmap
 from ablate.report.sections.sweep.views import lr_views, scale_views
@@ -90,8 +91,9 @@ def _views(axes: list[str], cells: list[dict], runs_of: dict, opts: Options) -> 
     return views, notes
 
 
-def sweep_section(runs: list[Run], opts: Options) -> dict | None:
-    """report["sweep"]; None when no run was built by grid()."""
+def sweep_section(runs: list[Run], opts: Options) -> Sweep | None:
+    """report["sweep"]; None when no run was built by grid(). The views work in dicts (views.py, fits.py, batch.py);
+    what leaves the section is its record."""
     gridded = [r for r in runs if r.config.get("axes")]
     if not gridded:
         return None
@@ -102,7 +104,7 @@ def sweep_section(runs: list[Run], opts: Options) -> dict | None:
     try:
         cells, runs_of = grid_cells(scored, axes, metric, at)
     except ReportError as exc:
-        return {"axes": axes, "metric": None, "cells": [], "notes": notes + [f"axes unreadable: {exc}"]}
+        return Sweep(axes=axes, metric=None, cells=[], notes=notes + [f"axes unreadable: {exc}"])
     task = VAL_TASK if metric else "train_loss"
     out = {
         "axes": axes,
@@ -115,6 +117,6 @@ def sweep_section(runs: list[Run], opts: Options) -> dict | None:
         "notes": notes,
     }
     if not cells:
-        return {**out, "notes": notes + ["no finished grid run to lay out"]}
+        return Sweep.from_json({**out, "notes": notes + ["no finished grid run to lay out"]})
     views, why_not = _views(axes, cells, runs_of, opts)
-    return {**out, **views, "notes": notes + why_not}
+    return Sweep.from_json({**out, **views, "notes": notes + why_not})
