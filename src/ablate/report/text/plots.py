@@ -17,6 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, LogFormatterSciNotation, MaxNLocator
 
+from ablate.report.schema import Curve, Series
+
 
 @contextmanager
 def as_written():
@@ -56,10 +58,10 @@ def png(fig: Figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def chance_on_axis(curves: dict[str, dict], chance: float | None) -> bool:
+def chance_on_axis(curves: dict[str, Curve], chance: float | None) -> bool:
     """Whether the chance line is drawn: only when it lies within one data span of the curves. Further away (val
     loss starts near ln(vocab) and falls far below it) it would flatten every difference between the curves."""
-    values = [v for c in curves.values() for v in c["min"] + c["max"]]
+    values = [v for c in curves.values() for v in c.min + c.max]
     if chance is None or not values:
         return False
     span = max(values) - min(values)
@@ -83,22 +85,22 @@ def _axes_style(ax, legend: list[tuple]) -> None:
 
 
 def curves_png(
-    title: str, ylabel: str, curves: dict[str, dict], chance: float | None = None, compared_tokens: int | None = None
+    title: str, ylabel: str, curves: dict[str, Curve], chance: float | None = None, compared_tokens: int | None = None
 ) -> str | None:
     """Mean per variant against tokens, with a band from the lowest to the highest seed; a dashed line where finals
     are compared when that is before some runs' end (equal tokens)."""
-    if not any(c["steps"] for c in curves.values()):
+    if not any(c.steps for c in curves.values()):
         return None
     fig = Figure(figsize=(5.2, 3.2))
     ax = fig.add_subplot()
     legend = []
     for variant, c in curves.items():
-        if not c["steps"]:
+        if not c.steps:
             continue
-        (line,) = ax.plot(c["tokens"], c["mean"], marker="." if len(c["steps"]) < 30 else None)
+        (line,) = ax.plot(c.tokens, c.mean, marker="." if len(c.steps) < 30 else None)
         legend.append((line, variant))
-        if c["std"] is not None:
-            ax.fill_between(c["tokens"], c["min"], c["max"], color=line.get_color(), alpha=0.2, linewidth=0)
+        if c.std is not None:
+            ax.fill_between(c.tokens, c.min, c.max, color=line.get_color(), alpha=0.2, linewidth=0)
     if chance_on_axis(curves, chance):  # else it would squash the curves (the caption says so)
         legend.append((ax.axhline(chance, color="grey", linestyle=":", linewidth=1), "chance"))
     if compared_tokens is not None:
@@ -109,18 +111,17 @@ def curves_png(
     return png(fig)
 
 
-def ranking_png(series: list[dict]) -> str | None:
+def ranking_png(series: list[Series]) -> str | None:
     """Kendall tau of each task's ranking (primary metric) against its final ranking, over training."""
-    rows = [(s["task"], s["quality"]["ranking"]["by_checkpoint"]) for s in series]
-    rows = [(task, [r for r in points if r["tau"] is not None]) for task, points in rows]
+    rows = [(s.task, s.quality.ranking.by_checkpoint) for s in series]
+    rows = [(task, [r for r in points if r.tau is not None]) for task, points in rows]
     rows = [(task, points) for task, points in rows if points]
     if not rows:
         return None
     fig = Figure(figsize=(5.2, 3.2))
     ax = fig.add_subplot()
     legend = [
-        (ax.plot([r["tokens"] for r in points], [r["tau"] for r in points], marker=".")[0], task)
-        for task, points in rows
+        (ax.plot([r.tokens for r in points], [r.tau for r in points], marker=".")[0], task) for task, points in rows
     ]
     ax.set_ylim(-1.05, 1.05)
     ax.set_title("ranking vs final ranking (Kendall tau)", fontsize=10)

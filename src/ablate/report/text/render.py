@@ -12,7 +12,7 @@ import html
 import json
 import math
 
-from ablate.report.schema import Report
+from ablate.report.schema import Group, Report
 from ablate.report.sections.decisions import opening
 from ablate.report.sections.decisions import render as decisions
 from ablate.report.sections.multipliers import render as multipliers
@@ -24,8 +24,8 @@ from ablate.report.text import plots
 from ablate.report.text.fmt import Section, fmt, fmt_seconds, md_escape, md_line
 
 
-def _group_title(group: dict, groups: list[dict]) -> str:
-    return "" if len(groups) == 1 and group["scale"] is None else f" (scale {group['scale']})"
+def _group_title(group: Group, groups: list[Group]) -> str:
+    return "" if len(groups) == 1 and group.scale is None else f" (scale {group.scale})"
 
 
 def _constant_columns(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]], list]:
@@ -39,64 +39,61 @@ def _constant_columns(header: list[str], rows: list[list[str]]) -> tuple[list[st
     return [header[i] for i in keep], [[row[i] for i in keep] for row in rows], stated
 
 
-def _overview_section(report: dict) -> Section:
-    o = report["overview"]
-    finished = sum(r["status"] == "finished" for r in o["runs"])
+def _overview_section(report: Report) -> Section:
+    o = report.overview
+    finished = sum(r.status == "finished" for r in o.runs)
     sec = Section(
         "Overview",
         [
-            f"Experiment {report['experiment']}: variants {', '.join(o['variants'])}; seeds "
-            f"{', '.join(str(s) for s in o['seeds'])}; {len(o['runs'])} runs, {finished} finished; "
-            f"total training time {fmt_seconds(o['total_wall_seconds'])}."
+            f"Experiment {report.experiment}: variants {', '.join(o.variants)}; seeds "
+            f"{', '.join(str(s) for s in o.seeds)}; {len(o.runs)} runs, {finished} finished; "
+            f"total training time {fmt_seconds(o.total_wall_seconds)}."
         ],
     )
     rows = [
         [
-            r["run"],
-            r["status"],
-            f"{fmt(r['steps'])}/{fmt(r['max_steps'])}",
-            fmt(r["tokens"]),
-            fmt(r["params"])
-            + (
-                f" ({fmt(r.get('params_active'))} active)" if r.get("params_active", r["params"]) != r["params"] else ""
-            ),
-            fmt_seconds(r["wall_seconds"]),
-            fmt(r["final_val_loss"]),
-            r["note"],
+            r.run,
+            r.status,
+            f"{fmt(r.steps)}/{fmt(r.max_steps)}",
+            fmt(r.tokens),
+            fmt(r.params) + (f" ({fmt(r.params_active)} active)" if r.params_active != r.params else ""),
+            fmt_seconds(r.wall_seconds),
+            fmt(r.final_val_loss),
+            r.note,
         ]
-        for r in o["runs"]
+        for r in o.runs
     ]
-    header, extra = tokenizers.runs_table(o["runs"])  # val bpb, fertility, bytes/token: beside the losses
+    header, extra = tokenizers.runs_table(o.runs)  # val bpb, fertility, bytes/token: beside the losses
     rows = [row[:-1] + more + row[-1:] for row, more in zip(rows, extra)]
     header = ["run", "status", "steps", "tokens", "params", "wall time", "final val loss", *header, "note"]
-    if len({r.get("kv_bytes_per_token") for r in o["runs"]} - {None}) > 1:  # attention choices: KV memory vs loss
+    if len({r.kv_bytes_per_token for r in o.runs} - {None}) > 1:  # attention choices: KV memory vs loss
         header.insert(7, "KV cache B/token")
-        rows = [row[:7] + [fmt(r.get("kv_bytes_per_token"))] + row[7:] for row, r in zip(rows, o["runs"])]
+        rows = [row[:7] + [fmt(r.kv_bytes_per_token)] + row[7:] for row, r in zip(rows, o.runs)]
     header, rows, same = _constant_columns(header, rows)
     if same:
         sec.paragraphs.append(", ".join(f"{h} {v}" for h, v in same) + " for every run.")
     sec.tables.append(("Runs", header, rows))
-    if o["not_analyzed"]:
-        sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o["not_analyzed"]))
-    if o.get("diverged"):
+    if o.not_analyzed:
+        sec.paragraphs.append("Left out of every comparison (unfinished or failed): " + ", ".join(o.not_analyzed))
+    if o.diverged:
         sec.paragraphs.append(
-            "Diverged (a result, not a failure: listed apart, never compared): " + ", ".join(o["diverged"])
+            "Diverged (a result, not a failure: listed apart, never compared): " + ", ".join(o.diverged)
         )
-    if o["skipped_folders"]:
-        sec.paragraphs.append("Folders that could not be read: " + "; ".join(o["skipped_folders"]))
-    axes = o.get("axes")
+    if o.skipped_folders:
+        sec.paragraphs.append("Folders that could not be read: " + "; ".join(o.skipped_folders))
+    axes = o.axes
     if axes:
         sec.tables.append(
             (
                 "Variants on the grid's axes",
-                ["variant"] + axes["fields"],
-                [[v] + [str(a.get(f, "")) for f in axes["fields"]] for v, a in axes["by_variant"].items()],
+                ["variant"] + axes.fields,
+                [[v] + [str(a.get(f, "")) for f in axes.fields] for v, a in axes.by_variant.items()],
             )
         )
     return sec
 
 
-def _curves(group: dict, suffix: str, with_images: bool) -> Section:
+def _curves(group: Group, suffix: str, with_images: bool) -> Section:
     sec = Section(
         f"Curves{suffix}",
         [
@@ -105,9 +102,9 @@ def _curves(group: dict, suffix: str, with_images: bool) -> Section:
         ],
     )
     far = [
-        f"{s['task']} [{s['metric']}] (chance {fmt(s['chance'])})"
-        for s in group["series"]
-        if s["primary"] and s["chance"] is not None and not plots.chance_on_axis(s["curve"], s["chance"])
+        f"{s.task} [{s.metric}] (chance {fmt(s.chance)})"
+        for s in group.series
+        if s.primary and s.chance is not None and not plots.chance_on_axis(s.curve, s.chance)
     ]
     if far:
         sec.paragraphs.append(
@@ -116,62 +113,60 @@ def _curves(group: dict, suffix: str, with_images: bool) -> Section:
     if not with_images:
         sec.paragraphs.append("Plots are embedded in report.html.")
         return sec
-    images = [("training loss", plots.curves_png("training loss", "loss", group["train_loss"]))]
-    for s in group["series"]:
-        if s["primary"]:
-            caption = f"{s['task']} [{s['metric']}]"
-            if s["chance"] is not None and not plots.chance_on_axis(s["curve"], s["chance"]):
-                caption += f" (chance {fmt(s['chance'])} is far from the curves and not drawn)"
-            at = s.get("compared_at") or {}
-            compared = None if at.get("at_last", True) else at.get("tokens")
+    images = [("training loss", plots.curves_png("training loss", "loss", group.train_loss))]
+    for s in group.series:
+        if s.primary:
+            caption = f"{s.task} [{s.metric}]"
+            if s.chance is not None and not plots.chance_on_axis(s.curve, s.chance):
+                caption += f" (chance {fmt(s.chance)} is far from the curves and not drawn)"
+            compared = None if s.compared_at.at_last else s.compared_at.tokens
             if compared is not None:
                 caption += f"; dashed: {fmt(compared)} tokens, where finals are compared"
             images.append(
                 (
                     caption,
-                    plots.curves_png(f"{s['task']} [{s['metric']}]", s["metric"], s["curve"], s["chance"], compared),
+                    plots.curves_png(f"{s.task} [{s.metric}]", s.metric, s.curve, s.chance, compared),
                 )
             )
-    images.append(("ranking consistency", plots.ranking_png([s for s in group["series"] if s["primary"]])))
+    images.append(("ranking consistency", plots.ranking_png([s for s in group.series if s.primary])))
     sec.images = [(caption, png) for caption, png in images if png]
     return sec
 
 
-def sections(record: Report, with_images: bool) -> list[Section]:
+def sections(report: Report, with_images: bool) -> list[Section]:
     """The report in reading order: the verdict and decisions first, the method folded, then the evidence."""
-    report = record.to_json()  # the parts whose renderers still read report.json's dicts
-    groups = report["groups"]
-    adaptive = sequential.section(record.sequential)  # an adaptive study's decisions, beside the headline
+    groups = report.groups
+    adaptive = sequential.section(report.sequential)  # an adaptive study's decisions, beside the headline
     out = [
-        opening.headline_section(record),
+        opening.headline_section(report),
         *([adaptive] if adaptive else []),
-        opening.method_section(record),
+        opening.method_section(report),
         _overview_section(report),
     ]
-    floor = signal.subject_floor_section(record.subject_floor)
+    floor = signal.subject_floor_section(report.subject_floor)
     if floor:
         out.append(floor)
     for group in reversed(groups):  # largest scale first
         suffix = _group_title(group, groups)
         out += [
-            decisions.final_scores_section(group, suffix, record, group is groups[-1]),
+            decisions.final_scores_section(group, suffix, report, group is groups[-1]),
             _curves(group, suffix, with_images),
             signal.quality_section(group, suffix, report),
         ]
-    scales = [g.scale for g in record.groups]
-    trust = signal.across_section(record.across_scales, scales, record.options["bootstrap"])
+    scales = [g.scale for g in groups]
+    trust = signal.across_section(report.across_scales, scales, report.options["bootstrap"])
     if trust:
         out.append(trust)
-    out.append(signal.recommendation_section(record.recommendation))
-    out += sweep.sections(record, with_images)  # grid runs on their axes; none without a grid
-    compute = multipliers.section(record, with_images)  # effects in compute, on a ladder's compute points
+    out.append(signal.recommendation_section(report.recommendation))
+    out += sweep.sections(report, with_images)  # grid runs on their axes; none without a grid
+    compute = multipliers.section(report, with_images)  # effects in compute, on a ladder's compute points
     if compute:
         out.append(compute)
     out.append(
         Section(
             "Cannot compute",
-            [] if report["cannot_compute"] else ["Nothing: every figure was computed."],
-            bullets=report["cannot_compute"],
+            [] if report.cannot_compute else ["Nothing: every figure was computed."],
+            bullets=report.cannot_compute,
         )
     )
     return out

@@ -1,24 +1,25 @@
 """The signal section's text: report.json's series "quality", subject_floor, across_scales and recommendation ->
 "Task quality" per scale group, "Groups left out (subject SNR floor)", "Which signal to trust at which scale" and
-"Recommendation" (fmt.Section each; text/render.py places them). Every number shown is read from the dict.
+"Recommendation" (fmt.Section each; text/render.py places them). Every number shown is read from the records.
 """
 
 from __future__ import annotations
 
 import json
 
-from ablate.report.schema import AcrossScales, Recommendation, ScaleRow, SubjectFloor
+from ablate.report.schema import AcrossScales, Group, Recommendation, Report, ScaleRow, Series, SubjectFloor
 from ablate.report.text.fmt import Section, fmt, fmt_ci
 
 
-def _verdict(s: dict) -> str:
-    q = s["quality"]
-    if s["baseline"]:
+def _verdict(s: Series) -> str:
+    q = s.quality
+    if s.baseline:
         return "baseline (answer priors)"
-    if q["passes"]:
+    if q.passes:
         return "PASS"
-    parts = [f"fails {k}" for k, ok in q["criteria"].items() if ok is False]
-    return "; ".join(parts + [f"{k} not computable" for k, ok in q["criteria"].items() if ok is None])
+    criteria = q.criteria.to_json().items()  # the gates this series has (snr only with --min-snr)
+    parts = [f"fails {k}" for k, ok in criteria if ok is False]
+    return "; ".join(parts + [f"{k} not computable" for k, ok in criteria if ok is None])
 
 
 _QUALITY_COLUMNS = [
@@ -54,49 +55,45 @@ def _quality_legend(o: dict) -> str:
     )
 
 
-def _quality_row(s: dict) -> list[str]:
+def _quality_row(s: Series) -> list[str]:
     """A series' row of the signal criteria, in _QUALITY_COLUMNS' order."""
-    q, c, r = s["quality"], s["quality"]["chance"], s["quality"]["ranking"]
-    gain = (
-        ""
-        if c["gain_over_choices_only"] is None
-        else f"{fmt(c['gain_over_choices_only'], 3)} (z {fmt(c['gain_z'], 3)})"
-    )
+    q, c, r = s.quality, s.quality.chance, s.quality.ranking
+    gain = "" if c.gain_over_choices_only is None else f"{fmt(c.gain_over_choices_only, 3)} (z {fmt(c.gain_z, 3)})"
     first = (
         "n/a"
-        if c["chance"] is None
-        else ("never" if c["first_significant_tokens"] is None else fmt(c["first_significant_tokens"]))
+        if c.chance is None
+        else ("never" if c.first_significant_tokens is None else fmt(c.first_significant_tokens))
     )
     return [
-        s["task"],
-        s["metric"],
-        fmt(q["monotonicity"], 3),
-        fmt(q["seed_spread"], 3),
-        fmt(q["checkpoint_spread"], 3),
-        fmt(q["snr"], 3),
-        fmt(c["z_final"], 3),
+        s.task,
+        s.metric,
+        fmt(q.monotonicity, 3),
+        fmt(q.seed_spread, 3),
+        fmt(q.checkpoint_spread, 3),
+        fmt(q.snr, 3),
+        fmt(c.z_final, 3),
         first,
         gain,
-        fmt(r["tau_second_half"], 3),
-        fmt(r["consistent_from_fraction"], 2),
-        fmt(r["early_decision_accuracy"], 3),
+        fmt(r.tau_second_half, 3),
+        fmt(r.consistent_from_fraction, 2),
+        fmt(r.early_decision_accuracy, 3),
         _verdict(s),
     ]
 
 
-def quality_section(group: dict, suffix: str, report: dict) -> Section:
+def quality_section(group: Group, suffix: str, report: Report) -> Section:
     """A scale group's "Task quality": every series' signal criteria, then each primary series' ranking at each
     checkpoint against the final one."""
-    sec = Section(f"Task quality{suffix}", [_quality_legend(report["options"])])
-    sec.tables.append(("Signal criteria", _QUALITY_COLUMNS, [_quality_row(s) for s in group["series"]]))
-    for s in group["series"]:
-        by = s["quality"]["ranking"]["by_checkpoint"]
-        if s["primary"] and by:
+    sec = Section(f"Task quality{suffix}", [_quality_legend(report.options)])
+    sec.tables.append(("Signal criteria", _QUALITY_COLUMNS, [_quality_row(s) for s in group.series]))
+    for s in group.series:
+        by = s.quality.ranking.by_checkpoint
+        if s.primary and by:
             sec.tables.append(
                 (
-                    f"{s['task']} [{s['metric']}]: ranking at each checkpoint vs final",
+                    f"{s.task} [{s.metric}]: ranking at each checkpoint vs final",
                     ["step", "tokens", "Kendall tau", "decision accuracy"],
-                    [[fmt(x["step"]), fmt(x["tokens"]), fmt(x["tau"], 3), fmt(x["decision_accuracy"], 3)] for x in by],
+                    [[fmt(x.step), fmt(x.tokens), fmt(x.tau, 3), fmt(x.decision_accuracy, 3)] for x in by],
                 )
             )
     return sec
