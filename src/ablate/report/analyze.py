@@ -261,7 +261,7 @@ def analyze_runs(
     # an arm at several budgets: the comparisons see it once, at the budget every arm shares; the other budgets are
     # compute points, read by the multipliers alone (inputs/compute_points.py)
     split = split_budgets(runs, opts.scale)
-    overview = runs_overview(runs, skipped or [], [r.label for r in split.extra])
+    overview = schema.Overview.from_json(runs_overview(runs, skipped or [], [r.label for r in split.extra]))
     tokenizer_note, tasks = tokenizers_section(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     scales = group_by_scale(split.main, opts.scale)
     opts, compute = _multipliers(runs, split, scales, tasks, opts)
@@ -280,8 +280,8 @@ def analyze_runs(
         experiment=experiment,
         runs_dir=runs_dir,
         options=dataclasses.asdict(opts),
-        overview=schema.Overview.from_json(overview),
-        tasks=[schema.TaskRow.from_json(t) for t in _task_rows(tasks)],
+        overview=overview,
+        tasks=_task_rows(tasks),
         groups=[schema.Group.from_json(g) for g in decided.groups],
         across_scales=across,
         subject_floor=subject_floor,
@@ -366,7 +366,7 @@ def _stopping(inference: schema.Inference, adaptive: Sequential | None) -> schem
 def _headline(
     experiment: str,
     decided: _Decided,
-    overview: dict,
+    overview: schema.Overview,
     tokenizer_note: Tokenizers,
     adaptive: Sequential | None,
     compute: schema.Multipliers | None,
@@ -384,15 +384,8 @@ def _headline(
     return headline
 
 
-def _task_rows(tasks: dict[str, TaskInfo]) -> list[dict]:
+def _task_rows(tasks: dict[str, TaskInfo]) -> list[schema.TaskRow]:
     return [
-        {
-            "task": t.key,
-            "primary": t.primary,
-            "metrics": t.metrics,
-            "chance": t.chance,
-            "n": t.n,
-            "groups": len(t.groups),
-        }
+        schema.TaskRow(task=t.key, primary=t.primary, metrics=t.metrics, chance=t.chance, n=t.n, groups=len(t.groups))
         for t in tasks.values()
     ]

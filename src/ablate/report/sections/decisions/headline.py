@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 from ablate.report.inputs.failures import failure_texts
-from ablate.report.schema import Decision, Headline, OpenPair, Recommendation
+from ablate.report.schema import Decision, Headline, OpenPair, Overview, Recommendation
 from ablate.report.sections.decisions.families import metric_label, winner
 from ablate.report.sections.decisions.pairs import best
 from ablate.report.sections.decisions.verdict import verdict as short_verdict
@@ -161,9 +161,9 @@ def decide_series(s: dict, opts) -> Decision | None:
     )
 
 
-def _runs_left_out(overview: dict) -> list[str]:
+def _runs_left_out(overview: Overview) -> list[str]:
     """The runs the decisions leave out, in words: unfinished or failed ones, diverged ones (each only if any)."""
-    excluded, diverged = overview["not_analyzed"], overview.get("diverged")
+    excluded, diverged = overview.not_analyzed, overview.diverged
     left_runs = f"{len(excluded)} run(s) unfinished or failed, left out: {', '.join(excluded)}" if excluded else ""
     apart = f"{len(diverged)} diverged, listed apart: {', '.join(diverged)}" if diverged else ""
     return [t for t in (left_runs, apart) if t]
@@ -201,7 +201,7 @@ def headline(
     group: dict,
     series: list[dict],
     recommendation: Recommendation,
-    overview: dict,
+    overview: Overview,
     opts,
     note: str = "",
 ) -> Headline:
