@@ -196,6 +196,17 @@ def _overall(decisions: list[Decision], top: str | None, opts) -> str:
     return verdict
 
 
+def _left_aside(failed: dict[str, str], no_signal: list[str], unknown: list[str], left_out: list[str]) -> list[str]:
+    """What the decisions set aside, each said once: variants with failed seeds, tasks without signal or whose
+    signal cannot be assessed, tasks whose runs scored different items."""
+    notes = [
+        f"{v}: {text} (compared on the seeds finished on both sides; never named winner)" for v, text in failed.items()
+    ]
+    notes += [f"{', '.join(no_signal)}: no signal here"] if no_signal else []
+    notes += [f"{', '.join(unknown)}: signal not assessable with these runs"] if unknown else []
+    return notes + ([f"{', '.join(left_out)}: left out (runs scored different items)"] if left_out else [])
+
+
 def headline(
     experiment: str,
     group: dict,
@@ -227,12 +238,7 @@ def headline(
         )
     decisions = [d for s in series if (d := decide_series(s, opts))]
     failed = failure_texts(group.get("failures", {}))
-    notes = [
-        f"{v}: {text} (compared on the seeds finished on both sides; never named winner)" for v, text in failed.items()
-    ]
-    notes += [f"{', '.join(no_signal)}: no signal here"] if no_signal else []
-    notes += [f"{', '.join(unknown)}: signal not assessable with these runs"] if unknown else []
-    notes += [f"{', '.join(left_out)}: left out (runs scored different items)"] if left_out else []
+    notes = _left_aside(failed, no_signal, unknown, left_out)
     top = winner(decisions, set(failed))
     only_val = all(s["task"] == VAL_TASK for s in group["series"])
     scope = "validation loss only: no task evals in these runs" if only_val else ""
