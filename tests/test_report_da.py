@@ -12,7 +12,7 @@ from ablate.report import Options
 from ablate.report.analyze import analyze_runs
 from ablate.report.stats import da
 from ablate.report.sections.signal.choose import CANNOT_VALIDATE
-from ablate.report.schema import Report
+from ablate.report.schema import Quality, Report
 from ablate.report.text.render import to_markdown
 from ablate.report.inputs.runs import Point, Run, TaskInfo
 from ablate.report.sections.signal.tracking import from_runs
@@ -163,8 +163,9 @@ def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
     tau = float(why["gold_bpb"].split("tau ")[1].split(" ")[0])
     assert why["gold_bpb"].startswith("does not rank the variants as t's accuracy does (tau ") and tau == -1
     # a metric that does move with the accuracy passes, and says against what
-    aligned = dict(series["gold_bpb"], runs=series["acc_per_char"]["runs"], direction="higher")
-    tracks = from_runs("t", aligned, list(series.values()), None)
+    as_built = {m: dict(s, quality=Quality.from_json(s["quality"])) for m, s in series.items()}  # as analyze has them
+    aligned = dict(as_built["gold_bpb"], runs=series["acc_per_char"]["runs"], direction="higher")
+    tracks = from_runs("t", aligned, list(as_built.values()), None)
     assert tracks["passes"] and tracks["against"] == "acc_per_char" and tracks["value"] == 1
 
 

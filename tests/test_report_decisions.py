@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
+from ablate.report.schema import Chance, Criteria, Quality, Ranking
 from ablate.report.sections.sequential.contrasts import trained_order
 from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
 from ablate.report.sections.sequential.section import folder_contrasts
@@ -195,15 +196,29 @@ def _series(metric: str, by_variant: dict[str, list[float]], direction: str = "h
         for v, values in by_variant.items()
         for seed in range(2)
     }
-    quality = {"criteria": {"above_chance": True}}
     return {
         "metric": metric,
         "direction": direction,
         "runs": runs,
         "baseline": False,
         "primary": True,
-        "quality": quality,
+        "quality": _quality(above_chance=True),
     }
+
+
+def _quality(above_chance: bool) -> Quality:
+    """A series' quality with only the criterion tracking reads (whether its accuracy is past chance)."""
+    chance = dict.fromkeys(("chance", "z_final", "first_significant_step", "first_significant_tokens"))
+    ranking = dict.fromkeys(("tau_second_half", "consistent_from_step", "consistent_from_fraction", "early_step"))
+    return Quality(
+        **dict.fromkeys(("monotonicity", "seed_spread", "checkpoint_spread", "signal", "noise", "snr")),
+        monotonicity_per_run={},
+        noise_checkpoints=None,
+        chance=Chance(**chance, by_checkpoint=[], gain_over_choices_only=None, gain_z=None),
+        ranking=Ranking(**ranking, by_checkpoint=[], early_decision_accuracy=None),
+        criteria=Criteria(monotone=None, consistent=None, above_chance=above_chance),
+        passes=False,
+    )
 
 
 def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task():

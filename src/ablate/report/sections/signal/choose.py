@@ -52,9 +52,9 @@ TRACKS_FIELDS = ("against", "value", "passes", "weaker")  # tracking.py's eviden
 def figures(s: dict, da: float | None, tracks: dict | None = None) -> Figures:
     q = s["quality"]
     return Figures(
-        monotonicity=q["monotonicity"],
-        snr=q["snr"],
-        tau=q["ranking"]["tau_second_half"],
+        monotonicity=q.monotonicity,
+        snr=q.snr,
+        tau=q.ranking.tau_second_half,
         decision_accuracy=da,  # against the evidence's target (target_da or val_da); None without a scale axis
         tracks_task=None if tracks is None else TracksTask(**{k: tracks[k] for k in TRACKS_FIELDS}),
     )
@@ -96,20 +96,20 @@ def _tracks(
 
 def _failures(s: dict, opts, tracks: dict | None = None) -> list[str]:
     """Why a metric fails its gates, with the figure against the threshold."""
-    q, c, out = s["quality"], s["quality"]["chance"], []
-    crit = q["criteria"]
-    if crit.get("above_chance") is False:
-        if c["z_final"] is not None and c["z_final"] < opts.min_z:
-            out.append(f"at chance (z {_f(c['z_final'])} < {opts.min_z:g})")
+    q, out = s["quality"], []
+    c, crit = q.chance, q.criteria
+    if crit.above_chance is False:
+        if c.z_final is not None and c.z_final < opts.min_z:
+            out.append(f"at chance (z {_f(c.z_final)} < {opts.min_z:g})")
         else:
-            out.append(f"not past the choices-only baseline (gain z {_f(c['gain_z'])} < {opts.min_z:g})")
-    if crit.get("monotone") is False:
-        out.append(f"not monotone (rho {_f(q['monotonicity'])} < {opts.min_monotonicity:g})")
-    if crit.get("consistent") is False:
-        out.append(f"ranking not consistent (tau {_f(q['ranking']['tau_second_half'])} < {opts.min_tau:g})")
-    if crit.get("snr") is False:
-        out.append(f"SNR {_f(q['snr'])} < {opts.min_snr:g}")
-    out += [f"{name.replace('_', ' ')} not computable" for name, ok in crit.items() if ok is None]
+            out.append(f"not past the choices-only baseline (gain z {_f(c.gain_z)} < {opts.min_z:g})")
+    if crit.monotone is False:
+        out.append(f"not monotone (rho {_f(q.monotonicity)} < {opts.min_monotonicity:g})")
+    if crit.consistent is False:
+        out.append(f"ranking not consistent (tau {_f(q.ranking.tau_second_half)} < {opts.min_tau:g})")
+    if crit.snr is False:
+        out.append(f"SNR {_f(q.snr)} < {opts.min_snr:g}")
+    out += [f"{name.replace('_', ' ')} not computable" for name, ok in crit.to_json().items() if ok is None]
     if tracks is not None and not tracks["passes"]:
         out.append(tracks["why"])
     return out
@@ -173,7 +173,7 @@ def choose(task: TaskInfo, series: list[dict], across: list[AcrossScales], opts,
         tracks[s["metric"]] = _tracks(name, s, series, val, ranked_by, found, da)
         figs[s["metric"]] = figures(s, da, tracks[s["metric"]])
     # a continuous metric must also track its task (tracks None: the metric keeps its own gates)
-    passing = [s for s in series if s["quality"]["passes"] and (tracks[s["metric"]] or {"passes": True})["passes"]]
+    passing = [s for s in series if s["quality"].passes and (tracks[s["metric"]] or {"passes": True})["passes"]]
     top = max(passing, key=lambda s: _key(figs[s["metric"]])) if passing else None
     others, outright = [], []
     for s in series:

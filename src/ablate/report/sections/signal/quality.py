@@ -11,6 +11,7 @@ import numpy as np
 
 from ablate.report.inputs import match
 from ablate.report.inputs.runs import ANSWER_BLIND, BASELINE_METRICS, PRIOR_CONTROLLED, Run, TaskInfo, is_accuracy
+from ablate.report.schema import Chance, Criteria, Quality, Ranking
 from ablate.report.stats import describe
 
 
@@ -31,9 +32,14 @@ def _value_at(run: Run, key, step: int):
     return next(p for p in series_points(run, key) if p.step == step)
 
 
-def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> dict:
+def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> Chance:
     """Distance from chance pooled over all runs: mean score vs the mean standard error (seeds score the same
     items, so their errors are not independent: averaging them, not dividing by sqrt(runs), stays conservative)."""
+    return Chance.from_json(_chance_values(runs, task, metric, sign, opts, finals))
+
+
+def _chance_values(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> dict:
+    """_chance_figures' values, filled in as they are found."""
     key, chance = (task.key, metric), task.chance_for(metric)
     out = {
         "chance": chance,
@@ -85,7 +91,7 @@ def _at_or_before(run: Run, key, x: int, by_tokens: bool):
     return before[-1] if before else None
 
 
-def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m: match.Matched) -> dict:
+def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m: match.Matched) -> Ranking:
     """Kendall tau and decision accuracy of the ranking at each checkpoint against the final ranking. Checkpoints
     are those of the run that reached the fewest tokens, up to the compared point; every run contributes its
     evaluation at or just before each (equal tokens; equal steps when token counts are unknown)."""
@@ -104,40 +110,34 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
     end = m.points[ref.label]
     grid = [p for p in series_points(ref, key) if p.step <= end.step]
     if len(variants) < 2 or len(grid) < 2:
-        return out
+        return Ranking.from_json(out)
     target = [sign * final[v]["mean"] for v in variants]
     x_of = (lambda p: p.tokens) if by_tokens else (lambda p: p.step)
     last = x_of(grid[-1])
+    rows = []  # (x: where the checkpoint lies, tokens or steps; its row)
     for point in grid:
         x = x_of(point)
         at = {r.label: _at_or_before(r, key, x, by_tokens) for r in all_runs}
         if any(p is None for p in at.values()):
             continue
         now = [sign * float(np.mean([at[r.label].value for r in runs_by_variant[v]])) for v in variants]
-        out["by_checkpoint"].append(
-            {
-                "step": point.step,
-                "tokens": point.tokens,
-                "x": x,
-                "tau": describe.kendall(now, target),
-                "decision_accuracy": describe.decision_accuracy(now, target),
-            }
-        )
-    rows = out["by_checkpoint"]
-    out["tau_second_half"] = describe.mean_or_none([r["tau"] for r in rows if last / 2 <= r["x"] < last])
-    for row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
+        tau, da = describe.kendall(now, target), describe.decision_accuracy(now, target)
+        rows.append((x, {"step": point.step, "tokens": point.tokens, "tau": tau, "decision_accuracy": da}))
+    out["by_checkpoint"] = [row for _, row in rows]
+    out["tau_second_half"] = describe.mean_or_none([r["tau"] for x, r in rows if last / 2 <= x < last])
+    for x, row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
         if row["tau"] is None or row["tau"] < opts.min_tau:
             break
-        out["consistent_from_step"], out["consistent_from_fraction"] = row["step"], row["x"] / last
-    early = next((r for r in rows if opts.early_fraction * last <= r["x"] < last), None)
+        out["consistent_from_step"], out["consistent_from_fraction"] = row["step"], x / last
+    early = next((r for x, r in rows if opts.early_fraction * last <= x < last), None)
     if early is not None:
         out["early_step"], out["early_decision_accuracy"] = early["step"], early["decision_accuracy"]
-    for row in rows:
-        del row["x"]
-    return out
+    return Ranking.from_json(out)
 
 
-def quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts, m: match.Matched) -> dict:
+def quality(
+    runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sign: int, opts, m: match.Matched
+) -> Quality:
     key = (task.key, metric)
     runs = [r for rs in runs_by_variant.values() for r in rs]
     rho = {
@@ -151,33 +151,40 @@ def quality(runs_by_variant: dict, final: dict, task: TaskInfo, metric: str, sig
         r.label: [p.value for p in series_points(r, key) if p.step <= m.points[r.label].step][-opts.last_k :]
         for r in runs
     }
-    q = {
-        "monotonicity": describe.mean_or_none(rho.values()),
-        "monotonicity_per_run": rho,
-        "seed_spread": describe.mean_or_none([f["seed_std"] for f in final.values()]),
-        "checkpoint_spread": describe.mean_or_none([describe.std(t) for t in tails.values()]),
-        **describe.signal_noise([f["mean"] for f in final.values()], list(tails.values())),
-        "chance": _chance_figures(runs, task, metric, sign, opts, m.points),
-        "ranking": _ranking_figures(runs_by_variant, final, key, sign, opts, m),
-    }
-    c = q["chance"]
+    spread = describe.signal_noise([f["mean"] for f in final.values()], list(tails.values()))
+    monotonicity = describe.mean_or_none(rho.values())
+    chance = _chance_figures(runs, task, metric, sign, opts, m.points)
+    ranking = _ranking_figures(runs_by_variant, final, key, sign, opts, m)
+    criteria = _criteria(monotonicity, ranking, chance, spread["snr"], metric, opts)
+    return Quality(
+        monotonicity=monotonicity,
+        monotonicity_per_run=rho,
+        seed_spread=describe.mean_or_none([f["seed_std"] for f in final.values()]),
+        checkpoint_spread=describe.mean_or_none([describe.std(t) for t in tails.values()]),
+        **spread,
+        chance=chance,
+        ranking=ranking,
+        criteria=criteria,
+        # baselines and answer-blind figures never decide a task, whatever their criteria
+        passes=metric not in BASELINE_METRICS | ANSWER_BLIND and all(ok is True for ok in criteria.to_json().values()),
+    )
+
+
+def _criteria(
+    monotonicity: float | None, ranking: Ranking, c: Chance, snr: float | None, metric: str, opts
+) -> Criteria:
+    """The gates that apply to this metric, each shown (None: not computable, never a pass)."""
     criteria = {
-        "monotone": None if q["monotonicity"] is None else q["monotonicity"] >= opts.min_monotonicity,
-        "consistent": None
-        if q["ranking"]["tau_second_half"] is None
-        else q["ranking"]["tau_second_half"] >= opts.min_tau,
+        "monotone": None if monotonicity is None else monotonicity >= opts.min_monotonicity,
+        "consistent": None if ranking.tau_second_half is None else ranking.tau_second_half >= opts.min_tau,
     }
-    if c["chance"] is not None or is_accuracy(metric):
+    if c.chance is not None or is_accuracy(metric):
         # a metric with a chance level (every accuracy: one whose task logs none cannot show it is past chance)
         above = None
-        if c["z_final"] is not None:
-            past_prior = c["gain_z"] is None or c["gain_z"] >= opts.min_z or metric in PRIOR_CONTROLLED
-            above = c["z_final"] >= opts.min_z and past_prior
+        if c.z_final is not None:
+            past_prior = c.gain_z is None or c.gain_z >= opts.min_z or metric in PRIOR_CONTROLLED
+            above = c.z_final >= opts.min_z and past_prior
         criteria["above_chance"] = above
     if opts.min_snr is not None:
-        criteria["snr"] = None if q["snr"] is None else q["snr"] >= opts.min_snr
-    # Every criterion that applies must be shown (None: not computable, never a pass).
-    q["criteria"] = criteria
-    # baselines and answer-blind figures never decide a task, whatever their criteria
-    q["passes"] = metric not in BASELINE_METRICS | ANSWER_BLIND and all(ok is True for ok in criteria.values())
-    return q
+        criteria["snr"] = None if snr is None else snr >= opts.min_snr
+    return Criteria(**criteria)

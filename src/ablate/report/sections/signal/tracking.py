@@ -32,7 +32,7 @@ def needs_tracking(s: dict) -> bool:
 
 def at_chance(s: dict | None) -> bool:
     """An accuracy shown to be at chance (or not past its choices-only baseline): it has no ranking to follow."""
-    return s is not None and s["quality"]["criteria"].get("above_chance") is False
+    return s is not None and s["quality"].criteria.above_chance is False
 
 
 def task_accuracy(task_series: list[dict]) -> dict | None:
