@@ -33,6 +33,7 @@ from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
 from ablate.report import schema
 from ablate.report.schema import Report, Sequential, Tokenizers
+from ablate.report.schema.series import ComparedAt
 from ablate.report.sections.tokenizers.section import tokenizers_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
@@ -51,19 +52,19 @@ from ablate.report.inputs.runs import (
 from ablate.text import natural_key
 
 
-def _curve(points: list[list[Point]]) -> dict:
+def _curve(points: list[list[Point]]) -> schema.Curve:
     """Mean, sd, min and max over runs (each run's points, one a step) at the steps every run has."""
     by_step = [{p.step: p for p in run} for run in points]
     steps = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
     values = np.array([[b[s].value for s in steps] for b in by_step]) if steps else np.zeros((0, 0))
-    return {
-        "steps": steps,
-        "tokens": [by_step[0][s].tokens for s in steps],
-        "mean": values.mean(axis=0).tolist() if steps else [],
-        "std": values.std(axis=0, ddof=1).tolist() if len(points) >= 2 and steps else None,
-        "min": values.min(axis=0).tolist() if steps else [],
-        "max": values.max(axis=0).tolist() if steps else [],
-    }
+    return schema.Curve(
+        steps=steps,
+        tokens=[by_step[0][s].tokens for s in steps],
+        mean=values.mean(axis=0).tolist() if steps else [],
+        std=values.std(axis=0, ddof=1).tolist() if len(points) >= 2 and steps else None,
+        min=values.min(axis=0).tolist() if steps else [],
+        max=values.max(axis=0).tolist() if steps else [],
+    )
 
 
 def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, dict, dict | None, dict]:
@@ -120,11 +121,9 @@ def analyze_series(
         "baseline": metric in BASELINE_METRICS,
         "diagnostic": metric in ANSWER_BLIND,
         "has_items": items is not None,
-        "compared_at": {
-            "tokens": m.tokens,
-            "at_last": m.at_last,
-            "text": match.token_note(m.points, m.tokens, m.at_last),
-        },
+        "compared_at": ComparedAt(
+            tokens=m.tokens, at_last=m.at_last, text=match.token_note(m.points, m.tokens, m.at_last)
+        ),
         "runs": {
             r.label: {
                 "variant": v,
