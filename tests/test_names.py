@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from ablate.text import FOLDER_NAME_RULE
+from ablate.report.schema import Curve
 from ablate.report.text import plots
 from ablate.report.text.fmt import md_escape, md_line
 from ablate.setup.experiment import ExperimentError, load_experiment
@@ -150,14 +151,7 @@ def test_every_file_written_is_readable_by_the_team(awkward):
 
 
 def test_plots_draw_names_as_written():
-    curve = {
-        "steps": [1, 2],
-        "tokens": [100, 200],
-        "mean": [3.0, 2.5],
-        "std": None,
-        "min": [3.0, 2.5],
-        "max": [3.0, 2.5],
-    }
+    curve = Curve(steps=[1, 2], tokens=[100, 200], mean=[3.0, 2.5], std=None, min=[3.0, 2.5], max=[3.0, 2.5])
     with plots.as_written():
         drawn = plots.curves_png(r"$\alpha$=0.5", "loss", {r"$\alpha$=0.5": curve})
         assert plots.curves_png(r"$\lr$=2e-3", "loss", {r"$\lr$=2e-3": curve})  # no ParseFatalException
