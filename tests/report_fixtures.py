@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ablate.report.schema import Final
+
 STEPS = [10, 20, 30, 40]
 N_ITEMS = 100
 
@@ -129,6 +131,23 @@ def write_run(
             )
         )
     return run
+
+
+def simulated_final(scores: dict[int, float]) -> Final:
+    """A variant's final scores as the pipeline records them, from {seed: score} alone (a simulated study: no
+    steps, tokens or items)."""
+    values = list(scores.values())
+    return Final(
+        mean=float(np.mean(values)),
+        seed_std=None,
+        values=values,
+        seeds=list(scores),
+        steps=[],
+        tokens=[],
+        ci=None,
+        n_items=None,
+        averaged=[],
+    )
 
 
 def _mean(values: list[float]) -> float:

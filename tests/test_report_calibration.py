@@ -29,7 +29,7 @@ from ablate.report import calibrate
 from ablate.report.sections.decisions import families, pairs
 from ablate.report.stats import power
 from ablate.report.sections.decisions.headline import decide_series
-from report_fixtures import write_run
+from report_fixtures import simulated_final, write_run
 
 SIG_RUN, SIG_SEED, SIG_ITEM, ITEMS = 0.02, 0.01, 0.3, 200  # loss: run, seed and item-noise sds; items per eval
 # sd of one seed-level difference of run scores (paired: the shared seed effect cancels): the effect-size unit
@@ -90,7 +90,7 @@ def decide_study(study: dict, opts=OPTS):
     for metric, (sign, data) in study.items():
         variants = list(data)
         scores = {v: dict(zip(seeds, matrix.mean(axis=1))) for v, (seeds, matrix) in data.items()}
-        final = {v: {"mean": float(np.mean(list(scores[v].values()))), "seeds": data[v][0]} for v in variants}
+        final = {v: simulated_final(scores[v]) for v in variants}
         series.append(
             {
                 "task": "val_loss" if metric == "loss" else metric,  # the loss is the primary family, as in a report

@@ -11,7 +11,7 @@ from ablate.report import Options, write_report
 from ablate.report.sections.decisions import families, headline, pairs
 from ablate.report.stats import noise
 from ablate.report.stats.power import sd_interval, seeds_needed
-from report_fixtures import STEPS, write_run
+from report_fixtures import STEPS, simulated_final, write_run
 
 FAST = Options(bootstrap=0)
 
@@ -134,10 +134,7 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
                 a = dict(enumerate(rng.normal(diff, sd, n_seeds)))
                 b = dict.fromkeys(range(n_seeds), 0.0)
                 task = "val_loss" if k == 0 else f"t{k}"
-                final = {
-                    v: {"mean": float(np.mean(list(x.values()))), "seeds": list(x), "tokens": None}
-                    for v, x in (("A", a), ("B", b))
-                }
+                final = {v: simulated_final(x) for v, x in (("A", a), ("B", b))}
                 rows = pairs.pairwise(["A", "B"], {"A": a, "B": b}, None, 1, FAST)
                 series.append({"task": task, "metric": "m", "primary": True, "final": final, "pairwise": rows})
             _, series = families.apply_family(series, FAST, "simulated")

@@ -81,17 +81,17 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
         matrix = items[variant] if items is not None else None
         ci = noise.mean_interval(scores[variant], matrix, stderrs[variant], 1 - opts.alpha)
         values = [scores[variant][r.seed] for r in runs]
-        final[variant] = {
-            "mean": float(np.mean(values)),
-            "seed_std": describe.std(values),
-            "values": values,
-            "seeds": [r.seed for r in runs],
-            "steps": [m.points[r.label].step for r in runs],
-            "tokens": [m.points[r.label].tokens for r in runs],
-            "ci": ci,
-            "n_items": len(m.ids) if m.ids else None,
-            "averaged": [len(m.windows[r.label]) for r in runs],
-        }  # evaluations averaged
+        final[variant] = schema.Final(
+            mean=float(np.mean(values)),
+            seed_std=describe.std(values),
+            values=values,
+            seeds=[r.seed for r in runs],
+            steps=[m.points[r.label].step for r in runs],
+            tokens=[m.points[r.label].tokens for r in runs],
+            ci=ci,
+            n_items=len(m.ids) if m.ids else None,
+            averaged=[len(m.windows[r.label]) for r in runs],  # evaluations averaged
+        )
     return final, scores, items, stderrs
 
 

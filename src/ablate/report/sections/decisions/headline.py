@@ -93,13 +93,13 @@ def _standing(s: dict) -> _Standing:
     sign = sign_of(s["direction"])
     variants = list(s["final"])
     top = best(s)
-    leader = top or sorted(variants, key=lambda v: -sign * s["final"][v]["mean"])[0]  # a tie: either is named
+    leader = top or sorted(variants, key=lambda v: -sign * s["final"][v].mean)[0]  # a tie: either is named
     rest = [v for v in variants if v != leader]  # in the variants' own (natural) order, which a reader can scan
     vs = {o: next(p for p in s["pairwise"] if {p["a"], p["b"]} == {leader, o}) for o in rest}
     order = [leader] + sorted(rest, key=lambda o: _gap(vs[o], leader, sign))  # stable: ties keep natural order
     beaten = [o for o in rest if vs[o]["significant"] and vs[o]["better"] == leader]
     level = [o for o in rest if o not in beaten]
-    seeds = min(len(s["final"][v]["seeds"]) for v in variants)
+    seeds = min(len(s["final"][v].seeds) for v in variants)
     return _Standing(top, leader, rest, vs, order, beaten, level, seeds)
 
 

@@ -37,8 +37,8 @@ def best(s: dict) -> str | None:
     candidates = [v for v in variants if v not in behind] or variants
     wins = {v: sum(p["better"] == v for p in rows) for v in candidates}
     leaders = [v for v in candidates if wins[v] == max(wins.values())]
-    top = max(sign * s["final"][v]["mean"] for v in leaders)
-    leaders = [v for v in leaders if sign * s["final"][v]["mean"] == top]
+    top = max(sign * s["final"][v].mean for v in leaders)
+    leaders = [v for v in leaders if sign * s["final"][v].mean == top]
     return leaders[0] if len(leaders) == 1 else None
 
 
@@ -170,7 +170,7 @@ def pairwise(
                 items[b] if items else None,
                 stderrs.get(a) if stderrs else None,
                 stderrs.get(b) if stderrs else None,
-                (final[a]["tokens"], final[b]["tokens"]) if final else None,
+                (final[a].tokens, final[b].tokens) if final else None,
             )
             row["better"] = {"a": a, "b": b}.get(row["better"])
             rows.append({"a": a, "b": b, **row})

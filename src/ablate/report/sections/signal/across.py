@@ -62,8 +62,8 @@ def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, fl
     variants = _shared(small, large)
     if len(variants) < 2:
         return None, None
-    guess = [sign_of(small["direction"]) * small["final"][v]["mean"] for v in variants]
-    truth = [sign_of(large["direction"]) * large["final"][v]["mean"] for v in variants]
+    guess = [sign_of(small["direction"]) * small["final"][v].mean for v in variants]
+    truth = [sign_of(large["direction"]) * large["final"][v].mean for v in variants]
     return describe.decision_accuracy(guess, truth), describe.kendall(guess, truth)
 
 
@@ -71,9 +71,9 @@ def _scale(s: dict, work: Resample, variants: list[str]) -> da.Scale:
     """What the DA bootstrap resamples at one scale: each variant's {seed: oriented run score}, and its runs'
     oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' Resample)."""
     sign = sign_of(s["direction"])
-    scores = [{k: sign * x for k, x in zip(s["final"][v]["seeds"], s["final"][v]["values"])} for v in variants]
+    scores = [{k: sign * x for k, x in zip(s["final"][v].seeds, s["final"][v].values)} for v in variants]
     if work.items is not None:
-        items = [dict(zip(s["final"][v]["seeds"], sign * work.items[v])) for v in variants]
+        items = [dict(zip(s["final"][v].seeds, sign * work.items[v])) for v in variants]
         return da.Scale(scores, items, work.ids)
     logged = [[e for e in work.stderr[v].values() if e is not None] for v in variants]
     item_var = [float(np.mean(np.square(e))) if e else None for e in logged]
@@ -94,7 +94,7 @@ def _row(
     if target_da is None and val_da is None and self_da is None:
         return None
     variants = _shared(small, target) or _shared(small, same)
-    seeds = min((len(s["final"][v]["values"]) for s in (small, target or same) for v in variants), default=0)
+    seeds = min((len(s["final"][v].values) for s in (small, target or same) for v in variants), default=0)
     shown = {"ci": None, "ci_note": None, "paired": None, "coverage": None, "item_noise": None}
     if target_da is not None:
         small_work, large_work = work[0][_key(small)], work[1][_key(target)]

@@ -249,7 +249,7 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[AcrossS
         for s in chosen:
             sign = sign_of(s["direction"])
             names = [v for v in variants if v in s["final"]]
-            m = np.array([sign * s["final"][v]["mean"] for v in names])
+            m = np.array([sign * s["final"][v].mean for v in names])
             z = (m - m.mean()) / m.std() if m.std() > 0 else np.zeros_like(m)
             order = (-m).argsort(kind="stable").argsort() + 1  # rank 1 = best
             for v, zv, rv in zip(names, z, order):

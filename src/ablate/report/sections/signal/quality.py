@@ -111,7 +111,7 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
     grid = [p for p in series_points(ref, key) if p.step <= end.step]
     if len(variants) < 2 or len(grid) < 2:
         return Ranking.from_json(out)
-    target = [sign * final[v]["mean"] for v in variants]
+    target = [sign * final[v].mean for v in variants]
     x_of = (lambda p: p.tokens) if by_tokens else (lambda p: p.step)
     last = x_of(grid[-1])
     rows = []  # (x: where the checkpoint lies, tokens or steps; its row)
@@ -151,7 +151,7 @@ def quality(
         r.label: [p.value for p in series_points(r, key) if p.step <= m.points[r.label].step][-opts.last_k :]
         for r in runs
     }
-    spread = describe.signal_noise([f["mean"] for f in final.values()], list(tails.values()))
+    spread = describe.signal_noise([f.mean for f in final.values()], list(tails.values()))
     monotonicity = describe.mean_or_none(rho.values())
     chance = _chance_figures(runs, task, metric, sign, opts, m.points)
     ranking = _ranking_figures(runs_by_variant, final, key, sign, opts, m)
@@ -159,7 +159,7 @@ def quality(
     return Quality(
         monotonicity=monotonicity,
         monotonicity_per_run=rho,
-        seed_spread=describe.mean_or_none([f["seed_std"] for f in final.values()]),
+        seed_spread=describe.mean_or_none([f.seed_std for f in final.values()]),
         checkpoint_spread=describe.mean_or_none([describe.std(t) for t in tails.values()]),
         **spread,
         chance=chance,
