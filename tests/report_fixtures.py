@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import zlib
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report.schema import Final
+from ablate.report.schema import Final, Pairwise
 
 STEPS = [10, 20, 30, 40]
 N_ITEMS = 100
@@ -148,6 +149,11 @@ def simulated_final(scores: dict[int, float]) -> Final:
         n_items=None,
         averaged=[],
     )
+
+
+def pair_row(**given) -> Pairwise:
+    """A pairwise row with the given fields and every other one None: what a test of one reader needs."""
+    return Pairwise(**{f.name: None for f in dataclasses.fields(Pairwise)} | given)
 
 
 def _mean(values: list[float]) -> float:

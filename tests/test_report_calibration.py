@@ -109,7 +109,7 @@ def decide_study(study: dict, opts=OPTS):
 
 def claims(series) -> bool:
     """Whether the study claims any difference (any significant pair): what an A/A study must not do."""
-    return any(p["significant"] for s in series for p in s["pairwise"])
+    return any(p.significant for s in series for p in s["pairwise"])
 
 
 @pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
@@ -124,7 +124,7 @@ def test_aa_false_positive_rate(paired):
         claimed += claims(series)
         winners += winner is not None
         rows = [p for s in series for p in s["pairwise"]]
-        item_level += sum(p["p_items"] < ALPHA for p in rows)
+        item_level += sum(p.p_items < ALPHA for p in rows)
         tests += len(rows)
     fpr, margin = claimed / n, mc_margin(ALPHA, n)
     print(
@@ -197,7 +197,7 @@ def test_seeds_needed_delivers_the_power_it_promises():
     for _ in range(n):
         study = simulate(rng, ["A", "B"], need, effect=effect, planted="A")
         _, series, _ = decide_study({"loss": study["loss"]})  # one test: no multiplicity
-        found += bool(series[0]["pairwise"][0]["significant"])
+        found += bool(series[0]["pairwise"][0].significant)
     print(
         f"\nseeds needed for d_z={effect}: {need}; measured power with {need} seeds over {n} studies: "
         f"{found / n:.3f} (promised 0.8, MC margin {mc_margin(0.8, n):.3f})"

@@ -12,7 +12,7 @@ from ablate.report.schema import Chance, Criteria, Quality, Ranking
 from ablate.report.sections.sequential.contrasts import trained_order
 from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
 from ablate.report.sections.sequential.section import folder_contrasts
-from report_fixtures import STEPS, write_run
+from report_fixtures import STEPS, pair_row, write_run
 
 FAST = Options(bootstrap=0)
 
@@ -264,14 +264,15 @@ def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
         row = {"a": "A", "b": "B", "testable": testable, "p_seeds": 0.001 if testable else None, "significant": None}
         row |= {"diff": 0.1, "sd_diff": 0.05, "sd_seeds": 0.05, "df": 2, "paired": True, "noise_floor_sd": None}
         row |= {"item_sd": None, "item_df": None, "n_seeds": 3, "untested": None if testable else "no_spread"}
-        return {"task": task, "metric": "loss" if task == "val_loss" else "acc", "primary": True, "pairwise": [row]}
+        metric = "loss" if task == "val_loss" else "acc"
+        return {"task": task, "metric": metric, "primary": True, "pairwise": [pair_row(**row)]}
 
     primary, task = series("val_loss", testable=False), series("quiz:cf", testable=True)
     out, _ = families.apply_family([primary, task], FAST, "(one scale)")
     first, second = out.families
     assert first.tests == 0 and second.alpha == pytest.approx(0.01) and not second.carried_forward
     assert "rejected every pair it tested" not in out.family
-    primary["pairwise"][0] |= {"testable": True, "p_seeds": 0.001}  # tested and rejected: now it carries
+    primary = series("val_loss", testable=True)  # tested and rejected: now it carries
     carried, _ = families.apply_family([primary, series("quiz:cf", testable=True)], FAST, "(one scale)")
     assert carried.families[1].alpha == pytest.approx(0.05) and "its alpha carried forward" in carried.family
 

@@ -11,7 +11,7 @@ from ablate.report import Options, write_report
 from ablate.report.sections.decisions import families, headline, pairs
 from ablate.report.stats import noise
 from ablate.report.stats.power import sd_interval, seeds_needed
-from report_fixtures import STEPS, simulated_final, write_run
+from report_fixtures import STEPS, pair_row, simulated_final, write_run
 
 FAST = Options(bootstrap=0)
 
@@ -138,7 +138,7 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
                 rows = pairs.pairwise(["A", "B"], {"A": a, "B": b}, None, 1, FAST)
                 series.append({"task": task, "metric": "m", "primary": True, "final": final, "pairwise": rows})
             _, series = families.apply_family(series, FAST, "simulated")
-            found += bool(series[1]["pairwise"][0]["significant"])
+            found += bool(series[1]["pairwise"][0].significant)
         return found / studies
 
     at_promised, fewer = power(promised), power(promised - 1)
@@ -152,7 +152,7 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
 def test_seeds_needed_is_a_range_for_an_sd_from_three_seeds():
     lo, hi = sd_interval(1.0, 2)
     assert lo == pytest.approx(math.sqrt(2 / 4.605), rel=1e-3) and hi == pytest.approx(math.sqrt(2 / 0.2107), rel=1e-3)
-    row = {"seeds_needed": 9, "seeds_needed_range": [5, 60]}
+    row = pair_row(seeds_needed=9, seeds_needed_range=[5, 60])
     assert headline.needed_text(row) == "~9 seeds needed (5 to 60 within the sd's uncertainty)"
 
 

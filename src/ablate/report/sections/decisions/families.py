@@ -23,8 +23,10 @@ functions on simulated studies.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ablate.report.inputs.runs import VAL_TASK
-from ablate.report.schema import Decision, Family, Inference, Recommendation
+from ablate.report.schema import Decision, Family, Inference, Pairwise, Recommendation
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
@@ -38,40 +40,46 @@ def is_primary(s: dict, opts) -> bool:
     return s["metric"] == metric if metric else (s["primary"] or s["task"] == VAL_TASK)
 
 
-def _bh(rows: list[dict], alpha: float, name: str, power: float, **family) -> tuple[list[dict], Family]:
-    """Benjamini-Hochberg at `alpha` over the testable rows: the rows as tested (new dicts with family, p_bh,
+def _bh(rows: list[Pairwise], alpha: float, name: str, power: float, **family) -> tuple[list[Pairwise], Family]:
+    """Benjamini-Hochberg at `alpha` over the testable rows: the rows as tested (new rows with family, p_bh,
     significant, seeds needed) and the family's summary; family: its metrics (and carried_forward)."""
-    tested = [i for i, p in enumerate(rows) if p["testable"]]
-    adjusted = dict(zip(tested, bh_adjust([rows[i]["p_seeds"] for i in tested])))
+    tested = [i for i, p in enumerate(rows) if p.testable]
+    adjusted = dict(zip(tested, bh_adjust([rows[i].p_seeds for i in tested])))
     step = alpha / max(1, len(rows))  # where a lone real effect must pass once every pair is tested
-    out = [{**p, "family": name} for p in rows]
-    for i, p in enumerate(out):
-        if i in adjusted:
-            p["p_bh"], p["significant"] = adjusted[i], bool(adjusted[i] < alpha)
-        if p["significant"]:
-            continue  # established: no seeds needed
-        items = ((p["item_sd"] or 0.0) ** 2, p["item_df"])  # the persistent item term: no seed count removes it
-        need = seeds_needed(p["diff"], p["sd_diff"], step, power, p["paired"], *items)
-        have = p["n_seeds"] if p["paired"] else min(p["n_seeds_a"], p["n_seeds_b"])
-        if need is not None and p["untested"] == "seeds":  # too few to be tested: at least one more
-            need = max(need, have + 1)
-        p["seeds_needed"] = need
-        p["more_items"] = items_limit(p["diff"], step, power, *items)
-        seed_df = p["n_seeds"] - 1 if p["paired"] else p["n_seeds_a"] + p["n_seeds_b"] - 2
-        interval = sd_interval(p["sd_seeds"], seed_df) if p["sd_seeds"] is not None and seed_df else None
-        if need is not None and interval is not None and not p["more_items"]:
-            # the fresh floor stays: a true seed sd below it still leaves each evaluation's answer noise
-            sds = [max(x, p["noise_floor_sd"] or 0.0) for x in interval]
-            p["seeds_needed_range"] = [seeds_needed(p["diff"], sd, step, power, p["paired"], *items) for sd in sds]
+    out = [_as_tested(p, name, adjusted.get(i), alpha, step, power) for i, p in enumerate(rows)]
     return out, Family(
         name=name,
         alpha=alpha,
         comparisons=len(rows),
         tests=len(tested),
-        rejected=sum(bool(out[i]["significant"]) for i in tested),
+        rejected=sum(bool(out[i].significant) for i in tested),
         first_step_alpha=step,
         **family,
     )
+
+
+def _as_tested(p: Pairwise, family: str, p_bh: float | None, alpha: float, step: float, power: float) -> Pairwise:
+    """One row in its family: its adjusted p and significance where it was tested; where it is not significant,
+    the seeds it would need at the family's first step (and their range), or that only more items can settle it."""
+    p = dataclasses.replace(p, family=family)
+    if p_bh is not None:
+        p = dataclasses.replace(p, p_bh=p_bh, significant=bool(p_bh < alpha))
+    if p.significant:
+        return p  # established: no seeds needed
+    items = ((p.item_sd or 0.0) ** 2, p.item_df)  # the persistent item term: no seed count removes it
+    need = seeds_needed(p.diff, p.sd_diff, step, power, p.paired, *items)
+    have = p.n_seeds if p.paired else min(p.n_seeds_a, p.n_seeds_b)
+    if need is not None and p.untested == "seeds":  # too few to be tested: at least one more
+        need = max(need, have + 1)
+    more_items = items_limit(p.diff, step, power, *items)
+    seed_df = p.n_seeds - 1 if p.paired else p.n_seeds_a + p.n_seeds_b - 2
+    interval = sd_interval(p.sd_seeds, seed_df) if p.sd_seeds is not None and seed_df else None
+    span = p.seeds_needed_range
+    if need is not None and interval is not None and not more_items:
+        # the fresh floor stays: a true seed sd below it still leaves each evaluation's answer noise
+        sds = [max(x, p.noise_floor_sd or 0.0) for x in interval]
+        span = [seeds_needed(p.diff, sd, step, power, p.paired, *items) for sd in sds]
+    return dataclasses.replace(p, seeds_needed=need, more_items=more_items, seeds_needed_range=span)
 
 
 def _tested(series: list[dict], rows: list[dict]) -> list[dict]:

@@ -11,17 +11,17 @@ from dataclasses import dataclass
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 from ablate.report.inputs.failures import failure_texts
-from ablate.report.schema import Decision, Headline, OpenPair, Overview, Recommendation
+from ablate.report.schema import Decision, Headline, OpenPair, Overview, Pairwise, Recommendation
 from ablate.report.sections.decisions.families import metric_label, winner
 from ablate.report.sections.decisions.pairs import best
 from ablate.report.sections.decisions.verdict import verdict as short_verdict
 from ablate.report.text.fmt import seeds_needed
 
 
-def _gap(p: dict, leader: str, sign: int) -> float:
+def _gap(p: Pairwise, leader: str, sign: int) -> float:
     """How far `leader` is ahead in a pairwise row (oriented: > 0 ahead), from the pair's own estimate: the mean
     per-seed difference over the seeds both ran."""
-    return sign * (p["diff"] if p["a"] == leader else -p["diff"])
+    return sign * (p.diff if p.a == leader else -p.diff)
 
 
 def _p(x, op: str = "=") -> str:
@@ -29,11 +29,11 @@ def _p(x, op: str = "=") -> str:
     return "p_BH n/a" if x is None else "p_BH<0.001" if x < 0.001 else f"p_BH{op}{x:.2g}"
 
 
-def needed_text(row: dict) -> str:
+def needed_text(row: Pairwise) -> str:
     """'~13 seeds needed (6 to 210 within the sd's uncertainty)' for a pair's seeds-needed estimate."""
-    if row.get("more_items"):
+    if row.more_items:
         return "more items, not more seeds: the item set's own noise hides a difference this size at any seed count"
-    found = seeds_needed(row["seeds_needed"], row.get("seeds_needed_range"), "more than ")
+    found = seeds_needed(row.seeds_needed, row.seeds_needed_range, "more than ")
     if found is None:
         return "seed spread unknown"
     need, span = found
@@ -42,25 +42,21 @@ def needed_text(row: dict) -> str:
 
 def _others_clause(s: dict, leader: str, rest: list[str]) -> str:
     """What the tests say about the pairs that do not involve the leader: each significant one, or that none is."""
-    found = [
-        p
-        for p in s["pairwise"]
-        if leader not in (p["a"], p["b"]) and p["significant"] and p["better"] in (p["a"], p["b"])
-    ]
+    found = [p for p in s["pairwise"] if leader not in (p.a, p.b) and p.significant and p.better in (p.a, p.b)]
     if found:
         return "; also " + ", ".join(
-            f"{p['better']} ahead of {p['b'] if p['better'] == p['a'] else p['a']} ({_p(p['p_bh'])})" for p in found
+            f"{p.better} ahead of {p.b if p.better == p.a else p.a} ({_p(p.p_bh)})" for p in found
         )
     return f"; {', '.join(rest)} not separated" if len(rest) >= 2 else ""
 
 
-def _open_pair(leader: str, other: str | None, vs: dict[str, dict]) -> OpenPair | None:
+def _open_pair(leader: str, other: str | None, vs: dict[str, Pairwise]) -> OpenPair | None:
     """The leader's pair with `other` as the decisions table shows it (None: every pair of the leader decided)."""
     if other is None:
         return None
     row = vs[other]
     keep = ("p_bh", "testable", "untested", "note", "seeds_needed", "seeds_needed_range", "more_items")
-    return OpenPair(a=leader, b=other, **{k: row.get(k) for k in keep})
+    return OpenPair(a=leader, b=other, **{k: getattr(row, k) for k in keep})
 
 
 @dataclass(frozen=True)
@@ -73,7 +69,7 @@ class _Standing:
     top: str | None
     leader: str
     rest: list[str]
-    vs: dict[str, dict]
+    vs: dict[str, Pairwise]
     order: list[str]
     beaten: list[str]
     level: list[str]
@@ -85,7 +81,7 @@ class _Standing:
         return self.order[1]
 
     @property
-    def close(self) -> dict:
+    def close(self) -> Pairwise:
         return self.vs[self.runner]
 
 
@@ -95,9 +91,9 @@ def _standing(s: dict) -> _Standing:
     top = best(s)
     leader = top or sorted(variants, key=lambda v: -sign * s["final"][v].mean)[0]  # a tie: either is named
     rest = [v for v in variants if v != leader]  # in the variants' own (natural) order, which a reader can scan
-    vs = {o: next(p for p in s["pairwise"] if {p["a"], p["b"]} == {leader, o}) for o in rest}
+    vs = {o: next(p for p in s["pairwise"] if {p.a, p.b} == {leader, o}) for o in rest}
     order = [leader] + sorted(rest, key=lambda o: _gap(vs[o], leader, sign))  # stable: ties keep natural order
-    beaten = [o for o in rest if vs[o]["significant"] and vs[o]["better"] == leader]
+    beaten = [o for o in rest if vs[o].significant and vs[o].better == leader]
     level = [o for o in rest if o not in beaten]
     seeds = min(len(s["final"][v].seeds) for v in variants)
     return _Standing(top, leader, rest, vs, order, beaten, level, seeds)
@@ -109,26 +105,26 @@ def _sentence(s: dict, name: str, st: _Standing) -> tuple[str, str]:
     leader, rest, close, seeds = st.leader, st.rest, st.close, st.seeds
     if st.top is None:
         return "tie", f"{name}: tie at the top ({leader}, {st.runner})"
-    if not close["testable"]:
-        status = "too_few_seeds" if close["untested"] == "seeds" else "not_tested"
-        why = needed_text(close) if close["untested"] == "seeds" else close["note"].removeprefix("not tested: ")
+    if not close.testable:
+        status = "too_few_seeds" if close.untested == "seeds" else "not_tested"
+        why = needed_text(close) if close.untested == "seeds" else close.note.removeprefix("not tested: ")
         return status, f"{name}: {leader} ahead, not established with {seeds} seed{'s' * (seeds != 1)} ({why})"
     if not st.level:
-        worst = max(st.vs[o]["p_bh"] for o in st.order[1:])
+        worst = max(st.vs[o].p_bh for o in st.order[1:])
         return "best", (
             f"{name}: {leader} best{', ahead of ' + ', '.join(rest) if len(rest) > 1 else ''} "
             f"({_p(worst, '=' if len(rest) == 1 else '<=')}, {seeds} seeds)" + _others_clause(s, leader, rest)
         )
     if not st.beaten:
-        need = close["seeds_needed"]
+        need = close.seeds_needed
         how = f"; {needed_text(close)}" if need is not None and need > seeds else ""
         return "no_difference", (
-            f"{name}: no significant difference ({leader} vs {st.runner} {_p(close['p_bh'])}, {seeds} seeds{how})"
+            f"{name}: no significant difference ({leader} vs {st.runner} {_p(close.p_bh)}, {seeds} seeds{how})"
         )
-    worst = max(st.vs[o]["p_bh"] for o in st.beaten)
+    worst = max(st.vs[o].p_bh for o in st.beaten)
     return "ahead", (
         f"{name}: {leader} ahead of {', '.join(st.beaten)} ({_p(worst, '<=')}, {seeds} seeds); {leader} vs "
-        f"{', '.join(st.level)} not separated ({_p(close['p_bh'], '=' if len(st.level) == 1 else '>=')})"
+        f"{', '.join(st.level)} not separated ({_p(close.p_bh, '=' if len(st.level) == 1 else '>=')})"
         + _others_clause(s, leader, rest)
     )
 
@@ -150,11 +146,11 @@ def decide_series(s: dict, opts) -> Decision | None:
         ahead_of=st.beaten,
         not_separated_from=st.level,
         seeds=st.seeds,
-        seeds_needed=st.close["seeds_needed"],
-        seeds_needed_range=st.close.get("seeds_needed_range"),
-        p_bh={o: st.vs[o]["p_bh"] for o in st.order[1:]},
+        seeds_needed=st.close.seeds_needed,
+        seeds_needed_range=st.close.seeds_needed_range,
+        p_bh={o: st.vs[o].p_bh for o in st.order[1:]},
         # the significant pairs [better, worse], and the leader's closest pair not decided: the decisions table
-        decided=[[p["better"], p["b"] if p["better"] == p["a"] else p["a"]] for p in s["pairwise"] if p["significant"]],
+        decided=[[p.better, p.b if p.better == p.a else p.a] for p in s["pairwise"] if p.significant],
         closest_open=_open_pair(st.leader, next((o for o in st.order[1:] if o in st.level), None), st.vs),
         status=status,
         text=text,

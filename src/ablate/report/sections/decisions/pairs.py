@@ -23,6 +23,7 @@ import numpy as np
 from ablate.report.stats import noise
 from ablate.report.inputs import match
 from ablate.report.inputs.runs import sign_of
+from ablate.report.schema import Pairwise
 
 
 def best(s: dict) -> str | None:
@@ -33,9 +34,9 @@ def best(s: dict) -> str | None:
     puts behind (once the families are applied), the means breaking what is left. None when several stay tied."""
     sign = sign_of(s["direction"])
     variants, rows = list(s["final"]), s["pairwise"]
-    behind = {p["b"] if p["better"] == p["a"] else p["a"] for p in rows if p["significant"] and p["better"]}
+    behind = {p.b if p.better == p.a else p.a for p in rows if p.significant and p.better}
     candidates = [v for v in variants if v not in behind] or variants
-    wins = {v: sum(p["better"] == v for p in rows) for v in candidates}
+    wins = {v: sum(p.better == v for p in rows) for v in candidates}
     leaders = [v for v in candidates if wins[v] == max(wins.values())]
     top = max(sign * s["final"][v].mean for v in leaders)
     leaders = [v for v in leaders if sign * s["final"][v].mean == top]
@@ -155,9 +156,9 @@ def pairwise(
     opts,
     stderrs: dict[str, dict] | None = None,
     final: dict | None = None,
-) -> list[dict]:
+) -> list[Pairwise]:
     """Every pair (a before b in `variants` order), each a `compare` row with a and b named. final: the series'
-    final dict (its compared token counts refuse pairs too far apart)."""
+    final scores (their compared token counts refuse pairs too far apart)."""
     rows = []
     for i, a in enumerate(variants):
         for b in variants[i + 1 :]:
@@ -172,6 +173,5 @@ def pairwise(
                 stderrs.get(b) if stderrs else None,
                 (final[a].tokens, final[b].tokens) if final else None,
             )
-            row["better"] = {"a": a, "b": b}.get(row["better"])
-            rows.append({"a": a, "b": b, **row})
+            rows.append(Pairwise(a=a, b=b, **{**row, "better": {"a": a, "b": b}.get(row["better"])}))
     return rows
