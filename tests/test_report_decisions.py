@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.schema import Chance, Criteria, Quality, Ranking
+from ablate.report.schema import Chance, Criteria, Quality, Ranking, SeriesRun
 from ablate.report.sections.sequential.contrasts import trained_order
 from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
 from ablate.report.sections.sequential.section import folder_contrasts
@@ -192,7 +192,9 @@ def test_shuffled_seed_numbers_give_the_same_sequential_decisions(tmp_path):
 def _series(metric: str, by_variant: dict[str, list[float]], direction: str = "higher") -> dict:
     """A series as analyze builds it (the fields tracking reads): 2 seeds per variant, 4 checkpoints."""
     runs = {
-        f"{v}/seed{seed}": {"variant": v, "steps": STEPS, "values": [x + 0.001 * seed for x in values]}
+        f"{v}/seed{seed}": SeriesRun(
+            variant=v, seed=seed, steps=STEPS, tokens=[], values=[x + 0.001 * seed for x in values], stderr=[]
+        )
         for v, values in by_variant.items()
         for seed in range(2)
     }
@@ -232,8 +234,8 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
     accuracy = _series("acc", {v: [0.3 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})
     opposite = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * (2 - r) for k in range(4)] for v, r in rank.items()})
     pooled = describe.spearman(
-        [x for r in opposite["runs"].values() for x in r["values"]],
-        [x for r in accuracy["runs"].values() for x in r["values"]],
+        [x for r in opposite["runs"].values() for x in r.values],
+        [x for r in accuracy["runs"].values() for x in r.values],
     )
     assert pooled > 0.5  # what the old gate measured, and passed
     refused = tracking.from_runs("t", opposite, [accuracy], None)

@@ -33,7 +33,6 @@ from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
 from ablate.report import schema
 from ablate.report.schema import Report, Sequential, Tokenizers
-from ablate.report.schema.series import ComparedAt
 from ablate.report.sections.tokenizers.section import tokenizers_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
@@ -64,6 +63,18 @@ def _curve(points: list[list[Point]]) -> schema.Curve:
         std=values.std(axis=0, ddof=1).tolist() if len(points) >= 2 and steps else None,
         min=values.min(axis=0).tolist() if steps else [],
         max=values.max(axis=0).tolist() if steps else [],
+    )
+
+
+def _series_run(variant: str, run: Run, points: list[Point]) -> schema.SeriesRun:
+    """A run's logged scores of one series."""
+    return schema.SeriesRun(
+        variant=variant,
+        seed=run.seed,
+        steps=[p.step for p in points],
+        tokens=[p.tokens for p in points],
+        values=[p.value for p in points],
+        stderr=[p.stderr for p in points],
     )
 
 
@@ -121,21 +132,10 @@ def analyze_series(
         "baseline": metric in BASELINE_METRICS,
         "diagnostic": metric in ANSWER_BLIND,
         "has_items": items is not None,
-        "compared_at": ComparedAt(
+        "compared_at": schema.ComparedAt(
             tokens=m.tokens, at_last=m.at_last, text=match.token_note(m.points, m.tokens, m.at_last)
         ),
-        "runs": {
-            r.label: {
-                "variant": v,
-                "seed": r.seed,
-                "steps": [p.step for p in series_points(r, key)],
-                "tokens": [p.tokens for p in series_points(r, key)],
-                "values": [p.value for p in series_points(r, key)],
-                "stderr": [p.stderr for p in series_points(r, key)],
-            }
-            for v, rs in with_scores.items()
-            for r in rs
-        },
+        "runs": {r.label: _series_run(v, r, series_points(r, key)) for v, rs in with_scores.items() for r in rs},
         "final": final,
         # the leader from the paired estimates (pairs.best reads these three), set again after the families
         "best": pairs.best({"direction": direction_name(sign), "final": final, "pairwise": pairwise}),
@@ -196,7 +196,7 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
             f"significance of a difference: needs >= {min_seeds} seeds per variant ({few}); the report "
             f"gives the seeds a test would need instead"
         )
-    checkpoints = [len(r["steps"]) for s in group["series"] for r in s["runs"].values()]
+    checkpoints = [len(r.steps) for s in group["series"] for r in s["runs"].values()]
     most = max(checkpoints, default=0)
     if most < 3:
         notes.append(f"monotonicity (Spearman rho): needs >= 3 evaluated checkpoints per run (have {most})")

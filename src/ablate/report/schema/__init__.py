@@ -24,7 +24,7 @@ from ablate.report.schema.record import ABSENT, Record, SchemaError
 from ablate.report.schema.report import Report
 from ablate.report.schema.runs import Overview, RunRow, TaskRow, Tokenizers
 from ablate.report.schema.sequential import Contrast, Rule, Sequential
-from ablate.report.schema.series import Curve, Final, Group, Pairwise, Series
+from ablate.report.schema.series import ComparedAt, Curve, Final, Group, Pairwise, Series, SeriesRun
 from ablate.report.schema.signal import AcrossScales, Choice, Recommendation, ScaleRow, SubjectFloor
 from ablate.report.schema.sweep import Sweep
 
@@ -33,6 +33,7 @@ __all__ = [
     "AcrossScales",
     "Chance",
     "Choice",
+    "ComparedAt",
     "Contrast",
     "Criteria",
     "Curve",
@@ -58,6 +59,7 @@ __all__ = [
     "SchemaError",
     "Sequential",
     "Series",
+    "SeriesRun",
     "SubjectFloor",
     "Sweep",
     "TaskRow",

@@ -44,7 +44,7 @@ def task_accuracy(task_series: list[dict]) -> dict | None:
 
 def _oriented(s: dict) -> dict[str, dict[int, float]]:
     sign = sign_of(s["direction"])
-    return {label: dict(zip(r["steps"], (sign * v for v in r["values"]))) for label, r in s["runs"].items()}
+    return {label: dict(zip(r.steps, (sign * v for v in r.values))) for label, r in s["runs"].items()}
 
 
 def ranking_agreement(metric: dict, reference: dict) -> float | None:
@@ -54,7 +54,7 @@ def ranking_agreement(metric: dict, reference: dict) -> float | None:
     fewer than 2 variants or no such step."""
     mine, theirs = _oriented(metric), _oriented(reference)
     runs = sorted(set(mine) & set(theirs))
-    variant = {r: metric["runs"][r]["variant"] for r in runs}
+    variant = {r: metric["runs"][r].variant for r in runs}
     variants = sorted(set(variant.values()))
     if len(variants) < 2:
         return None
