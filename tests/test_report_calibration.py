@@ -29,7 +29,7 @@ from ablate.report import calibrate
 from ablate.report.sections.decisions import families, pairs
 from ablate.report.stats import power
 from ablate.report.sections.decisions.headline import decide_series
-from report_fixtures import simulated_final, write_run
+from report_fixtures import series_record, simulated_final, write_run
 
 SIG_RUN, SIG_SEED, SIG_ITEM, ITEMS = 0.02, 0.01, 0.3, 200  # loss: run, seed and item-noise sds; items per eval
 # sd of one seed-level difference of run scores (paired: the shared seed effect cancels): the effect-size unit
@@ -92,15 +92,15 @@ def decide_study(study: dict, opts=OPTS):
         scores = {v: dict(zip(seeds, matrix.mean(axis=1))) for v, (seeds, matrix) in data.items()}
         final = {v: simulated_final(scores[v]) for v in variants}
         series.append(
-            {
-                "task": "val_loss" if metric == "loss" else metric,  # the loss is the primary family, as in a report
-                "metric": metric,
-                "primary": True,
-                "direction": "higher" if sign > 0 else "lower",
-                "final": final,
-                "best": None,  # decide_series finds the leader from the pairwise rows (pairs.best)
-                "pairwise": pairs.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts),
-            }
+            series_record(
+                task="val_loss" if metric == "loss" else metric,  # the loss is the primary family, as in a report
+                metric=metric,
+                primary=True,
+                direction="higher" if sign > 0 else "lower",
+                final=final,
+                best=None,  # decide_series finds the leader from the pairwise rows (pairs.best)
+                pairwise=pairs.pairwise(variants, scores, {v: data[v][1] for v in variants}, sign, opts),
+            )
         )
     _, series = families.apply_family(series, opts, "in a simulated study")
     decisions = [d for s in series if (d := decide_series(s, opts))]
@@ -109,7 +109,7 @@ def decide_study(study: dict, opts=OPTS):
 
 def claims(series) -> bool:
     """Whether the study claims any difference (any significant pair): what an A/A study must not do."""
-    return any(p.significant for s in series for p in s["pairwise"])
+    return any(p.significant for s in series for p in s.pairwise)
 
 
 @pytest.mark.slow  # simulates at length: the whole suite runs it, not the quick tier
@@ -123,7 +123,7 @@ def test_aa_false_positive_rate(paired):
         winner, series, _ = decide_study(simulate(rng, ["A", "B", "C"], 5, paired=paired))
         claimed += claims(series)
         winners += winner is not None
-        rows = [p for s in series for p in s["pairwise"]]
+        rows = [p for s in series for p in s.pairwise]
         item_level += sum(p.p_items < ALPHA for p in rows)
         tests += len(rows)
     fpr, margin = claimed / n, mc_margin(ALPHA, n)
@@ -197,7 +197,7 @@ def test_seeds_needed_delivers_the_power_it_promises():
     for _ in range(n):
         study = simulate(rng, ["A", "B"], need, effect=effect, planted="A")
         _, series, _ = decide_study({"loss": study["loss"]})  # one test: no multiplicity
-        found += bool(series[0]["pairwise"][0].significant)
+        found += bool(series[0].pairwise[0].significant)
     print(
         f"\nseeds needed for d_z={effect}: {need}; measured power with {need} seeds over {n} studies: "
         f"{found / n:.3f} (promised 0.8, MC margin {mc_margin(0.8, n):.3f})"

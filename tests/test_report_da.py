@@ -2,6 +2,7 @@
 task, and the seed-bootstrap interval of DA: paired resampling and its measured coverage. Studies are built in
 memory (Run objects) with known answers and go through analyze_runs, the report's own path."""
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from ablate.report import Options
 from ablate.report.analyze import analyze_runs
 from ablate.report.stats import da
 from ablate.report.sections.signal.choose import CANNOT_VALIDATE
-from ablate.report.schema import Quality, Report, SeriesRun
+from ablate.report.schema import Report, Series
 from ablate.report.text.render import to_markdown
 from ablate.report.inputs.runs import Point, Run, TaskInfo
 from ablate.report.sections.signal.tracking import from_runs
@@ -152,12 +153,6 @@ def _tracks_not(v: str, scale) -> dict:
     }
 
 
-def _as_analyzed(s: dict) -> dict:
-    """A series from report.json as analyze holds it: its quality and each run's scores as records."""
-    runs = {k: SeriesRun.from_json(r) for k, r in s["runs"].items()}
-    return dict(s, quality=Quality.from_json(s["quality"]), runs=runs)
-
-
 def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
     runs = _study(_tracks_not, scales=(None,), variants=("A", "B", "C"))
     report = analyze_runs(runs, _tasks(["acc_per_char", "gold_bpb"]), OPTS, "x").to_json()
@@ -169,8 +164,8 @@ def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
     tau = float(why["gold_bpb"].split("tau ")[1].split(" ")[0])
     assert why["gold_bpb"].startswith("does not rank the variants as t's accuracy does (tau ") and tau == -1
     # a metric that does move with the accuracy passes, and says against what
-    as_built = {m: _as_analyzed(s) for m, s in series.items()}
-    aligned = dict(as_built["gold_bpb"], runs=as_built["acc_per_char"]["runs"], direction="higher")
+    as_built = {m: Series.from_json(s) for m, s in series.items()}  # as analyze holds them
+    aligned = dataclasses.replace(as_built["gold_bpb"], runs=as_built["acc_per_char"].runs, direction="higher")
     tracks = from_runs("t", aligned, list(as_built.values()), None)
     assert tracks["passes"] and tracks["against"] == "acc_per_char" and tracks["value"] == 1
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.schema import Chance, Criteria, Quality, Ranking, SeriesRun
+from ablate.report.schema import Chance, Criteria, Quality, Ranking, Series, SeriesRun
 from ablate.report.sections.sequential.contrasts import trained_order
 from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
 from ablate.report.sections.sequential.section import folder_contrasts
-from report_fixtures import STEPS, pair_row, write_run
+from report_fixtures import STEPS, pair_row, series_record, write_run
 
 FAST = Options(bootstrap=0)
 
@@ -189,7 +189,7 @@ def test_shuffled_seed_numbers_give_the_same_sequential_decisions(tmp_path):
 # ---- the tracking gate ranks variants, not training progress ---------------------------------------------------
 
 
-def _series(metric: str, by_variant: dict[str, list[float]], direction: str = "higher") -> dict:
+def _series(metric: str, by_variant: dict[str, list[float]], direction: str = "higher") -> Series:
     """A series as analyze builds it (the fields tracking reads): 2 seeds per variant, 4 checkpoints."""
     runs = {
         f"{v}/seed{seed}": SeriesRun(
@@ -198,14 +198,9 @@ def _series(metric: str, by_variant: dict[str, list[float]], direction: str = "h
         for v, values in by_variant.items()
         for seed in range(2)
     }
-    return {
-        "metric": metric,
-        "direction": direction,
-        "runs": runs,
-        "baseline": False,
-        "primary": True,
-        "quality": _quality(above_chance=True),
-    }
+    return series_record(
+        metric=metric, direction=direction, runs=runs, baseline=False, primary=True, quality=_quality(above_chance=True)
+    )
 
 
 def _quality(above_chance: bool) -> Quality:
@@ -234,8 +229,8 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
     accuracy = _series("acc", {v: [0.3 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})
     opposite = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * (2 - r) for k in range(4)] for v, r in rank.items()})
     pooled = describe.spearman(
-        [x for r in opposite["runs"].values() for x in r.values],
-        [x for r in accuracy["runs"].values() for x in r.values],
+        [x for r in opposite.runs.values() for x in r.values],
+        [x for r in accuracy.runs.values() for x in r.values],
     )
     assert pooled > 0.5  # what the old gate measured, and passed
     refused = tracking.from_runs("t", opposite, [accuracy], None)
@@ -267,7 +262,7 @@ def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
         row |= {"diff": 0.1, "sd_diff": 0.05, "sd_seeds": 0.05, "df": 2, "paired": True, "noise_floor_sd": None}
         row |= {"item_sd": None, "item_df": None, "n_seeds": 3, "untested": None if testable else "no_spread"}
         metric = "loss" if task == "val_loss" else "acc"
-        return {"task": task, "metric": metric, "primary": True, "pairwise": [pair_row(**row)]}
+        return series_record(task=task, metric=metric, primary=True, pairwise=[pair_row(**row)])
 
     primary, task = series("val_loss", testable=False), series("quiz:cf", testable=True)
     out, _ = families.apply_family([primary, task], FAST, "(one scale)")

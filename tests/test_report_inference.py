@@ -11,7 +11,7 @@ from ablate.report import Options, write_report
 from ablate.report.sections.decisions import families, headline, pairs
 from ablate.report.stats import noise
 from ablate.report.stats.power import sd_interval, seeds_needed
-from report_fixtures import STEPS, pair_row, simulated_final, write_run
+from report_fixtures import STEPS, pair_row, series_record, simulated_final, write_run
 
 FAST = Options(bootstrap=0)
 
@@ -136,9 +136,9 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
                 task = "val_loss" if k == 0 else f"t{k}"
                 final = {v: simulated_final(x) for v, x in (("A", a), ("B", b))}
                 rows = pairs.pairwise(["A", "B"], {"A": a, "B": b}, None, 1, FAST)
-                series.append({"task": task, "metric": "m", "primary": True, "final": final, "pairwise": rows})
+                series.append(series_record(task=task, metric="m", primary=True, final=final, pairwise=rows))
             _, series = families.apply_family(series, FAST, "simulated")
-            found += bool(series[1]["pairwise"][0].significant)
+            found += bool(series[1].pairwise[0].significant)
         return found / studies
 
     at_promised, fewer = power(promised), power(promised - 1)

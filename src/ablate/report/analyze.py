@@ -108,7 +108,7 @@ def _final_scores(runs_by_variant: dict, m: match.Matched, opts) -> tuple[dict, 
 
 def analyze_series(
     runs_by_variant: dict, task: TaskInfo, metric: str, opts: Options, matched: match.Matched | None = None
-) -> tuple[dict, Resample] | None:
+) -> tuple[schema.Series, Resample] | None:
     """A task x metric's figures, and beside them what the DA bootstrap resamples (sections/signal/across.py)."""
     key = (task.key, metric)
     with_scores = {v: [r for r in rs if series_points(r, key)] for v, rs in runs_by_variant.items()}
@@ -123,26 +123,26 @@ def analyze_series(
     sign = direction(metric)
     final, scores, items, stderrs = _final_scores(with_scores, m, opts)
     pairwise = pairs.pairwise(list(final), scores, items, sign, opts, stderrs, final)
-    series = {
-        "task": task.key,
-        "metric": metric,
-        "primary": metric == task.primary,
-        "direction": direction_name(sign),
-        "chance": task.chance_for(metric),
-        "baseline": metric in BASELINE_METRICS,
-        "diagnostic": metric in ANSWER_BLIND,
-        "has_items": items is not None,
-        "compared_at": schema.ComparedAt(
+    series = schema.Series(
+        task=task.key,
+        metric=metric,
+        primary=metric == task.primary,
+        direction=direction_name(sign),
+        chance=task.chance_for(metric),
+        baseline=metric in BASELINE_METRICS,
+        diagnostic=metric in ANSWER_BLIND,
+        has_items=items is not None,
+        compared_at=schema.ComparedAt(
             tokens=m.tokens, at_last=m.at_last, text=match.token_note(m.points, m.tokens, m.at_last)
         ),
-        "runs": {r.label: _series_run(v, r, series_points(r, key)) for v, rs in with_scores.items() for r in rs},
-        "final": final,
-        # the leader from the paired estimates (pairs.best reads these three), set again after the families
-        "best": pairs.best({"direction": direction_name(sign), "final": final, "pairwise": pairwise}),
-        "pairwise": pairwise,
-        "curve": {v: _curve([series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
-        "quality": quality(with_scores, final, task, metric, sign, opts, m),
-    }
+        runs={r.label: _series_run(v, r, series_points(r, key)) for v, rs in with_scores.items() for r in rs},
+        final=final,
+        # the leader from the paired estimates; once the families are applied, read again from the tested pairs
+        best=pairs.leader(direction_name(sign), final, pairwise),
+        pairwise=pairwise,
+        curve={v: _curve([series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
+        quality=quality(with_scores, final, task, metric, sign, opts, m),
+    )
     return series, Resample(m.ids, items, stderrs)
 
 
@@ -196,7 +196,7 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
             f"significance of a difference: needs >= {min_seeds} seeds per variant ({few}); the report "
             f"gives the seeds a test would need instead"
         )
-    checkpoints = [len(r.steps) for s in group["series"] for r in s["runs"].values()]
+    checkpoints = [len(r.steps) for s in group["series"] for r in s.runs.values()]
     most = max(checkpoints, default=0)
     if most < 3:
         notes.append(f"monotonicity (Spearman rho): needs >= 3 evaluated checkpoints per run (have {most})")
@@ -211,7 +211,7 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
             f"finished variants (have {len(group['variants'])})"
         )
     # val bpb across tokenizers has no pairable items by design (sections/tokenizers/ says so)
-    missing = sorted({s["task"] for s in group["series"] if not s["has_items"] and s["metric"] != tokenizers.BPB})
+    missing = sorted({s.task for s in group["series"] if not s.has_items and s.metric != tokenizers.BPB})
     if missing:
         notes.append(
             "confidence intervals and item-level p-values (seed-level tests still run, on the logged "
@@ -318,7 +318,7 @@ def _analyze_groups(scales: list, tasks: dict[str, TaskInfo], opts: Options) -> 
     analyzed = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     groups, resamples = [g for g, _ in analyzed], [r for _, r in analyzed]
     if opts.primary and not any(families.is_primary(s, opts) for s in groups[-1]["series"]):
-        have = sorted({f"{s['task']}/{s['metric']}" for s in groups[-1]["series"]})
+        have = sorted({f"{s.task}/{s.metric}" for s in groups[-1]["series"]})
         raise ReportError(
             f"--primary {opts.primary}: no such task or task/metric in these runs; they have: {', '.join(have)}"
         )
@@ -348,7 +348,7 @@ def _decide(
     family = families.family_series(target, decisions)
     inference, tested = families.apply_family(family, opts, where or "(one scale)", decisions)
     # the tested series take their place; no significant pair may put the leader behind
-    as_tested = {id(s): {**t, "best": pairs.best(t)} for s, t in zip(family, tested)}
+    as_tested = {id(s): dataclasses.replace(t, best=pairs.best(t)) for s, t in zip(family, tested)}
     target = {**target, "series": [as_tested.get(id(s), s) for s in target["series"]]}
     decided = [as_tested[id(s)] for s in decisions]
     return _Decided([*groups[:-1], target], recommendation, decided, inference, where)

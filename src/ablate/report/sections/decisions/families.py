@@ -26,18 +26,18 @@ from __future__ import annotations
 import dataclasses
 
 from ablate.report.inputs.runs import VAL_TASK
-from ablate.report.schema import Decision, Family, Inference, Pairwise, Recommendation
+from ablate.report.schema import Decision, Family, Inference, Pairwise, Recommendation, Series
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
-def is_primary(s: dict, opts) -> bool:
+def is_primary(s: Series, opts) -> bool:
     """The study's primary metric: `opts.primary` ("task" for its primary metric, or "task/metric"), else
     validation loss (its bits per byte when the runs' tokenizers differ: the val task then holds only that)."""
     want = getattr(opts, "primary", None) or VAL_TASK
     task, _, metric = want.partition("/")
-    if s["task"] != task:
+    if s.task != task:
         return False
-    return s["metric"] == metric if metric else (s["primary"] or s["task"] == VAL_TASK)
+    return s.metric == metric if metric else (s.primary or s.task == VAL_TASK)
 
 
 def _bh(rows: list[Pairwise], alpha: float, name: str, power: float, **family) -> tuple[list[Pairwise], Family]:
@@ -82,18 +82,18 @@ def _as_tested(p: Pairwise, family: str, p_bh: float | None, alpha: float, step:
     return dataclasses.replace(p, seeds_needed=need, more_items=more_items, seeds_needed_range=span)
 
 
-def _tested(series: list[dict], rows: list[dict]) -> list[dict]:
+def _tested(series: list[Series], rows: list[Pairwise]) -> list[Series]:
     """The series again, each with its run of the family's tested rows (in the order they were flattened)."""
     out, start = [], 0
     for s in series:
-        out.append({**s, "pairwise": rows[start : start + len(s["pairwise"])]})
-        start += len(s["pairwise"])
+        out.append(dataclasses.replace(s, pairwise=rows[start : start + len(s.pairwise)]))
+        start += len(s.pairwise)
     return out
 
 
 def apply_family(
-    series: list[dict], opts, where: str, decisions: list[dict] | None = None
-) -> tuple[Inference, list[dict]]:
+    series: list[Series], opts, where: str, decisions: list[Series] | None = None
+) -> tuple[Inference, list[Series]]:
     """The study's error control over the given series: the primary metric's pairs first at alpha x primary_share,
     then every other series' pairs at the rest of alpha, or at all of it when the primary family tested pairs and
     rejected each. Returns the inference summary and the series as tested (new series, in the given order, whose
@@ -104,21 +104,21 @@ def apply_family(
     others = [s for s in series if not is_primary(s, opts)]
     alpha1 = opts.alpha * opts.primary_share
     metrics = {
-        "primary": [[s["task"], s["metric"]] for s in primary],
-        "tasks": [[s["task"], s["metric"]] for s in others],
+        "primary": [[s.task, s.metric] for s in primary],
+        "tasks": [[s.task, s.metric] for s in others],
     }
     primary_rows, first = _bh(
-        [p for s in primary for p in s["pairwise"]], alpha1, "primary", opts.power, metrics=metrics["primary"]
+        [p for s in primary for p in s.pairwise], alpha1, "primary", opts.power, metrics=metrics["primary"]
     )
     # alpha1 is unspent only where the primary family tested something and rejected all of it (nothing left that
     # could be a false claim); a family that tested nothing has spent no evidence and carries nothing forward
     carried = first.tests > 0 and first.rejected == first.tests
     alpha2 = opts.alpha if carried else opts.alpha - alpha1
-    rows = [p for s in others for p in s["pairwise"]]
+    rows = [p for s in others for p in s.pairwise]
     forward = carried and alpha2 > opts.alpha - alpha1
     other_rows, second = _bh(rows, alpha2, "tasks", opts.power, metrics=metrics["tasks"], carried_forward=forward)
     as_tested = dict(zip(map(id, primary + others), _tested(primary, primary_rows) + _tested(others, other_rows)))
-    pairs = max((len(s["pairwise"]) for s in series), default=0)
+    pairs = max((len(s.pairwise) for s in series), default=0)
     names = ", ".join(metric_label(s) for s in decisions)
     prim = ", ".join(metric_label(s) for s in primary) or "none"
     carried_text = " (the primary family rejected every pair it tested: its alpha carried forward)"
@@ -145,18 +145,23 @@ def apply_family(
         families=[first, second],
         tests=first.tests + second.tests,
         comparisons=first.comparisons + second.comparisons,
-        metrics=[[s["task"], s["metric"]] for s in decisions],
-        family_metrics=[[s["task"], s["metric"]] for s in series],
+        metrics=[[s.task, s.metric] for s in decisions],
+        family_metrics=[[s.task, s.metric] for s in series],
     )
     return inference, [as_tested[id(s)] for s in series]
 
 
-def metric_label(s: dict) -> str:
+def metric_label(s: Series) -> str:
     """A decision metric's short name: the task without ":cf", plus the metric when it is not the primary."""
-    name = s["task"][:-3] if s["task"].endswith(":cf") else s["task"]
-    if s["task"] == VAL_TASK:
-        return "val_bpb" if s["metric"] == "bpb" else name
-    return name if s["primary"] else f"{name} [{s['metric']}]"
+    name = task_label(s.task)
+    if s.task == VAL_TASK:
+        return "val_bpb" if s.metric == "bpb" else name
+    return name if s.primary else f"{name} [{s.metric}]"
+
+
+def task_label(task: str) -> str:
+    """A task's short name: its key without ":cf"."""
+    return task[:-3] if task.endswith(":cf") else task
 
 
 def winner(decisions: list[Decision], never: set[str] | frozenset = frozenset()) -> str | None:
@@ -169,25 +174,21 @@ def winner(decisions: list[Decision], never: set[str] | frozenset = frozenset())
     return next(iter(candidates)) if len(candidates) == 1 and len(tops) == 1 else None
 
 
-def decision_series(group: dict, recommendation: Recommendation, opts=None) -> list[dict]:
+def decision_series(group: dict, recommendation: Recommendation, opts=None) -> list[Series]:
     """The primary metric (validation loss unless opts.primary names a task's), then the recommendation's decision
     metrics (its aggregate_over: validation loss, then each suite task's chosen metric; a task the primary names
     only once): the only series decisions rest on. Decisions take the recommendation as a value, made for this
     group (sections/signal/choose.py)."""
-    primary = [
-        (s["task"], s["metric"]) for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)
-    ]
+    primary = [(s.task, s.metric) for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)]
     taken = {task for task, _ in primary}
     chosen = [(task, metric) for task, metric in recommendation.aggregate_over if task == VAL_TASK or task not in taken]
-    by_key = {(s["task"], s["metric"]): s for s in group["series"]}
+    by_key = {(s.task, s.metric): s for s in group["series"]}
     return [by_key[k] for k in dict.fromkeys([*primary, *chosen]) if k in by_key]
 
 
-def family_series(group: dict, decisions: list[dict]) -> list[dict]:
+def family_series(group: dict, decisions: list[Series]) -> list[Series]:
     """The decision series, then every other candidate metric of the group (not the choices-only baselines nor the
     answer-blind diagnostics): the families, so that choosing among them cannot add a claim."""
     return decisions + [
-        s
-        for s in group["series"]
-        if not s["baseline"] and not s.get("diagnostic") and not any(s is d for d in decisions)
+        s for s in group["series"] if not s.baseline and not s.diagnostic and not any(s is d for d in decisions)
     ]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 from ablate.report.inputs.failures import failure_texts
-from ablate.report.schema import Decision, Headline, OpenPair, Overview, Pairwise, Recommendation
-from ablate.report.sections.decisions.families import metric_label, winner
+from ablate.report.schema import Decision, Headline, OpenPair, Overview, Pairwise, Recommendation, Series
+from ablate.report.sections.decisions.families import metric_label, task_label, winner
 from ablate.report.sections.decisions.pairs import best
 from ablate.report.sections.decisions.verdict import verdict as short_verdict
 from ablate.report.text.fmt import seeds_needed
@@ -40,9 +40,9 @@ def needed_text(row: Pairwise) -> str:
     return f"~{need} seeds needed" + (f" ({span[0]} to {span[1]} within the sd's uncertainty)" if span else "")
 
 
-def _others_clause(s: dict, leader: str, rest: list[str]) -> str:
+def _others_clause(s: Series, leader: str, rest: list[str]) -> str:
     """What the tests say about the pairs that do not involve the leader: each significant one, or that none is."""
-    found = [p for p in s["pairwise"] if leader not in (p.a, p.b) and p.significant and p.better in (p.a, p.b)]
+    found = [p for p in s.pairwise if leader not in (p.a, p.b) and p.significant and p.better in (p.a, p.b)]
     if found:
         return "; also " + ", ".join(
             f"{p.better} ahead of {p.b if p.better == p.a else p.a} ({_p(p.p_bh)})" for p in found
@@ -85,21 +85,21 @@ class _Standing:
         return self.vs[self.runner]
 
 
-def _standing(s: dict) -> _Standing:
-    sign = sign_of(s["direction"])
-    variants = list(s["final"])
+def _standing(s: Series) -> _Standing:
+    sign = sign_of(s.direction)
+    variants = list(s.final)
     top = best(s)
-    leader = top or sorted(variants, key=lambda v: -sign * s["final"][v].mean)[0]  # a tie: either is named
+    leader = top or sorted(variants, key=lambda v: -sign * s.final[v].mean)[0]  # a tie: either is named
     rest = [v for v in variants if v != leader]  # in the variants' own (natural) order, which a reader can scan
-    vs = {o: next(p for p in s["pairwise"] if {p.a, p.b} == {leader, o}) for o in rest}
+    vs = {o: next(p for p in s.pairwise if {p.a, p.b} == {leader, o}) for o in rest}
     order = [leader] + sorted(rest, key=lambda o: _gap(vs[o], leader, sign))  # stable: ties keep natural order
     beaten = [o for o in rest if vs[o].significant and vs[o].better == leader]
     level = [o for o in rest if o not in beaten]
-    seeds = min(len(s["final"][v].seeds) for v in variants)
+    seeds = min(len(s.final[v].seeds) for v in variants)
     return _Standing(top, leader, rest, vs, order, beaten, level, seeds)
 
 
-def _sentence(s: dict, name: str, st: _Standing) -> tuple[str, str]:
+def _sentence(s: Series, name: str, st: _Standing) -> tuple[str, str]:
     """(status, the sentence): a tie at the top, a lead not tested, best (ahead of every other variant), no
     significant difference, or ahead of some; the sentence claims only pairs that were tested."""
     leader, rest, close, seeds = st.leader, st.rest, st.close, st.seeds
@@ -129,19 +129,19 @@ def _sentence(s: dict, name: str, st: _Standing) -> tuple[str, str]:
     )
 
 
-def decide_series(s: dict, opts) -> Decision | None:
+def decide_series(s: Series, opts) -> Decision | None:
     """The decision on one metric: leader, the variants it is significantly ahead of, and one sentence that claims
     only pairs that were tested (the leader against each other variant, and any other significant pair)."""
-    if len(s["final"]) < 2:
+    if len(s.final) < 2:
         return None
     st = _standing(s)
     name = metric_label(s)
     status, text = _sentence(s, name, st)
     return Decision(
-        task=s["task"],
-        metric=s["metric"],
+        task=s.task,
+        metric=s.metric,
         name=name,
-        direction=s["direction"],
+        direction=s.direction,
         leader=st.leader,
         ahead_of=st.beaten,
         not_separated_from=st.level,
@@ -150,7 +150,7 @@ def decide_series(s: dict, opts) -> Decision | None:
         seeds_needed_range=st.close.seeds_needed_range,
         p_bh={o: st.vs[o].p_bh for o in st.order[1:]},
         # the significant pairs [better, worse], and the leader's closest pair not decided: the decisions table
-        decided=[[p.better, p.b if p.better == p.a else p.a] for p in s["pairwise"] if p.significant],
+        decided=[[p.better, p.b if p.better == p.a else p.a] for p in s.pairwise if p.significant],
         closest_open=_open_pair(st.leader, next((o for o in st.order[1:] if o in st.level), None), st.vs),
         status=status,
         text=text,
@@ -168,7 +168,7 @@ def _runs_left_out(overview: Overview) -> list[str]:
 def _without_signal(recommendation: Recommendation, opts) -> tuple[list[str], list[str]]:
     """(the tasks with no signal here, those whose signal these runs cannot assess), by their short names; the
     primary metric's task is decided whatever its criteria, so never named."""
-    short = {t.task: metric_label({"task": t.task, "metric": "", "primary": True}) for t in recommendation.rejected}
+    short = {t.task: task_label(t.task) for t in recommendation.rejected}
     primary = {(opts.primary or VAL_TASK).partition("/")[0], VAL_TASK}
     rejected = [r for r in recommendation.rejected if r.task not in primary]
     no_signal = [short[r.task] for r in rejected if r.status == "no_signal"]
@@ -206,7 +206,7 @@ def _left_aside(failed: dict[str, str], no_signal: list[str], unknown: list[str]
 def headline(
     experiment: str,
     group: dict,
-    series: list[dict],
+    series: list[Series],
     recommendation: Recommendation,
     overview: Overview,
     opts,
@@ -236,7 +236,7 @@ def headline(
     failed = failure_texts(group.get("failures", {}))
     notes = _left_aside(failed, no_signal, unknown, left_out)
     top = winner(decisions, set(failed))
-    only_val = all(s["task"] == VAL_TASK for s in group["series"])
+    only_val = all(s.task == VAL_TASK for s in group["series"])
     scope = "validation loss only: no task evals in these runs" if only_val else ""
     averaged = (
         f"Each run's score: the mean of its last {opts.average_last} evaluations." if opts.average_last > 1 else ""

@@ -23,23 +23,28 @@ import numpy as np
 from ablate.report.stats import noise
 from ablate.report.inputs import match
 from ablate.report.inputs.runs import sign_of
-from ablate.report.schema import Pairwise
+from ablate.report.schema import Final, Pairwise, Series
 
 
-def best(s: dict) -> str | None:
-    """A series' leader, from the paired estimates on shared seeds (each pairwise row's `better`), never from the
+def best(s: Series) -> str | None:
+    """A series' leader (leader() of its direction, finals and pairs)."""
+    return leader(s.direction, s.final, s.pairwise)
+
+
+def leader(direction: str, final: dict[str, Final], rows: list[Pairwise]) -> str | None:
+    """The leader of a series, from the paired estimates on shared seeds (each pairwise row's `better`), never from the
     variants' own means: with unequal seed sets (an adaptive study stops giving seeds to decided variants) a mean
     over other seeds can put first a variant that every paired comparison puts behind. The variant ahead of every
     other; where the estimates cycle, the one ahead of most; in both cases among the variants no significant pair
     puts behind (once the families are applied), the means breaking what is left. None when several stay tied."""
-    sign = sign_of(s["direction"])
-    variants, rows = list(s["final"]), s["pairwise"]
+    sign = sign_of(direction)
+    variants = list(final)
     behind = {p.b if p.better == p.a else p.a for p in rows if p.significant and p.better}
     candidates = [v for v in variants if v not in behind] or variants
     wins = {v: sum(p.better == v for p in rows) for v in candidates}
     leaders = [v for v in candidates if wins[v] == max(wins.values())]
-    top = max(sign * s["final"][v].mean for v in leaders)
-    leaders = [v for v in leaders if sign * s["final"][v].mean == top]
+    top = max(sign * final[v].mean for v in leaders)
+    leaders = [v for v in leaders if sign * final[v].mean == top]
     return leaders[0] if len(leaders) == 1 else None
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
-from ablate.report.schema import AcrossScales, ScaleRow
+from ablate.report.schema import AcrossScales, ScaleRow, Series
 from ablate.report.schema.signal import MetricRef
 from ablate.report.stats import da, describe
 
@@ -40,48 +40,44 @@ class Resample:
 Resamples = list[dict[tuple[str, str], Resample]]
 
 
-def _find(group: dict, task: str, metric: str | None = None) -> dict | None:
+def _find(group: dict, task: str, metric: str | None = None) -> Series | None:
     """A group's series of a task x metric; with metric None, the task's primary metric."""
     return next(
-        (
-            s
-            for s in group["series"]
-            if s["task"] == task and (s["metric"] == metric if metric is not None else s["primary"])
-        ),
+        (s for s in group["series"] if s.task == task and (s.metric == metric if metric is not None else s.primary)),
         None,
     )
 
 
-def _shared(a: dict | None, b: dict | None) -> list[str]:
-    return [v for v in b["final"] if v in a["final"]] if a is not None and b is not None else []
+def _shared(a: Series | None, b: Series | None) -> list[str]:
+    return [v for v in b.final if v in a.final] if a is not None and b is not None else []
 
 
-def _agreement(small: dict | None, large: dict | None) -> tuple[float | None, float | None]:
+def _agreement(small: Series | None, large: Series | None) -> tuple[float | None, float | None]:
     """(decision accuracy, Kendall tau) of the small series' final ranking against the large one's, each oriented
     by its own direction, over the variants both have."""
     variants = _shared(small, large)
     if len(variants) < 2:
         return None, None
-    guess = [sign_of(small["direction"]) * small["final"][v].mean for v in variants]
-    truth = [sign_of(large["direction"]) * large["final"][v].mean for v in variants]
+    guess = [sign_of(small.direction) * small.final[v].mean for v in variants]
+    truth = [sign_of(large.direction) * large.final[v].mean for v in variants]
     return describe.decision_accuracy(guess, truth), describe.kendall(guess, truth)
 
 
-def _scale(s: dict, work: Resample, variants: list[str]) -> da.Scale:
+def _scale(s: Series, work: Resample, variants: list[str]) -> da.Scale:
     """What the DA bootstrap resamples at one scale: each variant's {seed: oriented run score}, and its runs'
     oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' Resample)."""
-    sign = sign_of(s["direction"])
-    scores = [{k: sign * x for k, x in zip(s["final"][v].seeds, s["final"][v].values)} for v in variants]
+    sign = sign_of(s.direction)
+    scores = [{k: sign * x for k, x in zip(s.final[v].seeds, s.final[v].values)} for v in variants]
     if work.items is not None:
-        items = [dict(zip(s["final"][v].seeds, sign * work.items[v])) for v in variants]
+        items = [dict(zip(s.final[v].seeds, sign * work.items[v])) for v in variants]
         return da.Scale(scores, items, work.ids)
     logged = [[e for e in work.stderr[v].values() if e is not None] for v in variants]
     item_var = [float(np.mean(np.square(e))) if e else None for e in logged]
     return da.Scale(scores, item_var=item_var)
 
 
-def _key(s: dict) -> tuple[str, str]:
-    return s["task"], s["metric"]
+def _key(s: Series) -> tuple[str, str]:
+    return s.task, s.metric
 
 
 def _row(
@@ -94,7 +90,7 @@ def _row(
     if target_da is None and val_da is None and self_da is None:
         return None
     variants = _shared(small, target) or _shared(small, same)
-    seeds = min((len(s["final"][v].values) for s in (small, target or same) for v in variants), default=0)
+    seeds = min((len(s.final[v].values) for s in (small, target or same) for v in variants), default=0)
     shown = {"ci": None, "ci_note": None, "paired": None, "coverage": None, "item_noise": None}
     if target_da is not None:
         small_work, large_work = work[0][_key(small)], work[1][_key(target)]
@@ -104,7 +100,7 @@ def _row(
         scale=group["scale"],
         variants=variants,
         seeds=seeds,
-        snr=small["quality"].snr,
+        snr=small.quality.snr,
         decision_accuracy=target_da,
         decision_accuracy_val=val_da,
         self_agreement=self_da,
@@ -121,10 +117,10 @@ def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[Across
     largest, out = groups[-1], []
     val = _find(largest, VAL_TASK)
     for same in largest["series"]:
-        target = _find(largest, same["task"])
+        target = _find(largest, same.task)
         rows = []
         for group, work in zip(groups[:-1], resamples[:-1]):
-            small = _find(group, same["task"], same["metric"])
+            small = _find(group, same.task, same.metric)
             row = _row(group, small, target, val, same, (work, resamples[-1]), opts) if small is not None else None
             if row is not None:
                 rows.append(row)
@@ -132,14 +128,14 @@ def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[Across
             continue
         out.append(
             AcrossScales(
-                task=same["task"],
-                metric=same["metric"],
-                direction=same["direction"],
-                primary=same["primary"],
-                snr=same["quality"].snr,
-                target=None if target is None else MetricRef(task=target["task"], metric=target["metric"]),
+                task=same.task,
+                metric=same.metric,
+                direction=same.direction,
+                primary=same.primary,
+                snr=same.quality.snr,
+                target=None if target is None else MetricRef(task=target.task, metric=target.metric),
                 # an accuracy at chance at the largest scale has no ranking to validate a proxy against
-                target_valid=target is not None and target["quality"].criteria.above_chance is not False,
+                target_valid=target is not None and target.quality.criteria.above_chance is not False,
                 by_scale=rows,
                 mean_decision_accuracy=describe.mean_or_none([r.decision_accuracy for r in rows]),
                 mean_decision_accuracy_val=describe.mean_or_none([r.decision_accuracy_val for r in rows]),

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
-from ablate.report.schema import AcrossScales, Choice, Recommendation
+from ablate.report.schema import AcrossScales, Choice, Recommendation, Series
 from ablate.report.schema.signal import Aggregate, Figures, OtherMetric, Rejected, SuiteEntry, Thresholds, TracksTask
 from ablate.report.sections.signal import tracking
 from ablate.report.sections.signal.across import entry
@@ -49,8 +49,8 @@ CANNOT_VALIDATE = (
 TRACKS_FIELDS = ("against", "value", "passes", "weaker")  # tracking.py's evidence as the choice records it
 
 
-def figures(s: dict, da: float | None, tracks: dict | None = None) -> Figures:
-    q = s["quality"]
+def figures(s: Series, da: float | None, tracks: dict | None = None) -> Figures:
+    q = s.quality
     return Figures(
         monotonicity=q.monotonicity,
         snr=q.snr,
@@ -60,11 +60,11 @@ def figures(s: dict, da: float | None, tracks: dict | None = None) -> Figures:
     )
 
 
-def evidence(task_key: str, series: list[dict], across: list[AcrossScales]) -> tuple[str, AcrossScales | None]:
+def evidence(task_key: str, series: list[Series], across: list[AcrossScales]) -> tuple[str, AcrossScales | None]:
     """What ranks a task's metrics, with the task's across-scales entry of any metric (its target is the task's):
     "target_da" with a scale axis and a usable target, "val_da" where the target is at chance (or missing) at the
     largest scale, "consistency" without a scale axis."""
-    found = next((e for s in series if (e := entry(across, task_key, s["metric"])) is not None), None)
+    found = next((e for s in series if (e := entry(across, task_key, s.metric)) is not None), None)
     if found is None:
         return "consistency", None
     return ("target_da" if found.target_valid else "val_da"), found
@@ -78,9 +78,9 @@ def _da(e: AcrossScales | None, ranked_by: str) -> float | None:
 
 def _tracks(
     name: str,
-    s: dict,
-    series: list[dict],
-    val: dict | None,
+    s: Series,
+    series: list[Series],
+    val: Series | None,
     ranked_by: str,
     found: AcrossScales | None,
     da: float | None,
@@ -94,9 +94,9 @@ def _tracks(
     return tracking.from_scales(name, target, da, by_val=ranked_by == "val_da")
 
 
-def _failures(s: dict, opts, tracks: dict | None = None) -> list[str]:
+def _failures(s: Series, opts, tracks: dict | None = None) -> list[str]:
     """Why a metric fails its gates, with the figure against the threshold."""
-    q, out = s["quality"], []
+    q, out = s.quality, []
     c, crit = q.chance, q.criteria
     if crit.above_chance is False:
         if c.z_final is not None and c.z_final < opts.min_z:
@@ -160,40 +160,40 @@ def _caveat(name: str, task_key: str, ranked_by: str, found: AcrossScales | None
     return f". {name} {CANNOT_VALIDATE}"
 
 
-def choose(task: TaskInfo, series: list[dict], across: list[AcrossScales], opts, val: dict | None = None) -> Choice:
+def choose(task: TaskInfo, series: list[Series], across: list[AcrossScales], opts, val: Series | None = None) -> Choice:
     """One task: the metric it enters through (or none), its figures, the evidence that ranked them, and why each
     other metric lost. val: the group's validation loss series (what a continuous metric is checked against
     without a scale axis when the task's accuracy is at chance)."""
-    series = sorted(series, key=lambda s: not s["primary"])  # ties go to the primary
+    series = sorted(series, key=lambda s: not s.primary)  # ties go to the primary
     name = task.key[:-3] if task.key.endswith(":cf") else task.key
     ranked_by, found = evidence(task.key, series, across)
     figs, tracks = {}, {}
     for s in series:
-        da = _da(entry(across, task.key, s["metric"]), ranked_by)
-        tracks[s["metric"]] = _tracks(name, s, series, val, ranked_by, found, da)
-        figs[s["metric"]] = figures(s, da, tracks[s["metric"]])
+        da = _da(entry(across, task.key, s.metric), ranked_by)
+        tracks[s.metric] = _tracks(name, s, series, val, ranked_by, found, da)
+        figs[s.metric] = figures(s, da, tracks[s.metric])
     # a continuous metric must also track its task (tracks None: the metric keeps its own gates)
-    passing = [s for s in series if s["quality"].passes and (tracks[s["metric"]] or {"passes": True})["passes"]]
-    top = max(passing, key=lambda s: _key(figs[s["metric"]])) if passing else None
+    passing = [s for s in series if s.quality.passes and (tracks[s.metric] or {"passes": True})["passes"]]
+    top = max(passing, key=lambda s: _key(figs[s.metric])) if passing else None
     others, outright = [], []
     for s in series:
         if s is top:
             continue
-        if s["baseline"]:
+        if s.baseline:
             why = "a baseline (answer priors), never a signal"
-        elif s.get("diagnostic"):
+        elif s.diagnostic:
             why = "answer-blind (the same whichever choice is gold): a diagnostic, never a decision metric"
-        elif s["metric"] in {p["metric"] for p in passing}:
-            why = _lost_on(figs[s["metric"]], figs[top["metric"]], ranked_by)
+        elif s.metric in {p.metric for p in passing}:
+            why = _lost_on(figs[s.metric], figs[top.metric], ranked_by)
         else:
-            fails = _failures(s, opts, tracks[s["metric"]])
+            fails = _failures(s, opts, tracks[s.metric])
             outright.append(any("not computable" not in f for f in fails))
             why = "; ".join(fails)
-        others.append(OtherMetric(metric=s["metric"], why=why))
+        others.append(OtherMetric(metric=s.metric, why=why))
     lost = "; ".join(f"{o.metric}: {o.why}" for o in others)
     caveat = _caveat(name, task.key, ranked_by, found)
     if top is not None:
-        text = f"{name}: {_describe(top['metric'], figs[top['metric']], ranked_by)}{caveat}"
+        text = f"{name}: {_describe(top.metric, figs[top.metric], ranked_by)}{caveat}"
         text += f". Others: {lost}" if lost else ""
         status = "chosen"
     else:
@@ -202,24 +202,24 @@ def choose(task: TaskInfo, series: list[dict], across: list[AcrossScales], opts,
         text = f"{name}: {head}{caveat}. {lost}"
     return Choice(
         task=task.key,
-        metric=top["metric"] if top else None,
+        metric=top.metric if top else None,
         status=status,
         evidence=ranked_by,
-        figures=figs[top["metric"]] if top else None,
+        figures=figs[top.metric] if top else None,
         others=others,
         text=text,
-        direction=top["direction"] if top else None,
-        passing_metrics=[s["metric"] for s in passing],
+        direction=top.direction if top else None,
+        passing_metrics=[s.metric for s in passing],
     )
 
 
-def suite_series(group: dict, suite: list[SuiteEntry]) -> list[dict]:
+def suite_series(group: dict, suite: list[SuiteEntry]) -> list[Series]:
     """The group's series of validation loss (or its bits per byte: the val task holds one, bpb when tokenizers
     differ), then each suite task's chosen metric, each series once: what the aggregate is over (the
     recommendation's aggregate_over), and what the decisions rest on after the primary metric
     (sections/decisions/families.decision_series reads them from aggregate_over)."""
     keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")] + [(e.task, e.metric) for e in suite if e.task != VAL_TASK]
-    by_key = {(s["task"], s["metric"]): s for s in group["series"]}
+    by_key = {(s.task, s.metric): s for s in group["series"]}
     return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
 
 
@@ -227,9 +227,9 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[AcrossS
     """Each task's choice (validation loss's too: it is always a decision metric), the suite of chosen metrics, the
     tasks without one, and the aggregate over the decision metrics."""
     choices, suite, rejected = [], [], []
-    val = next((s for s in group["series"] if s["task"] == VAL_TASK and s["primary"]), None)
+    val = next((s for s in group["series"] if s.task == VAL_TASK and s.primary), None)
     for task in tasks.values():
-        mine = [s for s in group["series"] if s["task"] == task.key]
+        mine = [s for s in group["series"] if s.task == task.key]
         if not mine:
             continue
         c = choose(task, mine, across, opts, val)
@@ -247,9 +247,9 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[AcrossS
     if chosen and len(variants) >= 2:
         zs, ranks = {v: [] for v in variants}, {v: [] for v in variants}
         for s in chosen:
-            sign = sign_of(s["direction"])
-            names = [v for v in variants if v in s["final"]]
-            m = np.array([sign * s["final"][v].mean for v in names])
+            sign = sign_of(s.direction)
+            names = [v for v in variants if v in s.final]
+            m = np.array([sign * s.final[v].mean for v in names])
             z = (m - m.mean()) / m.std() if m.std() > 0 else np.zeros_like(m)
             order = (-m).argsort(kind="stable").argsort() + 1  # rank 1 = best
             for v, zv, rv in zip(names, z, order):
@@ -269,5 +269,5 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[AcrossS
         suite=suite,
         rejected=rejected,
         aggregate=aggregate,
-        aggregate_over=[[s["task"], s["metric"]] for s in chosen],
+        aggregate_over=[[s.task, s.metric] for s in chosen],
     )

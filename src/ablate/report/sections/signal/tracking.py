@@ -20,41 +20,42 @@ import numpy as np
 
 from ablate.report.stats import describe
 from ablate.report.inputs.runs import VAL_TASK, is_accuracy, sign_of
+from ablate.report.schema import Series
 
 MIN_TAU = 0.5  # least mean Kendall tau of the variants' ranking; above 1/3, what one swap among three variants gives
 MIN_DA = 0.5  # decision accuracy must beat a coin flip
 
 
-def needs_tracking(s: dict) -> bool:
+def needs_tracking(s: Series) -> bool:
     """A continuous metric of a task (validation loss is its own target; baselines never pass anyway)."""
-    return s["chance"] is None and s["task"] != VAL_TASK and not s["baseline"]
+    return s.chance is None and s.task != VAL_TASK and not s.baseline
 
 
-def at_chance(s: dict | None) -> bool:
+def at_chance(s: Series | None) -> bool:
     """An accuracy shown to be at chance (or not past its choices-only baseline): it has no ranking to follow."""
-    return s is not None and s["quality"].criteria.above_chance is False
+    return s is not None and s.quality.criteria.above_chance is False
 
 
-def task_accuracy(task_series: list[dict]) -> dict | None:
+def task_accuracy(task_series: list[Series]) -> Series | None:
     """The accuracy a task's metrics are checked against: its primary metric when that is an accuracy, else its
     first accuracy that is not a baseline; None when the task logs no accuracy."""
-    accuracies = [s for s in task_series if is_accuracy(s["metric"]) and not s["baseline"]]
-    return next((s for s in accuracies if s["primary"]), accuracies[0] if accuracies else None)
+    accuracies = [s for s in task_series if is_accuracy(s.metric) and not s.baseline]
+    return next((s for s in accuracies if s.primary), accuracies[0] if accuracies else None)
 
 
-def _oriented(s: dict) -> dict[str, dict[int, float]]:
-    sign = sign_of(s["direction"])
-    return {label: dict(zip(r.steps, (sign * v for v in r.values))) for label, r in s["runs"].items()}
+def _oriented(s: Series) -> dict[str, dict[int, float]]:
+    sign = sign_of(s.direction)
+    return {label: dict(zip(r.steps, (sign * v for v in r.values))) for label, r in s.runs.items()}
 
 
-def ranking_agreement(metric: dict, reference: dict) -> float | None:
+def ranking_agreement(metric: Series, reference: Series) -> float | None:
     """Kendall tau-b between the variants' mean metric and their mean reference (each oriented by its direction,
     over the runs both series scored) at each step all those runs share, averaged over the steps where the
     reference orders the variants at all. Positive: the metric ranks the variants as the reference does. None with
     fewer than 2 variants or no such step."""
     mine, theirs = _oriented(metric), _oriented(reference)
     runs = sorted(set(mine) & set(theirs))
-    variant = {r: metric["runs"][r].variant for r in runs}
+    variant = {r: metric.runs[r].variant for r in runs}
     variants = sorted(set(variant.values()))
     if len(variants) < 2:
         return None
@@ -87,13 +88,13 @@ def from_scales(task_name: str, target_metric: str | None, da: float | None, by_
     return _result(against, da, da > MIN_DA, why)
 
 
-def from_runs(task_name: str, s: dict, task_series: list[dict], val: dict | None) -> dict:
+def from_runs(task_name: str, s: Series, task_series: list[Series], val: Series | None) -> dict:
     """The evidence without a scale axis: the variants' ranking by the metric against their ranking by the task's
     accuracy, checkpoint by checkpoint, or by validation loss where the accuracy is at chance or absent (the weaker
     evidence)."""
     accuracy = task_accuracy(task_series)
     if accuracy is not None and not at_chance(accuracy):
-        against, label, note = accuracy["metric"], f"{task_name}'s accuracy", ""
+        against, label, note = accuracy.metric, f"{task_name}'s accuracy", ""
         tau = ranking_agreement(s, accuracy)
     else:
         state = "at chance" if accuracy is not None else "not logged"
