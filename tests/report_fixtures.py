@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report.schema import Final, Pairwise, Series
+from ablate.report.schema import Final
 
 STEPS = [10, 20, 30, 40]
 N_ITEMS = 100
@@ -151,14 +151,10 @@ def simulated_final(scores: dict[int, float]) -> Final:
     )
 
 
-def pair_row(**given) -> Pairwise:
-    """A pairwise row with the given fields and every other one None: what a test of one reader needs."""
-    return Pairwise(**{f.name: None for f in dataclasses.fields(Pairwise)} | given)
-
-
-def series_record(**given) -> Series:
-    """A series with the given fields and every other one None: what a test of one reader needs."""
-    return Series(**{f.name: None for f in dataclasses.fields(Series)} | given)
+def record_with(cls, **given):
+    """A report record (schema.Pairwise, Series, ...) with the given fields and every other one None: what a test
+    of one reader needs."""
+    return cls(**{f.name: None for f in dataclasses.fields(cls)} | given)
 
 
 def _mean(values: list[float]) -> float:

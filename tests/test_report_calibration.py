@@ -29,7 +29,8 @@ from ablate.report import calibrate
 from ablate.report.sections.decisions import families, pairs
 from ablate.report.stats import power
 from ablate.report.sections.decisions.headline import decide_series
-from report_fixtures import series_record, simulated_final, write_run
+from ablate.report.schema import Series
+from report_fixtures import record_with, simulated_final, write_run
 
 SIG_RUN, SIG_SEED, SIG_ITEM, ITEMS = 0.02, 0.01, 0.3, 200  # loss: run, seed and item-noise sds; items per eval
 # sd of one seed-level difference of run scores (paired: the shared seed effect cancels): the effect-size unit
@@ -92,7 +93,8 @@ def decide_study(study: dict, opts=OPTS):
         scores = {v: dict(zip(seeds, matrix.mean(axis=1))) for v, (seeds, matrix) in data.items()}
         final = {v: simulated_final(scores[v]) for v in variants}
         series.append(
-            series_record(
+            record_with(
+                Series,
                 task="val_loss" if metric == "loss" else metric,  # the loss is the primary family, as in a report
                 metric=metric,
                 primary=True,

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from ablate.report import Options, write_report
-from ablate.report.schema import Chance, Criteria, Quality, Ranking, Series, SeriesRun
+from ablate.report.schema import Criteria, Pairwise, Quality, Series, SeriesRun
 from ablate.report.sections.sequential.contrasts import trained_order
 from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
 from ablate.report.sections.sequential.section import folder_contrasts
-from report_fixtures import STEPS, pair_row, series_record, write_run
+from report_fixtures import STEPS, record_with, write_run
 
 FAST = Options(bootstrap=0)
 
@@ -198,24 +198,20 @@ def _series(metric: str, by_variant: dict[str, list[float]], direction: str = "h
         for v, values in by_variant.items()
         for seed in range(2)
     }
-    return series_record(
-        metric=metric, direction=direction, runs=runs, baseline=False, primary=True, quality=_quality(above_chance=True)
+    return record_with(
+        Series,
+        metric=metric,
+        direction=direction,
+        runs=runs,
+        baseline=False,
+        primary=True,
+        quality=_quality(above_chance=True),
     )
 
 
 def _quality(above_chance: bool) -> Quality:
     """A series' quality with only the criterion tracking reads (whether its accuracy is past chance)."""
-    chance = dict.fromkeys(("chance", "z_final", "first_significant_step", "first_significant_tokens"))
-    ranking = dict.fromkeys(("tau_second_half", "consistent_from_step", "consistent_from_fraction", "early_step"))
-    return Quality(
-        **dict.fromkeys(("monotonicity", "seed_spread", "checkpoint_spread", "signal", "noise", "snr")),
-        monotonicity_per_run={},
-        noise_checkpoints=None,
-        chance=Chance(**chance, by_checkpoint=[], gain_over_choices_only=None, gain_z=None),
-        ranking=Ranking(**ranking, by_checkpoint=[], early_decision_accuracy=None),
-        criteria=Criteria(monotone=None, consistent=None, above_chance=above_chance),
-        passes=False,
-    )
+    return record_with(Quality, criteria=Criteria(monotone=None, consistent=None, above_chance=above_chance))
 
 
 def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task():
@@ -262,7 +258,7 @@ def test_a_primary_family_that_tested_nothing_carries_nothing_forward():
         row |= {"diff": 0.1, "sd_diff": 0.05, "sd_seeds": 0.05, "df": 2, "paired": True, "noise_floor_sd": None}
         row |= {"item_sd": None, "item_df": None, "n_seeds": 3, "untested": None if testable else "no_spread"}
         metric = "loss" if task == "val_loss" else "acc"
-        return series_record(task=task, metric=metric, primary=True, pairwise=[pair_row(**row)])
+        return record_with(Series, task=task, metric=metric, primary=True, pairwise=[record_with(Pairwise, **row)])
 
     primary, task = series("val_loss", testable=False), series("quiz:cf", testable=True)
     out, _ = families.apply_family([primary, task], FAST, "(one scale)")

@@ -11,7 +11,8 @@ from ablate.report import Options, write_report
 from ablate.report.sections.decisions import families, headline, pairs
 from ablate.report.stats import noise
 from ablate.report.stats.power import sd_interval, seeds_needed
-from report_fixtures import STEPS, pair_row, series_record, simulated_final, write_run
+from ablate.report.schema import Pairwise, Series
+from report_fixtures import STEPS, record_with, simulated_final, write_run
 
 FAST = Options(bootstrap=0)
 
@@ -136,7 +137,7 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
                 task = "val_loss" if k == 0 else f"t{k}"
                 final = {v: simulated_final(x) for v, x in (("A", a), ("B", b))}
                 rows = pairs.pairwise(["A", "B"], {"A": a, "B": b}, None, 1, FAST)
-                series.append(series_record(task=task, metric="m", primary=True, final=final, pairwise=rows))
+                series.append(record_with(Series, task=task, metric="m", primary=True, final=final, pairwise=rows))
             _, series = families.apply_family(series, FAST, "simulated")
             found += bool(series[1].pairwise[0].significant)
         return found / studies
@@ -152,7 +153,7 @@ def test_seeds_needed_delivers_its_power_under_the_whole_procedure():
 def test_seeds_needed_is_a_range_for_an_sd_from_three_seeds():
     lo, hi = sd_interval(1.0, 2)
     assert lo == pytest.approx(math.sqrt(2 / 4.605), rel=1e-3) and hi == pytest.approx(math.sqrt(2 / 0.2107), rel=1e-3)
-    row = pair_row(seeds_needed=9, seeds_needed_range=[5, 60])
+    row = record_with(Pairwise, seeds_needed=9, seeds_needed_range=[5, 60])
     assert headline.needed_text(row) == "~9 seeds needed (5 to 60 within the sd's uncertainty)"
 
 

@@ -65,6 +65,10 @@ class Criteria(Record):
     )
     snr: bool | None = figure("snr >= --min-snr; only with --min-snr", optional=True)
 
+    def applied(self) -> dict[str, bool | None]:
+        """The gates that apply to this series, in order (an absent one does not apply): true, false or None."""
+        return self.to_json()
+
 
 @record
 class Quality(Record):

@@ -109,7 +109,7 @@ def _failures(s: Series, opts, tracks: dict | None = None) -> list[str]:
         out.append(f"ranking not consistent (tau {_f(q.ranking.tau_second_half)} < {opts.min_tau:g})")
     if crit.snr is False:
         out.append(f"SNR {_f(q.snr)} < {opts.min_snr:g}")
-    out += [f"{name.replace('_', ' ')} not computable" for name, ok in crit.to_json().items() if ok is None]
+    out += [f"{name.replace('_', ' ')} not computable" for name, ok in crit.applied().items() if ok is None]
     if tracks is not None and not tracks["passes"]:
         out.append(tracks["why"])
     return out

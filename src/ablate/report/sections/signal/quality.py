@@ -166,7 +166,7 @@ def quality(
         ranking=ranking,
         criteria=criteria,
         # baselines and answer-blind figures never decide a task, whatever their criteria
-        passes=metric not in BASELINE_METRICS | ANSWER_BLIND and all(ok is True for ok in criteria.to_json().values()),
+        passes=metric not in BASELINE_METRICS | ANSWER_BLIND and all(ok is True for ok in criteria.applied().values()),
     )
 
 

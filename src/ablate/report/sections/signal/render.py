@@ -17,7 +17,7 @@ def _verdict(s: Series) -> str:
         return "baseline (answer priors)"
     if q.passes:
         return "PASS"
-    criteria = q.criteria.to_json().items()  # the gates this series has (snr only with --min-snr)
+    criteria = q.criteria.applied().items()
     parts = [f"fails {k}" for k, ok in criteria if ok is False]
     return "; ".join(parts + [f"{k} not computable" for k, ok in criteria if ok is None])
 
