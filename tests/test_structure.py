@@ -144,7 +144,7 @@ def ablate_imports(module: str) -> set[str]:
 # module's path starts with (text.render is its own room, text.fmt is text's).
 REPORT_ROOMS = "schema stats inputs options text sections text.render analyze calibrate".split()
 # Narrower: the rooms (outside its own) each may import. stats knows nothing of runs; run folders are read in inputs.
-REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats"}}
+REPORT_ALLOWED = {"schema": set(), "stats": set(), "inputs": {"stats", "schema"}}
 # A section reads no other section: what one needs of another reaches it as a value (the decisions take the signal
 # section's recommendation as one), passed by analyze; what two share of the runs is in inputs (failures.py).
 SEQUENTIAL_SECTION = "ablate.report.sections.sequential"

@@ -148,7 +148,7 @@ def analyze_series(
 
 def analyze_group(
     scale, runs_by_variant: dict[str, list[Run]], tasks: dict[str, TaskInfo], opts: Options
-) -> tuple[dict, dict[tuple[str, str], Resample]]:
+) -> tuple[schema.Group, dict[tuple[str, str], Resample]]:
     """A scale's figures, and each series' Resample by (task, metric)."""
     finished = {
         v: [r for r in rs if r.status == "finished"]
@@ -168,22 +168,22 @@ def analyze_group(
                 series.append(analyzed[0])
                 resamples[task.key, metric] = analyzed[1]
     runs = [r for rs in finished.values() for r in rs]
-    group = {
-        "scale": scale,
-        "failures": failures.failed_seeds(runs_by_variant),
-        "variants": list(finished),
-        "seeds": {v: [r.seed for r in rs] for v, rs in finished.items()},
-        "shape_differences": match.shape_differences(runs),
-        "item_mismatch": list(mismatches.values()),
-        "train_loss": {v: _curve([r.train_loss for r in rs]) for v, rs in finished.items()},
-        "series": series,
-    }
+    group = schema.Group(
+        scale=scale,
+        failures=failures.failed_seeds(runs_by_variant),
+        variants=list(finished),
+        seeds={v: [r.seed for r in rs] for v, rs in finished.items()},
+        shape_differences=match.shape_differences(runs),
+        item_mismatch=list(mismatches.values()),
+        train_loss={v: _curve([r.train_loss for r in rs]) for v, rs in finished.items()},
+        series=series,
+    )
     return group, resamples
 
 
-def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, min_seeds: int) -> list[str]:
+def _cannot_compute(group: schema.Group, tasks: dict[str, TaskInfo], has_scale: bool, min_seeds: int) -> list[str]:
     notes = []
-    seeds = {v: len(s) for v, s in group["seeds"].items()}
+    seeds = {v: len(s) for v, s in group.seeds.items()}
     if seeds and min(seeds.values()) < 2:
         few = ", ".join(f"{v} has {n}" for v, n in seeds.items() if n < 2)
         notes.append(
@@ -196,7 +196,7 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
             f"significance of a difference: needs >= {min_seeds} seeds per variant ({few}); the report "
             f"gives the seeds a test would need instead"
         )
-    checkpoints = [len(r.steps) for s in group["series"] for r in s.runs.values()]
+    checkpoints = [len(r.steps) for s in group.series for r in s.runs.values()]
     most = max(checkpoints, default=0)
     if most < 3:
         notes.append(f"monotonicity (Spearman rho): needs >= 3 evaluated checkpoints per run (have {most})")
@@ -205,13 +205,13 @@ def _cannot_compute(group: dict, tasks: dict[str, TaskInfo], has_scale: bool, mi
             "checkpoint spread, SNR noise, Kendall tau and decision accuracy over training: need >= 2 "
             f"evaluated checkpoints per run (have {most})"
         )
-    if len(group["variants"]) < 2:
+    if len(group.variants) < 2:
         notes.append(
             f"pairwise tests, SNR signal, Kendall tau, decision accuracy and the aggregate score: need >= 2 "
-            f"finished variants (have {len(group['variants'])})"
+            f"finished variants (have {len(group.variants)})"
         )
     # val bpb across tokenizers has no pairable items by design (sections/tokenizers/ says so)
-    missing = sorted({s.task for s in group["series"] if not s.has_items and s.metric != tokenizers.BPB})
+    missing = sorted({s.task for s in group.series if not s.has_items and s.metric != tokenizers.BPB})
     if missing:
         notes.append(
             "confidence intervals and item-level p-values (seed-level tests still run, on the logged "
@@ -281,7 +281,7 @@ def analyze_runs(
         options=dataclasses.asdict(opts),
         overview=overview,
         tasks=_task_rows(tasks),
-        groups=[schema.Group.from_json(g) for g in decided.groups],
+        groups=decided.groups,
         across_scales=across,
         subject_floor=subject_floor,
         recommendation=decided.recommendation,
@@ -313,12 +313,12 @@ def _multipliers(
     return opts, compute
 
 
-def _analyze_groups(scales: list, tasks: dict[str, TaskInfo], opts: Options) -> tuple[list[dict], Resamples]:
+def _analyze_groups(scales: list, tasks: dict[str, TaskInfo], opts: Options) -> tuple[list[schema.Group], Resamples]:
     """Each scale's figures (the largest last), and beside them each group's Resamples."""
     analyzed = [analyze_group(scale, by_variant, tasks, opts) for scale, by_variant in scales]
     groups, resamples = [g for g, _ in analyzed], [r for _, r in analyzed]
-    if opts.primary and not any(families.is_primary(s, opts) for s in groups[-1]["series"]):
-        have = sorted({f"{s.task}/{s.metric}" for s in groups[-1]["series"]})
+    if opts.primary and not any(families.is_primary(s, opts) for s in groups[-1].series):
+        have = sorted({f"{s.task}/{s.metric}" for s in groups[-1].series})
         raise ReportError(
             f"--primary {opts.primary}: no such task or task/metric in these runs; they have: {', '.join(have)}"
         )
@@ -331,25 +331,25 @@ class _Decided:
     metric recommendation, the decision series as tested, the inference summary, and where ("at d_model=512", or ""
     without a scale axis)."""
 
-    groups: list[dict]
+    groups: list[schema.Group]
     recommendation: schema.Recommendation
-    decisions: list[dict]
+    decisions: list[schema.Series]
     inference: schema.Inference
     where: str
 
 
 def _decide(
-    groups: list[dict], tasks: dict[str, TaskInfo], across: list[schema.AcrossScales], opts: Options
+    groups: list[schema.Group], tasks: dict[str, TaskInfo], across: list[schema.AcrossScales], opts: Options
 ) -> _Decided:
     target = groups[-1]  # the largest scale: what decisions are about
     recommendation = choose.recommendation(target, tasks, across, opts)
-    where = f"at {','.join(opts.scale)}={target['scale']}" if opts.scale else ""
+    where = f"at {','.join(opts.scale)}={target.scale}" if opts.scale else ""
     decisions = families.decision_series(target, recommendation, opts)
     family = families.family_series(target, decisions)
     inference, tested = families.apply_family(family, opts, where or "(one scale)", decisions)
     # the tested series take their place; no significant pair may put the leader behind
     as_tested = {id(s): dataclasses.replace(t, best=pairs.best(t)) for s, t in zip(family, tested)}
-    target = {**target, "series": [as_tested.get(id(s), s) for s in target["series"]]}
+    target = dataclasses.replace(target, series=[as_tested.get(id(s), s) for s in target.series])
     decided = [as_tested[id(s)] for s in decisions]
     return _Decided([*groups[:-1], target], recommendation, decided, inference, where)
 

@@ -219,13 +219,13 @@ class Outcome:
 
 def run_study(rng: np.random.Generator, design: Design) -> Outcome:
     runs, tasks, opts = study(rng, design)
-    report = analyze_runs(runs, tasks, opts, "calibration").to_json()
-    target = report["groups"][-1]
-    claims = any(p["significant"] for s in target["series"] for p in s["pairwise"])
-    val = next(s for s in target["series"] if s["task"] == "val_loss")
-    ahead = [p for p in val["pairwise"] if "A" in (p["a"], p["b"])]
-    found = bool(ahead) and all(p["significant"] and p["better"] == "A" for p in ahead)
-    return Outcome(claims, report["headline"]["winner"], found, len(report["inference"]["metrics"]))
+    report = analyze_runs(runs, tasks, opts, "calibration")
+    target = report.groups[-1]
+    claims = any(p.significant for s in target.series for p in s.pairwise)
+    val = next(s for s in target.series if s.task == "val_loss")
+    ahead = [p for p in val.pairwise if "A" in (p.a, p.b)]
+    found = bool(ahead) and all(p.significant and p.better == "A" for p in ahead)
+    return Outcome(claims, report.headline.winner, found, len(report.inference.metrics))
 
 
 def outcomes(design: Design, studies: int, seed: int = 0) -> list[Outcome]:

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ablate.report.inputs.runs import Point, Run, TaskInfo
+from ablate.report.schema import ItemMismatch
 
 MAX_TOKEN_GAP = 0.05  # default --max-token-gap: compared points further apart in tokens (relative) are not compared
 
@@ -33,7 +34,7 @@ class Matched:
     at_last: bool  # every run's compared evaluation is its last one
     ids: list[str] | None  # item ids compared; None: not every run has per-item files
     values: dict[str, dict[str, float]] | None  # run label -> {item id: value}, over `ids`
-    mismatch: dict | None  # {"task", "runs": {label: items}, "shared": k, "kept": bool, "text": ...}
+    mismatch: ItemMismatch | None  # the runs scored different items: how many each, shared, kept or left out
     left_out: str | None  # why this comparison cannot be made
     windows: dict[str, list[Point]] = field(default_factory=dict)  # run label -> the evaluations averaged, last
     # `points`; one evaluation unless --average-last
@@ -151,15 +152,12 @@ def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float, averag
     if values is None:  # no item ids to match: at least the logged item counts must agree
         counts = {label: p.n for label, p in points.items() if p.n is not None}
         if len(set(counts.values())) > 1:
-            out.mismatch = {
-                "task": task.key,
-                "runs": counts,
-                "shared": None,
-                "kept": False,
-                "text": f"{task.key}: runs scored different numbers of items ({_by_count(counts)}) and "
-                f"have no per-item files to match them: left out",
-            }
-            out.left_out = out.mismatch["text"]
+            text = (
+                f"{task.key}: runs scored different numbers of items ({_by_count(counts)}) and have no per-item "
+                f"files to match them: left out"
+            )
+            out.mismatch = ItemMismatch(task=task.key, runs=counts, shared=None, kept=False, text=text)
+            out.left_out = text
         return out
     sets = {label: set(v) for label, v in values.items()}
     first = next(iter(sets.values()))
@@ -179,7 +177,7 @@ def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float, averag
         if kept
         else f"only {len(shared)} items are shared (< {min_share:g} of the smallest set): left out"
     )
-    out.mismatch = {"task": task.key, "runs": counts, "shared": len(shared), "kept": kept, "text": text}
+    out.mismatch = ItemMismatch(task=task.key, runs=counts, shared=len(shared), kept=kept, text=text)
     if kept:
         out.ids, out.values = sorted(shared), {k: {i: v[i] for i in shared} for k, v in values.items()}
         if grouped:

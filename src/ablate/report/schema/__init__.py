@@ -24,7 +24,17 @@ from ablate.report.schema.record import ABSENT, Record, SchemaError
 from ablate.report.schema.report import Report
 from ablate.report.schema.runs import Overview, RunRow, TaskRow, Tokenizers
 from ablate.report.schema.sequential import Contrast, Rule, Sequential
-from ablate.report.schema.series import ComparedAt, Curve, Final, Group, Pairwise, Series, SeriesRun
+from ablate.report.schema.series import (
+    ComparedAt,
+    Curve,
+    Failure,
+    Final,
+    Group,
+    ItemMismatch,
+    Pairwise,
+    Series,
+    SeriesRun,
+)
 from ablate.report.schema.signal import AcrossScales, Choice, Recommendation, ScaleRow, SubjectFloor
 from ablate.report.schema.sweep import Sweep
 
@@ -38,11 +48,13 @@ __all__ = [
     "Criteria",
     "Curve",
     "Decision",
+    "Failure",
     "Family",
     "Final",
     "Group",
     "Headline",
     "Inference",
+    "ItemMismatch",
     "MultiplierRow",
     "Multipliers",
     "OpenPair",

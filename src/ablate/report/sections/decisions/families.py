@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from ablate.report.inputs.runs import VAL_TASK
-from ablate.report.schema import Decision, Family, Inference, Pairwise, Recommendation, Series
+from ablate.report.schema import Decision, Family, Group, Inference, Pairwise, Recommendation, Series
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
@@ -174,21 +174,21 @@ def winner(decisions: list[Decision], never: set[str] | frozenset = frozenset())
     return next(iter(candidates)) if len(candidates) == 1 and len(tops) == 1 else None
 
 
-def decision_series(group: dict, recommendation: Recommendation, opts=None) -> list[Series]:
+def decision_series(group: Group, recommendation: Recommendation, opts=None) -> list[Series]:
     """The primary metric (validation loss unless opts.primary names a task's), then the recommendation's decision
     metrics (its aggregate_over: validation loss, then each suite task's chosen metric; a task the primary names
     only once): the only series decisions rest on. Decisions take the recommendation as a value, made for this
     group (sections/signal/choose.py)."""
-    primary = [(s.task, s.metric) for s in group["series"] if opts is not None and opts.primary and is_primary(s, opts)]
+    primary = [(s.task, s.metric) for s in group.series if opts is not None and opts.primary and is_primary(s, opts)]
     taken = {task for task, _ in primary}
     chosen = [(task, metric) for task, metric in recommendation.aggregate_over if task == VAL_TASK or task not in taken]
-    by_key = {(s.task, s.metric): s for s in group["series"]}
+    by_key = {(s.task, s.metric): s for s in group.series}
     return [by_key[k] for k in dict.fromkeys([*primary, *chosen]) if k in by_key]
 
 
-def family_series(group: dict, decisions: list[Series]) -> list[Series]:
+def family_series(group: Group, decisions: list[Series]) -> list[Series]:
     """The decision series, then every other candidate metric of the group (not the choices-only baselines nor the
     answer-blind diagnostics): the families, so that choosing among them cannot add a claim."""
     return decisions + [
-        s for s in group["series"] if not s.baseline and not s.diagnostic and not any(s is d for d in decisions)
+        s for s in group.series if not s.baseline and not s.diagnostic and not any(s is d for d in decisions)
     ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
 from ablate.report.inputs.failures import failure_texts
-from ablate.report.schema import Decision, Headline, OpenPair, Overview, Pairwise, Recommendation, Series
+from ablate.report.schema import Decision, Group, Headline, OpenPair, Overview, Pairwise, Recommendation, Series
 from ablate.report.sections.decisions.families import metric_label, task_label, winner
 from ablate.report.sections.decisions.pairs import best
 from ablate.report.sections.decisions.verdict import verdict as short_verdict
@@ -205,7 +205,7 @@ def _left_aside(failed: dict[str, str], no_signal: list[str], unknown: list[str]
 
 def headline(
     experiment: str,
-    group: dict,
+    group: Group,
     series: list[Series],
     recommendation: Recommendation,
     overview: Overview,
@@ -216,10 +216,10 @@ def headline(
     the verdict in one or two sentences, and what the decisions leave out (notes: the tasks without signal, runs
     left out), which the report shows around its decisions table. series: the decision series as tested
     (families.py); note: a last sentence (the tokenizers')."""
-    variants, runs_left = group["variants"], _runs_left_out(overview)
+    variants, runs_left = group.variants, _runs_left_out(overview)
     tail = "".join(f" ({t})" for t in runs_left)
     no_signal, unknown = _without_signal(recommendation, opts)
-    left_out = sorted({m["task"] for m in group.get("item_mismatch", []) if not m["kept"]})
+    left_out = sorted({m.task for m in group.item_mismatch if not m.kept})
     told = {"no_signal": no_signal, "not_assessable": unknown, "left_out": left_out}  # whatever the decisions
     note_text = f" {note}" if note else ""
     runs_notes = [t + "." for t in runs_left] + ([note] if note else [])
@@ -233,10 +233,10 @@ def headline(
             notes=runs_notes,
         )
     decisions = [d for s in series if (d := decide_series(s, opts))]
-    failed = failure_texts(group.get("failures", {}))
+    failed = failure_texts(group.failures)
     notes = _left_aside(failed, no_signal, unknown, left_out)
     top = winner(decisions, set(failed))
-    only_val = all(s.task == VAL_TASK for s in group["series"])
+    only_val = all(s.task == VAL_TASK for s in group.series)
     scope = "validation loss only: no task evals in these runs" if only_val else ""
     averaged = (
         f"Each run's score: the mean of its last {opts.average_last} evaluations." if opts.average_last > 1 else ""

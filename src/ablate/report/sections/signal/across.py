@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.report.inputs.runs import VAL_TASK, sign_of
-from ablate.report.schema import AcrossScales, ScaleRow, Series
+from ablate.report.schema import AcrossScales, Group, ScaleRow, Series
 from ablate.report.schema.signal import MetricRef
 from ablate.report.stats import da, describe
 
@@ -40,10 +40,10 @@ class Resample:
 Resamples = list[dict[tuple[str, str], Resample]]
 
 
-def _find(group: dict, task: str, metric: str | None = None) -> Series | None:
+def _find(group: Group, task: str, metric: str | None = None) -> Series | None:
     """A group's series of a task x metric; with metric None, the task's primary metric."""
     return next(
-        (s for s in group["series"] if s.task == task and (s.metric == metric if metric is not None else s.primary)),
+        (s for s in group.series if s.task == task and (s.metric == metric if metric is not None else s.primary)),
         None,
     )
 
@@ -81,7 +81,13 @@ def _key(s: Series) -> tuple[str, str]:
 
 
 def _row(
-    group: dict, small: dict, target: dict | None, val: dict | None, same: dict | None, work: tuple[dict, dict], opts
+    group: Group,
+    small: Series,
+    target: Series | None,
+    val: Series | None,
+    same: Series | None,
+    work: tuple[dict, dict],
+    opts,
 ) -> ScaleRow | None:
     """One smaller scale's row; work: the (small, largest) scales' Resamples."""
     target_da, tau = _agreement(small, target)
@@ -97,7 +103,7 @@ def _row(
         scales = _scale(small, small_work, variants), _scale(target, large_work, variants)
         shown = da.shown_interval(*scales, seeds, opts.bootstrap, opts.seed)
     return ScaleRow(
-        scale=group["scale"],
+        scale=group.scale,
         variants=variants,
         seeds=seeds,
         snr=small.quality.snr,
@@ -109,14 +115,14 @@ def _row(
     )
 
 
-def across_scales(groups: list[dict], resamples: Resamples, opts) -> list[AcrossScales]:
+def across_scales(groups: list[Group], resamples: Resamples, opts) -> list[AcrossScales]:
     """Every task x metric of the largest scale with a row at a smaller scale (schema.AcrossScales), validation loss
     first; [] without a smaller scale. resamples: each group's Resamples."""
     if len(groups) < 2:
         return []
     largest, out = groups[-1], []
     val = _find(largest, VAL_TASK)
-    for same in largest["series"]:
+    for same in largest.series:
         target = _find(largest, same.task)
         rows = []
         for group, work in zip(groups[:-1], resamples[:-1]):

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
-from ablate.report.schema import AcrossScales, Choice, Recommendation, Series
+from ablate.report.schema import AcrossScales, Choice, Group, Recommendation, Series
 from ablate.report.schema.signal import Aggregate, Figures, OtherMetric, Rejected, SuiteEntry, Thresholds, TracksTask
 from ablate.report.sections.signal import tracking
 from ablate.report.sections.signal.across import entry
@@ -213,23 +213,23 @@ def choose(task: TaskInfo, series: list[Series], across: list[AcrossScales], opt
     )
 
 
-def suite_series(group: dict, suite: list[SuiteEntry]) -> list[Series]:
+def suite_series(group: Group, suite: list[SuiteEntry]) -> list[Series]:
     """The group's series of validation loss (or its bits per byte: the val task holds one, bpb when tokenizers
     differ), then each suite task's chosen metric, each series once: what the aggregate is over (the
     recommendation's aggregate_over), and what the decisions rest on after the primary metric
     (sections/decisions/families.decision_series reads them from aggregate_over)."""
     keys = [(VAL_TASK, "loss"), (VAL_TASK, "bpb")] + [(e.task, e.metric) for e in suite if e.task != VAL_TASK]
-    by_key = {(s.task, s.metric): s for s in group["series"]}
+    by_key = {(s.task, s.metric): s for s in group.series}
     return [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
 
 
-def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[AcrossScales], opts) -> Recommendation:
+def recommendation(group: Group, tasks: dict[str, TaskInfo], across: list[AcrossScales], opts) -> Recommendation:
     """Each task's choice (validation loss's too: it is always a decision metric), the suite of chosen metrics, the
     tasks without one, and the aggregate over the decision metrics."""
     choices, suite, rejected = [], [], []
-    val = next((s for s in group["series"] if s.task == VAL_TASK and s.primary), None)
+    val = next((s for s in group.series if s.task == VAL_TASK and s.primary), None)
     for task in tasks.values():
-        mine = [s for s in group["series"] if s.task == task.key]
+        mine = [s for s in group.series if s.task == task.key]
         if not mine:
             continue
         c = choose(task, mine, across, opts, val)
@@ -241,7 +241,7 @@ def recommendation(group: dict, tasks: dict[str, TaskInfo], across: list[AcrossS
         else:
             rejected.append(Rejected(task=task.key, status=c.status, reasons={o.metric: o.why for o in c.others}))
     aggregate = {}
-    variants = group["variants"]
+    variants = group.variants
     # over the decision metrics only: validation loss and the suite (a task at chance would add noise, not signal)
     chosen = suite_series(group, suite)
     if chosen and len(variants) >= 2:
