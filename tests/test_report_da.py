@@ -167,7 +167,7 @@ def test_continuous_metric_that_does_not_track_its_task_is_not_chosen():
     as_built = {m: Series.from_json(s) for m, s in series.items()}  # as analyze holds them
     aligned = dataclasses.replace(as_built["gold_bpb"], runs=as_built["acc_per_char"].runs, direction="higher")
     tracks = from_runs("t", aligned, list(as_built.values()), None)
-    assert tracks["passes"] and tracks["against"] == "acc_per_char" and tracks["value"] == 1
+    assert tracks.passes and tracks.evidence.against == "acc_per_char" and tracks.evidence.value == 1
 
 
 def test_accuracy_at_chance_checks_against_validation_loss_as_weaker_evidence():

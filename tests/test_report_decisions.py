@@ -9,6 +9,7 @@ import pytest
 
 from ablate.report import Options, write_report
 from ablate.report.schema import Criteria, Pairwise, Quality, Series, SeriesRun
+from ablate.report.schema.signal import TracksTask
 from ablate.report.sections.sequential.contrasts import trained_order
 from ablate.report.sections.sequential.rule import STUDY_FILE, DecisionRule
 from ablate.report.sections.sequential.section import folder_contrasts
@@ -230,20 +231,16 @@ def test_the_tracking_gate_refuses_a_metric_that_ranks_variants_against_the_task
     )
     assert pooled > 0.5  # what the old gate measured, and passed
     refused = tracking.from_runs("t", opposite, [accuracy], None)
-    assert not refused["passes"] and refused["value"] == -1
-    assert refused["why"] == "does not rank the variants as t's accuracy does (tau -1 < 0.5)"
+    assert not refused.passes and refused.evidence.value == -1
+    assert refused.why == "does not rank the variants as t's accuracy does (tau -1 < 0.5)"
     swap = {"A": 2, "B": 0, "C": 1}
     one_swap = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in swap.items()})
-    assert tracking.from_runs("t", one_swap, [accuracy], None)["value"] == pytest.approx(1 / 3)
-    assert not tracking.from_runs("t", one_swap, [accuracy], None)["passes"]
+    assert tracking.from_runs("t", one_swap, [accuracy], None).evidence.value == pytest.approx(1 / 3)
+    assert not tracking.from_runs("t", one_swap, [accuracy], None).passes
     same = _series("correct_prob", {v: [0.1 + 0.1 * k + 0.02 * r for k in range(4)] for v, r in rank.items()})
-    assert tracking.from_runs("t", same, [accuracy], None) == {
-        "against": "acc",
-        "value": 1,
-        "passes": True,
-        "weaker": None,
-        "why": None,
-    }
+    assert tracking.from_runs("t", same, [accuracy], None) == tracking.Tracking(
+        TracksTask(against="acc", value=1, passes=True, weaker=None), why=None
+    )
 
 
 # ---- the fallback's carry-forward ------------------------------------------------------------------------------

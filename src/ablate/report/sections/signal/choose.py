@@ -26,7 +26,7 @@ import numpy as np
 
 from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
 from ablate.report.schema import AcrossScales, Choice, Group, Recommendation, Series
-from ablate.report.schema.signal import Aggregate, Figures, OtherMetric, Rejected, SuiteEntry, Thresholds, TracksTask
+from ablate.report.schema.signal import Aggregate, Figures, OtherMetric, Rejected, SuiteEntry, Thresholds
 from ablate.report.sections.signal import tracking
 from ablate.report.sections.signal.across import entry
 from ablate.report.stats import describe
@@ -46,17 +46,14 @@ CANNOT_VALIDATE = (
 )
 
 
-TRACKS_FIELDS = ("against", "value", "passes", "weaker")  # tracking.py's evidence as the choice records it
-
-
-def figures(s: Series, da: float | None, tracks: dict | None = None) -> Figures:
+def figures(s: Series, da: float | None, tracks: tracking.Tracking | None = None) -> Figures:
     q = s.quality
     return Figures(
         monotonicity=q.monotonicity,
         snr=q.snr,
         tau=q.ranking.tau_second_half,
         decision_accuracy=da,  # against the evidence's target (target_da or val_da); None without a scale axis
-        tracks_task=None if tracks is None else TracksTask(**{k: tracks[k] for k in TRACKS_FIELDS}),
+        tracks_task=None if tracks is None else tracks.evidence,
     )
 
 
@@ -84,7 +81,7 @@ def _tracks(
     ranked_by: str,
     found: AcrossScales | None,
     da: float | None,
-) -> dict | None:
+) -> tracking.Tracking | None:
     """tracking.py's evidence for a continuous metric; None for the metrics that keep their own gates."""
     if not tracking.needs_tracking(s):
         return None
@@ -94,7 +91,7 @@ def _tracks(
     return tracking.from_scales(name, target, da, by_val=ranked_by == "val_da")
 
 
-def _failures(s: Series, opts, tracks: dict | None = None) -> list[str]:
+def _failures(s: Series, opts, tracks: tracking.Tracking | None = None) -> list[str]:
     """Why a metric fails its gates, with the figure against the threshold."""
     q, out = s.quality, []
     c, crit = q.chance, q.criteria
@@ -110,8 +107,8 @@ def _failures(s: Series, opts, tracks: dict | None = None) -> list[str]:
     if crit.snr is False:
         out.append(f"SNR {_f(q.snr)} < {opts.min_snr:g}")
     out += [f"{name.replace('_', ' ')} not computable" for name, ok in crit.applied().items() if ok is None]
-    if tracks is not None and not tracks["passes"]:
-        out.append(tracks["why"])
+    if tracks is not None and not tracks.passes:
+        out.append(tracks.why)
     return out
 
 
@@ -173,7 +170,7 @@ def choose(task: TaskInfo, series: list[Series], across: list[AcrossScales], opt
         tracks[s.metric] = _tracks(name, s, series, val, ranked_by, found, da)
         figs[s.metric] = figures(s, da, tracks[s.metric])
     # a continuous metric must also track its task (tracks None: the metric keeps its own gates)
-    passing = [s for s in series if s.quality.passes and (tracks[s.metric] or {"passes": True})["passes"]]
+    passing = [s for s in series if s.quality.passes and (tracks[s.metric] is None or tracks[s.metric].passes)]
     top = max(passing, key=lambda s: _key(figs[s.metric])) if passing else None
     others, outright = [], []
     for s in series:

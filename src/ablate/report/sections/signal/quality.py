@@ -12,6 +12,7 @@ import numpy as np
 from ablate.report.inputs import match
 from ablate.report.inputs.runs import ANSWER_BLIND, BASELINE_METRICS, PRIOR_CONTROLLED, Run, TaskInfo, is_accuracy
 from ablate.report.schema import Chance, Criteria, Quality, Ranking
+from ablate.report.schema.quality import ChanceCheckpoint, RankingCheckpoint
 from ablate.report.stats import describe
 
 
@@ -32,58 +33,68 @@ def _value_at(run: Run, key, step: int):
     return next(p for p in series_points(run, key) if p.step == step)
 
 
+def _pooled(points) -> tuple[float, float | None]:
+    """Mean score over runs, and their mean standard error (None unless every run logged one)."""
+    se = [p.stderr for p in points]
+    return float(np.mean([p.value for p in points])), (float(np.mean(se)) if all(s is not None for s in se) else None)
+
+
 def _chance_figures(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> Chance:
     """Distance from chance pooled over all runs: mean score vs the mean standard error (seeds score the same
     items, so their errors are not independent: averaging them, not dividing by sqrt(runs), stays conservative)."""
-    return Chance.from_json(_chance_values(runs, task, metric, sign, opts, finals))
-
-
-def _chance_values(runs: list[Run], task: TaskInfo, metric: str, sign: int, opts, finals: dict) -> dict:
-    """_chance_figures' values, filled in as they are found."""
     key, chance = (task.key, metric), task.chance_for(metric)
-    out = {
-        "chance": chance,
-        "z_final": None,
-        "first_significant_step": None,
-        "first_significant_tokens": None,
-        "by_checkpoint": [],
-        "gain_over_choices_only": None,
-        "gain_z": None,
-    }
     if chance is None:
-        return out
-
-    def pooled(points):
-        se = [p.stderr for p in points]
-        mean = float(np.mean([p.value for p in points]))
-        return mean, (float(np.mean(se)) if all(s is not None for s in se) else None)
-
-    mean, se = pooled([finals[r.label] for r in runs])
-    out["z_final"] = describe.chance_z(mean, se, chance, sign)
+        return Chance(
+            chance=None,
+            z_final=None,
+            first_significant_step=None,
+            first_significant_tokens=None,
+            by_checkpoint=[],
+            gain_over_choices_only=None,
+            gain_z=None,
+        )
+    z_final = describe.chance_z(*_pooled([finals[r.label] for r in runs]), chance, sign)
+    by_checkpoint = []
     for step in _common_steps(runs, key):
         points = [_value_at(r, key, step) for r in runs]
-        m, s = pooled(points)
-        z = describe.chance_z(m, s, chance, sign)
-        out["by_checkpoint"].append({"step": step, "tokens": points[0].tokens, "mean": m, "z": z})
-        if out["first_significant_step"] is None and z is not None and z >= opts.min_z:
-            out["first_significant_step"], out["first_significant_tokens"] = step, points[0].tokens
+        m, s = _pooled(points)
+        by_checkpoint.append(
+            ChanceCheckpoint(step=step, tokens=points[0].tokens, mean=m, z=describe.chance_z(m, s, chance, sign))
+        )
+    first = next((c for c in by_checkpoint if c.z is not None and c.z >= opts.min_z), None)
+    gain, gain_z = _gain_over_choices_only(runs, task, metric, finals)
+    return Chance(
+        chance=chance,
+        z_final=z_final,
+        first_significant_step=None if first is None else first.step,
+        first_significant_tokens=None if first is None else first.tokens,
+        by_checkpoint=by_checkpoint,
+        gain_over_choices_only=gain,
+        gain_z=gain_z,
+    )
+
+
+def _gain_over_choices_only(
+    runs: list[Run], task: TaskInfo, metric: str, finals: dict
+) -> tuple[float | None, float | None]:
+    """An accuracy's mean gain over the choices-only baseline at the compared point, and that gain in standard
+    errors; (None, None) where the baseline is not logged at every run's compared step."""
     baseline_key = (task.key, "acc_choices_only")
-    if metric.startswith("acc_") and metric not in BASELINE_METRICS and all(r.scores.get(baseline_key) for r in runs):
-        # Unpaired standard error of the gain: conservative, since a metric and its baseline share items.
-        gains, ses = [], []
-        for run in runs:
-            point = finals[run.label]
-            base = next((p for p in run.scores[baseline_key] if p.step == point.step), None)
-            if base is None:
-                return out
-            gains.append(point.value - base.value)
-            ses.append(
-                math.hypot(point.stderr, base.stderr) if point.stderr is not None and base.stderr is not None else None
-            )
-        out["gain_over_choices_only"] = float(np.mean(gains))
-        if all(s is not None for s in ses):
-            out["gain_z"] = describe.chance_z(out["gain_over_choices_only"], float(np.mean(ses)), 0.0, 1)
-    return out
+    if not metric.startswith("acc_") or metric in BASELINE_METRICS or not all(r.scores.get(baseline_key) for r in runs):
+        return None, None
+    # Unpaired standard error of the gain: conservative, since a metric and its baseline share items.
+    gains, ses = [], []
+    for run in runs:
+        point = finals[run.label]
+        base = next((p for p in run.scores[baseline_key] if p.step == point.step), None)
+        if base is None:
+            return None, None
+        gains.append(point.value - base.value)
+        ses.append(
+            math.hypot(point.stderr, base.stderr) if point.stderr is not None and base.stderr is not None else None
+        )
+    gain = float(np.mean(gains))
+    return gain, (describe.chance_z(gain, float(np.mean(ses)), 0.0, 1) if all(s is not None for s in ses) else None)
 
 
 def _at_or_before(run: Run, key, x: int, by_tokens: bool):
@@ -96,21 +107,20 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
     are those of the run that reached the fewest tokens, up to the compared point; every run contributes its
     evaluation at or just before each (equal tokens; equal steps when token counts are unknown)."""
     variants = list(final)
-    out = {
-        "by_checkpoint": [],
-        "tau_second_half": None,
-        "consistent_from_step": None,
-        "consistent_from_fraction": None,
-        "early_step": None,
-        "early_decision_accuracy": None,
-    }
     all_runs = [r for v in variants for r in runs_by_variant[v]]
     by_tokens = m.tokens is not None
     ref = min(all_runs, key=lambda r: m.points[r.label].tokens if by_tokens else m.points[r.label].step)
     end = m.points[ref.label]
     grid = [p for p in series_points(ref, key) if p.step <= end.step]
     if len(variants) < 2 or len(grid) < 2:
-        return Ranking.from_json(out)
+        return Ranking(
+            by_checkpoint=[],
+            tau_second_half=None,
+            consistent_from_step=None,
+            consistent_from_fraction=None,
+            early_step=None,
+            early_decision_accuracy=None,
+        )
     target = [sign * final[v].mean for v in variants]
     x_of = (lambda p: p.tokens) if by_tokens else (lambda p: p.step)
     last = x_of(grid[-1])
@@ -122,17 +132,28 @@ def _ranking_figures(runs_by_variant: dict, final: dict, key, sign: int, opts, m
             continue
         now = [sign * float(np.mean([at[r.label].value for r in runs_by_variant[v]])) for v in variants]
         tau, da = describe.kendall(now, target), describe.decision_accuracy(now, target)
-        rows.append((x, {"step": point.step, "tokens": point.tokens, "tau": tau, "decision_accuracy": da}))
-    out["by_checkpoint"] = [row for _, row in rows]
-    out["tau_second_half"] = describe.mean_or_none([r["tau"] for x, r in rows if last / 2 <= x < last])
-    for x, row in reversed(rows[:-1]):  # earliest checkpoint from which every later tau clears the threshold
-        if row["tau"] is None or row["tau"] < opts.min_tau:
-            break
-        out["consistent_from_step"], out["consistent_from_fraction"] = row["step"], x / last
+        rows.append((x, RankingCheckpoint(step=point.step, tokens=point.tokens, tau=tau, decision_accuracy=da)))
+    consistent = _consistent_from(rows, opts.min_tau)
     early = next((r for x, r in rows if opts.early_fraction * last <= x < last), None)
-    if early is not None:
-        out["early_step"], out["early_decision_accuracy"] = early["step"], early["decision_accuracy"]
-    return Ranking.from_json(out)
+    return Ranking(
+        by_checkpoint=[row for _, row in rows],
+        tau_second_half=describe.mean_or_none([r.tau for x, r in rows if last / 2 <= x < last]),
+        consistent_from_step=None if consistent is None else consistent[1].step,
+        consistent_from_fraction=None if consistent is None else consistent[0] / last,
+        early_step=None if early is None else early.step,
+        early_decision_accuracy=None if early is None else early.decision_accuracy,
+    )
+
+
+def _consistent_from(rows: list[tuple[int, RankingCheckpoint]], min_tau: float) -> tuple[int, RankingCheckpoint] | None:
+    """The earliest checkpoint (with its x) from which every later tau clears min_tau, the last one excluded (it is
+    the final ranking itself); None when the one before the last already fails."""
+    consistent = None
+    for x, row in reversed(rows[:-1]):
+        if row.tau is None or row.tau < min_tau:
+            break
+        consistent = x, row
+    return consistent
 
 
 def quality(

@@ -16,11 +16,14 @@ Accuracies, validation loss and baselines are not checked here: they keep their 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ablate.report.stats import describe
 from ablate.report.inputs.runs import VAL_TASK, is_accuracy, sign_of
 from ablate.report.schema import Series
+from ablate.report.schema.signal import TracksTask
 
 MIN_TAU = 0.5  # least mean Kendall tau of the variants' ranking; above 1/3, what one swap among three variants gives
 MIN_DA = 0.5  # decision accuracy must beat a coin flip
@@ -72,13 +75,24 @@ def ranking_agreement(metric: Series, reference: Series) -> float | None:
     return float(np.mean(taus)) if taus else None
 
 
-def _result(against: str, value: float | None, passes: bool, why: str | None, weaker: str | None = None) -> dict:
-    """tracks_task as the choice records it. why: the reason it fails (None when it passes); weaker: why the
-    evidence is validation loss, the weaker one (None when it is not)."""
-    return {"against": against, "value": value, "passes": passes, "weaker": weaker, "why": why}
+@dataclass(frozen=True)
+class Tracking:
+    """The evidence (tracks_task, as the choice records it) and why it fails, in words (None when it passes)."""
+
+    evidence: TracksTask
+    why: str | None
+
+    @property
+    def passes(self) -> bool:
+        return self.evidence.passes
 
 
-def from_scales(task_name: str, target_metric: str | None, da: float | None, by_val: bool) -> dict:
+def _result(against: str, value: float | None, passes: bool, why: str | None, weaker: str | None = None) -> Tracking:
+    """weaker: why the evidence is validation loss, the weaker one (None when it is not)."""
+    return Tracking(TracksTask(against=against, value=value, passes=passes, weaker=weaker), why)
+
+
+def from_scales(task_name: str, target_metric: str | None, da: float | None, by_val: bool) -> Tracking:
     """The evidence with a scale axis: mean DA against the target (by_val: against validation loss, the target
     being at chance or missing)."""
     against, label = ("val_da", "validation loss") if by_val else ("target_da", f"{task_name}'s {target_metric}")
@@ -88,7 +102,7 @@ def from_scales(task_name: str, target_metric: str | None, da: float | None, by_
     return _result(against, da, da > MIN_DA, why)
 
 
-def from_runs(task_name: str, s: Series, task_series: list[Series], val: Series | None) -> dict:
+def from_runs(task_name: str, s: Series, task_series: list[Series], val: Series | None) -> Tracking:
     """The evidence without a scale axis: the variants' ranking by the metric against their ranking by the task's
     accuracy, checkpoint by checkpoint, or by validation loss where the accuracy is at chance or absent (the weaker
     evidence)."""
