@@ -2,7 +2,7 @@
 overhead of a run.
 
     python scripts/bench_sweep.py [--steps 60] [--runs 8]
-    python scripts/bench_sweep.py --smoke      # 2 tiny runs of 3 steps on 300 documents: checks the script runs
+    python scripts/bench_sweep.py --smoke      # 4 tiny runs a side, 3 steps on 300 documents: checks the script runs
 
 The runs are experiments/lr_batch_sweep.py's base (vocab 8192, d_model 64, 4 layers, seq 256, batch 16, the
 embedded corpus, validation every 25 steps) cut to --steps, at two learning rates x --runs/2 seeds. Prints the wall
@@ -96,7 +96,7 @@ def measure(work: Path, steps: int, runs: int, overrides: dict) -> dict:
     exp = work / "bench.py"
     source = str(REPO / "experiments" / "lr_batch_sweep.py")
     overrides = {**overrides, "train.max_steps": steps}
-    seeds = list(range(max(2, runs // 2)))
+    seeds = list(range(runs // 2))  # 2 learning rates each; the sides alternate over two halves of them
     exp.write_text(EXPERIMENT.format(source=source, overrides=overrides, seeds=len(seeds)))
     env = {**os.environ, "ABLATE_CACHE": str(work / "cache")}
     env.pop("OMP_NUM_THREADS", None)
@@ -121,12 +121,16 @@ def measure(work: Path, steps: int, runs: int, overrides: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--runs", type=int, default=8, help="an even number (2 learning rates x seeds)")
-    parser.add_argument("--smoke", action="store_true", help="2 tiny runs of 3 steps on 300 documents")
+    parser.add_argument("--runs", type=int, default=8, help="runs a side: 2 learning rates x seeds (at least 4, even)")
+    parser.add_argument("--smoke", action="store_true", help="4 tiny runs a side, 3 steps on 300 documents")
     args = parser.parse_args()
     overrides = {}
     if args.smoke:
-        args.steps, args.runs, overrides = 3, 2, SMOKE
+        args.steps, args.runs, overrides = 3, 4, SMOKE
+    if args.runs < 4 or args.runs % 2:
+        parser.error(f"--runs {args.runs}: an even number of at least 4 (2 learning rates x 2 or more seeds)")
+    if args.steps < 1:
+        parser.error(f"--steps {args.steps}: at least 1")
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as work:
         found = measure(Path(work), args.steps, args.runs, overrides)

@@ -164,3 +164,13 @@ def test_tests_not_marked_gpu_see_no_gpu():
 
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == ""
     assert not torch.cuda.is_available() and torch.cuda.device_count() == 0
+
+
+@pytest.mark.parametrize("args", [["--runs", "3"], ["--runs", "2"], ["--steps", "0"]])
+def test_bench_sweep_refuses_a_count_it_cannot_split(args):
+    """The sides alternate over two halves of the seeds at 2 learning rates: fewer than 4 runs, or an odd count,
+    would be run as another count than printed. Refused by name before any run starts."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_sweep.py"), *args], capture_output=True, text=True, cwd=REPO
+    )
+    assert result.returncode == 2 and f"{args[0]} {args[1]}:" in result.stderr, result.stderr

@@ -6,6 +6,7 @@ per-item values.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -66,12 +67,18 @@ def _item_term(item_means: np.ndarray, within: float, within_df: float) -> tuple
     return value, max(1.0, 2 * (value * n) ** 2 / (var_between + var_within))  # under 1: a term that is noise
 
 
+@functools.lru_cache(maxsize=4096)
+def chi2_quantile(q: float, df: float) -> float:
+    """chi2(df)'s q quantile, kept: the seed terms' df (k - 1) recur in every pair of every series."""
+    return float(stats.chi2.ppf(q, df))
+
+
 def satterthwaite(terms: list[tuple[float, float]]) -> float:
     """Degrees of freedom of a sum of variance estimates [(value, df), ...], each term weighed at the upper end of
     its 80% chi-square interval: a term estimated on few df (the seeds' on k - 1) that came out small by chance
     must not hand the df to a better-estimated term (measured: at 3 seeds x 1000 items with persistent quirks, plain
     Satterthwaite let the whole report claim in 10% of A/A studies)."""
-    upper = [(v * df / stats.chi2.ppf(0.1, df) if 1 <= df < 1e7 else v, df) for v, df in terms if v > 0]
+    upper = [(v * df / chi2_quantile(0.1, df) if 1 <= df < 1e7 else v, df) for v, df in terms if v > 0]
     total = sum(v for v, _ in upper)
     spread = sum((v / total) ** 2 / df for v, df in upper if df > 0 and math.isfinite(df))
     return 1 / spread if spread > 0 else math.inf

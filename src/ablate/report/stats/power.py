@@ -5,12 +5,13 @@ The noise model they assume is noise.py's.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from scipy import stats
 
-from ablate.report.stats.noise import satterthwaite
+from ablate.report.stats.noise import chi2_quantile, satterthwaite
 
 
 def t_power(n: int, effect: float, alpha: float, paired: bool) -> float:
@@ -34,12 +35,27 @@ def _powers(ncp: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
     ok = df >= 1
     if not ok.any():
         return out
-    big = np.minimum(df[ok], 1e7)[:, None]  # beyond this the t is the normal to far below 1e-3
-    crit = stats.t.ppf(1 - alpha / 2, big)
-    bound = crit * np.sqrt(stats.chi2.ppf(_CHI2_GRID[None, :], big) / big)
+    big = np.minimum(df[ok], 1e7)  # beyond this the t is the normal to far below 1e-3
+    crit = np.array([_t_quantile(1 - alpha / 2, d) for d in big.tolist()])[:, None]
+    bound = crit * np.sqrt(np.stack([_chi2_grid(d) for d in big.tolist()]) / big[:, None])
     shift = ncp[ok][:, None]
     out[ok] = (stats.norm.sf(bound - shift) + stats.norm.cdf(-bound - shift)).mean(axis=1)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(q: float, df: float) -> float:
+    """The t's q quantile on df degrees of freedom, kept: seeds-needed searches and simulated families ask the same
+    few (q, df) thousands of times."""
+    return float(stats.t.ppf(q, df))
+
+
+@functools.lru_cache(maxsize=4096)
+def _chi2_grid(df: float) -> np.ndarray:
+    """chi2(df)'s quantiles at _CHI2_GRID, kept by df (a seed count's df recurs; each is 256 inverse gammas)."""
+    grid = stats.chi2.ppf(_CHI2_GRID, df)
+    grid.flags.writeable = False  # shared by every caller
+    return grid
 
 
 MAX_SEEDS = 1000  # seeds-needed estimates stop here ("more than 1000")
@@ -103,7 +119,7 @@ def sd_interval(sd: float, df: int, level: float = 0.8) -> tuple[float, float] |
     if df is None or df < 1 or not math.isfinite(sd):
         return None
     tail = (1 - level) / 2
-    return (sd * math.sqrt(df / stats.chi2.ppf(1 - tail, df)), sd * math.sqrt(df / stats.chi2.ppf(tail, df)))
+    return (sd * math.sqrt(df / chi2_quantile(1 - tail, df)), sd * math.sqrt(df / chi2_quantile(tail, df)))
 
 
 def bh_adjust(pvalues) -> list[float]:
