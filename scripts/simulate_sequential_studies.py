@@ -138,7 +138,7 @@ def _noise(per_item: np.ndarray) -> tuple[float, float]:
     """(fresh floor of one per-seed difference, persistent item variance of the mean) of a (seeds, items) matrix of
     per-item differences, as the fixed report's seed test computes them."""
     noise = paired_noise(per_item.mean(axis=1), per_item)
-    return noise["fresh_var"], noise["item_var"]
+    return noise.fresh_var, noise.item_var
 
 
 def run_accuracy_study(

@@ -275,18 +275,16 @@ def test_stats_edge_cases():
 def test_seed_level_tests_and_bh():
     a, b = {0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.5, 1: 1.8, 2: 2.1}
     paired = noise.seed_test(a, b)
-    assert paired["paired"] and paired["p"] == pytest.approx(
-        __import__("scipy").stats.ttest_1samp([0.5, 0.2, 0.9], 0).pvalue
-    )
-    assert paired["sd_diff"] == pytest.approx(np.std([0.5, 0.2, 0.9], ddof=1))
+    assert paired.paired and paired.p == pytest.approx(__import__("scipy").stats.ttest_1samp([0.5, 0.2, 0.9], 0).pvalue)
+    assert paired.sd_diff == pytest.approx(np.std([0.5, 0.2, 0.9], ddof=1))
     welch = noise.seed_test(a, {5: 0.5, 6: 1.8, 7: 2.1})
     assert (
-        not welch["paired"]
-        and welch["test"] == "Welch t over seeds"
-        and welch["p"]
+        not welch.paired
+        and welch.test == "Welch t over seeds"
+        and welch.p
         == pytest.approx(__import__("scipy").stats.ttest_ind([1, 2, 3], [0.5, 1.8, 2.1], equal_var=False).pvalue)
     )
-    assert welch["sd_diff"] == pytest.approx(
+    assert welch.sd_diff == pytest.approx(
         np.sqrt((np.var([1, 2, 3], ddof=1) + np.var([0.5, 1.8, 2.1], ddof=1)) / 2) * np.sqrt(2)
     )
     assert power.bh_adjust([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.2])

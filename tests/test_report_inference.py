@@ -210,9 +210,9 @@ def test_unequal_seed_sets_pair_over_the_shared_seeds():
     a = {0: 1.0, 1: 1.2, 2: 0.9, 3: 1.1, 4: 1.05}
     b = {0: 0.5, 1: 0.8, 2: 0.35}
     t = noise.seed_test(a, b)
-    assert t["paired"] and t["n_shared"] == 3 and t["diff"] == pytest.approx(np.mean([0.5, 0.4, 0.55]))
+    assert t.paired and t.n_shared == 3 and t.diff == pytest.approx(np.mean([0.5, 0.4, 0.55]))
     welch = noise.seed_test({0: 1.0, 1: 1.2, 2: 0.9}, {5: 0.5, 6: 0.8, 7: 0.35})
-    assert not welch["paired"] and welch["test"] == "Welch t over seeds"
+    assert not welch.paired and welch.test == "Welch t over seeds"
 
 
 def test_the_report_and_the_eval_agree_on_answer_blind_metrics():
@@ -227,16 +227,16 @@ def test_no_p_value_of_zero_from_finitely_many_seeds():
     same = {0: 0.6, 1: 0.7, 2: 0.65}
     shifted = {s: v + 0.1 for s, v in same.items()}
     no_noise = noise.seed_test(shifted, same)  # a constant shift and nothing known of item noise: not testable
-    assert no_noise["p"] is None
+    assert no_noise.p is None
     items = (np.random.default_rng(0).random((3, 100)) < 0.5).astype(float)
     floored = noise.seed_test(shifted, same, items + 0.1, items)  # still a constant item shift: floor 0, untestable
-    assert floored["p"] is None
+    assert floored.p is None
     flipped = items.copy()
     flipped[:, :10] = 1 - flipped[:, :10]  # 10 discordant items: a floor, a finite p
     t = noise.seed_test(
         {s: float(flipped[s].mean()) for s in range(3)}, {s: float(items[s].mean()) for s in range(3)}, flipped, items
     )
-    assert t["p"] is not None and t["p"] > 0 and t["noise_floor_sd"] > 0
+    assert t.p is not None and t.p > 0 and t.noise_floor_sd > 0
 
 
 # ---- the noise model: seeds plus the fixed item set (the items do not change with the seeds) --------------------
@@ -306,8 +306,8 @@ def test_without_per_item_files_the_logged_stderr_counts_as_persistent():
     a, b = {0: 0.61, 1: 0.62, 2: 0.60}, {0: 0.60, 1: 0.61, 2: 0.59}
     se = {s: 0.02 for s in range(3)}
     t = noise.seed_test(a, b, stderr_a=se, stderr_b=se)
-    assert t["noise_source"] == "logged standard errors" and t["item_sd"] == pytest.approx(math.sqrt(2) * 0.02)
-    assert t["p"] > 0.5  # 0.01 against an item sd of 0.028 that does not shrink with seeds
+    assert t.noise_source == "logged standard errors" and t.item_sd == pytest.approx(math.sqrt(2) * 0.02)
+    assert t.p > 0.5  # 0.01 against an item sd of 0.028 that does not shrink with seeds
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -346,10 +346,10 @@ def test_a_three_seed_pair_shows_its_tests_interval():
     row = pairs.compare(
         {s: float(b[s].mean()) for s in seeds}, {s: float(base[s].mean()) for s in seeds}, -1, Options(), b, base
     )
-    lo, hi = row["ci"]
-    assert 0.1 < row["p_seeds"] < 0.25 and lo < 0 < hi
-    se = (hi - lo) / 2 / __import__("scipy").stats.t.isf(0.025, row["df"])
-    assert 1.9 < row["df"] < 2.5 and (hi - lo) / 2 > 4 * se > 4 * 0.0155 / math.sqrt(3) * 0.99
+    lo, hi = row.ci
+    assert 0.1 < row.p_seeds < 0.25 and lo < 0 < hi
+    se = (hi - lo) / 2 / __import__("scipy").stats.t.isf(0.025, row.df)
+    assert 1.9 < row.df < 2.5 and (hi - lo) / 2 > 4 * se > 4 * 0.0155 / math.sqrt(3) * 0.99
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,10 @@ per-item values.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -84,33 +86,47 @@ def satterthwaite(terms: list[tuple[float, float]]) -> float:
     return 1 / spread if spread > 0 else math.inf
 
 
-def paired_noise(diffs: np.ndarray, per_item: np.ndarray | None = None, stderr2: np.ndarray | None = None) -> dict:
-    """The noise model of a paired mean difference over k >= 2 seeds: {seed_var, fresh_var, item_var, df, source}.
-    diffs: the k run-level differences; per_item: their (k, items) per-item differences; stderr2: without per-item
-    values, each seed's stderr_a^2 + stderr_b^2."""
+@dataclass(frozen=True)
+class Noise:
+    """The noise model of a mean difference: Var = seed term + item_var on Satterthwaite's df. Paired (one sample
+    of per-seed differences): seed_var, floored by fresh_var (the fresh answer noise of one run-level difference,
+    None without per-item values). Unpaired (Welch): var_a and var_b, each side's seed variance, floored by its
+    fresh noise. item_var: the persistent item term on item_df (inf: known); source: "per-item files", "logged
+    standard errors", or None (seeds only)."""
+
+    item_var: float
+    item_df: float
+    df: float
+    source: str | None
+    seed_var: float | None = None
+    fresh_var: float | None = None
+    var_a: float | None = None
+    var_b: float | None = None
+
+
+def paired_noise(diffs: np.ndarray, per_item: np.ndarray | None = None, stderr2: np.ndarray | None = None) -> Noise:
+    """The noise model of a paired mean difference over k >= 2 seeds. diffs: the k run-level differences; per_item:
+    their (k, items) per-item differences; stderr2: without per-item values, each seed's stderr_a^2 + stderr_b^2."""
     k = diffs.size
-    s2 = float(diffs.var(ddof=1))
-    out = {"seed_var": s2, "fresh_var": None, "item_var": 0.0, "item_df": math.inf, "source": None}
+    seed_var, fresh_var, item_var, item_df, source = float(diffs.var(ddof=1)), None, 0.0, math.inf, None
     if per_item is not None and per_item.shape[1] >= 2:
         item_means, resid = _two_way(per_item)
         n = per_item.shape[1]
         item_var, item_df = _item_term(item_means, resid / k, (k - 1) * (n - 1))
-        out.update(seed_var=max(s2, resid / n), fresh_var=resid / n, item_var=item_var, item_df=item_df)
-        out["source"] = "per-item files"
+        seed_var, fresh_var, source = max(seed_var, resid / n), resid / n, "per-item files"
     elif stderr2 is not None:
-        out.update(item_var=float(np.mean(stderr2)), source="logged standard errors")
-    out["df"] = satterthwaite([(out["seed_var"] / k, k - 1), (out["item_var"], out["item_df"])])
-    return out
+        item_var, source = float(np.mean(stderr2)), "logged standard errors"
+    df = satterthwaite([(seed_var / k, k - 1), (item_var, item_df)])
+    return Noise(item_var, item_df, df, source, seed_var=seed_var, fresh_var=fresh_var)
 
 
 def unpaired_noise(
     va: np.ndarray, vb: np.ndarray, items_a: np.ndarray | None, items_b: np.ndarray | None, stderr2: float | None
-) -> dict:
+) -> Noise:
     """paired_noise for two samples of different seeds (Welch): each side's seed variance over its own seeds
     (floored by its fresh noise), the persistent part of the difference of the two sides' seed-averaged items (or,
     without per-item values, stderr2: the sides' mean logged stderr^2, summed)."""
-    var_a, var_b = float(va.var(ddof=1)), float(vb.var(ddof=1))
-    out = {"var_a": var_a, "var_b": var_b, "item_var": 0.0, "item_df": math.inf, "source": None}
+    var_a, var_b, item_var, item_df, source = float(va.var(ddof=1)), float(vb.var(ddof=1)), 0.0, math.inf, None
     if items_a is not None and items_b is not None and items_a.shape[1] >= 2:
         (means_a, resid_a), (means_b, resid_b) = _two_way(items_a), _two_way(items_b)
         n = items_a.shape[1]
@@ -119,17 +135,11 @@ def unpaired_noise(
             [(resid_a / va.size, (va.size - 1) * (n - 1)), (resid_b / vb.size, (vb.size - 1) * (n - 1))]
         )
         item_var, item_df = _item_term(means_a - means_b, within, within_df)
-        out.update(var_a=max(var_a, resid_a / n), var_b=max(var_b, resid_b / n), item_var=item_var, item_df=item_df)
-        out["source"] = "per-item files"
+        var_a, var_b, source = max(var_a, resid_a / n), max(var_b, resid_b / n), "per-item files"
     elif stderr2 is not None:
-        out.update(item_var=stderr2, source="logged standard errors")
-    terms = [
-        (out["var_a"] / va.size, va.size - 1),
-        (out["var_b"] / vb.size, vb.size - 1),
-        (out["item_var"], out["item_df"]),
-    ]
-    out["df"] = satterthwaite(terms)
-    return out
+        item_var, source = stderr2, "logged standard errors"
+    df = satterthwaite([(var_a / va.size, va.size - 1), (var_b / vb.size, vb.size - 1), (item_var, item_df)])
+    return Noise(item_var, item_df, df, source, var_a=var_a, var_b=var_b)
 
 
 def t_interval(mean: float, var_mean: float, df: float | None, level: float) -> list[float] | None:
@@ -157,8 +167,8 @@ def mean_interval(
     logged = [stderrs.get(s) for s in sorted(values)] if stderrs else [None]
     stderr2 = None if None in logged else np.square(np.array(logged, float))
     noise = paired_noise(run_scores, matrix, stderr2)
-    var_mean = noise["seed_var"] / run_scores.size + noise["item_var"]
-    return t_interval(float(run_scores.mean()), var_mean, noise["df"], level)
+    var_mean = noise.seed_var / run_scores.size + noise.item_var
+    return t_interval(float(run_scores.mean()), var_mean, noise.df, level)
 
 
 def _floored_t(mean: float, var: float, n: int, df: float) -> float | None:
@@ -171,6 +181,28 @@ def _floored_t(mean: float, var: float, n: int, df: float) -> float | None:
     return finite(2 * stats.t.sf(abs(mean) / math.sqrt(var / n), df))
 
 
+@dataclass(frozen=True)
+class SeedTest:
+    """One pair's seed-level test (seed_test): the difference of the two means, whether it paired the seeds, and the
+    seed counts; the test's figures None where it was not run (fewer than 2 seeds a side)."""
+
+    diff: float
+    paired: bool
+    n_a: int
+    n_b: int
+    n_shared: int
+    test: str | None = None  # "paired t over seeds" or "Welch t over seeds", and the item term's source
+    p: float | None = None
+    ci: list[float] | None = None  # the test's own interval (t_interval: the same variance and df)
+    sd_diff: float | None = None  # the sd of one seed-level difference the test used (floored by fresh noise)
+    sd_seeds: float | None = None  # the same, unfloored: the seeds' own spread
+    noise_floor_sd: float | None = None  # the fresh noise floor of one seed-level difference
+    item_sd: float | None = None  # the persistent item-set sd of the mean difference
+    item_df: float | None = None
+    noise_source: str | None = None
+    df: float | None = None  # Satterthwaite's; None: infinite (the normal)
+
+
 def seed_test(
     a: dict[int, float],
     b: dict[int, float],
@@ -179,49 +211,31 @@ def seed_test(
     stderr_a: dict[int, float] | None = None,
     stderr_b: dict[int, float] | None = None,
     level: float = 0.95,
-) -> dict:
+) -> SeedTest:
     """Seed-level test of mean(a) - mean(b); a and b map seed -> run-level score.
 
     Seeds both variants ran (at least 2): a paired t-test over the per-seed differences of those seeds (shared data
     order and init cancel) under the noise model above (items_a/items_b: (seeds, items), rows in each side's sorted
     seed order; without them, stderr_a/stderr_b: seed -> logged standard error). Fewer than 2 shared seeds: Welch's
-    t-test over the two samples, plus the persistent item term. sd_diff: the sd of one seed-level difference the
-    test used (its seed term, floored by fresh noise); item_sd: the persistent item-set sd of the mean difference;
-    noise_floor_sd: the fresh noise floor of one seed-level difference; df: Satterthwaite's; ci: the test's own
-    two-sided `level` interval (t_interval: the same variance and df), which excludes 0 exactly when p < 1 - level."""
+    t-test over the two samples, plus the persistent item term. Its `ci`, at the two-sided `level`, excludes 0
+    exactly when p < 1 - level."""
     shared = sorted(set(a) & set(b))
-    untested = _untested(a, b, shared)
+    untested = SeedTest(
+        diff=float(np.mean(list(a.values())) - np.mean(list(b.values()))),
+        paired=len(shared) >= 2,
+        n_a=len(a),
+        n_b=len(b),
+        n_shared=len(shared),
+    )
     if len(shared) >= 2:
-        return untested | _paired_test(a, b, shared, items_a, items_b, stderr_a, stderr_b, level)
+        return _paired_test(untested, a, b, shared, items_a, items_b, stderr_a, stderr_b, level)
     if len(a) < 2 or len(b) < 2:
         return untested
-    return untested | _welch_test(a, b, untested["diff"], items_a, items_b, stderr_a, stderr_b, level)
+    return _welch_test(untested, a, b, items_a, items_b, stderr_a, stderr_b, level)
 
 
-def _untested(a: dict[int, float], b: dict[int, float], shared: list[int]) -> dict:
-    """seed_test's answer before any test: the difference of the two means and the seed counts, every figure of
-    the test None (its keys in the order report.json shows them)."""
-    return {
-        "diff": float(np.mean(list(a.values())) - np.mean(list(b.values()))),
-        "paired": len(shared) >= 2,
-        "test": None,
-        "p": None,
-        "sd_diff": None,
-        "sd_seeds": None,
-        "noise_floor_sd": None,
-        "item_sd": None,
-        "item_df": None,
-        "noise_source": None,
-        "df": None,
-        "ci": None,
-        "n_a": len(a),
-        "n_b": len(b),
-        "n_shared": len(shared),
-    }
-
-
-def _paired_test(a, b, shared, items_a, items_b, stderr_a, stderr_b, level: float) -> dict:
-    """The paired t over the per-seed differences of the shared seeds (at least 2): seed_test's figures."""
+def _paired_test(untested: SeedTest, a, b, shared, items_a, items_b, stderr_a, stderr_b, level: float) -> SeedTest:
+    """The paired t over the per-seed differences of the shared seeds (at least 2)."""
     d = np.array([a[s] - b[s] for s in shared])
     per_item, stderr2 = None, None
     if items_a is not None and items_b is not None:
@@ -229,44 +243,47 @@ def _paired_test(a, b, shared, items_a, items_b, stderr_a, stderr_b, level: floa
     elif stderr_a and stderr_b and all(stderr_a.get(s) is not None and stderr_b.get(s) is not None for s in shared):
         stderr2 = np.array([stderr_a[s] ** 2 + stderr_b[s] ** 2 for s in shared])
     noise = paired_noise(d, per_item, stderr2)
-    var_mean = noise["seed_var"] / d.size + noise["item_var"]
-    return {
-        "diff": float(d.mean()),
-        "test": "paired t over seeds" + (f", seeds + items ({noise['source']})" if noise["source"] else ""),
-        "p": _floored_t(float(d.mean()), var_mean, 1, noise["df"]),
-        "ci": t_interval(float(d.mean()), var_mean, noise["df"], level),
-        "sd_diff": math.sqrt(noise["seed_var"]),
-        "sd_seeds": float(d.std(ddof=1)),
-    } | _noise_fields(noise)
+    var_mean = noise.seed_var / d.size + noise.item_var
+    return dataclasses.replace(
+        untested,
+        diff=float(d.mean()),
+        test="paired t over seeds" + (f", seeds + items ({noise.source})" if noise.source else ""),
+        p=_floored_t(float(d.mean()), var_mean, 1, noise.df),
+        ci=t_interval(float(d.mean()), var_mean, noise.df, level),
+        sd_diff=math.sqrt(noise.seed_var),
+        sd_seeds=float(d.std(ddof=1)),
+        **_noise_fields(noise),
+    )
 
 
-def _welch_test(a, b, diff: float, items_a, items_b, stderr_a, stderr_b, level: float) -> dict:
-    """Welch's t over the two samples (each at least 2 seeds, fewer than 2 shared), plus the persistent item term:
-    seed_test's figures."""
+def _welch_test(untested: SeedTest, a, b, items_a, items_b, stderr_a, stderr_b, level: float) -> SeedTest:
+    """Welch's t over the two samples (each at least 2 seeds, fewer than 2 shared), plus the persistent item term."""
     va, vb = np.array([a[s] for s in sorted(a)], float), np.array([b[s] for s in sorted(b)], float)
     logged = [[e.get(s) for s in sorted(v)] for e, v in ((stderr_a, a), (stderr_b, b)) if e]
     known = len(logged) == 2 and None not in logged[0] + logged[1]
     stderr2 = sum(float(np.mean(np.square(x))) for x in logged) if known else None
     noise = unpaired_noise(va, vb, items_a, items_b, stderr2)
-    se2 = noise["var_a"] / va.size + noise["var_b"] / vb.size + noise["item_var"]
-    pooled = math.sqrt(((va.size - 1) * noise["var_a"] + (vb.size - 1) * noise["var_b"]) / (va.size + vb.size - 2))
-    return {
-        "test": "Welch t over seeds" + (f", seeds + items ({noise['source']})" if noise["source"] else ""),
-        "p": _floored_t(diff, se2, 1, noise["df"]),
-        "ci": t_interval(diff, se2, noise["df"], level),
-        "sd_diff": pooled * math.sqrt(2),
-        "sd_seeds": math.sqrt((va.var(ddof=1) + vb.var(ddof=1)) / 2) * math.sqrt(2),
-    } | _noise_fields(noise)
+    se2 = noise.var_a / va.size + noise.var_b / vb.size + noise.item_var
+    pooled = math.sqrt(((va.size - 1) * noise.var_a + (vb.size - 1) * noise.var_b) / (va.size + vb.size - 2))
+    return dataclasses.replace(
+        untested,
+        test="Welch t over seeds" + (f", seeds + items ({noise.source})" if noise.source else ""),
+        p=_floored_t(untested.diff, se2, 1, noise.df),
+        ci=t_interval(untested.diff, se2, noise.df, level),
+        sd_diff=pooled * math.sqrt(2),
+        sd_seeds=math.sqrt((va.var(ddof=1) + vb.var(ddof=1)) / 2) * math.sqrt(2),
+        **_noise_fields(noise),
+    )
 
 
-def _noise_fields(noise: dict) -> dict:
-    fresh = noise.get("fresh_var")
+def _noise_fields(noise: Noise) -> dict:
+    """The noise model's figures as SeedTest names them: sds, and a df of None where it is infinite."""
     return {
-        "df": finite(noise["df"]) if math.isfinite(noise["df"]) else None,
-        "noise_floor_sd": None if fresh is None else math.sqrt(fresh),
-        "item_sd": math.sqrt(noise["item_var"]) if noise["source"] else None,
-        "item_df": finite(noise["item_df"]) if noise["item_var"] > 0 and math.isfinite(noise["item_df"]) else None,
-        "noise_source": noise["source"],
+        "df": finite(noise.df) if math.isfinite(noise.df) else None,
+        "noise_floor_sd": None if noise.fresh_var is None else math.sqrt(noise.fresh_var),
+        "item_sd": math.sqrt(noise.item_var) if noise.source else None,
+        "item_df": finite(noise.item_df) if noise.item_var > 0 and math.isfinite(noise.item_df) else None,
+        "noise_source": noise.source,
     }
 
 

@@ -63,68 +63,65 @@ def compare(
     stderr_a: dict | None = None,
     stderr_b: dict | None = None,
     tokens: tuple[list, list] | None = None,
-) -> dict:
-    """One pair: a and b map seed -> run-level score; items_a/items_b are (seeds, items) matrices, rows in sorted
-    seed order, columns the same items (None without per-item files); stderr_*: seed -> logged standard error;
-    tokens: the two variants' compared token counts (run order irrelevant)."""
+    names: tuple[str, str] = ("a", "b"),
+) -> Pairwise:
+    """One pair, named `names`: a and b map seed -> run-level score; items_a/items_b are (seeds, items) matrices,
+    rows in sorted seed order, columns the same items (None without per-item files); stderr_*: seed -> logged
+    standard error; tokens: the two variants' compared token counts (run order irrelevant). Untested by the
+    families yet: no adjusted p, no seeds needed."""
     with_items = items_a is not None and items_b is not None and items_a.shape[1] == items_b.shape[1]
     ia, ib = (items_a, items_b) if with_items else (None, None)
     t = noise.seed_test(a, b, ia, ib, stderr_a, stderr_b, level=1 - opts.alpha)
     shared = sorted(set(a) & set(b))
-    n_tested = t["n_shared"] if t["paired"] else min(t["n_a"], t["n_b"])
+    n_tested = t.n_shared if t.paired else min(t.n_a, t.n_b)
     gap, refused = match.token_gap(tokens[0] + tokens[1], opts.max_token_gap) if tokens else (None, None)
-    testable = n_tested >= opts.min_seeds and t["p"] is not None and not refused
+    testable = n_tested >= opts.min_seeds and t.p is not None and not refused
     untested, why = _why_untested(t, n_tested, refused, opts.min_seeds)
-    p_items, n_items = _item_level(a, b, shared, t["paired"], ia, ib)
-    return {
-        "diff": t["diff"],
-        "better": "a" if sign * t["diff"] > 0 else "b" if sign * t["diff"] < 0 else None,
-        **_test_fields(t),
-        "seeds_agree": _seeds_agree(a, b, shared, t),
-        "testable": testable,
-        "token_gap": gap,
-        "untested": untested,  # why a pair was not tested: "tokens", "seeds" or "no_spread"
-        "seeds_needed": None,
-        "seeds_needed_range": None,
-        "more_items": None,  # the item set alone hides a difference this size: more items, not more seeds
-        "ci": t["ci"] if testable else None,  # the test's interval, unadjusted, at 1 - alpha
-        "p_items": p_items,
-        "n_items": n_items,
-        "family": None,
-        "p_bh": None,
-        "significant": None,
-        "note": "; ".join(filter(None, [why, _partly_paired(a, b, shared, t["paired"])])),
-    }
+    p_items, n_items = _item_level(a, b, shared, t.paired, ia, ib)
+    return Pairwise(
+        a=names[0],
+        b=names[1],
+        diff=t.diff,
+        better=names[0] if sign * t.diff > 0 else names[1] if sign * t.diff < 0 else None,
+        test=t.test,
+        paired=t.paired,
+        p_seeds=t.p,
+        n_seeds=t.n_shared if t.paired else None,
+        n_seeds_a=t.n_a,
+        n_seeds_b=t.n_b,
+        sd_diff=t.sd_diff,
+        sd_seeds=t.sd_seeds,
+        noise_floor_sd=t.noise_floor_sd,
+        item_sd=t.item_sd,
+        item_df=t.item_df,
+        noise_source=t.noise_source,
+        noise_assumption=noise.STDERR_ASSUMPTION if t.noise_source == "logged standard errors" else None,
+        df=t.df,
+        seeds_agree=_seeds_agree(a, b, shared, t),
+        testable=testable,
+        token_gap=gap,
+        untested=untested,  # why a pair was not tested: "tokens", "seeds" or "no_spread"
+        seeds_needed=None,
+        seeds_needed_range=None,
+        more_items=None,  # the item set alone hides a difference this size: more items, not more seeds
+        ci=t.ci if testable else None,  # the test's interval, unadjusted, at 1 - alpha
+        p_items=p_items,
+        n_items=n_items,
+        family=None,
+        p_bh=None,
+        significant=None,
+        note="; ".join(filter(None, [why, _partly_paired(a, b, shared, t.paired)])),
+    )
 
 
-def _test_fields(t: dict) -> dict:
-    """The seed test's figures (noise.seed_test) as a pair's row names them."""
-    return {
-        "test": t["test"],
-        "paired": t["paired"],
-        "p_seeds": t["p"],
-        "n_seeds": t["n_shared"] if t["paired"] else None,
-        "n_seeds_a": t["n_a"],
-        "n_seeds_b": t["n_b"],
-        "sd_diff": t["sd_diff"],
-        "sd_seeds": t["sd_seeds"],
-        "noise_floor_sd": t["noise_floor_sd"],
-        "item_sd": t["item_sd"],
-        "item_df": t["item_df"],
-        "noise_source": t["noise_source"],
-        "noise_assumption": noise.STDERR_ASSUMPTION if t["noise_source"] == "logged standard errors" else None,
-        "df": t["df"],
-    }
-
-
-def _why_untested(t: dict, n_tested: int, refused: str | None, min_seeds: int) -> tuple[str | None, str]:
+def _why_untested(t: noise.SeedTest, n_tested: int, refused: str | None, min_seeds: int) -> tuple[str | None, str]:
     """(why a pair was not tested: "tokens", "seeds", "no_spread" or None, the note saying so)."""
     if refused:
         return "tokens", f"not tested: {refused}"
     if n_tested < min_seeds:
-        what = f"{n_tested} seeds both ran" if t["paired"] else f"{n_tested} seeds on the smaller side"
+        what = f"{n_tested} seeds both ran" if t.paired else f"{n_tested} seeds on the smaller side"
         return "seeds", f"not tested: {what}, fewer than {min_seeds}"
-    if t["p"] is None:
+    if t.p is None:
         return "no_spread", "not tested: no seed spread and no item noise known to bound it"
     return None, ""
 
@@ -136,12 +133,12 @@ def _partly_paired(a: dict, b: dict, shared: list[int], paired: bool) -> str:
     return ""
 
 
-def _seeds_agree(a: dict, b: dict, shared: list[int], t: dict) -> int | None:
+def _seeds_agree(a: dict, b: dict, shared: list[int], t: noise.SeedTest) -> int | None:
     """How many shared seeds' differences have the sign of the paired mean difference (None unpaired or at 0)."""
-    if not t["paired"] or t["diff"] == 0:
+    if not t.paired or t.diff == 0:
         return None
     per_seed = np.array([a[s] - b[s] for s in shared])
-    return int(np.sum(np.sign(per_seed) == np.sign(t["diff"])))
+    return int(np.sum(np.sign(per_seed) == np.sign(t.diff)))
 
 
 def _item_level(a: dict, b: dict, shared: list[int], paired: bool, items_a, items_b) -> tuple[float | None, int | None]:
@@ -162,12 +159,12 @@ def pairwise(
     stderrs: dict[str, dict] | None = None,
     final: dict | None = None,
 ) -> list[Pairwise]:
-    """Every pair (a before b in `variants` order), each a `compare` row with a and b named. final: the series'
+    """Every pair (a before b in `variants` order), each `compare`d under its names. final: the series'
     final scores (their compared token counts refuse pairs too far apart)."""
     rows = []
     for i, a in enumerate(variants):
         for b in variants[i + 1 :]:
-            row = compare(
+            compared = compare(
                 scores[a],
                 scores[b],
                 sign,
@@ -177,6 +174,7 @@ def pairwise(
                 stderrs.get(a) if stderrs else None,
                 stderrs.get(b) if stderrs else None,
                 (final[a].tokens, final[b].tokens) if final else None,
+                names=(a, b),
             )
-            rows.append(Pairwise(a=a, b=b, **{**row, "better": {"a": a, "b": b}.get(row["better"])}))
+            rows.append(compared)
     return rows

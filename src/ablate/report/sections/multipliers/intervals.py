@@ -63,8 +63,7 @@ def linear_variance(cells: list[Cell], weights: list[float]) -> dict:
             # the validation set is one fixed sample: the persistent item term, the report's noise model
             per_item = sum(w * np.stack([c.items[s] for s in seeds]) for w, c in zip(weights, cells))
             noise = paired_noise(z, per_item)
-            out.update(var=noise["seed_var"] / len(z) + noise["item_var"] + item, df=noise["df"])
-            out["item_var"] = noise["item_var"]
+            out.update(var=noise.seed_var / len(z) + noise.item_var + item, df=noise.df, item_var=noise.item_var)
     else:
         seed_var = sum(w * w * c.var / c.n for w, c in zip(weights, cells))
         out.update(var=seed_var + item, df=min(c.n for c in cells) - 1)

@@ -182,7 +182,7 @@ def _contrast(a, b, metric, scores, rule, margin, lower_is_better, task_key, ord
         rows_a = None if ia is None else ia[[sorted(sa).index(s) for s in keep]]
         rows_b = None if ib is None else ib[[sorted(sb).index(s) for s in keep]]
         t = noise.seed_test({s: sa[s] for s in keep}, {s: sb[s] for s in keep}, rows_a, rows_b, ea, eb)
-        floors = [(t[key] or 0.0) ** 2 for key in ("noise_floor_sd", "item_sd")]
+        floors = [(sd or 0.0) ** 2 for sd in (t.noise_floor_sd, t.item_sd)]
         prefixes.append(([sa[s] - sb[s] for s in keep], *floors))
     contrast.seeds = len(shared)
     if shared:
