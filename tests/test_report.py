@@ -256,18 +256,13 @@ def test_stats_edge_cases():
     assert describe.spearman([1, 2], [1, 2]) is None and describe.spearman([1, 2, 3], [5, 5, 5]) == 0
     assert describe.kendall([1, 1, 1], [1, 2, 3]) == 0 and describe.kendall([1, 2, 3], [2, 2, 2]) is None
     assert describe.decision_accuracy([1, 1], [1, 2]) == 0.5 and describe.decision_accuracy([1, 2], [3, 3]) is None
-    assert describe.signal_noise([1.0], [[1.0, 2.0]]) == {
-        "signal": None,
-        "noise": None,
-        "snr": None,
-        "noise_checkpoints": 2,
-    }
-    assert describe.signal_noise([1.0, 2.0], [[3.0]])["snr"] is None  # one checkpoint: no noise estimate
+    assert describe.signal_noise([1.0], [[1.0, 2.0]]) == describe.SignalNoise(None, None, None, 2)
+    assert describe.signal_noise([1.0, 2.0], [[3.0]]).snr is None  # one checkpoint: no noise estimate
     flat = describe.signal_noise([1.0, 2.0], [[1.0, 1.0], [2.0, 2.0]])  # checkpoints that do not move: SNR unknown
-    assert flat["snr"] is None and flat["noise"] == 0 and flat["signal"] == pytest.approx(1 / 1.5)
+    assert flat.snr is None and flat.noise == 0 and flat.signal == pytest.approx(1 / 1.5)
     # a margin whose variants straddle zero: signal and noise relative to a mean near 0 blow up, SNR does not
     margin = describe.signal_noise([-0.1, 0.1], [[-0.2, 0.0], [0.0, 0.2]])
-    assert margin["signal"] is None and margin["snr"] == pytest.approx(0.2 / np.std([-0.2, 0.0], ddof=1))
+    assert margin.signal is None and margin.snr == pytest.approx(0.2 / np.std([-0.2, 0.0], ddof=1))
     with pytest.raises(ReportError, match="no run folders"):
         build_report(__import__("pathlib").Path(__file__).parent).to_json()
 

@@ -194,11 +194,11 @@ def test_paired_resampling_keeps_the_variants_sharing_a_seed_together():
     means = [0.0, 0.3, 0.6, 0.9]
     small, large = _huge_seed_effect(rng, means), _huge_seed_effect(rng, means)
     paired = da.interval(da.Scale(small), da.Scale(large), 1000, 0)
-    assert paired["paired"] and paired["ci"] == [1, 1]
+    assert paired.paired and paired.ci == [1, 1]
     # the same scores as if each variant's seeds were its own runs: resampled apart, the seed effect swamps the order
     apart = [{100 * i + k: x for k, x in s.items()} for i, s in enumerate(small)]
     unpaired = da.interval(da.Scale(apart), da.Scale(large), 1000, 0)
-    assert not unpaired["paired"] and unpaired["ci"][1] - unpaired["ci"][0] >= 0.5
+    assert not unpaired.paired and unpaired.ci[1] - unpaired.ci[0] >= 0.5
 
 
 def _few_items_decide(bonus: int, n_items: int = 200, n_seeds: int = 8) -> da.Scale:
@@ -217,15 +217,15 @@ def test_interval_resamples_the_items_every_seed_shares():
     items shows the order can go either way: the interval reaches 0.5 (a smaller scale that orders at random)."""
     small, large = _few_items_decide(1), _few_items_decide(30)
     seeds_only = da.interval(da.Scale(small.scores), da.Scale(large.scores), 2000, 0)
-    assert seeds_only["ci"] == [1, 1] and seeds_only["item_noise"] is None
+    assert seeds_only.ci == [1, 1] and seeds_only.item_noise is None
     both = da.interval(small, large, 2000, 0)
-    assert both["item_noise"] == "per-item files" and both["ci"][0] <= 0.5 and both["ci"][1] == 1
+    assert both.item_noise == "per-item files" and both.ci[0] <= 0.5 and both.ci[1] == 1
     # a lead of 30 items at the smaller scale too is resolved by the item set: the interval stays at 1
-    assert da.interval(_few_items_decide(30), large, 2000, 0)["ci"] == [1, 1]
+    assert da.interval(_few_items_decide(30), large, 2000, 0).ci == [1, 1]
     # without per-item files, each variant's logged stderr^2 stands for its item set's share
     stderr2 = [float(np.mean(row[0] * (1 - row[0].mean()))) / 200 for row in small.items]
     logged = da.interval(da.Scale(small.scores, item_var=stderr2), da.Scale(large.scores, item_var=[0.0] * 4), 2000, 0)
-    assert logged["item_noise"] == "logged standard errors" and logged["ci"][0] <= 0.5
+    assert logged.item_noise == "logged standard errors" and logged.ci[0] <= 0.5
 
 
 def test_coverage_lookup_and_note(monkeypatch):
@@ -234,23 +234,19 @@ def test_coverage_lookup_and_note(monkeypatch):
     scores = da.Scale([{0: 0.0, 1: 0.1}, {0: 1.0, 1: 1.1}], item_var=[0, 0])
     one = da.Scale([{0: 0.0}, {0: 1.0}], item_var=[0, 0])
     shown = da.shown_interval(one, one, 1, 100, 0)
-    assert (
-        shown["ci"] is None
-        and shown["ci_note"] == "interval not shown: coverage was not measured below 2 seeds (have 1)"
-    )
+    assert shown.ci is None and shown.ci_note == "interval not shown: coverage was not measured below 2 seeds (have 1)"
     monkeypatch.setitem(da.COVERAGE, 2, 0.8)  # a table where 2 seeds undercover
     shown = da.shown_interval(scores, scores, 2, 100, 0)
-    assert (
-        shown["ci"] is None
-        and "covered the true DA in 80% of constructed ladders at 2 seeds (< 90%)" in (shown["ci_note"])
+    assert shown.ci is None and "covered the true DA in 80% of constructed ladders at 2 seeds (< 90%)" in (
+        shown.ci_note
     )
     wide = [{k: float(i) + 0.01 * k for k in range(10)} for i in range(3)]
     logged = da.Scale(wide, item_var=[1e-6] * 3)
     shown = da.shown_interval(logged, logged, 10, 100, 0)
-    assert shown["ci"] == [1, 1] and shown["ci_note"] is None and shown["coverage"] == da.COVERAGE[10]
+    assert shown.ci == [1, 1] and shown.ci_note is None and shown.coverage == da.COVERAGE[10]
     # neither per-item files nor logged standard errors: the item set's share is unknown, no interval
     hidden = da.shown_interval(da.Scale(wide), logged, 10, 100, 0)
-    assert hidden["ci"] is None and "no per-item files or logged standard errors" in hidden["ci_note"]
+    assert hidden.ci is None and "no per-item files or logged standard errors" in hidden.ci_note
 
 
 def test_seed_bootstrap_alone_undercovers_under_item_quirks():
@@ -263,7 +259,7 @@ def test_seed_bootstrap_alone_undercovers_under_item_quirks():
         small = da._ladder_scale(rng, d["small_means"], 1.0, 5, d, 1.0)
         large = da._ladder_scale(rng, d["large_means"], d["large_seed_sd"], 5, d, 1.0)
         for name, pair in (("seeds", (da.Scale(small.scores), da.Scale(large.scores))), ("both", (small, large))):
-            ci = da.interval(*pair, 200, k)["ci"]
+            ci = da.interval(*pair, 200, k).ci
             hits[name] += ci[0] - 1e-9 <= truth <= ci[1] + 1e-9
     assert hits["seeds"] / 150 < 0.85 and hits["both"] / 150 >= 0.9, hits
 

@@ -260,7 +260,7 @@ def analyze_runs(
     # an arm at several budgets: the comparisons see it once, at the budget every arm shares; the other budgets are
     # compute points, read by the multipliers alone (inputs/compute_points.py)
     split = split_budgets(runs, opts.scale)
-    overview = schema.Overview.from_json(runs_overview(runs, skipped or [], [r.label for r in split.extra]))
+    overview = runs_overview(runs, skipped or [], [r.label for r in split.extra])
     tokenizer_note, tasks = tokenizers_section(runs, tasks)  # runs of several tokenizers: validation in bits per byte
     scales = group_by_scale(split.main, opts.scale)
     opts, compute = _multipliers(runs, split, scales, tasks, opts)

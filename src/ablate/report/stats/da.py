@@ -23,6 +23,7 @@ shows an interval only where the tabulated coverage at its seed count is >= MIN_
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,13 +130,25 @@ def _resampled_means(
     return means, paired
 
 
-def interval(small: Scale, large: Scale, n_boot: int, seed: int, level: float = 0.95) -> dict:
+@dataclass(frozen=True)
+class DAInterval:
+    """A DA interval as the report shows it: ci (None: not shown or not computed), whether the bootstrap paired the
+    seeds, the weaker scale's ITEM_SOURCES entry (None where a scale has neither: the interval then leaves the item
+    set's share out), the measured coverage at the seeds, and why the interval is not shown."""
+
+    ci: list[float] | None = None
+    paired: bool | None = None
+    item_noise: str | None = None
+    coverage: float | None = None
+    ci_note: str | None = None
+
+
+def interval(small: Scale, large: Scale, n_boot: int, seed: int, level: float = 0.95) -> DAInterval:
     """Percentile interval of the DA of the smaller scale's metric (small) against the target at the largest
-    (large), over resamples of seeds and items. {ci, paired, item_noise: the weaker scale's ITEM_SOURCES entry,
-    None where a scale has neither (the interval then leaves the item set's share out)}."""
-    out = {"ci": None, "paired": True, "item_noise": _item_noise(small, large)}
+    (large), over resamples of seeds and items."""
+    item_noise = _item_noise(small, large)
     if n_boot < 1 or len(large.scores) < 2:
-        return out
+        return DAInterval(paired=True, item_noise=item_noise)
     rng = np.random.default_rng(seed)
     n_items = max(len(s.ids) if s.items is not None else 1 for s in (small, large))
     chunk = max(1, 4_000_000 // n_items)  # replicates at a time: bounds the item weights to a few tens of MB
@@ -148,13 +161,11 @@ def interval(small: Scale, large: Scale, n_boot: int, seed: int, level: float = 
         small_means, small_paired = _resampled_means(small, size, rng, weights[0])
         large_means, large_paired = _resampled_means(large, size, rng, weights[1])
         values.append(decision_accuracy(small_means, large_means))
-    out["paired"] = small_paired and large_paired
     da = np.concatenate(values)
     da = da[np.isfinite(da)]
-    if da.size:
-        tail = (1 - level) / 2 * 100
-        out["ci"] = [float(x) for x in np.percentile(da, [tail, 100 - tail])]
-    return out
+    tail = (1 - level) / 2 * 100
+    ci = [float(x) for x in np.percentile(da, [tail, 100 - tail])] if da.size else None
+    return DAInterval(ci=ci, paired=small_paired and large_paired, item_noise=item_noise)
 
 
 def coverage_for(seeds: int) -> tuple[float | None, int | None]:
@@ -164,30 +175,26 @@ def coverage_for(seeds: int) -> tuple[float | None, int | None]:
     return (COVERAGE[max(counts)], max(counts)) if counts else (None, None)
 
 
-def shown_interval(small: Scale, large: Scale, seeds: int, n_boot: int, seed: int) -> dict:
+def shown_interval(small: Scale, large: Scale, seeds: int, n_boot: int, seed: int) -> DAInterval:
     """The interval where its measured coverage at `seeds` is >= MIN_COVERAGE and the item set's share is known;
-    otherwise None and a note saying why. {ci, ci_note, paired, coverage, item_noise}."""
+    otherwise no interval and a note saying why."""
     cover, at = coverage_for(seeds)
     noise = _item_noise(small, large)
-    hidden = {"ci": None, "paired": _all_paired(small, large), "coverage": cover, "item_noise": noise}
     if cover is None:
-        return {
-            **hidden,
-            "ci_note": f"interval not shown: coverage was not measured below {min(COVERAGE)} seeds (have {seeds})",
-        }
-    if cover < MIN_COVERAGE:
+        note = f"interval not shown: coverage was not measured below {min(COVERAGE)} seeds (have {seeds})"
+    elif cover < MIN_COVERAGE:
         note = (
             f"interval not shown: a 95% bootstrap covered the true DA in {cover:.0%} of constructed ladders at "
             f"{at} seeds (< {MIN_COVERAGE:.0%})"
         )
-        return {**hidden, "ci_note": note}
-    if noise is None:
+    elif noise is None:
         note = (
             "interval not shown: no per-item files or logged standard errors, so the item set's share of the "
             "uncertainty (the same items on every seed) is unknown"
         )
-        return {**hidden, "ci_note": note}
-    return {**interval(small, large, n_boot, seed), "ci_note": None, "coverage": cover}
+    else:
+        return dataclasses.replace(interval(small, large, n_boot, seed), coverage=cover)
+    return DAInterval(paired=_all_paired(small, large), item_noise=noise, coverage=cover, ci_note=note)
 
 
 def _item_noise(small: Scale, large: Scale) -> str | None:
@@ -236,7 +243,7 @@ def da_coverage(
     for k in range(n_ladders):
         small = _ladder_scale(rng, d["small_means"], small_seed_sd, n_seeds, d, item_set_sd)
         large = _ladder_scale(rng, d["large_means"], d["large_seed_sd"], n_seeds, d, item_set_sd)
-        ci = interval(small, large, n_boot, seed * 1_000_003 + k)["ci"]
+        ci = interval(small, large, n_boot, seed * 1_000_003 + k).ci
         hits += ci is not None and ci[0] - 1e-9 <= truth <= ci[1] + 1e-9
     return hits / n_ladders
 

@@ -9,6 +9,7 @@ always means better.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -76,7 +77,17 @@ def pair_signs(means: np.ndarray) -> np.ndarray:
     return np.where(np.abs(diff) <= tol, 0.0, np.sign(diff))
 
 
-def signal_noise(final_means, tails) -> dict:
+@dataclass(frozen=True)
+class SignalNoise:
+    """signal_noise's figures, each None where it cannot be computed."""
+
+    signal: float | None
+    noise: float | None
+    snr: float | None
+    noise_checkpoints: int | None  # the n the noise is measured over (the fewest checkpoints any run had)
+
+
+def signal_noise(final_means, tails) -> SignalNoise:
     """Signal-to-noise ratio as Signal and Noise (Heineman et al., AI2 2025, arXiv 2508.13144) defines it, for one
     metric over one set of variants:
         signal = max_{j,k} |m_j - m_k| / m     (m_j: variant j's score at the comparison point, m: their mean)
@@ -92,15 +103,17 @@ def signal_noise(final_means, tails) -> dict:
     m = np.asarray(final_means, float)
     kept = [t for t in tails if len(t) >= 2]
     sds = [float(np.std(t, ddof=1)) for t in kept]
-    out = {"signal": None, "noise": None, "snr": None, "noise_checkpoints": min((len(t) for t in kept), default=None)}
+    checkpoints = min((len(t) for t in kept), default=None)
     if m.size < 2 or not sds:
-        return out
+        return SignalNoise(None, None, None, checkpoints)
     spread, sd, ref = float(m.max() - m.min()), float(np.mean(sds)), abs(float(m.mean()))
-    if ref > 0:
-        out["signal"], out["noise"] = spread / ref, sd / ref
-    if sd > 1e-15 * max(1.0, abs(float(m.max()))):
-        out["snr"] = spread / sd
-    return out
+    moves = sd > 1e-15 * max(1.0, abs(float(m.max())))
+    return SignalNoise(
+        signal=spread / ref if ref > 0 else None,
+        noise=sd / ref if ref > 0 else None,
+        snr=spread / sd if moves else None,
+        noise_checkpoints=checkpoints,
+    )
 
 
 def std(values) -> float | None:

@@ -97,7 +97,7 @@ def _row(
         return None
     variants = _shared(small, target) or _shared(small, same)
     seeds = min((len(s.final[v].values) for s in (small, target or same) for v in variants), default=0)
-    shown = {"ci": None, "ci_note": None, "paired": None, "coverage": None, "item_noise": None}
+    shown = da.DAInterval()  # not computed: no target to agree with
     if target_da is not None:
         small_work, large_work = work[0][_key(small)], work[1][_key(target)]
         scales = _scale(small, small_work, variants), _scale(target, large_work, variants)
@@ -111,7 +111,11 @@ def _row(
         decision_accuracy_val=val_da,
         self_agreement=self_da,
         tau=tau,
-        **shown,
+        ci=shown.ci,
+        ci_note=shown.ci_note,
+        paired=shown.paired,
+        coverage=shown.coverage,
+        item_noise=shown.item_noise,
     )
 
 

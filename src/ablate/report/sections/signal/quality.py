@@ -176,13 +176,16 @@ def quality(
     monotonicity = describe.mean_or_none(rho.values())
     chance = _chance_figures(runs, task, metric, sign, opts, m.points)
     ranking = _ranking_figures(runs_by_variant, final, key, sign, opts, m)
-    criteria = _criteria(monotonicity, ranking, chance, spread["snr"], metric, opts)
+    criteria = _criteria(monotonicity, ranking, chance, spread.snr, metric, opts)
     return Quality(
         monotonicity=monotonicity,
         monotonicity_per_run=rho,
         seed_spread=describe.mean_or_none([f.seed_std for f in final.values()]),
         checkpoint_spread=describe.mean_or_none([describe.std(t) for t in tails.values()]),
-        **spread,
+        signal=spread.signal,
+        noise=spread.noise,
+        snr=spread.snr,
+        noise_checkpoints=spread.noise_checkpoints,
         chance=chance,
         ranking=ranking,
         criteria=criteria,

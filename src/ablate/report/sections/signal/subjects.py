@@ -31,7 +31,7 @@ def _group_snr(by_variant: dict[str, list[Run]], key, group: str, last_k: int) -
             return None
         finals.append(float(np.mean([s[-1].value for s in series])))
         tails += [[p.value for p in s[-last_k:]] for s in series]
-    return describe.signal_noise(finals, tails)["snr"]
+    return describe.signal_noise(finals, tails).snr
 
 
 def _refiltered(run: Run, key, kept: set[str], n_groups: int) -> Run:
