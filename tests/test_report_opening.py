@@ -10,7 +10,7 @@ import pytest
 from ablate.report import Options, write_report
 from ablate.report.schema import Decision, OpenPair
 from ablate.report.sections.decisions.verdict import verdict
-from report_fixtures import build_toy_experiment
+from report_fixtures import build_toy_experiment, record_with
 import test_report
 from test_report_inference import _clear_effect_study
 
@@ -64,38 +64,21 @@ def test_no_winner_says_why_and_the_table_gives_the_seeds_each_metric_needs(toy)
 
 
 def _decision(name, status, leader, ahead_of=(), decided=(), closest=None, seeds=3):
-    """A decision as the headline records it; what the verdict does not read is left empty."""
-    return Decision(
-        task=name,
-        metric="",
+    """A decision as the headline records it; what the verdict does not read is left None."""
+    return record_with(
+        Decision,
         name=name,
-        direction="lower",
+        status=status,
         leader=leader,
         ahead_of=list(ahead_of),
-        not_separated_from=[],
-        seeds=seeds,
-        seeds_needed=None,
-        seeds_needed_range=None,
-        p_bh={},
         decided=[list(p) for p in decided],
         closest_open=closest,
-        status=status,
-        text="",
+        seeds=seeds,
     )
 
 
 def test_each_reason_for_no_winner_is_said():
-    open_pair = OpenPair(
-        a="A",
-        b="B",
-        p_bh=0.2,
-        testable=True,
-        untested=None,
-        note="",
-        seeds_needed=8,
-        seeds_needed_range=[7, 20],
-        more_items=False,
-    )
+    open_pair = record_with(OpenPair, a="A", b="B", testable=True, seeds_needed=8, seeds_needed_range=[7, 20])
     cases = [
         (
             [_decision("val_loss", "best", "A", "B", [("A", "B")]), _decision("toy", "best", "B", "A", [("B", "A")])],

@@ -11,7 +11,7 @@ import pytest
 from ablate.report import Options, build_report
 from ablate.report.sections.sequential.rule import DecisionRule
 from ablate.report.options import Options as OptionsClass
-from ablate.report.schema import Group, Quality, Report, SchemaError
+from ablate.report.schema import Report, SchemaError
 from ablate.report.schema import table
 from ablate.report.text.render import to_json
 from report_fixtures import build_grid_experiment, build_toy_experiment
@@ -118,17 +118,6 @@ def test_a_key_the_schema_needs_fails_when_missing(reports):
         Report.from_json(report)
     with pytest.raises(SchemaError, match=r"overview: Overview: expected an object, got list"):
         Report.from_json(json.loads(to_json(reports("toy"))) | {"overview": []})
-
-
-def test_a_part_already_built_as_its_record_is_read_as_it_is(reports):
-    """The pipeline holds some parts of a series as records inside its dict (a series' quality): from_json takes
-    them as they are, and the whole reads back as the dict would."""
-    report = json.loads(to_json(reports("toy")))
-    group = report["groups"][0]
-    quality = Quality.from_json(group["series"][0]["quality"])
-    assert Quality.from_json(quality) is quality
-    held = {**group, "series": [{**group["series"][0], "quality": quality}, *group["series"][1:]]}
-    assert Group.from_json(held) == Group.from_json(group)
 
 
 def test_an_optional_key_is_left_out_again_not_written_as_null(reports):

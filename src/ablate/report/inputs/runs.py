@@ -49,6 +49,11 @@ class ReportError(ValueError):
     """A runs folder the report cannot read; the message says what was expected."""
 
 
+def task_label(key: str) -> str:
+    """A task's short name: its key without the cloze form's ":cf"."""
+    return key[:-3] if key.endswith(":cf") else key
+
+
 def direction(metric: str) -> int:
     """+1 when higher is better, -1 when lower is better (a name part in LOWER_IS_BETTER_PARTS)."""
     parts = set(metric.lower().split("_")) | {metric.lower()}

@@ -140,8 +140,6 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict):
-        if isinstance(d, cls):  # a part a section already built as its record (a series' quality in its dict)
-            return d
         if not isinstance(d, dict):
             raise SchemaError(f"{cls.__name__}: expected an object, got {type(d).__name__}")
         fields = specs(cls)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ablate.report.inputs.runs import VAL_TASK
+from ablate.report.inputs.runs import VAL_TASK, task_label
 from ablate.report.schema import Decision, Family, Group, Inference, Pairwise, Recommendation, Series
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
@@ -157,11 +157,6 @@ def metric_label(s: Series) -> str:
     if s.task == VAL_TASK:
         return "val_bpb" if s.metric == "bpb" else name
     return name if s.primary else f"{name} [{s.metric}]"
-
-
-def task_label(task: str) -> str:
-    """A task's short name: its key without ":cf"."""
-    return task[:-3] if task.endswith(":cf") else task
 
 
 def winner(decisions: list[Decision], never: set[str] | frozenset = frozenset()) -> str | None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ablate.report.inputs.runs import VAL_TASK, sign_of
+from ablate.report.inputs.runs import VAL_TASK, sign_of, task_label
 from ablate.report.inputs.failures import failure_texts
 from ablate.report.schema import Decision, Group, Headline, OpenPair, Overview, Pairwise, Recommendation, Series
-from ablate.report.sections.decisions.families import metric_label, task_label, winner
+from ablate.report.sections.decisions.families import metric_label, winner
 from ablate.report.sections.decisions.pairs import best
 from ablate.report.sections.decisions.verdict import verdict as short_verdict
 from ablate.report.text.fmt import seeds_needed

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of
+from ablate.report.inputs.runs import VAL_TASK, TaskInfo, sign_of, task_label
 from ablate.report.schema import AcrossScales, Choice, Group, Recommendation, Series
 from ablate.report.schema.signal import Aggregate, Figures, OtherMetric, Rejected, SuiteEntry, Thresholds
 from ablate.report.sections.signal import tracking
@@ -162,7 +162,7 @@ def choose(task: TaskInfo, series: list[Series], across: list[AcrossScales], opt
     other metric lost. val: the group's validation loss series (what a continuous metric is checked against
     without a scale axis when the task's accuracy is at chance)."""
     series = sorted(series, key=lambda s: not s.primary)  # ties go to the primary
-    name = task.key[:-3] if task.key.endswith(":cf") else task.key
+    name = task_label(task.key)
     ranked_by, found = evidence(task.key, series, across)
     figs, tracks = {}, {}
     for s in series:
