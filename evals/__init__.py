@@ -5,6 +5,9 @@ Installed as the package `ablate_evals` (see pyproject.toml), so an installed ab
 `python -m ablate_evals.lm_eval_tasks.generate`.
 """
 
+import inspect
+
+from ablate.components import registry
 from ablate_evals import (
     arc_challenge,
     arc_easy,
@@ -27,6 +30,8 @@ TASKS = {
     for module in (*CORE, arc_easy_test, arc_challenge_test, mmlu, copycolors, copycolors_xl, lambada)
 }
 TASKS.update((task.name, task) for task in basic_skills.TASKS)  # six tasks from one builder
+for _task in TASKS.values():  # into the one registry (ablate.components.registry), where a user's tasks go too
+    registry.register("task", _task.name, _task, file=inspect.getsourcefile(_task.build))
 
 # Named suites, accepted wherever a task list is (eval.tasks, `ablate eval --tasks`), mixed with task names.
 SUITES = {

@@ -16,8 +16,6 @@ def test_defaults_validate():
     [
         ({"model.n_heads": 3}, "model.n_heads", "a divisor of 128"),
         ({"model.n_kv_heads": 3}, "model.n_kv_heads", "[1, 2, 4]"),
-        ({"model.ffn": "mish"}, "model.ffn", "'swiglu', 'gelu', 'relu'"),
-        ({"model.norm": "batchnorm"}, "model.norm", "'rmsnorm', 'layernorm'"),
         ({"model.n_layers": "4"}, "model.n_layers", "int"),
         ({"train.global_batch": 12}, "train.global_batch", "multiple of train.micro_batch"),
         ({"schedule.name": "linear"}, "schedule.name", "'cosine', 'wsd', 'constant'"),

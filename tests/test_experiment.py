@@ -67,7 +67,7 @@ def test_bad_files_fail_with_one_clear_message(tmp_path, body, expected):
 def test_bad_cli_choices():
     with pytest.raises(ExperimentError, match=r"--only gqa: no such variant .* allowed: \['mha', 'mqa'\]"):
         load_experiment(TINY, only=["gqa"])
-    with pytest.raises(ExperimentError, match="model.ffn: cannot read 'mish'"):
+    with pytest.raises(ExperimentError, match="model.ffn: 'mish' unknown; allowed: swiglu, gelu, relu, moe"):
         load_experiment(TINY, overrides={"model.ffn": "mish"})
 
 

@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+
+from ablate.components import registry
 from torch import nn
 
 from ablate import optim
@@ -126,13 +128,33 @@ def test_a_registered_optimizer_is_built_by_name():
         def __init__(self, groups, cfg):
             super().__init__(groups, lr=cfg.lr)
 
+        state_elements = transient_elements = staticmethod(lambda shapes, world: 0)
+
     try:
         optimizer = build_optimizer(tiny_model(), OptimConfig(name="sgd_for_test"))
         assert isinstance(optimizer, SGD) and [g["role"] for g in optimizer.param_groups][0] == "embedding"
-        with pytest.raises(ValueError, match="registered twice"):
-            optim.register("sgd_for_test")(SGD)
+        assert optim.register("sgd_for_test")(SGD) is SGD  # the same class again (a file executed twice): nothing
+
+        class Other(SGD):
+            pass
+
+        with pytest.raises(registry.RegistryError, match=r"registered twice: .*SGD in .*test_optim.py.*Other in"):
+            optim.register("sgd_for_test")(Other)
     finally:
-        del optim.OPTIMIZERS["sgd_for_test"]
+        registry.unregister("optimizer", "sgd_for_test")
+
+
+def test_an_optimizer_without_its_memory_declarations_is_refused_where_runs_are_checked():
+    @optim.register("silent_for_test")
+    class Silent(torch.optim.SGD):
+        def __init__(self, groups, cfg):
+            super().__init__(groups, lr=cfg.lr)
+
+    try:
+        with pytest.raises(ConfigError, match="'silent_for_test' .*declares no state_elements and no transient"):
+            check_registered_names(RunConfig(optim=OptimConfig(name="silent_for_test")))
+    finally:
+        registry.unregister("optimizer", "silent_for_test")
 
 
 # -- Muon -----------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from ablate.components import registry
 from ablate import branch, optim, rundir, variant
 from ablate.config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from ablate.cost import memory
@@ -217,7 +218,7 @@ def test_the_planner_asks_the_optimizer_its_state_size():
         assert "declares no state_elements and no transient_elements" in message
         assert "state_elements(shapes, world) -> int, transient_elements(shapes, world) -> int" in message
     finally:
-        del optim.OPTIMIZERS["momentum_for_plan"], optim.OPTIMIZERS["silent_for_plan"]
+        registry.unregister("optimizer", "momentum_for_plan"), registry.unregister("optimizer", "silent_for_plan")
 
 
 def test_bf16_halves_gathered_parameters_and_activations():

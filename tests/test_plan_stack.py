@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from ablate.components import registry
 from ablate import optim
 from ablate.config import DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from ablate.cost import memory, plan
@@ -49,7 +50,7 @@ def one_at_a_time():
             return 100 * optim.shard_elements(shapes.root + shapes.all_blocks, world)  # made up: the peak
 
     yield "one_at_a_time_for_plan"
-    del optim.OPTIMIZERS["one_at_a_time_for_plan"]
+    registry.unregister("optimizer", "one_at_a_time_for_plan")
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon", "one_at_a_time"])

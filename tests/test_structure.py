@@ -22,17 +22,18 @@ MAX_LINES = 600
 # and agreement; `report`, `optim`, `kernels`, `training.callbacks`): the longest name here that a module's path
 # starts with. A new module must be placed here (and in docs/architecture.md).
 # The folders' own __init__ (a docstring each) import nothing; a folder is never a group for the modules in it.
-FOLDERS = {"setup", "data", "training", "launch", "cost"}
+FOLDERS = {"setup", "data", "training", "launch", "cost", "components"}
 LAYERS = [
     {"text", "kernels", *FOLDERS},  # nothing else of ablate
     {"config"},  # the folder-name rule from text
-    {"rundir"},  # the run folder; natural order of names from text
+    {"rundir", "components.registry"},  # the run folder; every component a config field names, by name
     {"checkpoint_files"},  # a checkpoint's files, read and checked: below both training and eval.load
     {"data.sources", "data.mixture", "data.batch_schedule"},  # mixture: below data.prepare, which imports it
     {"data.tokenizer", "setup.overrides", "setup.auto"},  # auto: every "auto" (device, dtype, kernels, compile)
-    {"data.token_files", "moe"},  # the token files as training reads them; the MoE router and experts
+    {"data.token_files", "components.moe", "components.score_mods"},  # token files; MoE; attention score_mods
     {"model", "data.prepare", "optim", "eval"},  # eval: the suite (tasks, engine, metrics, suite, agreement)
-    {"report", "data.tokenizer_stats", "setup.variants"},  # variants: variant, grid, branch (no torch)
+    {"report", "data.tokenizer_stats", "setup.variants", "setup.components"},  # variants: variant, grid, branch
+    # (no torch); components: the components a run names, checked on the meta device
     {"setup.checks"},  # a run checked once (CheckedRun), before compute
     {"setup.experiment"},  # loading an experiment file: nothing of training above here (test below)
     {"training.parallel", "cost.memory"},  # memory: the per-rank peak of a step, which plan and run check
@@ -59,16 +60,19 @@ ALLOWED = {
     "text": set(),
     "kernels": set(),
     "rundir": {"text"},
+    "components.registry": {"config"},
+    "components.score_mods": {"config", "components.registry"},
     "checkpoint_files": {"config", "rundir"},  # scoring a checkpoint reaches nothing of training
-    "moe": {"config", "kernels"},
-    "model": {"config", "kernels", "moe"},
+    "components.moe": {"config", "kernels"},
+    "model": {"config", "kernels", "components.moe", "components.registry", "components.score_mods"},
     # the suite never imports callbacks, training or checkpoints; it asks setup.auto the one dtype rule
-    "eval": {"config", "rundir", "setup.auto"},
+    "eval": {"config", "rundir", "setup.auto", "components.registry"},
     "report": {"rundir", "text"},  # no torch: reads run folders through rundir alone
 }
 # `ablate status`, `ablate report` and an experiment file's `from ablate import ...` start quickly
 NO_TORCH = {
     "config",
+    "components.registry",
     "rundir",
     "text",
     "report",
@@ -291,7 +295,10 @@ def test_modules_stay_small(module):
 
 def test_the_rules_see_real_imports():
     """The parser finds what is there (a rule that sees nothing passes vacuously)."""
-    assert ablate_imports("ablate.model") == {"ablate.config", "ablate.kernels", "ablate.moe"}
+    assert ablate_imports("ablate.model") == {
+        *("ablate.config", "ablate.kernels", "ablate.components.moe"),
+        *("ablate.components.registry", "ablate.components.score_mods"),
+    }
     assert "ablate.rundir" in ablate_imports("ablate.report.inputs.runs")
     assert "ablate.eval.engine" in ablate_imports("ablate.eval.suite")
     assert {group_of("ablate.eval.engine"), group_of("ablate.eval.load")} == {"eval", "eval.load"}
@@ -365,7 +372,7 @@ TRAINING = {
     *CALLBACK_MODULES,
     "ablate.training.checkpoint",
     "ablate.training.parallel",
-    "ablate.model",
+    # not ablate.model: checking a run builds its components on the meta device (ablate.setup.components)
     "ablate.launch.sweep",
     "ablate.launch.slurm",
 }

@@ -59,6 +59,7 @@ class ModelConfig(_Identity):
         *("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_dim"),
         *(f"moe_{n}" for n in ("experts", "top_k", "shared_experts", "hidden", "every", "balance")),
         *(f"moe_{n}" for n in ("aux_loss", "bias_rate", "z_loss", "capacity")),
+        *("score_mod", "options"),
     )
     identity_as: ClassVar[dict[str, dict]] = {"kernels": {"auto": "torch"}}
 
@@ -67,9 +68,10 @@ class ModelConfig(_Identity):
     n_layers: int = 4
     n_heads: int = 4
     n_kv_heads: int | None = None  # None: as many as n_heads (MHA); 1: MQA; in between: GQA
-    ffn: Literal["swiglu", "gelu", "relu", "moe"] = "swiglu"  # moe: SwiGLU experts, the moe_* fields below
+    # ffn, norm and score_mod name registered components (ablate.components.registry), shipped or a user's
+    ffn: str = "swiglu"  # "swiglu", "gelu", "relu", or "moe": SwiGLU experts, the moe_* fields below
     ffn_hidden: int | None = None  # None: 4*d_model for gelu/relu, 8/3*d_model rounded up to 32 for swiglu/moe
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm: str = "rmsnorm"  # "rmsnorm" or "layernorm"
     norm_eps: float = 1e-5
     pos: Literal["rope", "nope"] = "rope"
     rope_base: float = 10000.0
@@ -99,6 +101,10 @@ class ModelConfig(_Identity):
     kv_lora_rank: int | None = None  # mla: the key/value latent's width; None: 4 * head_dim
     q_lora_rank: int = 0  # mla: the query latent's width; 0: queries not compressed
     qk_rope_dim: int | None = None  # mla: the key/query part RoPE rotates; None: head_dim // 2 made even (nope: 0)
+    # FlexAttention's score_mod before the softmax: "" none, "softcap", "alibi", "sliding_window" (components/)
+    score_mod: str = ""
+    # the options the components above declare (a dataclass `Options` each), e.g. {"softcap": 30.0}: identity
+    options: dict[str, int | float | str | bool] = field(default_factory=dict)
 
     @property
     def kv_heads(self) -> int:
@@ -235,6 +241,8 @@ class EvalConfig(_Identity):
     # metrics to compute, comma-separated, "" for all (each task's primary always); without acc_pmi,
     # acc_choices_only and margin_pmi the unconditional pass is skipped (about 45% of an evaluation)
     metrics: str = ""
+    # the user tasks among eval.tasks by a digest of their definition and data (as RunConfig.user_code)
+    task_code: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -242,7 +250,8 @@ class RunConfig(_Identity):
     # names and bookkeeping (axes records values already in the sections), and evaluation, which never changes the
     # trained weights; a branch ({} for a run that is none) was added later
     identity_omits: ClassVar[tuple[str, ...]] = ("experiment", "name", "eval", "axes", "multiplier_baseline")
-    identity_added_later: ClassVar[tuple[str, ...]] = ("branch",)
+    identity_omits += ("experiment_file",)
+    identity_added_later: ClassVar[tuple[str, ...]] = ("branch", "user_code")
 
     experiment: str = "default"
     name: str = "base"  # the variant's name
@@ -258,9 +267,11 @@ class RunConfig(_Identity):
     # Set by branch(): {"parent": variant name, "at": as given, "step": N, "tokens": seen by then,
     # "parent_identity": ...}. The run starts from the parent's checkpoint at step N (same seed).
     branch: dict[str, int | float | str] = field(default_factory=dict)
-    # Bookkeeping, like the name: the experiment file's `multiplier_baseline`, the method the report's compute
-    # multipliers are measured against ("" for none), kept in config.json so `ablate report` finds it unasked.
+    # Bookkeeping: the file's `multiplier_baseline` ("" none), in config.json so `ablate report` finds it unasked
     multiplier_baseline: str = ""
+    # {"ffn:relu2": source digest} of its user components (setup/components.py): edited code, another identity
+    user_code: dict[str, str] = field(default_factory=dict)
+    experiment_file: str = ""  # bookkeeping: the file loaded, where `ablate eval`/`report` find what it registers
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -333,12 +344,12 @@ def describe_type(tp) -> str:
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
-def _matches(value, tp) -> bool:
+def matches_type(value, tp) -> bool:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return value in typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in typing.get_args(tp))
+        return any(matches_type(value, a) for a in typing.get_args(tp))
     if tp is type(None):
         return value is None
     if tp is float:
@@ -346,10 +357,12 @@ def _matches(value, tp) -> bool:
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if origin is list:
-        return isinstance(value, list) and all(_matches(v, typing.get_args(tp)[0]) for v in value)
+        return isinstance(value, list) and all(matches_type(v, typing.get_args(tp)[0]) for v in value)
     if origin is dict:
         key_tp, value_tp = typing.get_args(tp)
-        return isinstance(value, dict) and all(_matches(k, key_tp) and _matches(v, value_tp) for k, v in value.items())
+        return isinstance(value, dict) and all(
+            matches_type(k, key_tp) and matches_type(v, value_tp) for k, v in value.items()
+        )
     return isinstance(value, tp)
 
 
@@ -361,7 +374,7 @@ def _check_types(obj, where: str) -> None:
             if not isinstance(value, SECTIONS[f.name]):
                 raise ConfigError(f"{f.name}: expected {SECTIONS[f.name].__name__}, got {type(value).__name__}")
             _check_types(value, f.name)
-        elif not _matches(value, hints[f.name]):
+        elif not matches_type(value, hints[f.name]):
             raise ConfigError(
                 f"{where}.{f.name}: got {value!r} ({type(value).__name__}); allowed: {describe_type(hints[f.name])}"
             )
@@ -584,6 +597,4 @@ def _validate_axes(run: RunConfig) -> None:
 def _validate_eval(e: EvalConfig) -> None:
     for name in ("every", "every_tokens", "limit"):
         _require(getattr(e, name) >= 0, f"eval.{name}", "must be >= 0 (0: off / only at the end / the full set)")
-    _require(e.batch_size > 0, "eval.batch_size", "must be > 0")
-    # the names in eval.tasks are checked against the task suite by ablate.eval.suite.check_config_tasks, where
-    # experiments are loaded and where training starts: config imports nothing of ablate
+    _require(e.batch_size > 0, "eval.batch_size", "must be > 0")  # eval.tasks: in setup.checks (the registry)

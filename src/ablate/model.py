@@ -17,12 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.components import registry
 from ablate.config import ModelConfig
 
 # The fused ops go through one dispatch (Triton on CUDA when cfg.kernels="triton", torch references otherwise);
 # apply_rope is re-exported here with kernels="torch" as its default.
 from ablate.kernels import apply_rope, linear_cross_entropy, per_token_cross_entropy, rms_norm, swiglu
-from ablate.moe import Experts, Router
+from ablate.components.moe import Experts, Router
+from ablate.components import score_mods  # noqa: F401  (the shipped score_mods register themselves)
 
 
 class RMSNorm(nn.RMSNorm):
@@ -36,10 +38,22 @@ class RMSNorm(nn.RMSNorm):
         return rms_norm(x, self.weight, self.eps, kernels=self.kernels)
 
 
-def make_norm(cfg: ModelConfig, dim: int) -> nn.Module:
-    if cfg.norm == "rmsnorm":
-        return RMSNorm(dim, cfg.norm_eps, cfg.kernels)
+def rmsnorm(cfg: ModelConfig, dim: int) -> nn.Module:
+    return RMSNorm(dim, cfg.norm_eps, cfg.kernels)
+
+
+def layernorm(cfg: ModelConfig, dim: int) -> nn.Module:
     return nn.LayerNorm(dim, eps=cfg.norm_eps)
+
+
+registry.register("norm", "rmsnorm", rmsnorm)
+registry.register("norm", "layernorm", layernorm)
+
+
+def make_norm(cfg: ModelConfig, dim: int) -> nn.Module:
+    """model.norm's module over `dim` features: a registered class (or factory) `cls(config, dim)`, whose
+    `reset_parameters()` sets its init (the identity map for the shipped ones)."""
+    return registry.lookup("norm", cfg.norm).obj(cfg, dim)
 
 
 def rope_tables(head_dim: int, rotary_dim: int, seq_len: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,6 +112,8 @@ class Attention(nn.Module):
         self.q_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
         self.k_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
         self.dropout = cfg.dropout
+        # model.score_mod: a FlexAttention-style score_mod(score, b, h, q_idx, kv_idx) applied before the softmax
+        self.score_mod = registry.lookup("score_mod", cfg.score_mod).obj(cfg) if cfg.score_mod else None
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
         """Normal(0, init_std) for q, k, v; o_proj writes into the residual stream: the smaller residual std.
@@ -133,6 +149,9 @@ class Attention(nn.Module):
         # and flash takes no mask and no fp32: there the copy keeps the masked and fp32 cases off the math backend.
         grouped = self.n_kv_heads != self.n_heads
         native_gqa = grouped and (q.device.type == "cpu" or (attn_mask is None and q.dtype in HALF_DTYPES))
+        if self.score_mod is not None:
+            out = modified_attention(q, k, v, self.score_mod, attn_mask, self.dropout if self.training else 0.0)
+            return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
         if grouped and not native_gqa:
             repeat = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
@@ -146,6 +165,28 @@ class Attention(nn.Module):
             enable_gqa=native_gqa,
         )
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+def modified_attention(q, k, v, score_mod, attn_mask=None, dropout: float = 0.0) -> torch.Tensor:
+    """Causal (or `attn_mask`) attention whose scores q.k/sqrt(head_dim) pass through `score_mod(score, b, h, q_idx,
+    kv_idx)` before the softmax. On CUDA without a mask, FlexAttention (one fused kernel under torch.compile, no (S, S)
+    scores held); elsewhere the scores written out, the index arguments broadcast as (B,1,1,1), (1,H,1,1), (1,1,S,1),
+    (1,1,1,S), so the same function serves both. q (B, H, S, d), k and v (B, H_kv, S, d)."""
+    batch, heads, seq, head_dim = q.shape
+    if q.is_cuda and attn_mask is None and dropout == 0.0:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        causal = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, seq, seq, q.device)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=causal, enable_gqa=k.shape[1] != heads)
+    repeat = heads // k.shape[1]
+    k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+    scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(head_dim)
+    index = [torch.arange(n, device=q.device) for n in (batch, heads, seq, seq)]
+    shaped = [i.view([-1 if d == axis else 1 for d in range(4)]) for axis, i in enumerate(index)]
+    scores = score_mod(scores, *shaped)
+    allowed = attn_mask if attn_mask is not None else shaped[2] >= shaped[3]
+    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).to(v.dtype)
+    return F.dropout(probs, dropout) @ v if dropout else probs @ v
 
 
 def mla_dims(cfg: ModelConfig) -> tuple[int, int]:
@@ -226,7 +267,9 @@ class LatentAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """SwiGLU, GeLU or ReLU by model.ffn (the shipped dense FFNs); an FFN component is `cls(config, layer_index)`."""
+
+    def __init__(self, cfg: ModelConfig, layer_index: int = 0):
         super().__init__()
         self.kind, self.kernels = cfg.ffn, cfg.kernels
         self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
@@ -289,21 +332,45 @@ class MoE(nn.Module):
         return out.view(x.shape)
 
 
+def moe_layer(cfg: ModelConfig, layer_index: int) -> nn.Module:
+    """ffn="moe": experts in layers k, 2k, ... (moe_every=k), dense SwiGLU layers between them."""
+    if layer_has_experts(cfg, layer_index):
+        return MoE(cfg)
+    return FeedForward(dataclasses.replace(cfg, ffn="swiglu"), layer_index)
+
+
+for _name in ("swiglu", "gelu", "relu"):
+    registry.register("ffn", _name, FeedForward)
+registry.register("ffn", "moe", moe_layer)
+
+
+def init_component(module: nn.Module, std: float, generator: torch.Generator | None) -> None:
+    """A component's init: its own `init_weights(generator)` or `reset_parameters()`; else Normal(0, std) for
+    each weight of two or more dims and zeros for the rest (biases), in parameter order."""
+    if hasattr(module, "init_weights"):
+        module.init_weights(generator)
+    elif hasattr(module, "reset_parameters"):
+        module.reset_parameters()
+    else:
+        for param in module.parameters():
+            nn.init.normal_(param, 0.0, std, generator=generator) if param.dim() >= 2 else nn.init.zeros_(param)
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, use_rope: bool, moe: bool = False):
+    def __init__(self, cfg: ModelConfig, use_rope: bool, layer_index: int = 0):
         super().__init__()
         self.attn_norm = make_norm(cfg, cfg.d_model)
         self.attn = LatentAttention(cfg, use_rope) if cfg.attention == "mla" else Attention(cfg, use_rope)
         self.ffn_norm = make_norm(cfg, cfg.d_model)
-        # a model with experts keeps dense SwiGLU layers between its MoE layers (moe_every > 1)
-        self.ffn = MoE(cfg) if moe else FeedForward(dataclasses.replace(cfg, ffn="swiglu") if cfg.ffn == "moe" else cfg)
+        self.ffn = registry.lookup("ffn", cfg.ffn).obj(cfg, layer_index)  # model.ffn's component
+        self.init_std = cfg.init_std
         self.dropout = nn.Dropout(cfg.dropout)
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
         self.attn_norm.reset_parameters()  # norms start as the identity map and draw no random numbers
         self.attn.init_weights(generator)
         self.ffn_norm.reset_parameters()
-        self.ffn.init_weights(generator)
+        init_component(self.ffn, self.init_std, generator)
 
     def forward(self, x, cos, sin, attn_mask=None, *, logit_max: bool = False):
         """The block's output; with `logit_max`, also the largest pre-softmax attention logit of this layer."""
@@ -334,9 +401,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg, self.max_seq_len = cfg, max_seq_len
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(
-            Block(cfg, layer_uses_rope(cfg, i), layer_has_experts(cfg, i)) for i in range(cfg.n_layers)
-        )
+        self.layers = nn.ModuleList(Block(cfg, layer_uses_rope(cfg, i), i) for i in range(cfg.n_layers))
         self.norm = make_norm(cfg, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:

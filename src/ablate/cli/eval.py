@@ -3,24 +3,38 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from ablate.cli.options import (
     DEVICE,
     EVAL_FORMAT,
     METRICS,
     SAMPLES_FILE,
-    TASKS,
     WHOLE_1,
     number,
     one_line_errors,
     one_of,
+    text,
 )
+
+TASK_NAMES = text("task or suite names, comma-separated", names=True)  # known once the experiment file has run
 
 
 def add_command(subparsers) -> None:
     parser = subparsers.add_parser("eval", help="score a run or checkpoint on the cloze task suite")
     parser.add_argument("path", nargs="?", help="a run folder (its newest checkpoint) or its checkpoints/step_N")
     parser.add_argument(
-        "--tasks", type=TASKS, help="comma-separated task and suite names, e.g. small,boolq (default: all)"
+        "--tasks",
+        type=TASK_NAMES,
+        help="comma-separated task and suite names, e.g. small,boolq (default: all); with the tasks the run's "
+        "experiment file registers (ablate.register_task)",
+    )
+    parser.add_argument(
+        "--experiment",
+        metavar="FILE",
+        help="the experiment file whose registered tasks and components to load (default: the one each run "
+        "folder's config.json records, where it still exists)",
     )
     parser.add_argument("--list", action="store_true", help="print the tasks and suites with their item counts")
     parser.add_argument(
@@ -67,12 +81,14 @@ def cmd_eval(args) -> int:
     from ablate.eval import engine, suite  # torch: imported only when the command runs
     from ablate.eval.load import load_model
 
+    _load_user_code(args)
     if args.list:
         print(suite.format_task_list(args.limit or None))
         return 0
     if not args.path:
         raise ValueError("ablate eval: a run folder or checkpoint to score is required (or --list)")
-    tasks = args.tasks or list(suite.all_tasks())  # parsed by their rules (options.TASKS, options.METRICS)
+    # parsed here, not by argparse: the user's tasks are registered only once their file has run
+    tasks = suite.parse_tasks(args.tasks) if args.tasks else list(suite.all_tasks())
     metrics = args.metrics
     if args.every_checkpoint:
         return _score_every_checkpoint(args, tasks, metrics)
@@ -100,6 +116,25 @@ def cmd_eval(args) -> int:
         suite.write_samples(args.log_samples, results)
         print(f"samples: {args.log_samples}")
     return 0
+
+
+def _load_user_code(args) -> None:
+    """Run the experiment file (--experiment, or each one the run folders record) so that what it registers is
+    known: a recorded file that is gone is said, not silently skipped."""
+    from ablate.setup.experiment import load_registrations, recorded_experiment_files
+
+    if args.experiment:
+        load_registrations(args.experiment)
+        return
+    for file in recorded_experiment_files(args.path) if args.path else []:
+        if Path(file).is_file():
+            load_registrations(file)
+        else:
+            print(
+                f"note: {file} (the experiment file a run records) is gone: its tasks are unknown here; pass "
+                f"--experiment FILE",
+                file=sys.stderr,
+            )
 
 
 def _score_every_checkpoint(args, tasks: list[str], metrics) -> int:

@@ -303,7 +303,7 @@ def _run_here(
         else:
             what = f"{len(groups)} stacks" if stacks is not None else f"{len(runs)} runs"
             print(f"{what}, {len(slots)} at a time ({_describe(slots)})", flush=True)
-            states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file, callbacks), stacks)
+            states = sweep.run_side_by_side(runs, out, slots, progress, _file_for_workers(file), stacks)
     except KeyboardInterrupt:
         if is_main:
             _tell_interrupted(runs, out)
@@ -388,9 +388,10 @@ def _closing(states: list[str], runs, out: str, say_next: bool = True) -> int:
     return 1 if counts.get("failed") else 0
 
 
-def _file_for_workers(file: str, callbacks: list) -> str | None:
-    """The experiment file, for worker processes to load its callbacks from (None: it defines none)."""
-    return str(Path(file).resolve()) if callbacks else None
+def _file_for_workers(file: str) -> str:
+    """The experiment file, which every worker process loads (always: what it registers, an optimizer, a
+    component or a task, must be known there too, not only its callbacks)."""
+    return str(Path(file).resolve())
 
 
 def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finished: list, stacks=None) -> int:
@@ -424,9 +425,7 @@ def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finishe
         prepare_all(runs)  # on a cluster each task builds (or finds) the shared cache itself
     _mark_pending(runs, out)
     if args.launcher == "slurm" and not in_study:  # a sweep outlives a login shell: submit, then follow it
-        slurm.submit(
-            runs, out, options, wait=False, experiment_file=_file_for_workers(args.file, callbacks), stacks=stacks
-        )
+        slurm.submit(runs, out, options, wait=False, experiment_file=_file_for_workers(args.file), stacks=stacks)
         for experiment in sorted({r.config.experiment for r in runs}):
             print(
                 f"submitted {len(runs)} runs; follow them: ablate status {out}/{experiment} --watch; then ablate "
@@ -436,7 +435,5 @@ def _run_submitit(runs, out: str, args, callbacks: list, in_study: bool, finishe
         return 0
     # local jobs, and a study's rounds on SLURM (the next round depends on this one): wait for them
     local = args.launcher == "local"
-    states = slurm.submit(
-        runs, out, options, local=local, experiment_file=_file_for_workers(args.file, callbacks), stacks=stacks
-    )
+    states = slurm.submit(runs, out, options, local=local, experiment_file=_file_for_workers(args.file), stacks=stacks)
     return _closing(states + ["finished"] * len(finished), runs + finished, out, not in_study)

@@ -185,7 +185,7 @@ def _norm_saved(m: ModelConfig, tokens: int, p: Precision) -> int:
 
 def block_saved_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, use_rope: bool, doc_mask: bool) -> int:
     """Bytes one block saves for backward on a micro-batch of `batch` x `seq` tokens."""
-    tokens, d, kv, f = batch * seq, m.d_model, m.kv_heads * m.head_dim, m.ffn_dim
+    tokens, d, kv = batch * seq, m.d_model, m.kv_heads * m.head_dim
     mm = p.matmul
     total = 2 * _norm_saved(m, tokens, p)
     total += tokens * d * mm * 2  # inputs of the linears
@@ -201,8 +201,52 @@ def block_saved_bytes(m: ModelConfig, batch: int, seq: int, p: Precision, use_ro
         total += batch * seq * seq * mm
     if m.dropout > 0:  # attention goes to the math backend: probabilities and their dropped copy, and the masks
         total += 2 * batch * m.n_heads * seq * seq * FP32 + 3 * tokens * d * FP32
-    total += tokens * f * mm * {"swiglu": 4, "gelu": 2, "relu": 1}[m.ffn]
+    total += _ffn_saved(m, batch, seq, p) + _score_mod_saved(m, batch, seq, p, doc_mask)
     return total
+
+
+SHIPPED_FFN_SAVED = {"swiglu": 4, "gelu": 2, "relu": 1}  # hidden-wide tensors the shipped dense FFNs save
+
+
+def saved_on_meta(fn, shapes: list[tuple[int, ...]], dtype: torch.dtype) -> int:
+    """Bytes autograd saves for backward in `fn(*inputs)` (inputs of `shapes`, requiring grad), run on the meta
+    device: no memory, no compute. How a user's component is priced: asked, not assumed."""
+    total = 0
+
+    def pack(tensor):
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn(*[torch.empty(shape, dtype=dtype, requires_grad=True) for shape in shapes])
+    return total
+
+
+def _ffn_saved(m: ModelConfig, batch: int, seq: int, p: Precision) -> int:
+    """A dense FFN's saved tensors beyond its input: counted for the shipped ones, measured on meta for a user's
+    (its input included: a slight over-estimate)."""
+    if m.ffn in SHIPPED_FFN_SAVED:
+        return batch * seq * m.ffn_dim * p.matmul * SHIPPED_FFN_SAVED[m.ffn]
+    from ablate.components import registry
+
+    with torch.device("meta"):
+        ffn = registry.lookup("ffn", m.ffn).obj(m, 0).to(p.compute_dtype)
+    return saved_on_meta(ffn, [(batch, seq, m.d_model)], p.compute_dtype)
+
+
+def _score_mod_saved(m: ModelConfig, batch: int, seq: int, p: Precision, doc_mask: bool) -> int:
+    """With model.score_mod, attention writes out its (B, H, S, S) scores (ablate.model.modified_attention) except on
+    a GPU without a mask, where FlexAttention holds none: what that path saves, measured on meta (q, k, v aside)."""
+    if not m.score_mod or (p.device_type == "cuda" and not doc_mask):
+        return 0
+    from ablate.components import registry
+    from ablate.model import modified_attention
+
+    score_mod = registry.lookup("score_mod", m.score_mod).obj(m)
+    qkv = [(batch, m.n_heads, seq, m.head_dim)] * 3
+    saved = saved_on_meta(lambda q, k, v: modified_attention(q, k, v, score_mod), qkv, p.compute_dtype)
+    return saved - 3 * batch * m.n_heads * seq * m.head_dim * p.matmul  # q, k and v are counted with attention
 
 
 def layer_saved_bytes(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate import rundir
+from ablate.components import registry
 from ablate.config import ConfigError
 from ablate.eval import engine
 from ablate.eval.metrics import (
@@ -36,9 +37,16 @@ from ablate.eval.tasks import FORMATS, Task, requests_for
 
 
 def all_tasks() -> dict[str, Task]:
-    from ablate_evals import TASKS
+    """Every task by name, from the one registry: the shipped suite's (ablate_evals registers them) and those an
+    experiment file registered (ablate.register_task)."""
+    import ablate_evals  # noqa: F401
 
-    return TASKS
+    return {name: entry.obj for name, entry in registry.entries("task").items()}
+
+
+def user_task_code(tasks: str | Sequence[str]) -> dict[str, str]:
+    """{task: digest of its definition and data} for the user tasks among `tasks` (a run's eval.task_code)."""
+    return {e.name: e.digest for e in registry.user_entries("task", parse_tasks(tasks, "eval.tasks"))}
 
 
 def all_suites() -> dict[str, list[str]]:

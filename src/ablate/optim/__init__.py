@@ -2,7 +2,8 @@
 
 - roles.py: ROLES, the table of parameter roles (embedding, hidden, vector, head) with their weight decay and lr
   multiplier; assign_roles and param_groups.
-- registry.py: optimizers registered by `optim.name`; build_optimizer, check_optimizer_name; state_elements and
+- registry.py: optimizers registered by `optim.name` (in ablate.components.registry, beside every other component);
+  build_optimizer, check_optimizer_name; state_elements and
   transient_elements, what each declares about its memory (for ablate.cost.memory); steps_together and
   stacked_step_of, whether and how it batches a stack's step.
 - state.py: ParamShapes and shard_elements, what an optimizer's memory declarations are computed from.
@@ -12,9 +13,9 @@
 
 from ablate.optim import adamw, muon  # noqa: E402,F401  (importing registers them)
 from ablate.optim.registry import (
-    OPTIMIZERS,
     build_optimizer,
     check_optimizer_name,
+    optimizer_class,
     register,
     stacked_step_of,
     state_elements,
@@ -26,7 +27,6 @@ from ablate.optim.schedule import lr_factor, set_lr
 from ablate.optim.state import ParamShapes, shard_elements
 
 __all__ = [
-    "OPTIMIZERS",
     "ParamShapes",
     "ROLES",
     "Role",
@@ -35,6 +35,7 @@ __all__ = [
     "build_optimizer",
     "check_optimizer_name",
     "lr_factor",
+    "optimizer_class",
     "param_groups",
     "register",
     "set_lr",

@@ -1,6 +1,7 @@
-"""Optimizers by name (`optim.name`): each is one class in one file of this package that registers itself, built
-from the role parameter groups and the OptimConfig: `Cls(param_groups, cfg)`, and declaring its state size for the
-memory estimate (state.py: `state_elements`, `transient_elements`)."""
+"""Optimizers by name (`optim.name`), in the one registry (ablate.components.registry) that an experiment file adds to
+with `ablate.register_optimizer(name)`: each is one class, built from the role parameter groups and the
+OptimConfig: `Cls(param_groups, cfg)`, and declaring its state size for the memory estimate (state.py:
+`state_elements`, `transient_elements`): one without them is refused wherever runs are checked, before any compute."""
 
 from __future__ import annotations
 
@@ -9,46 +10,54 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ablate.components import registry
 from ablate.config import ConfigError, OptimConfig
 from ablate.optim.roles import param_groups
 from ablate.optim.state import ParamShapes
 
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {}
-
 
 def register(name: str):
-    """Class decorator: make an optimizer available as optim.name=`name`."""
+    """Class decorator: make an optimizer available as optim.name=`name` (ablate.register_optimizer)."""
 
     def add(cls):
-        if name in OPTIMIZERS:
-            raise ValueError(f"optimizer {name!r} is registered twice: {OPTIMIZERS[name].__name__}, {cls.__name__}")
-        OPTIMIZERS[name] = cls
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+            raise registry.RegistryError(
+                f"register_optimizer({name!r}): {getattr(cls, '__qualname__', cls)!r} is not a torch.optim.Optimizer "
+                f"subclass; allowed: a class built as Cls(param_groups, optim_config)"
+            )
+        registry.register("optimizer", name, cls)
         return cls
 
     return add
 
 
+def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
+    return registry.lookup("optimizer", name).obj
+
+
 def check_optimizer_name(cfg: OptimConfig) -> None:
-    """ConfigError unless optim.name is registered (config, which imports nothing of ablate, cannot know)."""
-    if cfg.name not in OPTIMIZERS:
-        raise ConfigError(f"optim.name: {cfg.name!r} unknown; allowed: {', '.join(sorted(OPTIMIZERS))}")
+    """ConfigError unless optim.name is registered and its class declares its memory (config, which imports
+    nothing of ablate, cannot know)."""
+    registry.lookup("optimizer", cfg.name)
+    _declaration(cfg, state_elements)
+    _declaration(cfg, transient_elements)
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     check_optimizer_name(cfg)
-    return OPTIMIZERS[cfg.name](param_groups(model, cfg), cfg)
+    return optimizer_class(cfg.name)(param_groups(model, cfg), cfg)
 
 
 def _declaration(cfg: OptimConfig, asked) -> Callable[[ParamShapes, int], int]:
     """The static method of optim.name's class that `asked` (state_elements or transient_elements, below) asks
     for, by its name; ConfigError naming what to declare when the class has none (never a silent 0)."""
-    check_optimizer_name(cfg)
-    cls = OPTIMIZERS[cfg.name]
+    entry = registry.lookup("optimizer", cfg.name)
+    cls = entry.obj
     declarations = (state_elements, transient_elements)
     missing = [d.__name__ for d in declarations if getattr(cls, d.__name__, None) is None]
     if asked.__name__ in missing:
         raise ConfigError(
-            f"optim.name: {cfg.name!r} ({cls.__module__}.{cls.__qualname__}) declares no {' and no '.join(missing)}, "
+            f"optim.name: {cfg.name!r} ({cls.__qualname__} in {entry.file}) declares no {' and no '.join(missing)}, "
             f"which the memory estimate (ablate plan, ablate run's fit check) needs: give the class the static "
             f"methods {', '.join(f'{d.__name__}(shapes, world) -> int' for d in declarations)} (fp32 elements per "
             f"rank: its state, and its step's temporaries; see ablate.optim.state)"
@@ -82,5 +91,4 @@ def stacked_step_of(optimizers: list) -> Callable[[list], None] | None:
 def steps_together(cfg: OptimConfig) -> bool:
     """Whether a stack of runs with optim.name's optimizer takes its step as one call (stacked_step_of): its
     temporaries are then every member's at once."""
-    check_optimizer_name(cfg)
-    return _stacked_step(OPTIMIZERS[cfg.name]) is not None
+    return _stacked_step(optimizer_class(cfg.name)) is not None

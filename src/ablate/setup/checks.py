@@ -2,15 +2,16 @@
 its names known, its data files readable, what it asks of this machine present, and its device, dtype and batch
 schedule resolved) that experiment loading makes, sweeps carry and train() takes as it is.
 
-The checks config.py cannot make alone: optim.name against the optimizer registry, eval.tasks and eval.metrics
-against the task suite, a GPU for train.device='cuda', float8 matmuls for train.float8, every step's batch a
-multiple of the world size. Nothing here trains: experiment loading imports this module and no training module.
+The checks config.py cannot make alone: optim.name and model.ffn/norm/score_mod against the registry (with their
+options and, for a user's component, its shapes on the meta device), eval.tasks and eval.metrics against the suite,
+a GPU for train.device='cuda', float8 matmuls for train.float8, every step's batch a multiple of the world size.
+Nothing here trains: experiment loading imports this module and no training module.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -18,6 +19,7 @@ from ablate.config import ConfigError, RunConfig, validate
 from ablate.data.batch_schedule import check_plan, run_batch_plan
 from ablate.data.prepare import check_data_config
 from ablate.optim.registry import check_optimizer_name
+from ablate.setup.components import check_components
 from ablate.setup.auto import device as resolve_device
 from ablate.setup.auto import uses_bf16
 
@@ -47,7 +49,7 @@ def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked:
     if not prechecked:
         validate(run)
         check_data_config(run.data, run.model.vocab_size)
-    check_registered_names(run)
+    run = check_registered_names(run)
     device = resolve_device(run.train.device)
     if run.train.float8:
         check_float8(device)
@@ -57,17 +59,22 @@ def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked:
 
 
 def check_registered_names(run: RunConfig) -> RunConfig:
-    """The names config (importing nothing of ablate) cannot check, optim.name and eval.tasks, against their
-    registries: ConfigError if unknown."""
+    """The names config (importing nothing of ablate) cannot check against the registry (ablate.components.registry):
+    optim.name, model.ffn/norm/score_mod with their options, eval.tasks. ConfigError if unknown; returns the run
+    with the digests of the user code it trains with (user_code) and of its user tasks (eval.task_code)."""
     check_optimizer_name(run.optim)
+    run = check_components(run)
     if run.eval.tasks.strip():  # lazily: runs without tasks never load the suite
-        from ablate.eval.suite import check_config_tasks, parse_metrics
+        from ablate.eval.suite import check_config_tasks, parse_metrics, user_task_code
 
         check_config_tasks(run.eval.tasks)
         try:
             parse_metrics(run.eval.metrics, "eval.metrics")
         except ValueError as error:
             raise ConfigError(str(error)) from None
+        task_code = user_task_code(run.eval.tasks)
+        if task_code != run.eval.task_code:
+            run = replace(run, eval=replace(run.eval, task_code=task_code))
     return run
 
 

@@ -311,6 +311,8 @@ def load_checked(
                 run = dataclasses.replace(run, experiment=path.stem)
             if multiplier_baseline and not run.multiplier_baseline:  # recorded in config.json, for the report
                 run = dataclasses.replace(run, multiplier_baseline=multiplier_baseline)
+            # recorded in config.json: ablate eval and ablate report load what the file registers from it
+            run = dataclasses.replace(run, experiment_file=str(path.resolve()))
             run = apply_overrides(
                 run, overrides if is_chosen else {k: v for k, v in overrides.items() if k != "name"}, from_text=True
             )
@@ -358,3 +360,28 @@ def experiment_callbacks(path: str | Path) -> list:
                 f"ablate.training.callbacks.Callback"
             )
     return list(found)
+
+
+def load_registrations(path: str | Path) -> None:
+    """Execute an experiment file for what it registers (optimizers, components, tasks: ablate.components.registry),
+    once per process as every command does. Raises ExperimentError naming the file."""
+    _run_file(Path(path))
+
+
+def recorded_experiment_files(path: str | Path) -> list[str]:
+    """The experiment files that the run folders at or below `path` (a run, an experiment, a runs root, or a
+    checkpoint inside a run) record in their config.json (RunConfig.experiment_file), in sorted order."""
+    from ablate import rundir
+
+    path = Path(path)
+    run = next((p for p in (path, *path.parents) if (p / rundir.CONFIG).is_file()), None)
+    configs = [run / rundir.CONFIG] if run is not None else sorted(path.rglob(rundir.CONFIG))
+    files = set()
+    for config in configs:
+        try:
+            recorded = rundir.read_json(config).get("config", {}).get("experiment_file", "")
+        except rundir.RunFolderError:
+            continue  # a damaged folder: the command that reads it says so
+        if recorded:
+            files.add(recorded)
+    return sorted(files)

@@ -46,6 +46,12 @@ def _parse_value(text: str, tp, where: str):
     raise ConfigError(f"{where}: cannot read {text!r}; allowed: {describe_type(tp)}")
 
 
+def field_types(section_cls) -> dict:
+    """A section's fields and their annotations: its dataclass fields only (never its ClassVars)."""
+    hints = typing.get_type_hints(section_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section_cls)}
+
+
 def apply_overrides(run: RunConfig, overrides: dict[str, Any], *, from_text: bool = False) -> RunConfig:
     """Return a copy of `run` with dotted fields replaced ("train.max_steps": 20); values may be CLI text."""
     sections = {}
@@ -55,13 +61,20 @@ def apply_overrides(run: RunConfig, overrides: dict[str, Any], *, from_text: boo
         if len(parts) == 1 and parts[0] in ("experiment", "name"):
             top[parts[0]] = value
             continue
+        if parts[:2] == ["model", "options"] and len(parts) == 3:  # one component option: model.options.softcap=30
+            option = (
+                _parse_value(value, int | float | bool | str, key) if from_text and isinstance(value, str) else value
+            )
+            options = sections.setdefault("model", {}).setdefault("options", dict(run.model.options))
+            options[parts[2]] = option
+            continue
         if len(parts) != 2 or parts[0] not in SECTIONS:
             raise ConfigError(
-                f"{key}: expected section.field with section one of {sorted(SECTIONS)} (or 'name' / 'experiment')"
+                f"{key}: expected section.field with section one of {sorted(SECTIONS)} (or 'name' / 'experiment', "
+                f"or model.options.NAME)"
             )
         section, name = parts
-        section_cls = SECTIONS[section]
-        hints = typing.get_type_hints(section_cls)
+        hints = field_types(SECTIONS[section])
         if name not in hints:
             raise ConfigError(f"{key}: unknown field; allowed: {sorted(hints)}")
         if from_text and isinstance(value, str):

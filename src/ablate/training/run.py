@@ -30,6 +30,34 @@ from ablate.training.parallel import free_memory, init_distributed
 from ablate.training.trainer import Trainer, run_callbacks
 
 
+SOURCE = "source"  # a run folder's copy of the user code it trained with
+
+
+def _code_change(held: dict, now: dict) -> str:
+    """Which user components differ between a folder's record and this run (", the user code changed: ...")."""
+    changed = [
+        f"{key} {held.get(key, 'absent')} -> {now.get(key, 'absent')}"
+        for key in sorted({*held, *now})
+        if held.get(key) != now.get(key)
+    ]
+    return f"; the user code changed: {', '.join(changed)} (the folder's copy: {SOURCE}/)" if changed else ""
+
+
+def _keep_source(run: RunConfig, run_dir: Path) -> None:
+    """Copy the files defining the run's user code (its experiment file, where the components live) into
+    run_dir/source/, so the folder keeps the source it trained with."""
+    from ablate.components import registry
+    from ablate.setup.components import used
+
+    files = {e.file for kind, name in used(run).items() for e in registry.user_entries(kind, [name])}
+    files |= {e.file for e in registry.user_entries("task", list(run.eval.task_code))}
+    if run.experiment_file and (run.user_code or run.eval.task_code):
+        files.add(run.experiment_file)
+    for file in sorted(f for f in files if Path(f).is_file()):
+        (run_dir / SOURCE).mkdir(exist_ok=True)
+        shutil.copyfile(file, run_dir / SOURCE / Path(file).name)
+
+
 def _open_run_folder(checked: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
     """On rank 0: take the run's lock and decide what to do with its folder. Returns ("train", None), or
     ("finished", summary), ("locked" | "diverged" | "refused", message)."""
@@ -43,7 +71,8 @@ def _open_run_folder(checked: CheckedRun, run_dir: Path, world: int, lock: rundi
         if held.get("identity") != run.identity() and _has_progress(run_dir):
             return "refused", (
                 f"{run_dir}: holds a run of a different config (identity {held.get('identity')} vs "
-                f"{run.identity()}); pass another --out or remove the folder"
+                f"{run.identity()}{_code_change(held.get('config', {}).get('user_code', {}), run.user_code)}); "
+                f"pass another --out or remove the folder"
             )
     status = rundir.read_status(run_dir) or {}
     if (run_dir / rundir.SUMMARY).exists():
@@ -75,6 +104,7 @@ def _open_run_folder(checked: CheckedRun, run_dir: Path, world: int, lock: rundi
             "config": run.to_dict(),
         },
     )
+    _keep_source(run, run_dir)
     attempts = status.get("attempts", 0) + 1
     rundir.write_status(
         run_dir, "running", step=0, max_steps=steps, attempts=attempts, log=rundir.log_path(), message=""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import time
 import warnings
 
@@ -41,7 +42,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from ablate.moe import Router
+from ablate.components.moe import Router
 from ablate.optim import stacked_step_of
 from ablate.training.callbacks import Divergence
 from ablate.training.parallel import seed_everything
@@ -199,10 +200,13 @@ def stack_key(checked) -> tuple | str:
         return "train.float8's matmuls have no batching rule under vmap"
     if run.model.dropout:
         return "model.dropout draws its masks from the one random stream a stack shares: not the lone run's masks"
+    refusing = _unstackable_component(run)
+    if refusing:
+        return refusing
     model = {f: v for f, v in dataclasses.asdict(run.model).items() if f not in VALUE_ONLY_MODEL_FIELDS}
     t = run.train
     return (
-        tuple(sorted(model.items())),
+        json.dumps(model, sort_keys=True),  # options: a dict
         run.data.seq_len,
         tuple(checked.batch_plan),
         t.micro_batch,
@@ -210,6 +214,20 @@ def stack_key(checked) -> tuple | str:
         t.dtype,
         t.compile,
     )
+
+
+def _unstackable_component(run) -> str | None:
+    """Why a component of the run cannot train under vmap: one whose class says `stacks = False` (its reason in
+    `stacks_why`), e.g. data-dependent control flow; None when all can."""
+    from ablate.components import registry
+    from ablate.setup.components import used
+
+    for kind, name in used(run).items():
+        entry = registry.lookup(kind, name)
+        if getattr(entry.obj, "stacks", True) is False:
+            why = getattr(entry.obj, "stacks_why", "it says it has no batching rule under vmap")
+            return f"{registry.FIELD_OF[kind]}={name!r} ({entry.qualname}) cannot be stacked: {why}"
+    return None
 
 
 def plan_stacks(runs: list, size: int) -> tuple[list[list], list[str]]:
