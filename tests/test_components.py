@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -252,3 +253,22 @@ def test_the_experiment_file_registers_for_other_commands(tmp_path, throwaway):
     )
     load_registrations(path)
     assert registry.lookup("task", "from_file_test").file == str(path.resolve())
+
+
+def test_every_config_field_is_documented():
+    """docs/experiments.md's field table names every field of every section, and the paragraph below it the
+    RunConfig's own: a new knob nobody documented fails here."""
+    import re
+
+    from ablate.config import SECTIONS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
+    table = doc[doc.index("## The config, field by field") : doc.index("### The lecture's choices")]  # MoE/MLA's too
+    rows = {line.split("|")[1].strip(" `"): line for line in table.splitlines() if line.startswith("| `")}
+    missing = []
+    for section, cls in SECTIONS.items():
+        row = rows[cls.__name__] + (table if cls is ModelConfig else "")  # the moe_* fields in their subsection
+        missing += [f"{section}.{f.name}" for f in dataclasses.fields(cls) if not re.search(rf"\b{f.name}\b", row)]
+    own = [f.name for f in dataclasses.fields(RunConfig) if f.name not in SECTIONS]
+    missing += [f"RunConfig.{name}" for name in own if not re.search(rf"\b{name}\b", table)]
+    assert not missing, f"document these fields in docs/experiments.md's table: {missing}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ablate.cli.options import PATH, one_line_errors, text
 
 
@@ -25,6 +27,7 @@ def add_command(subparsers) -> None:
 def cmd_export(args) -> int:
     from ablate.eval.export import export_hf  # torch: imported only when the command runs
 
+    _load_user_components(args.checkpoint)
     replaced, kept = export_hf(args.checkpoint, args.hf, force=args.force)
     print(f"wrote a transformers model to {args.hf}")
     if replaced:
@@ -32,3 +35,15 @@ def cmd_export(args) -> int:
     if kept:
         print(f"--force: left {len(kept)} other entr{'ies' if len(kept) > 1 else 'y'} as they were: {', '.join(kept)}")
     return 0
+
+
+def _load_user_components(path) -> None:
+    """Run the experiment file a run with user components records (RunConfig.user_code, experiment_file), so that
+    export finds them registered: refused by name, or written as the shipped component they declare (hf_mapping).
+    A file that is gone leaves them unregistered, and export refuses them saying so."""
+    from ablate.eval.load import read_run_config
+    from ablate.setup.experiment import load_registrations
+
+    run = read_run_config(path)
+    if run.user_code and run.experiment_file and Path(run.experiment_file).is_file():
+        load_registrations(run.experiment_file)

@@ -12,52 +12,160 @@ follows the attention and the FFN (tests/test_export_moe_mla.py checks each agai
     mla        swiglu, moe bias    DeepseekV3  the same
     mla        moe, aux_loss       DeepseekV2  moe_top_k=1, the same
 
-and moe_capacity=0 for every MoE (transformers never drops a token). Whatever no class represents is refused by
-name rather than exported into a model that computes something else.
+and moe_capacity=0 for every MoE (transformers never drops a token).
+
+Export is an allow-list: every ModelConfig field is in exactly one of MAPPED (the transformers config, the class
+chosen or the weights' layout carry it), MUST_BE_DEFAULT (no class export writes represents another value: a
+non-default one is refused by name, with why) and TRAINING_ONLY (nothing an eval-mode forward computes reads it);
+tests/test_export_fields.py fails on a field in none of them, and a field export does not know is refused whenever
+it is not at its default. Whatever no class represents is refused by name rather than exported into a model that
+computes something else.
+
+The fields that name a component (model.ffn, model.norm, model.score_mod) are looked up in ablate.components.registry.
+A shipped one is exported as the table says (gelu, relu, layernorm and every score_mod are refused). A user's is
+refused, naming it, its class and its file, unless it declares its transformers mapping: a class attribute
+
+    hf_mapping = "swiglu"   # (ffn: "swiglu" or "moe"; norm: "rmsnorm"; score_mod: none)
+
+naming the shipped component of its kind that computes exactly what it computes, with the same parameter names and
+shapes (model.ffn_hidden is pinned to the run's ffn_dim). Export then writes it as that component, after checking
+the claim: the shipped model, built with the same weights (strict: every name and shape), must give the same logits
+on random tokens, or nothing is written. That check builds the model a second time, only for such components.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import torch
 
 from ablate import rundir
-from ablate.config import ModelConfig
-from ablate.model import layer_has_experts, mla_dims
+from ablate.components import registry
+from ablate.config import ConfigError, ModelConfig
+from ablate.model import Transformer, layer_has_experts, mla_dims
 
-# Each entry: (does this config use a knob transformers cannot represent?, why). Checked in order, before the class.
-_UNSUPPORTED = [
-    (
-        lambda m: m.pos != "rope",
-        "model.pos='nope': the transformers classes always apply RoPE; export needs model.pos='rope'",
+# How each field reaches the transformers model: the config key, or what carries it.
+MAPPED = {
+    "vocab_size": "vocab_size",
+    "d_model": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads (mla: n_heads, each head's keys and values from the latent)",
+    "ffn": "the class (swiglu: hidden_act='silu' gated MLP; moe: its experts); a component (_COMPONENTS)",
+    "ffn_hidden": "intermediate_size (through ffn_dim)",
+    "norm": "the classes' RMSNorm; a component (_COMPONENTS)",
+    "norm_eps": "rms_norm_eps (mla: the latent norms' fixed eps, through scaled projections)",
+    "rope_base": "rope_theta",
+    "qk_norm": "the class (Qwen3, Qwen3Moe) or use_qk_norm (Glm4Moe)",
+    "tie_embeddings": "tie_word_embeddings",
+    "moe_experts": "num_local_experts (Mixtral), num_experts (Qwen3Moe), n_routed_experts (DeepSeek-style)",
+    "moe_top_k": "num_experts_per_tok (and norm_topk_prob: top_k > 1)",
+    "moe_shared_experts": "n_shared_experts (DeepSeek-style; refused by the classes without them)",
+    "moe_hidden": "moe_intermediate_size (Mixtral: intermediate_size)",
+    "moe_every": "decoder_sparse_step (Qwen3Moe), first_k_dense_replace (DeepSeek-style)",
+    "moe_balance": "the class: softmax router (aux_loss), sigmoid affinities + e_score_correction_bias (bias)",
+    "attention": "the class: gqa Llama-style, mla DeepSeek-style",
+    "kv_lora_rank": "kv_lora_rank",
+    "q_lora_rank": "q_lora_rank (0: None)",
+    "qk_rope_dim": "qk_rope_head_dim",
+}
+# What no class export writes represents: (why, what export needs; None: the default).
+MUST_BE_DEFAULT = {
+    "pos": ("the transformers classes always apply RoPE", None),
+    "rope_skip_every": ("layers without RoPE have no matching transformers class", None),
+    "rope_fraction": ("partial RoPE is not in the classes export writes", None),
+    "moe_capacity": (
+        "ablate drops the choices over an expert's capacity, in evaluation too, and transformers' MoE classes "
+        "never drop one",
+        "model.moe_capacity=0",
     ),
-    (
-        lambda m: m.rope_skip_every != 0,
-        "model.rope_skip_every={0.rope_skip_every}: layers without RoPE have no "
-        "matching transformers class; export needs model.rope_skip_every=0",
+    "score_mod": (
+        "the classes export writes (Llama, Qwen3, Mixtral, Qwen3Moe, Glm4Moe, DeepseekV2/V3) modify no attention "
+        "score: none has a logit soft cap (Gemma 2's attn_logit_softcapping is in a class whose blocks are not "
+        "ablate's), ALiBi or a sliding window",
+        None,
     ),
-    (
-        lambda m: m.rope_fraction != 1.0,
-        "model.rope_fraction={0.rope_fraction}: partial RoPE is not in the "
-        "classes export writes; export needs model.rope_fraction=1.0",
-    ),
-    (
-        lambda m: m.norm != "rmsnorm",
-        "model.norm={0.norm!r}: the transformers classes use RMSNorm; export needs model.norm='rmsnorm'",
-    ),
-    (
-        lambda m: m.ffn not in ("swiglu", "moe"),
-        "model.ffn={0.ffn!r}: the transformers classes have gated SiLU FFNs only; export needs model.ffn='swiglu' "
-        "or 'moe'",
-    ),
-    (
-        lambda m: m.ffn == "moe" and m.moe_capacity > 0,
-        "model.moe_capacity={0.moe_capacity}: ablate drops the choices over an expert's capacity, in evaluation "
-        "too, and transformers' MoE classes never drop one; export needs model.moe_capacity=0",
-    ),
-]
+    "options": ("component options change what the components compute, and export maps none", None),
+}
+# Nothing an eval-mode forward computes reads them.
+TRAINING_ONLY = {
+    "init_std": "the initialisation",
+    "z_loss": "a loss term",
+    "dropout": "off in evaluation (transformers' attention_dropout is 0)",
+    "kernels": "the same math, Triton or torch",
+    "moe_aux_loss": "a loss term",
+    "moe_bias_rate": "the step of the routers' biases in training (the biases themselves are weights)",
+    "moe_z_loss": "a loss term",
+}
+# The fields that name a component: (the shipped names export writes, why not another, what export needs). A
+# user's component may declare one of those names as its hf_mapping; score_mod has none (MUST_BE_DEFAULT: "").
+_COMPONENTS = {
+    "ffn": (("swiglu", "moe"), "the transformers classes have gated SiLU FFNs only", "model.ffn='swiglu' or 'moe'"),
+    "norm": (("rmsnorm",), "the transformers classes use RMSNorm", "model.norm='rmsnorm'"),
+    "score_mod": ((), None, None),
+}
+_DEFAULTS = ModelConfig()
+_REFUSED = "cannot export to transformers"
+
+
+def _registered(kind: str, name: str) -> registry.Entry:
+    try:
+        return registry.lookup(kind, name)
+    except ConfigError:
+        raise NotImplementedError(
+            f"{_REFUSED}: model.{kind}={name!r} is registered by no code in this process: a user component whose "
+            f"experiment file is not loaded (ablate export runs the one the run records, when it is still there)"
+        ) from None
+
+
+def _user_components(m: ModelConfig) -> list[registry.Entry]:
+    """The registry entries of the user's (not shipped) components `m` names."""
+    entries = [_registered(kind, getattr(m, kind)) for kind in _COMPONENTS if getattr(m, kind)]
+    return [entry for entry in entries if not entry.builtin]
+
+
+def _declared_target(entry: registry.Entry) -> str:
+    """The shipped component a user's declares it computes (its hf_mapping), or the refusal naming it."""
+    targets = _COMPONENTS[entry.kind][0]
+    allowed = " or ".join(repr(t) for t in targets) or f"none: no {entry.kind} exports"
+    target = getattr(entry.obj, "hf_mapping", None)
+    who = f"model.{entry.kind}={entry.name!r} is a user component ({entry.qualname} in {entry.file})"
+    if target is None:
+        raise NotImplementedError(
+            f"{_REFUSED}: {who} that declares no transformers mapping; export needs a shipped {entry.kind} it "
+            f"writes ({allowed}), or on the class `hf_mapping = NAME`, the shipped one it computes exactly"
+        )
+    if target not in targets:
+        raise NotImplementedError(f"{_REFUSED}: {who} with hf_mapping={target!r}; allowed: {allowed}")
+    return target
+
+
+def _field_problem(name: str, value) -> str | None:
+    """Why export refuses `value` for field `name` and what it needs instead; None: exported as it is."""
+    if name in _COMPONENTS and name in MAPPED:
+        names, why, needs = _COMPONENTS[name]
+        return None if value in names else f"{why}; export needs {needs}"
+    if name in MAPPED or name in TRAINING_ONLY:
+        return None
+    why, needs = MUST_BE_DEFAULT.get(name, ("a field export does not know (eval/export.py classifies each)", None))
+    default = getattr(_DEFAULTS, name)
+    return None if value == default else f"{why}; export needs {needs or f'model.{name}={default!r}'}"
+
+
+def exportable_config(m: ModelConfig) -> ModelConfig:
+    """`m` with each user component replaced by the shipped one it declares (hf_mapping), every field checked
+    against the allow-list; NotImplementedError naming the first field refused, its value and what export needs."""
+    changes = {entry.kind: _declared_target(entry) for entry in _user_components(m)}
+    if "ffn" in changes:  # ffn_dim's default follows the name
+        changes["ffn_hidden"] = m.ffn_dim
+    m = dataclasses.replace(m, **changes) if changes else m
+    for f in dataclasses.fields(m):
+        problem = _field_problem(f.name, getattr(m, f.name))
+        if problem:
+            raise NotImplementedError(f"{_REFUSED}: model.{f.name}={getattr(m, f.name)!r}: {problem}")
+    return m
 
 
 def _moe_layers(m: ModelConfig) -> list[int]:
@@ -121,12 +229,15 @@ _MOE_LIMITS = [
 
 def check_exportable(m: ModelConfig) -> str:
     """The transformers class (its name without "ForCausalLM") that computes what `m` computes, or
-    NotImplementedError naming the field, its value and what export needs. Reads the config alone."""
-    for uses, why in _UNSUPPORTED:
-        if uses(m):
-            raise NotImplementedError(f"cannot export to transformers: {why.format(m)}")
+    NotImplementedError naming the field, its value and what export needs. Reads the config (and the registry)."""
+    return _exportable(m)[0]
+
+
+def _exportable(m: ModelConfig) -> tuple[str, ModelConfig]:
+    """(the class, `m` as exported: exportable_config)."""
+    m = exportable_config(m)
     if m.ffn != "moe":
-        return "DeepseekV3" if m.attention == "mla" else ("Qwen3" if m.qk_norm else "Llama")
+        return "DeepseekV3" if m.attention == "mla" else ("Qwen3" if m.qk_norm else "Llama"), m
     # bias: sigmoid affinities, experts chosen by affinity + bias (DeepSeek-V3's router); aux_loss: softmax
     cls = {
         ("mla", "bias"): "DeepseekV3",
@@ -137,17 +248,16 @@ def check_exportable(m: ModelConfig) -> str:
     for classes, fits, field, why, needs in _MOE_LIMITS:
         if cls in classes and not fits(m):
             raise NotImplementedError(
-                f"cannot export to transformers: model.{field}={getattr(m, field)}: {why.format(cls=cls)}; "
-                f"export needs {needs}"
+                f"{_REFUSED}: model.{field}={getattr(m, field)}: {why.format(cls=cls)}; export needs {needs}"
             )
-    return cls
+    return cls, m
 
 
 def hf_config(m: ModelConfig, max_len: int, eos_id: int | None):
     """The transformers config of `m`'s class (check_exportable), architectures set."""
     import transformers
 
-    cls = check_exportable(m)
+    cls, m = _exportable(m)
     fields = dict(
         vocab_size=m.vocab_size,
         hidden_size=m.d_model,
@@ -267,7 +377,7 @@ def _experts(state: dict[str, torch.Tensor], src: str, m: ModelConfig, cls: str)
 
 def hf_state_dict(state: dict[str, torch.Tensor], m: ModelConfig) -> dict[str, torch.Tensor]:
     """ablate parameter names -> the names (and layouts) of the class's checkpoints."""
-    cls = check_exportable(m)
+    cls, m = _exportable(m)
     out = {
         "model.embed_tokens.weight": state["embed.weight"],
         "model.norm.weight": state["norm.weight"],
@@ -317,19 +427,50 @@ def check_export_dir(out_dir: str | Path, force: bool = False) -> list[str]:
     return present
 
 
+def check_declared_mappings(model: Transformer) -> None:
+    """For a model with user components that declare hf_mapping: the model with the shipped components they name,
+    given the same weights (every name and shape), gives the same logits on random tokens; NotImplementedError
+    naming the components otherwise. Nothing to do without such components."""
+    declared = _user_components(model.cfg)
+    if not declared:
+        return
+    who = ", ".join(f"model.{e.kind}={e.name!r} ({e.qualname} in {e.file}) with hf_mapping" for e in declared)
+    device = model.embed.weight.device
+    shipped = Transformer(exportable_config(model.cfg), max_seq_len=model.max_seq_len).to(device)
+    try:
+        shipped.load_state_dict(model.state_dict(), strict=True)
+    except RuntimeError as exc:  # its first line says where, the next what
+        what = (str(exc).splitlines()[1:] or [str(exc)])[0].strip()
+        raise NotImplementedError(f"{_REFUSED}: {who}: not the shipped component's weights: {what}") from None
+    seq = min(16, model.max_seq_len)
+    tokens = torch.randint(0, model.cfg.vocab_size, (2, seq), generator=torch.Generator().manual_seed(0)).to(device)
+    training = model.training
+    with torch.no_grad():
+        ours, theirs = model.eval()(tokens), shipped.eval()(tokens)
+    model.train(training)
+    if not torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5):
+        raise NotImplementedError(
+            f"{_REFUSED}: {who}: computes something else than the shipped component (logits differ by up to "
+            f"{(ours - theirs).abs().max().item():.3g} on random tokens)"
+        )
+
+
 def write_model(model, max_len: int, eos_id: int | None, out_dir: Path) -> list[str]:
     """config.json, generation_config.json and model.safetensors of `model` (an ablate Transformer) as its class
     (check_exportable) reads them; returns the names written. Written directly (not through a transformers model
-    class), so no model is built twice and transformers' quantizer probes, which import torchao, never run."""
+    class), so no model is built twice and transformers' quantizer probes, which import torchao, never run.
+    Everything is checked (check_declared_mappings too) before `out_dir` is made."""
     from safetensors.torch import save
     from transformers import GenerationConfig
     from transformers.utils import CONFIG_NAME, GENERATION_CONFIG_NAME, SAFE_WEIGHTS_NAME
 
-    m = model.cfg
+    m, out_dir = model.cfg, Path(out_dir)
     config = hf_config(m, max_len, eos_id)
+    check_declared_mappings(model)
     tensors = hf_state_dict(model.state_dict(), m)
     if m.tie_embeddings:  # transformers ties lm_head to the embedding on load; the file holds it once
         del tensors["lm_head.weight"]
+    out_dir.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out_dir)
     GenerationConfig.from_model_config(config).save_pretrained(out_dir)
     # bytes written by Python, not save_file: its file is mode 0600 whatever the umask, unreadable to the team
@@ -356,7 +497,6 @@ def export_hf(path: str | Path, out_dir: str | Path, force: bool = False) -> tup
 
     tokenizer = loaded.tokenizer()
     eos = _eos_token(tokenizer)
-    out.mkdir(parents=True, exist_ok=True)
     written = write_model(loaded.model, loaded.run.data.seq_len, tokenizer.token_to_id(eos) if eos else None, out)
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
