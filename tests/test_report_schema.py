@@ -10,7 +10,7 @@ import pytest
 
 from ablate.report import Options, build_report
 from ablate.report.sections.sequential.rule import DecisionRule
-from ablate.report.options import Options as OptionsClass
+from ablate.report.options import Options as OptionsClass, recorded
 from ablate.report.schema import Report, SchemaError
 from ablate.report.schema import table
 from ablate.report.text.render import to_json
@@ -129,8 +129,11 @@ def test_an_optional_key_is_left_out_again_not_written_as_null(reports):
 
 
 def test_the_options_escape_holds_the_options_fields(reports):
-    """report["options"] stays a dict (report/options.py declares its fields once): its keys are Options'."""
-    assert list(reports("toy")["options"]) == [f.name for f in dataclasses.fields(OptionsClass)]
+    """report["options"] stays a dict (report/options.py declares its fields once): its keys are Options', --metric
+    only where given (a report without it reads as before the option existed)."""
+    names = [f.name for f in dataclasses.fields(OptionsClass)]
+    assert list(reports("toy")["options"]) == [n for n in names if n != "metric"]
+    assert list(recorded(OptionsClass(metric=["probe/acc"]))) == names
 
 
 def test_every_record_is_reached_from_the_report_and_has_its_docs():

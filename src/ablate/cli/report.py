@@ -13,8 +13,8 @@ from ablate.cli.options import PATH, RUNS_ROOT, number, text
 def _accepts(f: Field):
     """The argparse rule of an Options field's flag, from what its metadata says it accepts."""
     accepts = f.metadata["accepts"]
-    if isinstance(accepts, str):  # text: a list field takes comma-separated names
-        if f.default is MISSING:
+    if isinstance(accepts, str):  # text: a list field takes comma-separated names, or one value per use
+        if f.default is MISSING and not f.metadata["repeat"]:
             return text(accepts, lambda value: [name for name in value.split(",") if name], names=True)
         return text(accepts, f.metadata.get("check"))
     return number(accepts.kind, accepts.low, accepts.high, accepts.open_low, accepts.open_high)
@@ -42,6 +42,7 @@ def add_command(subparsers) -> None:
             default=default,
             metavar=f.metadata["metavar"],
             help=_help(f),
+            **({"action": "append"} if f.metadata["repeat"] else {}),
         )
     parser.set_defaults(func=cmd_report)
 

@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report.stats import describe, noise
-from ablate.report.inputs import failures, match, tokenizers
+from ablate.report.inputs import failures, logged, match, tokenizers
+from ablate.report.inputs.changes import variant_changes
+from ablate.report.inputs.curves import curve, logged_curves
 from ablate.report.inputs.overview import overview as runs_overview
 from ablate.report.inputs.compute_points import BudgetSplit, split_budgets
-from ablate.report.options import Options, floor_value
+from ablate.report.options import Options, floor_value, recorded
 from ablate.report.sections.decisions import families, pairs
 from ablate.report.sections.decisions import headline as words
 from ablate.report.sections.sequential.headline import OPTIONAL_STOPPING_NOTE, sequential_headline
@@ -37,33 +39,18 @@ from ablate.report.sections.tokenizers.section import tokenizers_section
 from ablate.report.inputs.runs import (
     ANSWER_BLIND,
     BASELINE_METRICS,
+    LOGGED_TASK,
     VAL_TASK,
     Point,
     ReportError,
     Run,
     TaskInfo,
-    direction,
     direction_name,
     group_by_scale,
     load_runs,
     task_infos,
 )
 from ablate.text import natural_key
-
-
-def _curve(points: list[list[Point]]) -> schema.Curve:
-    """Mean, sd, min and max over runs (each run's points, one a step) at the steps every run has."""
-    by_step = [{p.step: p for p in run} for run in points]
-    steps = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
-    values = np.array([[b[s].value for s in steps] for b in by_step]) if steps else np.zeros((0, 0))
-    return schema.Curve(
-        steps=steps,
-        tokens=[by_step[0][s].tokens for s in steps],
-        mean=values.mean(axis=0).tolist() if steps else [],
-        std=values.std(axis=0, ddof=1).tolist() if len(points) >= 2 and steps else None,
-        min=values.min(axis=0).tolist() if steps else [],
-        max=values.max(axis=0).tolist() if steps else [],
-    )
 
 
 def _series_run(variant: str, run: Run, points: list[Point]) -> schema.SeriesRun:
@@ -120,13 +107,13 @@ def analyze_series(
     )
     if m.left_out:
         return None
-    sign = direction(metric)
+    sign = task.sign_for(metric)
     final, scores, items, stderrs = _final_scores(with_scores, m, opts)
     pairwise = pairs.pairwise(list(final), scores, items, sign, opts, stderrs, final)
     series = schema.Series(
         task=task.key,
         metric=metric,
-        primary=metric == task.primary,
+        primary=task.is_primary(metric),
         direction=direction_name(sign),
         chance=task.chance_for(metric),
         baseline=metric in BASELINE_METRICS,
@@ -140,7 +127,7 @@ def analyze_series(
         # the leader from the paired estimates; once the families are applied, read again from the tested pairs
         best=pairs.leader(direction_name(sign), final, pairwise),
         pairwise=pairwise,
-        curve={v: _curve([series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
+        curve={v: curve([series_points(r, key) for r in rs]) for v, rs in with_scores.items()},
         quality=quality(with_scores, final, task, metric, sign, opts, m),
     )
     return series, Resample(m.ids, items, stderrs)
@@ -173,9 +160,11 @@ def analyze_group(
         failures=failures.failed_seeds(runs_by_variant),
         variants=list(finished),
         seeds={v: [r.seed for r in rs] for v, rs in finished.items()},
+        changes=variant_changes(finished, opts.baseline),
         shape_differences=match.shape_differences(runs),
         item_mismatch=list(mismatches.values()),
-        train_loss={v: _curve([r.train_loss for r in rs]) for v, rs in finished.items()},
+        train_loss={v: curve([r.train_loss for r in rs]) for v, rs in finished.items()},
+        logged=logged_curves(finished),
         series=series,
     )
     return group, resamples
@@ -211,7 +200,9 @@ def _cannot_compute(group: schema.Group, tasks: dict[str, TaskInfo], has_scale: 
             f"finished variants (have {len(group.variants)})"
         )
     # val bpb across tokenizers has no pairable items by design (sections/tokenizers/ says so)
-    missing = sorted({s.task for s in group.series if not s.has_items and s.metric != tokenizers.BPB})
+    missing = sorted(
+        {s.task for s in group.series if not s.has_items and s.metric != tokenizers.BPB and s.task != LOGGED_TASK}
+    )
     if missing:
         notes.append(
             "confidence intervals and item-level p-values (seed-level tests still run, on the logged "
@@ -257,6 +248,7 @@ def analyze_runs(
     """Every figure of the report from loaded runs (build_report reads them from disk; the calibration tests build
     them in memory and run this same path). study: the adaptive study's record (study.json), whose contrasts are
     recomputed from the runs into report["sequential"]."""
+    declared = logged.declared(opts, runs, tasks)  # --metric's keys, refused before any figure where none logged
     # an arm at several budgets: the comparisons see it once, at the budget every arm shares; the other budgets are
     # compute points, read by the multipliers alone (inputs/compute_points.py)
     split = split_budgets(runs, opts.scale)
@@ -267,7 +259,8 @@ def analyze_runs(
     # before any figure: it changes the groups' average (new runs and tasks; those read after see them too)
     subject_floor, floored, tasks = subjects.apply_floor(scales, tasks, opts)
     runs, main = _as_floored(runs, scales, floored), _as_floored(split.main, scales, floored)
-    groups, resamples = _analyze_groups(floored, tasks, opts)
+    measured = tasks | ({LOGGED_TASK: info} if (info := logged.task_info(declared)) else {})
+    groups, resamples = _analyze_groups(floored, measured, opts)
     across = across_scales(groups, resamples, opts)
     decided = _decide(groups, tasks, across, opts)
     # recomputed from the runs, under the report's own like-with-like rule
@@ -278,7 +271,7 @@ def analyze_runs(
         schema=4,
         experiment=experiment,
         runs_dir=runs_dir,
-        options=dataclasses.asdict(opts),
+        options=recorded(opts),
         overview=overview,
         tasks=_task_rows(tasks),
         groups=decided.groups,

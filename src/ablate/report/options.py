@@ -7,8 +7,9 @@ Light on purpose (no numpy): the command line imports it to build its parser.
 
 from __future__ import annotations
 
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields
 
+from ablate.report.inputs.logged import check_text as check_metric
 from ablate.report.inputs.match import MAX_TOKEN_GAP
 
 
@@ -35,11 +36,13 @@ def option(
     metavar: str | None = None,
     shown: str | None = None,
     check=None,
+    repeat: bool = False,
 ):
     """A field that is also a flag of `ablate report`: --NAME (underscores as dashes). accepts: the numbers it takes,
-    or in words the text it takes (a list default: comma-separated names); shown: the default as the help says it
-    (default: the value; None: "off"); check: text -> the value, raising ValueError that says what is allowed."""
-    metadata = {"help": help, "accepts": accepts, "metavar": metavar, "shown": shown, "check": check}
+    or in words the text it takes (a list default: comma-separated names, or with repeat one value per use of the
+    flag); shown: the default as the help says it (default: the value; None: "off"); check: text -> the value,
+    raising ValueError that says what is allowed."""
+    metadata = {"help": help, "accepts": accepts, "metavar": metavar, "shown": shown, "check": check, "repeat": repeat}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -71,9 +74,19 @@ class Options:
     )
     primary: str | None = option(
         None,
-        "the primary metric, tested as its own family: a task, or task/metric",
-        "a task, or task/metric, e.g. arc_easy:cf or arc_easy:cf/acc_raw",
+        "the primary metric, tested as its own family: a task, task/metric, or a metrics.jsonl key",
+        "a task, task/metric or metrics.jsonl key, e.g. arc_easy:cf, arc_easy:cf/acc_raw or probe/acc:higher",
         shown="default: validation loss, or its bpb across tokenizers",
+    )
+    metric: list[str] = option(
+        [],
+        "decide on a metrics.jsonl key too (a callback's figure, a loss term), tested with the other decision metrics; "
+        "lower is better unless :higher (repeatable)",
+        "a metrics.jsonl key, e.g. probe/acc or probe/acc:higher",
+        metavar="KEY[:lower|higher]",
+        shown="none",
+        check=check_metric,
+        repeat=True,
     )
     max_token_gap: float = option(
         MAX_TOKEN_GAP, "pairs whose compared points are further apart in tokens (relative) are not tested", NON_NEGATIVE
@@ -138,6 +151,12 @@ class Options:
         Bounds(float, 0, open_low=True),
         metavar="FLOPS",
     )
+
+
+def recorded(opts: Options) -> dict:
+    """The options as report.json records them: every field, but --metric only where given (a report without it
+    reads as before it existed)."""
+    return {k: v for k, v in asdict(opts).items() if k != "metric" or v}
 
 
 def flags() -> list[Field]:

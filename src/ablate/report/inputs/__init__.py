@@ -9,4 +9,7 @@ flops.py       a run's FLOPs per token from its config.json, without torch (runs
 failures.py    each variant's failed and diverged seeds (the decisions' and the adaptive study's)
 study.py       an adaptive study's study.json (its rule checked by sections/sequential/)
 compute_points.py  one arm at several budgets: the main runs apart from the compute points of the multipliers
+logged.py      a metrics.jsonl key as a decision metric (--metric KEY[:lower|higher], --primary KEY): declared, checked
+curves.py      a variant's curve over its runs, and every logged key's (report.json groups[].logged)
+changes.py     what each variant changes: its config fields that differ from the base variant's
 """

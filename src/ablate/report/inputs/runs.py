@@ -5,6 +5,9 @@ RUNS_DIR is runs/<experiment>/ holding <variant>/seed<k>/ folders (see README "E
 averaged over groups (MMLU's subjects) logs each group's means in its evals.jsonl line ("groups": {group: {metric:
 mean}}) and each item's group in its eval_items rows ("group").
 
+metrics.jsonl is read whole: the training loss, validation (val/loss, val/bpb) and every other numeric key, kept
+as the series (LOGGED_TASK, key), which `--metric KEY` decides on (inputs/logged.py).
+
 Metric names are read generically: the direction from a small table of name parts (bpb, loss, nll, perplexity:
 lower is better), a chance level only for accuracies and zero-chance margins.
 """
@@ -20,6 +23,10 @@ from ablate import rundir
 from ablate.text import natural_key
 
 VAL_TASK = "val_loss"
+LOGGED_TASK = "logged"  # a metrics.jsonl key as a series: (LOGGED_TASK, key); no eval task is keyed without a format
+# metrics.jsonl keys read as something else: the point's place, and validation (the task VAL_TASK)
+PLACE_KEYS = ("step", "tokens")
+AS_VALIDATION = {"val/loss": (VAL_TASK, "loss"), "val/bpb": (VAL_TASK, "bpb")}
 # A metric whose name holds one of these parts ("gold_bpb", "loss", "bits_per_byte") is lower-is-better; every other
 # metric (accuracies, probabilities, log-probabilities, margins) is higher-is-better.
 LOWER_IS_BETTER_PARTS = {"loss", "bpb", "nll", "perplexity", "ppl", "bits_per_byte"}
@@ -93,6 +100,15 @@ class TaskInfo:
     n: int | None = None
     groups: list[str] = field(default_factory=list)  # a task averaged over groups (MMLU's subjects): their names
     kept_groups: dict[str, set[str]] = field(default_factory=dict)  # metric -> groups its average keeps (floor)
+    # metrics declared decision metrics by the user (--metric: logged keys), each its own primary: metric -> sign
+    declared: dict[str, int] = field(default_factory=dict)
+
+    def sign_for(self, metric: str) -> int:
+        """+1 when higher is better: as declared, else by the metric's name (direction)."""
+        return self.declared.get(metric) or direction(metric)
+
+    def is_primary(self, metric: str) -> bool:
+        return metric == self.primary or metric in self.declared
 
     def chance_for(self, metric: str) -> float | None:
         """The score of a model that knows nothing, where one is defined: for accuracies (an accuracy at chance never
@@ -179,24 +195,14 @@ def load_run(path: Path, variant: str) -> Run:
     number = name[len(rundir.SEED_PREFIX) :]
     seed = int(number) if number.isdigit() else int(config.get("train", {}).get("seed", 0))
 
-    # Last line wins for a repeated step (a resumed run may log a step twice).
-    train_by_step, val_by_step, bpb_by_step = {}, {}, {}
-    for row in _read_jsonl(path / rundir.METRICS):
-        if "loss" in row and isinstance(row["loss"], (int, float)):
-            train_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["loss"]), None)
-        if _finite(row.get("val/loss")):
-            val_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/loss"]), None)
-        if _finite(row.get("val/bpb")):  # what runs of different tokenizers compare on (sections/tokenizers/)
-            bpb_by_step[row["step"]] = Point(row["step"], row.get("tokens", 0), float(row["val/bpb"]), None)
-    train_loss = [train_by_step[s] for s in sorted(train_by_step)]
+    logged = _logged(_read_jsonl(path / rundir.METRICS))
+    train_loss = logged.get("loss", [])  # a non-finite loss kept: how a failed run is told (_status)
     planned = held.get("steps") or config.get("train", {}).get("max_steps")  # "steps": since batch schedules
     status, note, last_step = _status(summary, train_loss, planned, rundir.read_status(path) or {})
     run = Run(variant, seed, path, config, summary, status, note, last_step, train_loss, planned, world_size=world_size)
-
-    if val_by_step:
-        run.scores[(VAL_TASK, "loss")] = [val_by_step[s] for s in sorted(val_by_step)]
-    if bpb_by_step:
-        run.scores[(VAL_TASK, "bpb")] = [bpb_by_step[s] for s in sorted(bpb_by_step)]
+    for key, points in logged.items():  # val/bpb: what runs of different tokenizers compare on (sections/tokenizers/)
+        if finite := [p for p in points if math.isfinite(p.value)]:
+            run.scores[AS_VALIDATION.get(key, (LOGGED_TASK, key))] = finite
     evals = {}
     for row in _read_jsonl(path / rundir.EVALS):
         evals[(row["step"], row["task"], row.get("format", "cf"))] = row
@@ -223,6 +229,18 @@ def load_run(path: Path, variant: str) -> Run:
                         Point(step, row.get("tokens", 0), float(value), None)
                     )
     return run
+
+
+def _logged(rows: list[dict]) -> dict[str, list[Point]]:
+    """Every numeric metrics.jsonl key (but the step and tokens) -> its points in step order; the last line wins for
+    a repeated step (a resumed run may log a step twice)."""
+    by_key: dict[str, dict[int, Point]] = {}
+    for row in rows:
+        step, tokens = row.get("step"), row.get("tokens", 0)
+        for key, value in row.items() if isinstance(step, int) else ():
+            if key not in PLACE_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                by_key.setdefault(key, {})[step] = Point(step, tokens, float(value), None)
+    return {key: [points[s] for s in sorted(points)] for key, points in by_key.items()}
 
 
 def task_infos(runs: list[Run]) -> dict[str, TaskInfo]:

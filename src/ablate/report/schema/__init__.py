@@ -22,7 +22,7 @@ from ablate.report.schema.multipliers import Multipliers, MultiplierRow
 from ablate.report.schema.quality import Chance, Criteria, Quality, Ranking
 from ablate.report.schema.record import ABSENT, Record, SchemaError
 from ablate.report.schema.report import Report
-from ablate.report.schema.runs import Overview, RunRow, TaskRow, Tokenizers
+from ablate.report.schema.runs import Change, Changes, Overview, RunRow, TaskRow, Tokenizers
 from ablate.report.schema.sequential import Contrast, Rule, Sequential
 from ablate.report.schema.series import (
     ComparedAt,
@@ -31,6 +31,7 @@ from ablate.report.schema.series import (
     Final,
     Group,
     ItemMismatch,
+    LoggedCurve,
     Pairwise,
     Series,
     SeriesRun,
@@ -42,6 +43,8 @@ __all__ = [
     "ABSENT",
     "AcrossScales",
     "Chance",
+    "Change",
+    "Changes",
     "Choice",
     "ComparedAt",
     "Contrast",
@@ -55,6 +58,7 @@ __all__ = [
     "Headline",
     "Inference",
     "ItemMismatch",
+    "LoggedCurve",
     "MultiplierRow",
     "Multipliers",
     "OpenPair",

@@ -20,6 +20,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 Scalar = str | int | float | bool | None  # a value as a config or an axis holds it
 ScaleValue = Scalar | list[Scalar]  # a scale group's value: one field's value, the list for several (runs.scale_value)
+ConfigValue = Scalar | list  # a config.json field's value, as written there (a list field's list)
 
 
 class SchemaError(ValueError):

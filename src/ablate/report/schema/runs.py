@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ablate.report.schema.record import Record, Scalar, figure, record
+from ablate.report.schema.record import ConfigValue, Record, Scalar, figure, record
 
 
 @record
@@ -76,3 +76,31 @@ class Tokenizers(Record):
     tokenizers: list[str] = figure("each tokenizer, as the runs table names it")
     compared_by: str | None = figure("loss, bpb (bits per byte, across tokenizers), or null: validation left out")
     text: str = figure("the sentence the headline ends with (empty when one tokenizer)")
+
+
+@record
+class Change(Record):
+    """One config field a variant sets apart from the base variant (config.json, dotted)."""
+
+    field: str = figure("the field, dotted (model.n_kv_heads)")
+    base: ConfigValue = figure("the base variant's value (null where its config.json lacks the field)")
+    value: ConfigValue = figure("this variant's value (null where its config.json lacks the field)")
+    user_code: bool = figure(
+        "whether the value names a component the experiment file registered (config.json's user_code): named, its "
+        "source not compared"
+    )
+
+
+@record
+class Changes(Record):
+    """What each variant changes: the config fields where its first run's config.json differs from the base
+    variant's, bookkeeping left out (name, experiment, axes, train.seed, a branch's parent identity, the digests of
+    user code)."""
+
+    base: str | None = figure(
+        "the variant compared against: --baseline (or the file's multiplier_baseline) where it names one, else the "
+        "first in natural order; null without a finished variant"
+    )
+    by_variant: dict[str, list[Change]] = figure(
+        "each other variant's differing fields, in field order ([] where it differs in none)", keys="variant"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ablate.report.schema.quality import Quality
 from ablate.report.schema.record import Record, ScaleValue, figure, record
+from ablate.report.schema.runs import Changes
 
 
 @record
@@ -163,6 +164,15 @@ class ItemMismatch(Record):
 
 
 @record
+class LoggedCurve(Record):
+    """A metrics.jsonl key's curves: every numeric key a run logged but the training loss (train_loss) and
+    validation's (the series): a callback's figures, loss terms, the learning rate, throughput."""
+
+    key: str = figure("the metrics.jsonl key")
+    curve: dict[str, Curve] = figure("each variant's curve over its runs that logged the key", keys="variant")
+
+
+@record
 class Group(Record):
     """One scale group (one without a scale axis): its finished runs, per task x metric."""
 
@@ -170,9 +180,14 @@ class Group(Record):
     failures: dict[str, Failure] = figure("variants with a failed or diverged seed", keys="variant")
     variants: list[str] = figure("the variants with a finished run, in natural order")
     seeds: dict[str, list[int]] = figure("each variant's finished seeds", keys="variant")
+    changes: Changes = figure("what each variant changes: its config fields that differ from the base variant's")
     shape_differences: dict[str, dict[str, list[str]]] = figure(
         "config fields that change a step's tokens and differ between runs: each value's runs", keys="field"
     )
     item_mismatch: list[ItemMismatch] = figure("tasks whose runs scored different items, one per task")
     train_loss: dict[str, Curve] = figure("each variant's training loss curve", keys="variant")
+    logged: list[LoggedCurve] = figure(
+        "every other numeric metrics.jsonl key's curves (decided on with --metric); left out where none is logged",
+        optional=True,
+    )
     series: list[Series] = figure("every task x metric")

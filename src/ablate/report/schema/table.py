@@ -13,7 +13,7 @@ import types
 from pathlib import Path
 from typing import Union, get_args, get_origin
 
-from ablate.report.schema.record import Scalar, ScaleValue, is_record, specs
+from ablate.report.schema.record import ConfigValue, Scalar, ScaleValue, is_record, specs
 from ablate.report.schema.report import Report
 
 BEGIN, END = "<!-- schema:begin -->", "<!-- schema:end -->"
@@ -27,6 +27,8 @@ def type_text(tp) -> str:
         return "scalar"
     if tp == ScaleValue:
         return "scale"
+    if tp == ConfigValue:
+        return "config value"
     if is_record(tp):
         return tp.__name__
     origin, args = get_origin(tp), get_args(tp)

@@ -12,7 +12,7 @@ import html
 import json
 import math
 
-from ablate.report.schema import Group, Report
+from ablate.report.schema import Changes, Group, Report
 from ablate.report.sections.decisions import opening
 from ablate.report.sections.decisions import render as decisions
 from ablate.report.sections.multipliers import render as multipliers
@@ -81,6 +81,7 @@ def _overview_section(report: Report) -> Section:
         )
     if o.skipped_folders:
         sec.paragraphs.append("Folders that could not be read: " + "; ".join(o.skipped_folders))
+    sec.tables += _changes_tables(report.groups)
     axes = o.axes
     if axes:
         sec.tables.append(
@@ -91,6 +92,38 @@ def _overview_section(report: Report) -> Section:
             )
         )
     return sec
+
+
+def _config_value(value) -> str:
+    """A config value as text: a word as it is, an empty string as "" (not a blank), anything else as JSON."""
+    return value if isinstance(value, str) and value else json.dumps(value)
+
+
+def _changes_tables(groups: list[Group]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """What each variant changes, a table per scale group, or one where every scale's changes are the same."""
+    if len(groups) > 1 and all(g.changes == groups[0].changes for g in groups):
+        return [t for t in [_changes_table(groups[0].changes, " (at every scale)")] if t]
+    return [t for g in groups if (t := _changes_table(g.changes, _group_title(g, groups)))]
+
+
+def _changes_table(c: Changes, suffix: str) -> tuple[str, list[str], list[list[str]]] | None:
+    """What each variant changes from the base variant: a row per variant, its differing fields (config.json);
+    None with fewer than two variants."""
+    if not c.by_variant:
+        return None
+    rows = [
+        [
+            v,
+            "; ".join(
+                f"{x.field}: {_config_value(x.base)} -> {_config_value(x.value)}"
+                + (" (user code)" if x.user_code else "")
+                for x in changes
+            )
+            or "nothing (the same config)",
+        ]
+        for v, changes in c.by_variant.items()
+    ]
+    return (f"What each variant changes from {c.base}{suffix}", ["variant", "config fields (config.json)"], rows)
 
 
 def _curves(group: Group, suffix: str, with_images: bool) -> Section:

@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from ablate.report.inputs.runs import VAL_TASK, task_label
+from ablate.report.inputs import logged
+from ablate.report.inputs.runs import LOGGED_TASK, VAL_TASK, task_label
 from ablate.report.schema import Decision, Family, Group, Inference, Pairwise, Recommendation, Series
 from ablate.report.stats.power import bh_adjust, items_limit, sd_interval, seeds_needed
 
 
 def is_primary(s: Series, opts) -> bool:
-    """The study's primary metric: `opts.primary` ("task" for its primary metric, or "task/metric"), else
-    validation loss (its bits per byte when the runs' tokenizers differ: the val task then holds only that)."""
+    """The study's primary metric: `opts.primary` ("task" for its primary metric, "task/metric", or a logged
+    metrics.jsonl key), else validation loss (its bits per byte when the runs' tokenizers differ: the val task then
+    holds only that)."""
     want = getattr(opts, "primary", None) or VAL_TASK
+    if s.task == LOGGED_TASK and logged.is_named(want, s.metric):
+        return True
     task, _, metric = want.partition("/")
     if s.task != task:
         return False
@@ -153,6 +157,8 @@ def apply_family(
 
 def metric_label(s: Series) -> str:
     """A decision metric's short name: the task without ":cf", plus the metric when it is not the primary."""
+    if s.task == LOGGED_TASK:
+        return s.metric  # the key as logged
     name = task_label(s.task)
     if s.task == VAL_TASK:
         return "val_bpb" if s.metric == "bpb" else name
@@ -170,15 +176,17 @@ def winner(decisions: list[Decision], never: set[str] | frozenset = frozenset())
 
 
 def decision_series(group: Group, recommendation: Recommendation, opts=None) -> list[Series]:
-    """The primary metric (validation loss unless opts.primary names a task's), then the recommendation's decision
-    metrics (its aggregate_over: validation loss, then each suite task's chosen metric; a task the primary names
-    only once): the only series decisions rest on. Decisions take the recommendation as a value, made for this
-    group (sections/signal/choose.py)."""
+    """The primary metric (validation loss unless opts.primary names a task's or a logged key), then the
+    recommendation's decision metrics (its aggregate_over: validation loss, then each suite task's chosen metric; a
+    task the primary names only once), then the logged keys declared (--metric: the series of LOGGED_TASK): the only
+    series decisions rest on. Decisions take the recommendation as a value, made for this group
+    (sections/signal/choose.py)."""
     primary = [(s.task, s.metric) for s in group.series if opts is not None and opts.primary and is_primary(s, opts)]
     taken = {task for task, _ in primary}
     chosen = [(task, metric) for task, metric in recommendation.aggregate_over if task == VAL_TASK or task not in taken]
+    declared = [(s.task, s.metric) for s in group.series if s.task == LOGGED_TASK]
     by_key = {(s.task, s.metric): s for s in group.series}
-    return [by_key[k] for k in dict.fromkeys([*primary, *chosen]) if k in by_key]
+    return [by_key[k] for k in dict.fromkeys([*primary, *chosen, *declared]) if k in by_key]
 
 
 def family_series(group: Group, decisions: list[Series]) -> list[Series]:

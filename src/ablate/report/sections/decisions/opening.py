@@ -3,6 +3,7 @@ Headline), then the method once, folded away (HTML <details>), which every table
 
 from __future__ import annotations
 
+from ablate.report.inputs.runs import LOGGED_TASK
 from ablate.report.options import Options
 from ablate.report.schema import Report
 from ablate.report.sections.decisions import verdict
@@ -48,11 +49,13 @@ def method_section(report: Report) -> Section:
     )
     stopping = f" Under the adaptive study these are {inference.optional_stopping_note}." if report.sequential else ""
     level = ci_level(o)
+    keys = [metric for task, metric in inference.metrics if task == LOGGED_TASK]
+    declared = f", and the metrics.jsonl key(s) asked for ({', '.join(keys)})" if keys else ""
     return Section(
         "Method",
         [
             "Decisions rest on the primary metric and each task's best measured metric that passes the signal "
-            "criteria (see Recommendation), tested over training seeds." + averaged + stopping,
+            f"criteria (see Recommendation){declared}, tested over training seeds." + averaged + stopping,
             "A run's score is its mean over the items every compared run scored, at the compared evaluation (equal "
             f"tokens: see each table). Mean and seed sd over seeds; {level} CI: a t interval over seeds under the "
             "tests' noise model (seed spread / seeds + the item set's sampling variance, Satterthwaite's df). "

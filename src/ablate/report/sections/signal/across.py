@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.report.inputs.runs import VAL_TASK, sign_of
+from ablate.report.inputs.runs import LOGGED_TASK, VAL_TASK, sign_of
 from ablate.report.schema import AcrossScales, Group, ScaleRow, Series
 from ablate.report.schema.signal import MetricRef
 from ablate.report.stats import da, describe
@@ -127,7 +127,7 @@ def across_scales(groups: list[Group], resamples: Resamples, opts) -> list[Acros
     largest, out = groups[-1], []
     val = _find(largest, VAL_TASK)
     for same in largest.series:
-        target = _find(largest, same.task)
+        target = same if same.task == LOGGED_TASK else _find(largest, same.task)  # a logged key: its own target
         rows = []
         for group, work in zip(groups[:-1], resamples[:-1]):
             small = _find(group, same.task, same.metric)
