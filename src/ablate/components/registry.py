@@ -62,14 +62,19 @@ def _check_kind(kind: str) -> None:
 
 
 def source_of(obj: object) -> tuple[str, str, str]:
-    """(file, qualified name, source text) of a class or function; for another object, its class's."""
+    """(file, qualified name, source text) of a class or function; for another object, its class's. A class whose
+    module is gone from sys.modules (an experiment file run with runpy, read after) is read through its methods."""
     target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
-    file = inspect.getsourcefile(target) or "<unknown>"
     try:
-        text = inspect.getsource(target)
-    except (OSError, TypeError):  # defined where no source is kept (an interactive session)
-        text = repr(target)
-    return str(Path(file).resolve()) if file != "<unknown>" else file, target.__qualname__, text
+        file, text = inspect.getsourcefile(target), inspect.getsource(target)
+    except (OSError, TypeError):
+        functions = [f for f in vars(target).values() if inspect.isfunction(f)] if inspect.isclass(target) else []
+        file = functions[0].__code__.co_filename if functions else None
+        try:
+            text = "".join(inspect.getsource(f) for f in functions) or repr(target)
+        except (OSError, TypeError):  # defined where no source is kept (an interactive session)
+            text = repr(target)
+    return (str(Path(file).resolve()) if file else "<unknown>"), target.__qualname__, text
 
 
 def digest_of(*texts: str | bytes) -> str:
