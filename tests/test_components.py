@@ -173,13 +173,15 @@ def test_the_written_out_path_equals_sdpa_under_the_identity_score_mod():
 
 @pytest.mark.parametrize("name", ["softcap", "alibi", "sliding_window"])
 def test_each_shipped_score_mod_equals_flex_attention(name):
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from ablate.model import causal_block_mask
 
     q, k, v = _qkv()
     options = {"softcap": {"softcap": 2.0}, "sliding_window": {"window": 4}}.get(name, {})
     cfg = dataclasses.replace(TINY, score_mod=name, options=options)
     score_mod = registry.lookup("score_mod", name).obj(cfg)
-    causal = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 16, 16, "cpu")
+    causal = causal_block_mask(16, "cpu")  # the CUDA path's mask, made here on CPU
     expected = flex_attention(q, k, v, score_mod=score_mod, block_mask=causal, enable_gqa=True)
     got = modified_attention(q, k, v, score_mod)
     torch.testing.assert_close(got, expected, atol=2e-6, rtol=2e-6)

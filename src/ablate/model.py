@@ -11,6 +11,7 @@ router and experts in moe.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -167,6 +168,14 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
+@functools.cache
+def causal_block_mask(seq: int, device: str):
+    """FlexAttention's causal BlockMask for `seq` positions, made once per length and device (not every forward)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, seq, seq, device)
+
+
 def modified_attention(q, k, v, score_mod, attn_mask=None, dropout: float = 0.0) -> torch.Tensor:
     """Causal (or `attn_mask`) attention whose scores q.k/sqrt(head_dim) pass through `score_mod(score, b, h, q_idx,
     kv_idx)` before the softmax. On CUDA without a mask, FlexAttention (one fused kernel under torch.compile, no (S, S)
@@ -174,9 +183,9 @@ def modified_attention(q, k, v, score_mod, attn_mask=None, dropout: float = 0.0)
     (1,1,1,S), so the same function serves both. q (B, H, S, d), k and v (B, H_kv, S, d)."""
     batch, heads, seq, head_dim = q.shape
     if q.is_cuda and attn_mask is None and dropout == 0.0:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import flex_attention
 
-        causal = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, seq, seq, q.device)
+        causal = causal_block_mask(seq, str(q.device))
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=causal, enable_gqa=k.shape[1] != heads)
     repeat = heads // k.shape[1]
     k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
@@ -353,7 +362,10 @@ def init_component(module: nn.Module, std: float, generator: torch.Generator | N
         module.reset_parameters()
     else:
         for param in module.parameters():
-            nn.init.normal_(param, 0.0, std, generator=generator) if param.dim() >= 2 else nn.init.zeros_(param)
+            if param.dim() >= 2:
+                nn.init.normal_(param, 0.0, std, generator=generator)
+            else:
+                nn.init.zeros_(param)
 
 
 class Block(nn.Module):
