@@ -33,6 +33,10 @@ def reset_peak_memory(device: torch.device) -> None:
         PROC_CLEAR_REFS.write_text("5")
 
 
+# What TrainMetrics logs of the machine, not of the run: a stack's are the whole stack's, a rerun's another machine's
+MACHINE_FIGURES = ("tokens_per_second", "mfu", "memory_bytes")
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """The peak since reset_peak_memory: on CUDA the bytes of live tensors (max_memory_allocated); on CPU the
     process's resident memory (VmHWM), everything it holds, not only tensors. Where the CPU peak cannot be reset
