@@ -274,3 +274,15 @@ def test_every_config_field_is_documented():
     own = [f.name for f in dataclasses.fields(RunConfig) if f.name not in SECTIONS]
     missing += [f"RunConfig.{name}" for name in own if not re.search(rf"\b{name}\b", table)]
     assert not missing, f"document these fields in docs/experiments.md's table: {missing}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["softcap", "alibi", "sliding_window"])
+def test_on_cuda_a_score_mod_runs_through_flex_attention_and_equals_the_written_out_scores(name):
+    """The CUDA path (FlexAttention, compiled as a training run compiles it) against the CPU path, in fp32."""
+    q, k, v = _qkv()
+    options = {"softcap": {"softcap": 2.0}, "sliding_window": {"window": 4}}.get(name, {})
+    score_mod = registry.lookup("score_mod", name).obj(dataclasses.replace(TINY, score_mod=name, options=options))
+    expected = modified_attention(q, k, v, score_mod)
+    got = torch.compile(modified_attention)(q.cuda(), k.cuda(), v.cuda(), score_mod)
+    torch.testing.assert_close(got.cpu(), expected, atol=1e-5, rtol=1e-5)

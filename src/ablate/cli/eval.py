@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from ablate.cli.options import (
     DEVICE,
@@ -121,20 +120,14 @@ def cmd_eval(args) -> int:
 def _load_user_code(args) -> None:
     """Run the experiment file (--experiment, or each one the run folders record) so that what it registers is
     known: a recorded file that is gone is said, not silently skipped."""
-    from ablate.setup.experiment import load_registrations, recorded_experiment_files
+    from ablate.setup.experiment import load_recorded
 
-    if args.experiment:
-        load_registrations(args.experiment)
-        return
-    for file in recorded_experiment_files(args.path) if args.path else []:
-        if Path(file).is_file():
-            load_registrations(file)
-        else:
-            print(
-                f"note: {file} (the experiment file a run records) is gone: its tasks are unknown here; pass "
-                f"--experiment FILE",
-                file=sys.stderr,
-            )
+    for file in load_recorded(args.path, args.experiment) if args.path or args.experiment else []:
+        print(
+            f"note: {file} (the experiment file a run records) is gone: its tasks are unknown here; pass "
+            f"--experiment FILE",
+            file=sys.stderr,
+        )
 
 
 def _score_every_checkpoint(args, tasks: list[str], metrics) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ablate.cli.options import PATH, one_line_errors, text
 
 
@@ -38,12 +36,11 @@ def cmd_export(args) -> int:
 
 
 def _load_user_components(path) -> None:
-    """Run the experiment file a run with user components records (RunConfig.user_code, experiment_file), so that
-    export finds them registered: refused by name, or written as the shipped component they declare (hf_mapping).
-    A file that is gone leaves them unregistered, and export refuses them saying so."""
+    """Run the experiment file the run records (RunConfig.experiment_file), so that export finds its components
+    registered: refused by name, or written as the shipped component they declare (hf_mapping). A file that is
+    gone leaves them unregistered, and export refuses them saying so."""
     from ablate.eval.load import read_run_config
-    from ablate.setup.experiment import load_registrations
+    from ablate.setup.experiment import load_recorded
 
-    run = read_run_config(path)
-    if run.user_code and run.experiment_file and Path(run.experiment_file).is_file():
-        load_registrations(run.experiment_file)
+    if read_run_config(path).user_code:  # a run of shipped components needs no file
+        load_recorded(path)

@@ -14,6 +14,7 @@ imported (ablate.optim, ablate.model with ablate.components.score_mods, the suit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from dataclasses import dataclass
@@ -85,7 +86,8 @@ def digest_of(*texts: str | bytes) -> str:
     return h.hexdigest()[:12]
 
 
-def _shipped_roots() -> list[Path]:
+@functools.cache
+def _shipped_roots() -> tuple[Path, ...]:
     """The folders of ablate's own code: the package and its task suite (ablate_evals, wherever it is mapped)."""
     import importlib.util
 
@@ -93,7 +95,7 @@ def _shipped_roots() -> list[Path]:
     spec = importlib.util.find_spec("ablate_evals")
     if spec is not None and spec.submodule_search_locations:
         roots += [Path(p).resolve() for p in spec.submodule_search_locations]
-    return roots
+    return tuple(roots)
 
 
 def _is_builtin(file: str) -> bool:

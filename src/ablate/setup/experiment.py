@@ -385,3 +385,16 @@ def recorded_experiment_files(path: str | Path) -> list[str]:
         if recorded:
             files.add(recorded)
     return sorted(files)
+
+
+def load_recorded(path: str | Path, experiment: str | Path | None = None) -> list[str]:
+    """Run `experiment`, or each experiment file the run folders at or below `path` record, for what it registers
+    (`ablate eval` and `ablate export` before they read a run); the recorded files that are gone, to be said."""
+    if experiment:
+        load_registrations(experiment)
+        return []
+    files = recorded_experiment_files(path)
+    for file in files:
+        if Path(file).is_file():
+            load_registrations(file)
+    return [file for file in files if not Path(file).is_file()]

@@ -55,7 +55,9 @@ def _keep_source(run: RunConfig, run_dir: Path) -> None:
         files.add(run.experiment_file)
     for file in sorted(f for f in files if Path(f).is_file()):
         (run_dir / SOURCE).mkdir(exist_ok=True)
-        shutil.copyfile(file, run_dir / SOURCE / Path(file).name)
+        target = run_dir / SOURCE / Path(file).name
+        shutil.copyfile(file, target.with_suffix(".tmp"))  # then renamed: a killed copy leaves no half file
+        os.replace(target.with_suffix(".tmp"), target)
 
 
 def _open_run_folder(checked: CheckedRun, run_dir: Path, world: int, lock: rundir.RunLock) -> tuple[str, object]:
