@@ -47,6 +47,10 @@ MUST_BE_DEFAULT_CASES = [  # (knobs beyond BASE, what the message says)
     ({"ffn": "moe", "moe_capacity": 1.25}, r"model.moe_capacity=1.25: .*export needs model.moe_capacity=0$"),
     ({"ffn": "gelu"}, r"model.ffn='gelu': .*gated SiLU FFNs only; export needs model.ffn='swiglu' or 'moe'$"),
     ({"norm": "layernorm"}, r"model.norm='layernorm': .*use RMSNorm; export needs model.norm='rmsnorm'$"),
+    (
+        {"parametrization": "mup", "base_width": 32},
+        r"model.parametrization='mup': its forward's multipliers .* not folded .*parametrization='sp'$",
+    ),
 ]
 
 
@@ -60,6 +64,7 @@ def test_each_must_be_default_field_is_checked():
     """Every MUST_BE_DEFAULT field with another value than its default is refused, naming it."""
     other = {"pos": "nope", "rope_skip_every": 2, "rope_fraction": 0.5, "moe_capacity": 2.0}
     other |= {"score_mod": "softcap", "options": {"softcap": 30.0}}
+    other |= {"parametrization": "mup", "base_width": 32, "base_depth": 2}  # (check_exportable reads the fields)
     assert set(other) == set(MUST_BE_DEFAULT)
     for name, value in other.items():
         with pytest.raises(NotImplementedError, match=f"{REFUSED}model.{name}="):

@@ -24,6 +24,9 @@ NEEDS = {
     ("attention", "mla"): {"n_kv_heads": None},
     ("moe_balance", "bias"): {"ffn": "moe"},
     ("score_mod", "alibi"): {"pos": "nope"},
+    # away from the base sizes, so the multipliers act
+    ("parametrization", "mup"): {"base_width": 16},
+    ("parametrization", "completep"): {"base_width": 16, "base_depth": 1},
 }
 
 

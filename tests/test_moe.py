@@ -318,11 +318,10 @@ def test_two_gloo_processes_match_one(tmp_path):
     assert summary["world_size"] == 2 and summary["params_active"] < summary["params"]
 
 
-@pytest.mark.slow
-def test_resume_is_bit_exact(tmp_path):
-    """A run stopped after its step-4 checkpoint resumes to the same losses and routing as the uninterrupted one:
-    the routers' biases are in the checkpoint."""
-    args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=8", "--set", "train.ckpt_every=4", *TRAINED]
+def straight_and_resumed(tmp_path, settings: list[str]) -> tuple[list[dict], list[dict]]:
+    """The tiny mha run with `settings` (--set pairs) for 8 steps straight, and the same run stopped after its
+    step-4 checkpoint and resumed: each one's metrics rows."""
+    args = ["run", str(TINY), "--only", "mha", "--set", "train.max_steps=8", "--set", "train.ckpt_every=4", *settings]
     run_cli(*args, "--out", str(tmp_path / "straight"))
     straight = tmp_path / "straight" / "tiny" / "mha" / "seed0"
     stopped = tmp_path / "stopped" / "tiny" / "mha" / "seed0"
@@ -331,7 +330,14 @@ def test_resume_is_bit_exact(tmp_path):
     (stopped / "summary.json").unlink()
     resumed = run_cli(*args, "--out", str(tmp_path / "stopped"))
     assert "resumed from" in resumed.stdout and "(step 4)" in resumed.stdout
-    a, b = read_metrics(straight), read_metrics(stopped)
+    return read_metrics(straight), read_metrics(stopped)
+
+
+@pytest.mark.slow
+def test_resume_is_bit_exact(tmp_path):
+    """A run stopped after its step-4 checkpoint resumes to the same losses and routing as the uninterrupted one:
+    the routers' biases are in the checkpoint."""
+    a, b = straight_and_resumed(tmp_path, TRAINED)
     for key in ("loss", "val/loss", "grad_norm", "moe/load/layer0", "moe/aux_loss"):
         assert by_step(a, key) == by_step(b, key), key
     assert sorted(by_step(b, "loss")) == list(range(1, 9))

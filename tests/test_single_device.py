@@ -185,6 +185,11 @@ KNOBS = {
     "mla": {"model.attention": "mla", "model.q_lora_rank": 16},
     "moe": {"model.ffn": "moe", "model.moe_experts": 4, "model.moe_top_k": 2, "model.moe_capacity": 1.25},
     "document mask": {"data.doc_mask": True},
+    "completep (width and depth away from the base)": {
+        "model.parametrization": "completep",
+        "model.base_width": 16,
+        "model.base_depth": 1,
+    },
 }
 
 

@@ -26,7 +26,8 @@ FOLDERS = {"setup", "data", "training", "launch", "cost", "components"}
 LAYERS = [
     {"text", "kernels", *FOLDERS},  # nothing else of ablate
     {"config"},  # the folder-name rule from text
-    {"rundir", "components.registry"},  # the run folder; every component a config field names, by name
+    {"rundir", "components.registry", "components.parametrization"},  # the run folder; every component a config
+    # field names, by name; how init, lr and multipliers scale with width and depth (arithmetic on ModelConfig)
     {"checkpoint_files"},  # a checkpoint's files, read and checked: below both training and eval.load
     {"data.sources", "data.mixture", "data.batch_schedule"},  # mixture: below data.prepare, which imports it
     {"data.tokenizer", "setup.overrides", "setup.auto"},  # auto: every "auto" (device, dtype, kernels, compile)
@@ -63,8 +64,10 @@ ALLOWED = {
     "components.registry": {"config"},
     "components.score_mods": {"config", "components.registry"},
     "checkpoint_files": {"config", "rundir"},  # scoring a checkpoint reaches nothing of training
-    "components.moe": {"config", "kernels"},
-    "model": {"config", "kernels", "components.moe", "components.registry", "components.score_mods"},
+    "components.parametrization": {"config"},
+    "components.moe": {"config", "kernels", "components.parametrization"},
+    "model": {"config", "kernels", "components.moe", "components.registry", "components.score_mods"}
+    | {"components.parametrization"},
     # the suite never imports callbacks, training or checkpoints; it asks setup.auto the one dtype rule
     "eval": {"config", "rundir", "setup.auto", "components.registry"},
     "report": {"rundir", "text"},  # no torch: reads run folders through rundir alone
@@ -297,7 +300,7 @@ def test_the_rules_see_real_imports():
     """The parser finds what is there (a rule that sees nothing passes vacuously)."""
     assert ablate_imports("ablate.model") == {
         *("ablate.config", "ablate.kernels", "ablate.components.moe"),
-        *("ablate.components.registry", "ablate.components.score_mods"),
+        *("ablate.components.registry", "ablate.components.score_mods", "ablate.components.parametrization"),
     }
     assert "ablate.rundir" in ablate_imports("ablate.report.inputs.runs")
     assert "ablate.eval.engine" in ablate_imports("ablate.eval.suite")

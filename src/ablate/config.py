@@ -59,7 +59,7 @@ class ModelConfig(_Identity):
         *("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_dim"),
         *(f"moe_{n}" for n in ("experts", "top_k", "shared_experts", "hidden", "every", "balance")),
         *(f"moe_{n}" for n in ("aux_loss", "bias_rate", "z_loss", "capacity")),
-        *("score_mod", "options"),
+        *("score_mod", "options", "parametrization", "base_width", "base_depth"),
     )
     identity_as: ClassVar[dict[str, dict]] = {"kernels": {"auto": "torch"}}
 
@@ -105,6 +105,11 @@ class ModelConfig(_Identity):
     score_mod: str = ""
     # the options the components above declare (a dataclass `Options` each), e.g. {"softcap": 30.0}: identity
     options: dict[str, int | float | str | bool] = field(default_factory=dict)
+    # How init, lr and multipliers scale with size (components/parametrization.py): "sp" as configured at any size;
+    # "mup" by d_model / base_width; "completep" also by n_layers / base_depth. At the base sizes, all are "sp".
+    parametrization: Literal["sp", "mup", "completep"] = "sp"
+    base_width: int = 0  # mup, completep: the d_model the numbers are relative to; 0: unset (sp)
+    base_depth: int = 0  # completep: the n_layers the residual branches are relative to; 0: unset
 
     @property
     def kv_heads(self) -> int:
@@ -133,9 +138,8 @@ class DataConfig(_Identity):
     text_field: str = "text"
     val_source: str | None = None  # None: hold out the last val_fraction of the documents
     val_fraction: float = 0.02
-    tokenizer: str = (
-        "bpe"  # "bpe": train a byte-level BPE of model.vocab_size on the training text; else a tokenizer.json
-    )
+    # "bpe": train a byte-level BPE of model.vocab_size on the training text; else a tokenizer.json
+    tokenizer: str = "bpe"
     seq_len: int = 256
     max_documents: int | None = None  # use only the first N documents of the source
     cache_dir: str | None = None  # None: $ABLATE_CACHE or ~/.cache/ablate
@@ -192,9 +196,8 @@ class TrainConfig(_Identity):
 
     max_steps: int = 200
     global_batch: int = 16  # sequences per optimizer step, over all ranks and accumulation steps
-    micro_batch: int = (
-        16  # the most sequences one rank takes per forward pass (fewer when global_batch / world is smaller)
-    )
+    # the most sequences one rank takes per forward pass (fewer when global_batch / world is smaller)
+    micro_batch: int = 16
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 mixed precision on GPU, fp32 on CPU
@@ -323,10 +326,6 @@ def _build(section_cls, value: Any, where: str):
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}: unknown field; allowed: {sorted(names)}")
     return section_cls(**value)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# type checking
 
 
 def describe_type(tp) -> str:

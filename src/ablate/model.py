@@ -24,7 +24,9 @@ from ablate.config import ModelConfig
 # The fused ops go through one dispatch (Triton on CUDA when cfg.kernels="triton", torch references otherwise);
 # apply_rope is re-exported here with kernels="torch" as its default.
 from ablate.kernels import apply_rope, linear_cross_entropy, per_token_cross_entropy, rms_norm, swiglu
-from ablate.components.moe import Experts, Router
+from ablate.components.moe import MoE, Router
+from ablate.components import parametrization
+from ablate.components.parametrization import residual_init_std
 from ablate.components import score_mods  # noqa: F401  (the shipped score_mods register themselves)
 
 
@@ -73,24 +75,20 @@ def stats_chunk_elements(device: torch.device) -> int:
     return STATS_CHUNK_ELEMENTS if device.type == "cpu" else GPU_STATS_CHUNK_ELEMENTS
 
 
-def residual_init_std(cfg: ModelConfig) -> float:
-    """The init std of a projection that writes into the residual stream (attention's and the FFN's output): GPT-2's
-    1/sqrt(2 * n_layers) scaling, so the stream's variance at init does not grow with depth. Written as it always
-    was (std times the scale): the same float, so the same weights for a given seed."""
-    return cfg.init_std * (1 / math.sqrt(2 * cfg.n_layers))
-
-
-def attention_logit_max(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The largest pre-softmax logit q.k / sqrt(head_dim) over the (query, key) pairs that may attend (causal, or
-    True in the boolean `attn_mask` (B, 1, S, S)), over every head. q is (B, H, S, head_dim), k (B, H_kv, S, head_dim).
-    A chunk of queries at a time, so the (B, H, S, S) scores are never whole."""
+def attention_logit_max(
+    q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None = None, scale: float | None = None
+) -> torch.Tensor:
+    """The largest pre-softmax logit q.k / sqrt(head_dim) (or q.k x `scale`, the parametrization's) over the (query,
+    key) pairs that may attend (causal, or True in the boolean `attn_mask` (B, 1, S, S)), over every head. q is
+    (B, H, S, head_dim), k (B, H_kv, S, head_dim). A chunk of queries at a time: the (B, H, S, S) scores never whole."""
     batch, heads, seq, head_dim = q.shape
     keys = k.repeat_interleave(heads // k.shape[1], dim=1).float().transpose(-1, -2)  # each query head's kv head
     rows = max(1, stats_chunk_elements(q.device) // (batch * heads * seq))
     key_pos = torch.arange(seq, device=q.device)
     best = torch.tensor(float("-inf"), device=q.device)
     for start in range(0, seq, rows):
-        scores = q[:, :, start : start + rows].float() @ keys / math.sqrt(head_dim)
+        scores = q[:, :, start : start + rows].float() @ keys
+        scores = scores / math.sqrt(head_dim) if scale is None else scores * scale
         if attn_mask is None:
             allowed = key_pos[None, :] <= key_pos[start : start + rows, None]
         else:
@@ -115,6 +113,8 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         # model.score_mod: a FlexAttention-style score_mod(score, b, h, q_idx, kv_idx) applied before the softmax
         self.score_mod = registry.lookup("score_mod", cfg.score_mod).obj(cfg) if cfg.score_mod else None
+        # q.k's scale: None (1/sqrt(head_dim)) but under mup/completep away from the base width
+        self.scale = parametrization.attention_scale(cfg, cfg.head_dim, parametrization.base_config(cfg).head_dim)
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
         """Normal(0, init_std) for q, k, v; o_proj writes into the residual stream: the smaller residual std.
@@ -151,7 +151,8 @@ class Attention(nn.Module):
         grouped = self.n_kv_heads != self.n_heads
         native_gqa = grouped and (q.device.type == "cpu" or (attn_mask is None and q.dtype in HALF_DTYPES))
         if self.score_mod is not None:
-            out = modified_attention(q, k, v, self.score_mod, attn_mask, self.dropout if self.training else 0.0)
+            dropout = self.dropout if self.training else 0.0
+            out = modified_attention(q, k, v, self.score_mod, attn_mask, dropout, self.scale)
             return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
         if grouped and not native_gqa:
             repeat = self.n_heads // self.n_kv_heads
@@ -164,6 +165,7 @@ class Attention(nn.Module):
             is_causal=attn_mask is None,
             dropout_p=self.dropout if self.training else 0.0,
             enable_gqa=native_gqa,
+            scale=self.scale,
         )
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
@@ -176,20 +178,23 @@ def causal_block_mask(seq: int, device: str):
     return create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, seq, seq, device)
 
 
-def modified_attention(q, k, v, score_mod, attn_mask=None, dropout: float = 0.0) -> torch.Tensor:
-    """Causal (or `attn_mask`) attention whose scores q.k/sqrt(head_dim) pass through `score_mod(score, b, h, q_idx,
-    kv_idx)` before the softmax. On CUDA without a mask, FlexAttention (one fused kernel under torch.compile, no (S, S)
-    scores held); elsewhere the scores written out, the index arguments broadcast as (B,1,1,1), (1,H,1,1), (1,1,S,1),
-    (1,1,1,S), so the same function serves both. q (B, H, S, d), k and v (B, H_kv, S, d)."""
+def modified_attention(q, k, v, score_mod, attn_mask=None, dropout: float = 0.0, scale=None) -> torch.Tensor:
+    """Causal (or `attn_mask`) attention whose scores q.k/sqrt(head_dim) (or q.k x `scale`) pass through
+    `score_mod(score, b, h, q_idx, kv_idx)` before the softmax. On CUDA without a mask, FlexAttention (one fused
+    kernel under torch.compile, no (S, S) scores held); elsewhere the scores written out, the index arguments
+    broadcast as (B,1,1,1), (1,H,1,1), (1,1,S,1), (1,1,1,S), so the same function serves both. q (B, H, S, d),
+    k and v (B, H_kv, S, d)."""
     batch, heads, seq, head_dim = q.shape
     if q.is_cuda and attn_mask is None and dropout == 0.0:
         from torch.nn.attention.flex_attention import flex_attention
 
         causal = causal_block_mask(seq, str(q.device))
-        return flex_attention(q, k, v, score_mod=score_mod, block_mask=causal, enable_gqa=k.shape[1] != heads)
+        grouped = k.shape[1] != heads
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=causal, scale=scale, enable_gqa=grouped)
     repeat = heads // k.shape[1]
     k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-    scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(head_dim)
+    scores = (q @ k.transpose(-1, -2)).float()
+    scores = scores / math.sqrt(head_dim) if scale is None else scores * scale
     index = [torch.arange(n, device=q.device) for n in (batch, heads, seq, seq)]
     shaped = [i.view([-1 if d == axis else 1 for d in range(4)]) for axis, i in enumerate(index)]
     scores = score_mod(scores, *shaped)
@@ -231,6 +236,10 @@ class LatentAttention(nn.Module):
         self.kv_norm = make_norm(cfg, self.kv_rank)
         self.kv_up = nn.Linear(self.kv_rank, cfg.n_heads * 2 * cfg.head_dim, bias=False)  # keys and values
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        base = parametrization.base_config(cfg)
+        self.scale = parametrization.attention_scale(
+            cfg, cfg.head_dim + self.rope_dim, base.head_dim + mla_dims(base)[1]
+        )
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
         """Normal(0, init_std), o_proj the smaller residual std; drawn q_down, q_proj, kv_down, kv_up, o_proj."""
@@ -263,14 +272,15 @@ class LatentAttention(nn.Module):
         return torch.cat([q_nope, q_rope], dim=-1), k, v
 
     def attend(self, q, k, v, attn_mask=None) -> torch.Tensor:
-        """Scaled dot-product attention (scale 1/sqrt(head_dim + qk_rope_dim)), then the output projection."""
+        """Scaled dot-product attention (scale 1/sqrt(head_dim + qk_rope_dim), or the parametrization's), then the
+        output projection."""
         batch, _, seq, _ = q.shape
         dropout = self.dropout if self.training else 0.0
         # SDPA's fused kernels take values only as wide as the queries (else the math backend, with its (S, S)
         # scores): zero columns added to the values give zero columns of output, dropped after
         v = F.pad(v, (0, self.rope_dim))
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None, dropout_p=dropout
+            q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None, dropout_p=dropout, scale=self.scale
         )
         return self.o_proj(out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq, -1))
 
@@ -303,42 +313,6 @@ class FeedForward(nn.Module):
         else:
             h = F.relu(self.up_proj(x))
         return self.down_proj(h)
-
-
-class MoE(nn.Module):
-    """The mixture-of-experts FFN (ffn="moe"): routed experts, shared experts, and the router's losses for
-    Transformer.loss (`extra_loss`, set by each forward)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        hidden, shared = cfg.moe_hidden or cfg.ffn_dim, cfg.moe_shared_experts
-        self.z_weight = cfg.moe_z_loss
-        default_aux = 0.01 if cfg.moe_balance == "aux_loss" else 0.0
-        self.aux_weight = default_aux if cfg.moe_aux_loss is None else cfg.moe_aux_loss
-        self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
-        self.router = Router(cfg)
-        self.experts = Experts(cfg.moe_experts, cfg.d_model, hidden, cfg.kernels)
-        self.shared = Experts(shared, cfg.d_model, hidden, cfg.kernels) if shared else None
-        self.extra_loss: torch.Tensor | None = None
-
-    def init_weights(self, generator: torch.Generator | None = None) -> None:
-        """Router Normal(0, init_std), bias 0; experts as FeedForward's (up, gate, down), routed then shared."""
-        nn.init.normal_(self.router.gate.weight, mean=0.0, std=self.init_std, generator=generator)
-        self.router.bias.zero_()
-        for experts in (self.experts, self.shared):
-            if experts is not None:
-                experts.init_weights(self.init_std, self.out_init_std, generator)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        expert, gate, keep, aux, z = self.router(flat)
-        if keep is not None:  # over capacity: the choice is dropped (the token keeps its residual) by a zero gate,
-            gate = gate.masked_fill(~keep, 0.0)  # computed and not cut out, so no shape depends on the routing
-        out = self.experts(flat, expert, gate)
-        if self.shared is not None:
-            out = out + self.shared.every(flat)
-        self.extra_loss = self.aux_weight * aux + self.z_weight * z
-        return out.view(x.shape)
 
 
 def moe_layer(cfg: ModelConfig, layer_index: int) -> nn.Module:
@@ -377,6 +351,7 @@ class Block(nn.Module):
         self.ffn = registry.lookup("ffn", cfg.ffn).obj(cfg, layer_index)  # model.ffn's component
         self.init_std = cfg.init_std
         self.dropout = nn.Dropout(cfg.dropout)
+        self.residual = parametrization.residual_multiplier(cfg)  # each branch's multiplier: 1/L under completep
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
         self.attn_norm.reset_parameters()  # norms start as the identity map and draw no random numbers
@@ -387,9 +362,14 @@ class Block(nn.Module):
     def forward(self, x, cos, sin, attn_mask=None, *, logit_max: bool = False):
         """The block's output; with `logit_max`, also the largest pre-softmax attention logit of this layer."""
         q, k, v = self.attn.project(self.attn_norm(x), cos, sin)
-        x = x + self.dropout(self.attn.attend(q, k, v, attn_mask))
-        x = x + self.dropout(self.ffn(self.ffn_norm(x)))
-        return (x, attention_logit_max(q, k, attn_mask)) if logit_max else x
+        x = x + self.branch(self.attn.attend(q, k, v, attn_mask))
+        x = x + self.branch(self.ffn(self.ffn_norm(x)))
+        return (x, attention_logit_max(q, k, attn_mask, self.attn.scale)) if logit_max else x
+
+    def branch(self, out: torch.Tensor) -> torch.Tensor:
+        """A residual branch's output as it joins the stream: dropout, then the parametrization's multiplier."""
+        out = self.dropout(out)
+        return out if self.residual == 1.0 else out * self.residual
 
     def forward_with_logit_max(self, x, cos, sin, attn_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward(..., logit_max=True)` for Transformer.stability_stats, under a name of its own so FSDP2 can
@@ -411,6 +391,7 @@ def layer_has_experts(cfg: ModelConfig, i: int) -> bool:
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, max_seq_len: int):
         super().__init__()
+        parametrization.check_parametrization(cfg)  # base sizes that define the scaling, before any layer
         self.cfg, self.max_seq_len = cfg, max_seq_len
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg, layer_uses_rope(cfg, i), i) for i in range(cfg.n_layers))
@@ -425,6 +406,7 @@ class Transformer(nn.Module):
         # How many chunks the training loss splits its rows into (ablate.kernels.loss_chunks, chosen once per run
         # from the device and its free memory); None: the CPU rule, a chunk of rows sized for the caches.
         self.loss_chunks: int | None = None
+        self.logit_multiplier = parametrization.logit_multiplier(cfg)  # 1/m under mup/completep
         self.reset_buffers()
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
@@ -437,7 +419,21 @@ class Transformer(nn.Module):
         self.norm.reset_parameters()
         if not self.cfg.tie_embeddings:
             nn.init.normal_(self.lm_head.weight, mean=0.0, std=self.cfg.init_std, generator=generator)
+        for name, shape in (self.base_shapes() or {}).items():  # mup/completep: hidden matrices by their fan-in
+            param = self.get_parameter(name)
+            if name not in ("embed.weight", "lm_head.weight") and param.ndim >= 2 and shape != param.shape:
+                with torch.no_grad():
+                    param.mul_(parametrization.hidden_init_multiplier(tuple(param.shape), tuple(shape)))
         self.reset_buffers()
+
+    def base_shapes(self) -> dict[str, torch.Size] | None:
+        """{parameter name: its shape in the model at model.base_width}, the fan-ins that init and lr scale
+        against under mup/completep (built on the meta device, no storage); None under sp."""
+        if not parametrization.scales_width(self.cfg):
+            return None
+        with torch.device("meta"):
+            base = Transformer(parametrization.base_config(self.cfg), self.max_seq_len)
+        return {name: param.shape for name, param in base.named_parameters()}
 
     def reset_buffers(self) -> None:
         cos, sin = rope_tables(self.cfg.head_dim, max(rotary_dim(self.cfg), 2), self.max_seq_len, self.cfg.rope_base)
@@ -476,7 +472,9 @@ class Transformer(nn.Module):
         x, cos, sin, attn_mask = self.layer_inputs(tokens, doc_ids, positions=positions, attn_mask=attn_mask)
         for layer in self.layers:
             x = layer(x, cos, sin, attn_mask)
-        return self.norm(x)
+        # the logits' multiplier (mup/completep) on what the head takes: the same product, and every path (loss,
+        # validation, eval, stability stats) gets it
+        return self.norm(x) if self.logit_multiplier == 1.0 else self.norm(x) * self.logit_multiplier
 
     # The entry points. Under FSDP2 only `forward` gathers the root's parameters (embedding, final norm, output
     # projection) by itself: parallel.parallelize registers the others, and they call hidden_states, not self(...).

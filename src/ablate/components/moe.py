@@ -1,4 +1,4 @@
-"""The mixture of experts' parts (model.MoE puts them together as a layer's FFN): the router, which picks each
+"""The mixture of experts (MoE, a layer's FFN under model.ffn="moe") and its parts: the router, which picks each
 token's experts and keeps the balance statistics, and the experts, dispatched in shapes no routing changes (no host
 read, one compiled graph) and combined in a fixed order (bit-identical reruns).
 """
@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.components.parametrization import residual_init_std
 from ablate.config import ModelConfig
 from ablate.kernels import swiglu
 
@@ -149,3 +150,39 @@ class Experts(nn.Module):
         """Every token through every expert, gate 1 (the shared experts)."""
         weights = zip(self.gate_proj, self.up_proj, self.down_proj)
         return sum(F.linear(swiglu(F.linear(x, g), F.linear(x, u), kernels=self.kernels), d) for g, u, d in weights)
+
+
+class MoE(nn.Module):
+    """The mixture-of-experts FFN (ffn="moe"): routed experts, shared experts, and the router's losses for
+    Transformer.loss (`extra_loss`, set by each forward)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden, shared = cfg.moe_hidden or cfg.ffn_dim, cfg.moe_shared_experts
+        self.z_weight = cfg.moe_z_loss
+        default_aux = 0.01 if cfg.moe_balance == "aux_loss" else 0.0
+        self.aux_weight = default_aux if cfg.moe_aux_loss is None else cfg.moe_aux_loss
+        self.init_std, self.out_init_std = cfg.init_std, residual_init_std(cfg)
+        self.router = Router(cfg)
+        self.experts = Experts(cfg.moe_experts, cfg.d_model, hidden, cfg.kernels)
+        self.shared = Experts(shared, cfg.d_model, hidden, cfg.kernels) if shared else None
+        self.extra_loss: torch.Tensor | None = None
+
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """Router Normal(0, init_std), bias 0; experts as FeedForward's (up, gate, down), routed then shared."""
+        nn.init.normal_(self.router.gate.weight, mean=0.0, std=self.init_std, generator=generator)
+        self.router.bias.zero_()
+        for experts in (self.experts, self.shared):
+            if experts is not None:
+                experts.init_weights(self.init_std, self.out_init_std, generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        expert, gate, keep, aux, z = self.router(flat)
+        if keep is not None:  # over capacity: the choice is dropped (the token keeps its residual) by a zero gate,
+            gate = gate.masked_fill(~keep, 0.0)  # computed and not cut out, so no shape depends on the routing
+        out = self.experts(flat, expert, gate)
+        if self.shared is not None:
+            out = out + self.shared.every(flat)
+        self.extra_loss = self.aux_weight * aux + self.z_weight * z
+        return out.view(x.shape)

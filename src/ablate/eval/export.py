@@ -88,6 +88,14 @@ MUST_BE_DEFAULT = {
         None,
     ),
     "options": ("component options change what the components compute, and export maps none", None),
+    # not yet: the multipliers could be folded into the weights (head, q projection or q-norm, output projections)
+    "parametrization": (
+        "its forward's multipliers (logits x base_width/d_model, attention scores x sqrt(base head width)/head "
+        "width, residual branches x base_depth/n_layers) are not folded into exported weights yet",
+        None,
+    ),
+    "base_width": ("read only with model.parametrization 'mup' or 'completep', which export refuses", None),
+    "base_depth": ("read only with model.parametrization='completep', which export refuses", None),
 }
 # Nothing an eval-mode forward computes reads them.
 TRAINING_ONLY = {

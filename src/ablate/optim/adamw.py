@@ -21,6 +21,11 @@ class AdamW(torch.optim.AdamW):
         super().__init__(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
     @staticmethod
+    def width_lr_multiplier(shape: tuple[int, ...], base_shape: tuple[int, ...]) -> float:
+        """μP: an entrywise-normalised update moves each output by about lr x fan-in, so lr goes as 1/fan-in."""
+        return base_shape[-1] / shape[-1]
+
+    @staticmethod
     def state_elements(shapes: ParamShapes, world: int) -> int:
         """Two moments per parameter (exp_avg, exp_avg_sq)."""
         return 2 * shard_elements(shapes.root + shapes.all_blocks, world)

@@ -103,6 +103,16 @@ class Muon(torch.optim.Optimizer):
         super().__init__(groups, defaults)
 
     @staticmethod
+    def width_lr_multiplier(shape: tuple[int, ...], base_shape: tuple[int, ...]) -> float:
+        """μP for Muon, by the spectral condition (Yang, Simon & Bernstein 2023): a hidden matrix's update should
+        have spectral norm ~ sqrt(fan_out / fan_in). Orthogonalised, the update's singular values are all ~1 and
+        update_scale multiplies them by 0.2 sqrt(max(rows, cols)); so lr goes as sqrt(out / in) / sqrt(max(out,
+        in)) relative to the base matrix: 1/sqrt(m) for a matrix both of whose sides grow m times (AdamW: 1/m)."""
+        (out, fan_in), (base_out, base_in) = shape[-2:], base_shape[-2:]
+        spectral = math.sqrt((out / fan_in) / (base_out / base_in))
+        return spectral * math.sqrt(max(base_out, base_in) / max(out, fan_in))
+
+    @staticmethod
     def state_elements(shapes: ParamShapes, world: int) -> int:
         """One state (momentum) for the blocks' hidden matrices, experts' stacks too; AdamW's two for the rest."""
         matrices = [s for s in shapes.all_blocks if len(s) >= 2]

@@ -12,7 +12,7 @@ from torch import nn
 
 from ablate.components import registry
 from ablate.config import ConfigError, OptimConfig
-from ablate.optim.roles import param_groups
+from ablate.optim.roles import assign_roles, param_groups
 from ablate.optim.state import ParamShapes
 
 
@@ -43,9 +43,41 @@ def check_optimizer_name(cfg: OptimConfig) -> None:
     _declaration(cfg, transient_elements)
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, cfg: OptimConfig, base_shapes: dict | None = None) -> torch.optim.Optimizer:
+    """optim.name's optimizer over the role groups; with `base_shapes` (Transformer.base_shapes under mup or
+    completep), each hidden matrix's lr multiplied as its class declares (width_lr_multiplier)."""
     check_optimizer_name(cfg)
-    return optimizer_class(cfg.name)(param_groups(model, cfg), cfg)
+    multipliers = width_lr_multipliers(model, cfg, base_shapes) if base_shapes is not None else None
+    return optimizer_class(cfg.name)(param_groups(model, cfg, multipliers), cfg)
+
+
+WIDTH_SCALED_ROLES = ("hidden", "expert")  # under μP the other roles keep their lr (components/parametrization.py)
+
+
+def check_width_scaling(cfg: OptimConfig) -> None:
+    """ConfigError unless optim.name's class declares how its hidden matrices' lr scales with width (μP)."""
+    entry = registry.lookup("optimizer", cfg.name)
+    if not callable(getattr(entry.obj, "width_lr_multiplier", None)):
+        raise ConfigError(
+            f"optim.name: {cfg.name!r} ({entry.obj.__qualname__} in {entry.file}) declares no width_lr_multiplier, "
+            f"which model.parametrization 'mup'/'completep' needs: give the class a static method "
+            f"width_lr_multiplier(shape, base_shape) -> float, the lr of a hidden matrix of `shape` relative to the "
+            f"same matrix at model.base_width (AdamW: base fan-in / fan-in; see ablate.optim.muon for a spectral "
+            f"rule), or use model.parametrization='sp'"
+        )
+
+
+def width_lr_multipliers(model: nn.Module, cfg: OptimConfig, base_shapes: dict) -> dict[str, float]:
+    """{parameter name: lr multiplier} for the hidden and expert matrices, as optim.name's class declares."""
+    check_width_scaling(cfg)
+    rule = optimizer_class(cfg.name).width_lr_multiplier
+    shapes = {name: tuple(param.shape) for name, param in model.named_parameters()}
+    # a compiled block's parameters are named through its wrapper (layers.0._orig_mod.attn...): the base model's not
+    return {
+        name: float(rule(shapes[name], tuple(base_shapes[name.replace("._orig_mod", "")])))
+        for name, role in assign_roles(model).items()
+        if role in WIDTH_SCALED_ROLES
+    }
 
 
 def _declaration(cfg: OptimConfig, asked) -> Callable[[ParamShapes, int], int]:

@@ -101,24 +101,30 @@ def assign_roles(model: nn.Module) -> dict[str, str]:
     return roles
 
 
-def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict]:
-    """One optimizer parameter group per role that has parameters, in ROLES order. Each group carries its `role`,
-    its `lr_scale` (set_lr multiplies the schedule's lr by it) and its weight decay."""
+def param_groups(model: nn.Module, cfg: OptimConfig, lr_multipliers: dict[str, float] | None = None) -> list[dict]:
+    """One optimizer parameter group per role that has parameters, in ROLES order, and within a role one per
+    distinct multiplier in `lr_multipliers` ({parameter name: x lr}, the parametrization's; absent: 1), in the
+    order first met. Each group carries its `role`, its `lr_scale` (set_lr multiplies the schedule's lr by it: the
+    role's optim.<role>_lr_scale times the parametrization's multiplier) and its weight decay."""
     roles = assign_roles(model)
     params = {name: param for name, _, _, param in _named_parameters_once(model)}
+    multipliers = lr_multipliers or {}
     groups = []
     for role in ROLES:
-        mine = [params[name] for name, role_name in roles.items() if role_name == role.name]
-        if not mine:  # no empty groups: DCP's optimizer state dict refuses more than one
-            continue
-        scale = getattr(cfg, role.lr_scale)
-        groups.append(
-            {
-                "params": mine,
-                "role": role.name,
-                "lr_scale": scale,
-                "lr": cfg.lr * scale,
-                "weight_decay": cfg.weight_decay if role.weight_decay else 0.0,
-            }
-        )
+        by_multiplier: dict[float, list[nn.Parameter]] = {}
+        for name, role_name in roles.items():
+            if role_name == role.name:
+                by_multiplier.setdefault(multipliers.get(name, 1.0), []).append(params[name])
+        # no empty groups: DCP's optimizer state dict refuses more than one
+        for multiplier, mine in by_multiplier.items():
+            scale = getattr(cfg, role.lr_scale) if multiplier == 1.0 else getattr(cfg, role.lr_scale) * multiplier
+            groups.append(
+                {
+                    "params": mine,
+                    "role": role.name,
+                    "lr_scale": scale,
+                    "lr": cfg.lr * scale,
+                    "weight_decay": cfg.weight_decay if role.weight_decay else 0.0,
+                }
+            )
     return groups

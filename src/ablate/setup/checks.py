@@ -18,7 +18,8 @@ import torch
 from ablate.config import ConfigError, RunConfig, validate
 from ablate.data.batch_schedule import check_plan, run_batch_plan
 from ablate.data.prepare import check_data_config
-from ablate.optim.registry import check_optimizer_name
+from ablate.components.parametrization import check_parametrization
+from ablate.optim.registry import check_optimizer_name, check_width_scaling
 from ablate.setup.components import check_components
 from ablate.setup.auto import device as resolve_device
 from ablate.setup.auto import uses_bf16
@@ -60,9 +61,13 @@ def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked:
 
 def check_registered_names(run: RunConfig) -> RunConfig:
     """The names config (importing nothing of ablate) cannot check against the registry (ablate.components.registry):
-    optim.name, model.ffn/norm/score_mod with their options, eval.tasks. ConfigError if unknown; returns the run
-    with the digests of the user code it trains with (user_code) and of its user tasks (eval.task_code)."""
+    optim.name (and, under μP, its width rule and the base sizes), model.ffn/norm/score_mod with their options,
+    eval.tasks. ConfigError if unknown; returns the run with the digests of the user code it trains with
+    (user_code) and of its user tasks (eval.task_code)."""
     check_optimizer_name(run.optim)
+    check_parametrization(run.model)
+    if run.model.parametrization != "sp":
+        check_width_scaling(run.optim)
     run = check_components(run)
     if run.eval.tasks.strip():  # lazily: runs without tasks never load the suite
         from ablate.eval.suite import check_config_tasks, parse_metrics, user_task_code

@@ -159,7 +159,7 @@ class Trainer:
         )
         self.compute_dtype = compute_dtype if use_bf16 else None  # None: fp32, no autocast
         self.model = self._build_model(self.compute_dtype)
-        self.optimizer = build_optimizer(self.model, run.optim)
+        self.optimizer = build_optimizer(self.model, run.optim, self.model.base_shapes())
         self.sampler = self.data.sampler(self.seq_len, t.seed)  # a mixture's sampler draws by the weights
         if self.sampler.num_sequences < t.global_batch:
             raise ConfigError(
