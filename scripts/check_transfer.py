@@ -3,6 +3,7 @@
     python scripts/check_transfer.py experiments/mup_transfer.py
     python scripts/check_transfer.py FILE --widths 32,64,128,256 --steps 8 --lr 0.01 --out coord_check
     python scripts/check_transfer.py FILE --random-tokens        # no data preparation: uniform random tokens
+    python scripts/check_transfer.py FILE --set data.source=/data/wiki-00.jsonl.gz    # as ablate run's --set
 
 The first run of FILE (or --only's) is built at each width under each parametrization ("sp" and "mup" unless
 --parametrizations says), from one seed, and trained --steps steps at a constant lr (the run's optim.lr unless
@@ -141,7 +142,8 @@ def plot(result: CoordinateCheck, path: Path) -> None:
 
     names = list(result.rms)
     activations = list(next(iter(result.rms.values())))
-    shown = [activations[0], activations[len(activations) // 2], activations[-2], activations[-1]]
+    # the embedding, the first and last blocks, the logits (each once, however few the layers)
+    shown = list(dict.fromkeys([activations[0], activations[1], activations[-2], activations[-1]]))
     figure, axes = plt.subplots(len(names), len(shown), figsize=(3.2 * len(shown), 2.8 * len(names)), squeeze=False)
     for row, name in enumerate(names):
         for column, activation in enumerate(shown):
@@ -170,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8, help="sequences per step")
     parser.add_argument("--random-tokens", action="store_true", help="uniform random tokens, not the run's data")
     parser.add_argument("--out", default="coord_check", help="folder for coord_check.json and coord_check.png")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="as ablate run's")
     args = parser.parse_args(argv)
 
     from ablate.config import ConfigError, ExperimentError
@@ -182,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"--widths: {args.widths!r}; allowed: 4 or more positive d_model values, e.g. 32,64,128,256")
         return 2
+    overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
+    if len(overrides) != len(args.set):
+        print(f"--set: {args.set}; allowed: SECTION.FIELD=VALUE, e.g. data.source=/data/wiki.jsonl.gz")
+        return 2
     try:
-        runs = load_experiment(args.file, only=args.only)
+        runs = load_experiment(args.file, only=args.only, overrides=overrides)
     except (ConfigError, ExperimentError) as error:
         print(error)
         return 2

@@ -299,3 +299,26 @@ def build_grid_experiment(
                     val = [grid_loss(s, lr, batch, params) + offset for s in steps]
                     write_grid_run(root, axes, seed, list(steps), val, params)
     return root
+
+
+def build_drift_grid(
+    root: Path,
+    per_doubling: float = 0.5,
+    widths=(64, 128, 256, 512),
+    lrs=tuple(1e-3 * 2.0**k for k in range(-3, 4)),
+    seeds=(0, 1),
+    noise: float = 0.003,
+) -> Path:
+    """grid(base, {"optim.lr": lrs, "model.d_model": widths}) x seeds whose optimum LR moves per_doubling x per
+    doubling of the width (2e-3 at the first): the final val loss a bowl 0.3 (log10(lr / lr*))^2 that falls with
+    the width, plus a per-run seed offset (normal, sd `noise`)."""
+    rng = np.random.default_rng(0)
+    steps = [10, 20, 30, 40]
+    for d_model in widths:
+        lr_star = 2e-3 * per_doubling ** math.log2(d_model / widths[0])
+        for lr in lrs:
+            for seed in seeds:
+                final = 3.0 - 0.1 * math.log2(d_model) + 0.3 * math.log10(lr / lr_star) ** 2 + rng.normal(0, noise)
+                val = [final + 0.3 * (len(steps) - 1 - k) / len(steps) for k in range(len(steps))]
+                write_grid_run(root, {"optim.lr": lr, "model.d_model": d_model}, seed, steps, val, 48 * d_model**2)
+    return root

@@ -251,3 +251,14 @@ def test_a_mup_stack_equals_its_lone_runs(tmp_path):
     fields = {"model.parametrization": "mup", "model.base_width": 16, "optim.lr": 0.01}
     lone, members = _lone_and_stacked(tmp_path, fields)
     _assert_members_equal_lone_runs(lone, members, exact=False)
+
+
+def test_the_example_sweeps_both_parametrizations_at_four_widths():
+    from ablate.setup.experiment import load_experiment
+
+    runs = load_experiment(REPO / "experiments" / "mup_transfer.py")
+    cells = {(r.model.parametrization, r.model.d_model, r.optim.lr) for r in runs}
+    assert len(cells) == 2 * 4 * 7 and len(runs) == 2 * len(cells)  # two seeds each
+    assert {r.model.base_width for r in runs} == {32}
+    lrs = sorted({r.optim.lr for r in runs})
+    assert all(b / a == pytest.approx(2) for a, b in zip(lrs, lrs[1:]))

@@ -3,7 +3,8 @@ record, as read back from report.json.
 
 Per scale group (one group without a scale axis), per task and metric ("series"): final scores with CIs, pairwise
 tests, curves, and the signal criteria (sections/signal/quality.py); then every task x metric's SNR and decision
-accuracy across scales (sections/signal/across.py), each task's best measured metric (sections/signal/choose.py),
+accuracy across scales (sections/signal/across.py) and for every pair of scales against their compute ratio
+(sections/signal/ladder.py), each task's best measured metric (sections/signal/choose.py),
 and the decisions and headline at the largest scale (sections/decisions/). Comparisons are like with like
 (match.py): equal tokens, identical item sets.
 """
@@ -31,6 +32,7 @@ from ablate.report.sections.multipliers.section import multipliers_section, reco
 from ablate.report.sections.sequential import section as study_section
 from ablate.report.sections.signal import choose, subjects
 from ablate.report.sections.signal.across import Resample, Resamples, across_scales
+from ablate.report.sections.signal.ladder import scale_pairs
 from ablate.report.sections.signal.quality import quality, series_points
 from ablate.report.sections.sweep.section import sweep_section
 from ablate.report import schema
@@ -266,6 +268,8 @@ def analyze_runs(
     # recomputed from the runs, under the report's own like-with-like rule
     adaptive = None if study is None else study_section.study_section(runs, study, opts.max_token_gap)
     sweep = sweep_section(main, opts)  # grid() runs on their axes; None without a grid
+    # every pair of scales against their compute ratio; the sweep's drift says where such comparisons mix in tuning
+    pairs = scale_pairs(decided.groups, resamples, floored, (sweep and sweep.drift) or [], opts)
     headline = _headline(experiment, decided, overview, tokenizer_note, adaptive, compute, opts)
     return Report(
         schema=4,
@@ -276,6 +280,7 @@ def analyze_runs(
         tasks=_task_rows(tasks),
         groups=decided.groups,
         across_scales=across,
+        scale_pairs=pairs,
         subject_floor=subject_floor,
         recommendation=decided.recommendation,
         inference=_stopping(decided.inference, adaptive),

@@ -36,7 +36,7 @@ from ablate.report.schema.series import (
     Series,
     SeriesRun,
 )
-from ablate.report.schema.signal import AcrossScales, Choice, Recommendation, ScaleRow, SubjectFloor
+from ablate.report.schema.signal import AcrossScales, Choice, Recommendation, ScalePairs, ScaleRow, SubjectFloor
 from ablate.report.schema.sweep import Sweep
 
 __all__ = [
@@ -71,6 +71,7 @@ __all__ = [
     "Report",
     "Rule",
     "RunRow",
+    "ScalePairs",
     "ScaleRow",
     "SchemaError",
     "Sequential",

@@ -8,7 +8,7 @@ from ablate.report.schema.record import Record, figure, record
 from ablate.report.schema.runs import Overview, TaskRow, Tokenizers
 from ablate.report.schema.sequential import Sequential
 from ablate.report.schema.series import Group
-from ablate.report.schema.signal import AcrossScales, Recommendation, SubjectFloor
+from ablate.report.schema.signal import AcrossScales, Recommendation, ScalePairs, SubjectFloor
 from ablate.report.schema.sweep import Sweep
 
 
@@ -27,6 +27,10 @@ class Report(Record):
     groups: list[Group] = figure("per scale group, the largest last")
     across_scales: list[AcrossScales] = figure(
         "every task x metric's SNR and decision accuracy across scales; empty without a smaller scale"
+    )
+    scale_pairs: ScalePairs | None = figure(
+        "decision accuracy for every pair of scales against their compute ratio; null without >= 2 scales",
+        optional=True,
     )
     subject_floor: list[SubjectFloor] = figure("groups left out below --subject-snr-floor; empty without it")
     recommendation: Recommendation = figure("each task's metric, its evidence, and why each other metric lost")

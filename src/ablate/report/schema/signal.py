@@ -167,3 +167,67 @@ class Recommendation(Record):
     rejected: list[Rejected] = figure("the tasks without one")
     aggregate: dict[str, Aggregate] = figure("each variant over the decision metrics", keys="variant")
     aggregate_over: list[list[str]] = figure("the [task, metric] pairs the aggregate is over")
+
+
+@record
+class ScaleCompute(Record):
+    """One scale's compute per run: the mean training FLOPs of its finished runs."""
+
+    scale: ScaleValue = figure("the scale")
+    flops: float | None = figure("mean FLOPs per run (summary.json flops, else FLOPs per token x tokens)")
+    runs: int = figure("the runs counted")
+    note: str = figure("why there is no figure, in words")
+
+
+@record
+class PairDA(Record):
+    """One pair of scales: the smaller's ranking of the variants against the larger's [DataDecide, Magnusson et
+    al. 2025]."""
+
+    small: ScaleValue = figure("the smaller scale (the proxy)")
+    large: ScaleValue = figure("the larger scale (the target)")
+    compute_ratio: float | None = figure("the smaller's FLOPs per run over the larger's")
+    variants: list[str] = figure("the variants both scales have")
+    pairs: int = figure("the variant pairs ranked")
+    seeds: int = figure("the fewest seeds of a variant on either side")
+    decision_accuracy: float | None = figure("the share of variant pairs the smaller orders as the larger does")
+    target_valid: bool = figure("false where the larger scale's metric is an accuracy at chance")
+    ci: list[float] | None = figure("the interval of decision_accuracy (stats/da.py: seeds and items), where shown")
+    ci_note: str | None = figure("why the interval is not shown")
+    paired: bool | None = figure("whether every variant holds the same seeds on both sides (resampled together)")
+    coverage: float | None = figure("the interval's measured coverage at these seeds on constructed ladders")
+    item_noise: str | None = figure("how the item set's share entered: per-item files or logged standard errors")
+
+
+@record
+class MetricPairs(Record):
+    """A task's primary metric: its decision accuracy for every pair of scales."""
+
+    task: str = figure("the task")
+    metric: str = figure("its primary metric, the same on both sides")
+    direction: str = figure("higher or lower")
+    pairs: list[PairDA] = figure("each pair of scales, by compute ratio")
+    text: str = figure("the pairs in words")
+
+
+@record
+class MixedTuning(Record):
+    """A hyperparameter whose optimum drifts with the scale (the sweep's drift) that the compared variants hold
+    fixed across the scales: a comparison across them mixes the choice with tuning."""
+
+    hyperparameter: str = figure("the hyperparameter (optim.lr)")
+    scale: str = figure("the scale axis it drifts along")
+    per_doubling: float = figure("the drift: the optimum's factor per doubling of the scale")
+    per_doubling_ci: list[float] = figure("its 95% interval (excludes 1)")
+    variants: list[str] = figure("the variants that hold it at one value across the scales")
+    text: str = figure("the caution in words")
+
+
+@record
+class ScalePairs(Record):
+    """Decision accuracy for every pair of scales against their compute ratio (DataDecide, arXiv 2504.11393)."""
+
+    compute: list[ScaleCompute] = figure("each scale's compute per run, the smallest first")
+    metrics: list[MetricPairs] = figure("each task's primary metric (validation loss first)")
+    mixed_tuning: list[MixedTuning] = figure("drifting hyperparameters the variants hold fixed across the scales")
+    note: str = figure("what could not be computed, in words")

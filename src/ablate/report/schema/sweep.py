@@ -267,6 +267,43 @@ class ScaleView(Record):
 
 
 @record
+class DriftPoint(Record):
+    """One scale's optimum, as the drift reads it."""
+
+    scale: float = figure("the scale axis's value")
+    status: str = figure("its fit's status: vertex, at_most, at_least, not_convex or too_few")
+    optimum: float | None = figure("the vertex")
+    bound: float | None = figure("the bound when the best value is the grid's edge")
+    ci: list[float] | None = figure("95% interval of the optimum over the drift's replicates (seeds resampled)")
+
+
+@record
+class Drift(Record):
+    """How a swept hyperparameter's optimum moves along a scale axis: the slope of log2(optimum) on log2(scale)."""
+
+    hyperparameter: str = figure("the swept hyperparameter (optim.lr)")
+    scale: str = figure("the scale axis (model.d_model or a --scale field)")
+    context: dict[str, Scalar] = figure("the other axes' values", keys="axis")
+    label: str = figure("the same as a label")
+    status: str = figure("fit, bounded (an optimum at its grid's edge), no_optimum or too_few")
+    slope: float | None = figure("d log2(optimum) / d log2(scale), least squares over the scales")
+    intercept: float | None = figure("the line's log2(optimum) at log2(scale) = 0")
+    per_doubling: float | None = figure("2^slope: the factor the optimum moves by per doubling of the scale")
+    ci: list[float] | None = figure("95% interval of the slope: seeds resampled in every cell, widened by t(df)/z")
+    per_doubling_ci: list[float] | None = figure("the same as factors per doubling")
+    verdict: str | None = figure("drift (the interval excludes 0), none (it holds 0), null: no interval to judge")
+    bound_side: str | None = figure("bounded: at_most or at_least, where every edge pushes the slope one way")
+    slope_bound: float | None = figure("bounded: the slope through the vertices and the edges' bounds")
+    per_doubling_bound: float | None = figure("the same as a factor per doubling")
+    rmse: float | None = figure("the line's RMSE in log2(optimum) (>= 3 scales)")
+    df: float | None = figure("the seed degrees of freedom the interval rests on (Welch-Satterthwaite)")
+    ci_share: float | None = figure("the share of replicates where every scale's optimum stayed a vertex")
+    n_boot: int = figure("the resamples")
+    points: list[DriftPoint] = figure("each scale's optimum, smallest scale first")
+    note: str = figure("what the fit could not do, in words")
+
+
+@record
 class Sweep(Record):
     """grid() runs on their axes; the views need their axes (absent where the axes could not be read)."""
 
@@ -281,4 +318,7 @@ class Sweep(Record):
         "steps and tokens to target losses; null without a train.global_batch axis", optional=True
     )
     scale: ScaleView | None = figure("the power law in model size; null without a size axis", optional=True)
+    drift: list[Drift] | None = figure(
+        "the optimum's drift along each numeric size axis; null without an LR axis and a size axis", optional=True
+    )
     notes: list[str] = figure("what was left out and why")

@@ -44,6 +44,21 @@ def rung_label(rung, scale_fields: list[str]) -> str:
     return ",".join(f"{f.split('.')[-1]}={v}" for f, v in zip(scale_fields, values))
 
 
+def hp_name(hyperparameter: str) -> str:
+    """A swept hyperparameter as the text names it: LR for optim.lr, else the field."""
+    return {"optim.lr": "LR"}.get(hyperparameter, hyperparameter)
+
+
+def fmt_factor(factor: float) -> str:
+    """A factor per doubling: 0.52x, 1.00x (two decimals between 0.1 and 10, where drifts' factors lie)."""
+    return f"{factor:.2f}x" if 0.1 <= factor < 10 else f"{factor:.3g}x"
+
+
+def fmt_ratio(ratio: float) -> str:
+    """A compute ratio as a fraction: 1/16 (two significant digits), or 2x above 1."""
+    return f"1/{1 / ratio:.2g}" if ratio < 1 else f"{ratio:.2g}x"
+
+
 def fmt_p(p) -> str:
     return "n/a" if p is None else "0 (no spread)" if p == 0 else f"{p:.2g}"
 

@@ -187,9 +187,14 @@ def sections(report: Report, with_images: bool) -> list[Section]:
             signal.quality_section(group, suffix, report),
         ]
     scales = [g.scale for g in groups]
-    trust = signal.across_section(report.across_scales, scales, report.options["bootstrap"])
+    pairs = report.scale_pairs or None  # absent from a report.json written before it
+    tuning = [t.text for t in pairs.mixed_tuning] if pairs else []
+    trust = signal.across_section(report.across_scales, scales, report.options["bootstrap"], tuning)
     if trust:
         out.append(trust)
+    ladder = signal.pairs_section(pairs, report.options.get("scale") or [], with_images)
+    if ladder:
+        out.append(ladder)
     out.append(signal.recommendation_section(report.recommendation))
     out += sweep.sections(report, with_images)  # grid runs on their axes; none without a grid
     compute = multipliers.section(report, with_images)  # effects in compute, on a ladder's compute points

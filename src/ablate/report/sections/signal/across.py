@@ -52,7 +52,7 @@ def _shared(a: Series | None, b: Series | None) -> list[str]:
     return [v for v in b.final if v in a.final] if a is not None and b is not None else []
 
 
-def _agreement(small: Series | None, large: Series | None) -> tuple[float | None, float | None]:
+def agreement(small: Series | None, large: Series | None) -> tuple[float | None, float | None]:
     """(decision accuracy, Kendall tau) of the small series' final ranking against the large one's, each oriented
     by its own direction, over the variants both have."""
     variants = _shared(small, large)
@@ -63,7 +63,7 @@ def _agreement(small: Series | None, large: Series | None) -> tuple[float | None
     return describe.decision_accuracy(guess, truth), describe.kendall(guess, truth)
 
 
-def _scale(s: Series, work: Resample, variants: list[str]) -> da.Scale:
+def da_scale(s: Series, work: Resample, variants: list[str]) -> da.Scale:
     """What the DA bootstrap resamples at one scale: each variant's {seed: oriented run score}, and its runs'
     oriented per-item values or, without per-item files, its mean logged stderr^2 (the series' Resample)."""
     sign = sign_of(s.direction)
@@ -90,9 +90,9 @@ def _row(
     opts,
 ) -> ScaleRow | None:
     """One smaller scale's row; work: the (small, largest) scales' Resamples."""
-    target_da, tau = _agreement(small, target)
-    val_da, _ = _agreement(small, val)
-    self_da, _ = _agreement(small, same)
+    target_da, tau = agreement(small, target)
+    val_da, _ = agreement(small, val)
+    self_da, _ = agreement(small, same)
     if target_da is None and val_da is None and self_da is None:
         return None
     variants = _shared(small, target) or _shared(small, same)
@@ -100,7 +100,7 @@ def _row(
     shown = da.DAInterval()  # not computed: no target to agree with
     if target_da is not None:
         small_work, large_work = work[0][_key(small)], work[1][_key(target)]
-        scales = _scale(small, small_work, variants), _scale(target, large_work, variants)
+        scales = da_scale(small, small_work, variants), da_scale(target, large_work, variants)
         shown = da.shown_interval(*scales, seeds, opts.bootstrap, opts.seed)
     return ScaleRow(
         scale=group.scale,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 
-from ablate.report.schema import AcrossScales, Group, Recommendation, Report, ScaleRow, Series, SubjectFloor
-from ablate.report.text.fmt import Section, fmt, fmt_ci
+from ablate.report.schema import AcrossScales, Group, Recommendation, Report, ScalePairs, ScaleRow, Series, SubjectFloor
+from ablate.report.sections.signal import figures
+from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_ratio, rung_label
 
 
 def _verdict(s: Series) -> str:
@@ -210,10 +211,13 @@ def _notes(across: list[AcrossScales]) -> list[str]:
     return out
 
 
-def across_section(across: list[AcrossScales], scales: list, bootstrap: int) -> Section | None:
+def across_section(
+    across: list[AcrossScales], scales: list, bootstrap: int, tuning: list[str] | None = None
+) -> Section | None:
     """The report's "Which signal to trust at which scale" (text/render.py places it): SNR at each scale, and decision
     accuracy to the largest against the task's target, against validation loss, and against itself. scales: the
-    groups' scales, the largest last; bootstrap: the DA intervals' replicates (--bootstrap)."""
+    groups' scales, the largest last; bootstrap: the DA intervals' replicates (--bootstrap); tuning: the cautions
+    where the variants hold a drifting hyperparameter fixed across the scales (report["scale_pairs"])."""
     if not across:
         return None
     largest, smaller = scales[-1], scales[:-1]
@@ -239,6 +243,56 @@ def across_section(across: list[AcrossScales], scales: list, bootstrap: int) -> 
     ]
     return Section(
         "Which signal to trust at which scale",
-        paragraphs + _notes(across),
+        paragraphs + _notes(across) + [t[0].upper() + t[1:] + "." for t in tuning or []],
         tables=[("SNR and decision accuracy by scale", header, [_cells(a, smaller) for a in across])],
+    )
+
+
+def pairs_section(pairs: ScalePairs | None, scale_fields: list[str], with_images: bool) -> Section | None:
+    """ "Decision accuracy against compute" (text/render.py places it): every pair of scales on each task's primary
+    metric, the smaller's ranking against the larger's, beside their compute ratio; None without pairs."""
+    if pairs is None or not pairs.metrics:
+        return None
+    paragraphs = [
+        "Decision accuracy against compute (DataDecide, arXiv 2504.11393): for every pair of scales, the share of "
+        "variant pairs the smaller scale's mean final score orders as the larger's does (each task's primary "
+        "metric, the same on both sides), beside the ratio of their compute per run (mean training FLOPs: "
+        "summary.json's, else FLOPs per token x tokens). The interval is the one above: seeds resampled once per "
+        "scale for every variant and the items every seed scored, the DA recomputed over all pairs at once (pairs "
+        "sharing a variant move together), shown only where its measured coverage at the seeds holds. With few "
+        "variants there are few pairs: the DA moves in coarse steps."
+    ]
+    bullets = [m.text for m in pairs.metrics] + [t.text[0].upper() + t.text[1:] + "." for t in pairs.mixed_tuning]
+    notes = sorted({p.ci_note for m in pairs.metrics for p in m.pairs if p.ci_note})
+    bullets += [n[0].upper() + n[1:] + "." for n in notes + ([pairs.note] if pairs.note else [])]
+    rows = [
+        [
+            m.task,
+            m.metric,
+            rung_label(p.small, scale_fields),
+            rung_label(p.large, scale_fields),
+            fmt_ratio(p.compute_ratio) if p.compute_ratio else "n/a",
+            str(len(p.variants)),
+            str(p.pairs),
+            str(p.seeds),
+            fmt(p.decision_accuracy, 3),
+            fmt_ci(p.ci, 3) if p.ci else (p.ci_note or "n/a"),
+        ]
+        for m in pairs.metrics
+        for p in m.pairs
+    ]
+    header = ["task", "metric", "proxy", "target", "compute ratio", "variants", "pairs", "seeds", "DA", "95% CI"]
+    compute = [[rung_label(c.scale, scale_fields), fmt(c.flops, 4), str(c.runs), c.note] for c in pairs.compute]
+    images = []
+    if with_images and (drawn := figures.pairs_png(pairs)):
+        images.append(("decision accuracy against compute ratio", drawn))
+    return Section(
+        "Decision accuracy against compute",
+        paragraphs,
+        tables=[
+            ("Every pair of scales", header, rows),
+            ("Compute per run", ["scale", "FLOPs", "runs", "note"], compute),
+        ],
+        images=images,
+        bullets=bullets,
     )

@@ -7,7 +7,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from ablate.report.schema.sweep import BatchView, Heatmap, LrView, ScaleView
+from ablate.report.schema.sweep import BatchView, Drift, Heatmap, LrView, ScaleView
+from ablate.report.text.fmt import hp_name
 from ablate.report.text.plots import png
 
 
@@ -143,6 +144,39 @@ def power_law_png(scale: ScaleView, metric: str) -> str | None:
     ax.set_xlabel("parameters N")
     ax.set_ylabel(metric)
     ax.set_title("score against model size (grey: seeds)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return png(fig)
+
+
+def drift_png(drifts: list[Drift]) -> str | None:
+    """Each scale's optimum (its interval as error bars; a bound as a triangle pointing the way it may lie) against
+    the scale, both on log2 axes, with the fitted line 2^(intercept + slope log2 scale)."""
+    if not any(p.optimum is not None or p.bound is not None for d in drifts for p in d.points):
+        return None
+    fig, ax = _fig()
+    for d in drifts:
+        label = hp_name(d.hyperparameter) + ("" if d.label == "all" else f" ({d.label})")
+        vertex = [p for p in d.points if p.optimum is not None]
+        color = None
+        if vertex:
+            y = np.array([p.optimum for p in vertex])
+            err = np.array([[y_ - p.ci[0], p.ci[1] - y_] if p.ci else [0, 0] for p, y_ in zip(vertex, y)]).T
+            bars = ax.errorbar([p.scale for p in vertex], y, yerr=err, marker="o", linestyle="", capsize=3, label=label)
+            color = bars[0].get_color()
+        for p in (p for p in d.points if p.bound is not None):
+            marker = "v" if p.status == "at_most" else "^"
+            (mark,) = ax.plot([p.scale], [p.bound], marker, color=color, markersize=7)
+            color = mark.get_color()
+        if d.slope is not None and d.intercept is not None:
+            s = np.geomspace(min(p.scale for p in d.points), max(p.scale for p in d.points), 30)
+            line = f"{2**d.slope:.2g}x per doubling"
+            ax.plot(s, 2 ** (d.intercept + d.slope * np.log2(s)), linestyle="--", color=color, linewidth=1, label=line)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(drifts[0].scale)
+    ax.set_ylabel(f"optimum {hp_name(drifts[0].hyperparameter)}")
+    ax.set_title("optimum against scale (95% intervals; triangles: bounds at a grid's edge)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     return png(fig)

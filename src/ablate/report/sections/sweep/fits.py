@@ -9,6 +9,8 @@ when it cannot fit (or its grid limits the fit), a "note" saying why, so report.
   not the form of E(S): the stages fitted here were taken from the paper's full text (or a summary of it), and
   could not be checked against it offline
 - power_law: L(N) = E + A N^-alpha (its least squares: stats/power_law.py, which the multipliers share)
+- optimum_drift: how lr_optimum's quadratic optimum moves along a scale axis: the slope of log2(optimum) against
+  log2(scale), its interval from seeds resampled in every cell and every scale's optimum refitted
 """
 
 from __future__ import annotations
@@ -49,10 +51,21 @@ def percentile_ci(samples, level: float = 0.95) -> list[float] | None:
     return [float(lo), float(hi)]
 
 
-def resample_means(values: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+def resample_means(values: list[np.ndarray], rng: np.random.Generator, corrected: bool = False) -> np.ndarray:
     """One bootstrap replicate: each point's mean over its seeds drawn with replacement (seeds are independent
-    runs; points do not share seeds, so each point is resampled on its own)."""
-    return np.array([v[rng.integers(0, len(v), len(v))].mean() for v in values])
+    runs; points do not share seeds, so each point is resampled on its own).
+
+    corrected: each replicate mean's distance from the point's mean scaled by sqrt(n/(n-1)) (n seeds >= 2), so the
+    replicates vary as much as the mean of n seeds does (s^2/n), not (n-1)/n of that as a plain resample of n values
+    does: at 2 seeds a plain seed bootstrap is sqrt(2) too narrow (optimum_drift's interval needs the correction to
+    cover; tests/test_report_drift.py)."""
+    if not corrected:
+        return np.array([v[rng.integers(0, len(v), len(v))].mean() for v in values])
+    out = []
+    for v in values:
+        mean = v.mean()
+        out.append(mean + math.sqrt(len(v) / (len(v) - 1)) * (v[rng.integers(0, len(v), len(v))].mean() - mean))
+    return np.array(out)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -110,15 +123,24 @@ def _lr_fitted(lrs: np.ndarray, fit: dict, sign: float, tolerance: float) -> dic
     return {**out, "note": "the scores around the best LR are not convex in log10(LR): no vertex (noisy or flat)"}
 
 
+def vertex_replicates(
+    x: np.ndarray, values: list[np.ndarray], sign: float, n_boot: int, rng: np.random.Generator, corrected: bool = False
+) -> np.ndarray:
+    """(n_boot,) the vertex of quadratic_optimum refitted to seeds resampled at each point (resample_means), NaN
+    where a replicate found none (its best point at the grid's edge, or not convex)."""
+    out = np.full(n_boot, np.nan)
+    for b in range(n_boot):
+        rep = quadratic_optimum(x, sign * resample_means(values, rng, corrected))
+        if rep["status"] == "vertex":
+            out[b] = rep["x_opt"]
+    return out
+
+
 def _lr_ci(x: np.ndarray, values: list[np.ndarray], sign: float, fit: dict, n_boot: int, seed: int, note: str) -> dict:
     """Seeds resampled at each LR and refitted: the share of replicates with a vertex, and its 95% CI where the
     point estimate is a vertex (a bound has no interval: resamples that found a vertex would contradict it)."""
-    rng = np.random.default_rng(seed)
-    found = []
-    for _ in range(n_boot):
-        rep = quadratic_optimum(x, sign * resample_means(values, rng))
-        if rep["status"] == "vertex":
-            found.append(rep["x_opt"])
+    reps = vertex_replicates(x, values, sign, n_boot, np.random.default_rng(seed))
+    found = reps[np.isfinite(reps)]
     share = len(found) / n_boot if n_boot else None
     out = {"n_boot": n_boot, "ci_share": share}
     if fit["status"] != "vertex":
@@ -165,6 +187,201 @@ def lr_optimum(
     if min(len(v) for v in values) < 2:
         return {**out, "note": _joined(out["note"], "CI: needs >= 2 seeds at every LR")}
     return {**out, **_lr_ci(x, values, sign, fit, n_boot, seed, out["note"])}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the optimum's drift along a scale axis
+
+DRIFT_MIN_SHARE = 0.9  # the least share of replicates with every scale's optimum inside its grid for a verdict
+
+
+def _slope_weights(log_scale: np.ndarray) -> np.ndarray:
+    """The least-squares slope as weights on the y values: slope = weights @ y."""
+    centred = log_scale - log_scale.mean()
+    return centred / (centred**2).sum()
+
+
+def _drift_point(scale: float, fit: dict) -> dict:
+    """One scale's optimum as the drift reads it (in the hyperparameter's units)."""
+    at = fit["x_opt"] if fit["status"] == "vertex" else None
+    bound = fit["bound_x"] if fit["status"] in ("at_most", "at_least") else None
+    return {
+        "scale": scale,
+        "status": fit["status"],
+        "optimum": None if at is None else 10**at,
+        "bound": None if bound is None else 10**bound,
+        "ci": None,
+    }
+
+
+def _drift_bound(log_scale: np.ndarray, points: list[dict]) -> dict:
+    """Where some optima are bounds (the best value at the grid's edge): the slope through the vertices and the
+    bounds is a bound on the slope when every bound pushes it the same way (the slope is linear in each log
+    optimum, with weight (x_i - mean x) / Sxx), else nothing."""
+    w = _slope_weights(log_scale)
+    y, sides = [], set()
+    for wi, p in zip(w, points):
+        if p["status"] == "vertex":
+            y.append(math.log2(p["optimum"]))
+            continue
+        y.append(math.log2(p["bound"]))
+        up = p["status"] == "at_most"  # the optimum is at most the bound: a larger weight, a smaller slope
+        if abs(wi) > 1e-12:
+            sides.add("at_most" if (wi > 0) == up else "at_least")
+    if len(sides) != 1:
+        return {"bound_side": None, "slope_bound": None, "per_doubling_bound": None}
+    slope = float(w @ np.array(y))
+    return {"bound_side": sides.pop(), "slope_bound": slope, "per_doubling_bound": 2**slope}
+
+
+def _seed_terms(x: np.ndarray, values: list[np.ndarray], sign: float) -> list[tuple[float, int]]:
+    """The optimum's seed variance cell by cell, to first order: for each cell of the fit's window, (g^2 s^2 / n,
+    n - 1), g the change of log2(optimum) per unit change of the cell's mean (numerically), s^2 its seeds' variance
+    (ddof 1), n its seeds."""
+    means = np.array([v.mean() for v in values])
+    base = quadratic_optimum(x, sign * means)
+    lo, hi = base["window"]
+    eps = 1e-6 * (np.abs(means[lo:hi]).max() + 1e-12)
+    terms = []
+    for c in range(lo, hi):
+        moved = means.copy()
+        moved[c] += eps
+        shifted = quadratic_optimum(x, sign * moved)
+        g = 0.0 if shifted["x_opt"] is None else (shifted["x_opt"] - base["x_opt"]) / eps / math.log10(2)
+        n = len(values[c])
+        terms.append((g * g * float(values[c].var(ddof=1)) / n, n - 1))
+    return terms
+
+
+def satterthwaite(terms: list[tuple[float, int]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variance terms (variance, its df); inf where none vary."""
+    total = sum(v for v, _ in terms)
+    spread = sum(v * v / d for v, d in terms if d > 0)
+    return math.inf if spread <= 0 else total * total / spread
+
+
+def _widened(ci: list[float] | None, at: float, df: float) -> list[float] | None:
+    """A percentile interval's ends moved from the estimate `at` by t(df) / z: the interval of a mean whose spread
+    is estimated from df seed degrees of freedom (2 seeds: 1 per cell), not known."""
+    if ci is None or not math.isfinite(df):
+        return ci
+    from scipy import stats
+
+    k = float(stats.t.ppf(0.975, df) / stats.norm.ppf(0.975))
+    return [at + (ci[0] - at) * k, at + (ci[1] - at) * k]
+
+
+def _drift_ci(x: list, values: list, sign: float, log_scale: np.ndarray, fit: dict, n_boot: int, seed: int) -> dict:
+    """Seeds resampled within every (scale, value) cell (corrected, see resample_means), every scale's optimum
+    refitted, then the slope: its 95% interval over the replicates where every scale found a vertex, each scale's
+    interval of its optimum over its own, and the share of replicates usable. Each percentile interval is widened
+    by t(df)/z, df by Welch-Satterthwaite over the cells the optima rest on: with 2 seeds a cell's spread rests on
+    one degree of freedom, and the plain percentile interval covered a zero drift in ~85% of constructed studies
+    (95% nominal; tests/test_report_drift.py)."""
+    rng = np.random.default_rng(seed)  # one stream through the scales: their resamples are independent
+    reps = np.array([vertex_replicates(xi, vi, sign, n_boot, rng, corrected=True) for xi, vi in zip(x, values)])
+    reps = reps / math.log10(2)  # log2 of the optimum
+    usable = np.isfinite(reps).all(axis=0)
+    w = _slope_weights(log_scale)
+    terms = [_seed_terms(xi, vi, sign) for xi, vi in zip(x, values)]
+    df = satterthwaite([(wi * wi * v, d) for wi, ts in zip(w, terms) for v, d in ts])
+    ci = _widened(percentile_ci(w @ reps[:, usable]) if usable.any() else None, fit["slope"], df)
+    y = [math.log2(p["optimum"]) for p in fit["points"]]
+    point_cis = [_widened(percentile_ci(r[np.isfinite(r)]), at, satterthwaite(t)) for r, at, t in zip(reps, y, terms)]
+    return {
+        "ci": ci,
+        "per_doubling_ci": None if ci is None else [2 ** ci[0], 2 ** ci[1]],
+        "df": df if math.isfinite(df) else None,
+        "ci_share": float(usable.mean()),
+        "n_boot": n_boot,
+        "point_cis": [None if c is None else [2 ** c[0], 2 ** c[1]] for c in point_cis],
+    }
+
+
+def optimum_drift(
+    scales, hp_by_scale: list, values_by_scale: list, lower_is_better: bool = True, n_boot: int = 1000, seed: int = 0
+) -> dict:
+    """How the optimum of a hyperparameter (lr_optimum's: a quadratic in log10 of its value through the best value
+    and its neighbours) moves with a scale: the least-squares slope of log2(optimum) against log2(scale), so the
+    optimum moves 2**slope x per doubling of the scale. hp_by_scale[i]: the hyperparameter's values at scales[i];
+    values_by_scale[i][k]: the seeds' scores at hp_by_scale[i][k].
+
+    status: "fit" (every scale's optimum a vertex), "bounded" (some optimum is at its grid's edge: the slope
+    through the vertices and those bounds is a bound on the slope where they all push it one way, never an
+    estimate), "no_optimum" (a scale has no vertex: not convex, or too few values), "too_few" (one scale).
+    The interval: seeds (the unit of replication) resampled within every (scale, value) cell, every scale's
+    optimum refitted and the slope with them, the percentile interval widened by t(df)/z for the few seed degrees of
+    freedom it rests on (_drift_ci); replicates where some optimum left its grid's interior are counted, not used
+    (ci_share). verdict: "drift" (the interval excludes 0), "none" (it contains 0), null where there is
+    no interval or under DRIFT_MIN_SHARE of the replicates were usable."""
+    order = np.argsort(np.asarray(scales, float))
+    s = np.asarray(scales, float)[order]
+    sign = 1.0 if lower_is_better else -1.0
+    x, values, points = [], [], []
+    for i in order:
+        by = np.argsort(np.asarray(hp_by_scale[i], float))
+        x.append(np.log10(np.asarray(hp_by_scale[i], float)[by]))
+        values.append([np.asarray(values_by_scale[i][k], float) for k in by])
+        means = np.array([v.mean() for v in values[-1]])
+        points.append(_drift_point(float(s[len(points)]), quadratic_optimum(x[-1], sign * means)))
+    out = {
+        "status": "too_few",
+        "slope": None,
+        "intercept": None,
+        "per_doubling": None,
+        "ci": None,
+        "per_doubling_ci": None,
+        "verdict": None,
+        "bound_side": None,
+        "slope_bound": None,
+        "per_doubling_bound": None,
+        "rmse": None,
+        "df": None,
+        "ci_share": None,
+        "n_boot": 0,
+        "points": points,
+        "note": "",
+    }
+    if len(s) < 2 or len(set(s.tolist())) < len(s) or s[0] <= 0:
+        return {**out, "note": f"{len(s)} scale(s): a drift needs >= 2 distinct positive scale values"}
+    log_scale = np.log2(s)
+    missing = [p for p in points if p["status"] in ("not_convex", "too_few")]
+    if missing:
+        where = ", ".join(f"{p['scale']:g}" for p in missing)
+        return {**out, "status": "no_optimum", "note": f"no optimum at scale {where} (see its fit): no drift"}
+    edges = [p for p in points if p["status"] in ("at_most", "at_least")]
+    if edges:
+        where = ", ".join(f"{p['scale']:g} ({p['status'].replace('_', ' ')} {p['bound']:.3g})" for p in edges)
+        bound = _drift_bound(log_scale, points)
+        note = (
+            f"the optimum at scale {where} is at its grid's edge: the drift is bounded, not measured; extend the grid"
+        )
+        if bound["bound_side"] is None:
+            note += " (the bounds push the slope both ways: no bound)"
+        return {**out, **bound, "status": "bounded", "note": note}
+    y = np.log2([p["optimum"] for p in points])
+    slope = float(_slope_weights(log_scale) @ y)
+    intercept = float(y.mean() - slope * log_scale.mean())
+    out = {**out, "status": "fit", "slope": slope, "intercept": intercept, "per_doubling": 2**slope}
+    if len(s) >= 3:
+        out["rmse"] = float(np.sqrt(np.mean((intercept + slope * log_scale - y) ** 2)))
+    else:
+        out["note"] = (
+            "two scales: the line through two optima; its interval is the seeds', but whether the optimum moves as "
+            "a power of the scale needs >= 3"
+        )
+    if n_boot < 1 or min(len(v) for vs in values for v in vs) < 2:
+        return {**out, "note": _joined(out["note"], "interval: needs >= 2 seeds in every cell")}
+    boot = _drift_ci(x, values, sign, log_scale, out, n_boot, seed)
+    points = [{**p, "ci": ci} for p, ci in zip(points, boot.pop("point_cis"))]
+    out = {**out, **boot, "points": points}
+    if out["ci"] is None or out["ci_share"] < DRIFT_MIN_SHARE:
+        note = (
+            f"only {out['ci_share']:.0%} of seed resamples kept every scale's optimum inside its grid: no verdict "
+            f"(the interval would rest on the others)"
+        )
+        return {**out, "note": _joined(out["note"], note)}
+    return {**out, "verdict": "drift" if out["ci"][0] > 0 or out["ci"][1] < 0 else "none"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ bullets). Every number shown is read from the record (schema.Sweep, as report.js
 from __future__ import annotations
 
 from ablate.report.schema import ABSENT, Report, Sweep
-from ablate.report.schema.sweep import BatchView, CriticalFit, LrFit, ScaleView, Target, WsdFit
+from ablate.report.schema.sweep import BatchView, CriticalFit, Drift, LrFit, ScaleView, Target, WsdFit
 from ablate.report.sections.sweep import figures
-from ablate.report.text.fmt import Section, fmt, fmt_ci
+from ablate.report.text.fmt import Section, fmt, fmt_ci, fmt_factor, hp_name
 
 
 def _share(fit: LrFit | CriticalFit | WsdFit) -> str:
@@ -61,6 +61,77 @@ def _lr(sweep: Sweep, metric: str) -> tuple[list, list]:
             ["context", "LRs", "best measured", "fitted optimum", f"fitted {metric}", "95% CI", "within 1%", "note"],
             rows,
         )
+    ]
+
+
+def drift_sentence(d: Drift) -> str:
+    """The drift in words: the factor per doubling with its interval and what it means for comparisons at a fixed
+    value, "no drift detected" where the interval holds 1x, a bound where an optimum is at its grid's edge."""
+    name, where = hp_name(d.hyperparameter), "" if d.label == "all" else f" ({d.label})"
+    moves = f"the optimum {name}{where} moves"
+    interval = "" if not d.per_doubling_ci else "95% interval " + "–".join(fmt_factor(x) for x in d.per_doubling_ci)
+    per = f"per doubling of {d.scale}"
+    if d.status == "fit" and d.verdict == "drift":
+        fixed = f"comparisons at a fixed {name} across these scales mix the choice with tuning"
+        return f"{moves} {fmt_factor(d.per_doubling)} {per} ({interval}); {fixed}"
+    if d.status == "fit" and d.verdict == "none":
+        return f"{moves} {fmt_factor(d.per_doubling)} {per}: no drift detected at this design ({interval})"
+    if d.status == "fit":
+        return f"{moves} {fmt_factor(d.per_doubling)} {per}, no verdict: {d.note}"
+    if d.status == "bounded" and d.bound_side:
+        side = d.bound_side.replace("_", " ")
+        return f"{moves} {side} {fmt_factor(d.per_doubling_bound)} {per}, a bound (no interval): {d.note}"
+    return f"the drift of the optimum {name}{where} along {d.scale} is not measured: {d.note}"
+
+
+def _point(p) -> str:
+    if p.status == "vertex":
+        return fmt(p.optimum, 3)
+    if p.bound is not None:
+        return f"{p.status.replace('_', ' ')} {fmt(p.bound, 3)}"
+    return "n/a"
+
+
+def _drift(drifts: list[Drift]) -> tuple[list, list]:
+    paragraphs = [
+        "Drift of the optimum: each scale's optimum as the optimum LR table fits it (a quadratic in log10 of the "
+        "value through the best value and its two neighbours), then the least-squares slope of log2(optimum) "
+        "against log2(scale): the optimum moves 2^slope x per doubling of the scale. 95% interval: seeds "
+        "resampled within every (scale, value) cell (each draw's spread scaled by sqrt(n/(n-1))), every scale's "
+        "optimum refitted and the slope with it, the percentile interval widened by t(df)/z for the seed degrees "
+        "of freedom it rests on (Welch-Satterthwaite; two seeds give one per cell). The per-scale intervals below "
+        "come from the same replicates. An optimum at its grid's edge makes the drift a bound, never a number."
+    ]
+    paragraphs += [(text := drift_sentence(d))[0].upper() + text[1:] + "." for d in drifts]
+    rows = [
+        [
+            d.label,
+            f"{d.scale}={fmt(p.scale, 6)}",
+            _point(p),
+            fmt_ci(p.ci, 3),
+        ]
+        for d in drifts
+        for p in d.points
+    ]
+    fitted = [
+        [
+            d.label,
+            hp_name(d.hyperparameter),
+            d.scale,
+            fmt(d.slope, 3) if d.slope is not None else "n/a",
+            fmt_ci(d.ci, 3),
+            fmt_factor(d.per_doubling) if d.per_doubling else "n/a",
+            f"{fmt_factor(d.per_doubling_ci[0])}–{fmt_factor(d.per_doubling_ci[1])}" if d.per_doubling_ci else "n/a",
+            fmt(d.df, 3),
+            f"{d.ci_share:.0%}" if d.ci_share is not None else "n/a",
+            d.verdict or d.status,
+        ]
+        for d in drifts
+    ]
+    header = ["context", "hyperparameter", "scale", "slope", "95% CI", "per doubling", "95% CI", "df", "usable"]
+    return paragraphs, [
+        ("Drift of the optimum", header + ["verdict"], fitted),
+        ("Optimum per scale", ["context", "scale", "optimum", "95% CI"], rows),
     ]
 
 
@@ -170,7 +241,23 @@ def _scale_paragraphs(scale: ScaleView, ranked: str) -> list[str]:
     return paragraphs
 
 
-def _scale(scale: ScaleView, metric: str) -> tuple[list, list]:
+def _mixes_tuning(scale: ScaleView, drifts: list[Drift]) -> list[str]:
+    """Beside the ranking across sizes: a swept hyperparameter among the ranked axes is held fixed in each ranked
+    cell, so where its optimum drifts along the size axis the comparison mixes the choice with tuning."""
+    out = []
+    for d in drifts:
+        if d.verdict == "drift" and d.hyperparameter in scale.ranked and d.scale in scale.axes:
+            name = hp_name(d.hyperparameter)
+            interval = "–".join(fmt_factor(x) for x in d.per_doubling_ci)
+            out.append(
+                f"The ranking across sizes compares each cell at a fixed {name}, while the optimum {name} moves "
+                f"{fmt_factor(d.per_doubling)} per doubling of {d.scale} (95% interval {interval}): these "
+                f"comparisons mix the choice with tuning."
+            )
+    return out
+
+
+def _scale(scale: ScaleView, metric: str, drifts: list[Drift] | None = None) -> tuple[list, list]:
     ranked = ", ".join(scale.ranked) or "nothing else"
     sizes = [
         [
@@ -189,7 +276,8 @@ def _scale(scale: ScaleView, metric: str) -> tuple[list, list]:
         ]
         header = ["size", "params", "cells", "decision accuracy", "Kendall tau"]
         tables.append((f"Ranking of {ranked} at each size vs the largest", header, rows))
-    return _scale_paragraphs(scale, ranked), tables
+    tuning = _mixes_tuning(scale, drifts or []) if scale.decision else []
+    return _scale_paragraphs(scale, ranked) + tuning, tables
 
 
 def _drawn(images: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
@@ -235,7 +323,8 @@ def _head(sweep: Sweep, scored: tuple[str, str], metric: str, with_images: bool)
 
 def sections(report: Report, with_images: bool) -> list[Section]:
     """The "Sweep" section (cells, heatmap, what could not be computed), then one per view: optimum LR, batch size
-    per context, model size; none without a grid. Plots are drawn only with_images (for HTML)."""
+    per context, the optimum's drift across sizes, model size; none without a grid. Plots are drawn only with_images
+    (for HTML)."""
     sweep = report.sweep
     if sweep is None:
         return []
@@ -255,8 +344,13 @@ def sections(report: Report, with_images: bool) -> list[Section]:
         ]
         title = "Sweep: batch size" + ("" if ctx.label == "all" else f" ({ctx.label})")
         out.append(Section(title, paragraphs, tables, _drawn(drawn)))
+    drifts = sweep.drift or []
+    if drifts:
+        paragraphs, tables = _drift(drifts)
+        images = _drawn([("optimum against scale", figures.drift_png(drifts))]) if with_images else []
+        out.append(Section("Sweep: drift of the optimum", paragraphs, tables, images))
     if sweep.scale:
-        paragraphs, tables = _scale(sweep.scale, metric)
+        paragraphs, tables = _scale(sweep.scale, metric, drifts)
         drawn = [("score against model size", figures.power_law_png(sweep.scale, metric) if with_images else None)]
         out.append(Section("Sweep: model size", paragraphs, tables, _drawn(drawn)))
     return out

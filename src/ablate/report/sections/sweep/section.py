@@ -7,7 +7,8 @@ A grid cell is one combination of axis values; its seeds are averaged. From the 
   curves of each batch size at its best LR, and the fits of McCandlish's hyperbola (B_crit) and the WSD-revised E(S)
   of seed 001 (B_opt, B_min), beside MiniCPM's rule (batch.py);
 - with a model-size axis (model.d_model, model.n_layers, model.ffn_hidden or a --scale field): L(N) = E + A N^-alpha
-  over parameters (summary.json "params") and the decision accuracy of smaller sizes' rankings of the other axes.
+  over parameters (summary.json "params") and the decision accuracy of smaller sizes' rankings of the other axes;
+  with an LR axis too, how the optimum LR moves with the size (views.drift_views, fits.optimum_drift).
 Every number the text and plots show is in the returned dict; a fit that cannot be made says why in "note".
 """
 
@@ -21,7 +22,7 @@ from ablate.report.options import Options
 from ablate.report.schema import Sweep
 from ablate.report.sections.sweep.batch import batch_views
 from ablate.report.sections.sweep.cells import BATCH_AXIS, LR_AXIS, final, grid_cells, heatmap
-from ablate.report.sections.sweep.views import lr_views, scale_views
+from ablate.report.sections.sweep.views import drift_views, lr_views, scale_views
 
 SIZE_FIELDS = ("model.d_model", "model.n_layers", "model.ffn_hidden")
 
@@ -72,7 +73,7 @@ def _views(axes: list[str], cells: list[dict], runs_of: dict, opts: Options) -> 
     """The heatmap, LR, batch-size and model-size views the axes allow, and a note for each they do not."""
     sign, lower = 1.0, True  # the sweep metric is a loss: lower is better
     notes = []
-    views = {"heatmap": heatmap(axes, cells, sign), "lr": None, "batch": None, "scale": None}
+    views = {"heatmap": heatmap(axes, cells, sign), "lr": None, "batch": None, "scale": None, "drift": None}
     if views["heatmap"] is None:
         notes.append("heatmap: needs a grid over >= 2 axes")
     if LR_AXIS in axes:
@@ -86,6 +87,8 @@ def _views(axes: list[str], cells: list[dict], runs_of: dict, opts: Options) -> 
     size_axes = [a for a in axes if a in SIZE_FIELDS or a in opts.scale]
     if size_axes:
         views["scale"] = scale_views(axes, size_axes, cells, sign, lower, opts)
+        if LR_AXIS in axes:
+            views["drift"] = drift_views(axes, size_axes, cells, lower, opts)
     else:
         notes.append(f"L(N) power law: needs a model-size axis ({', '.join(SIZE_FIELDS)} or a --scale field)")
     return views, notes
@@ -114,6 +117,7 @@ def sweep_section(runs: list[Run], opts: Options) -> Sweep | None:
         "lr": None,
         "batch": None,
         "scale": None,
+        "drift": None,
         "notes": notes,
     }
     if not cells:

@@ -1,6 +1,7 @@
-"""Two of the sweep's views from its cells: the score against LR per context with the fitted optimum
-(report["sweep"]["lr"]), and the best cell per model size with L(N) = E + A N^-alpha and the decision accuracy of
-smaller sizes' rankings of the other axes (report["sweep"]["scale"]). The batch-size view is batch.py."""
+"""Three of the sweep's views from its cells: the score against LR per context with the fitted optimum
+(report["sweep"]["lr"]), the optimum's drift along each size axis (report["sweep"]["drift"]), and the best cell per
+model size with L(N) = E + A N^-alpha and the decision accuracy of smaller sizes' rankings of the other axes
+(report["sweep"]["scale"]). The batch-size view is batch.py."""
 
 from __future__ import annotations
 
@@ -32,6 +33,44 @@ def lr_views(axes: list[str], cells: list[dict], lower: bool, opts: Options) -> 
                 "fit": fit,
             }
         )
+    return out
+
+
+# The swept hyperparameters whose optimum the section fits (lr_optimum's quadratic in log10 of the value): the drift
+# reads each of them the same way
+OPTIMUM_AXES = (LR_AXIS,)
+
+
+def _numeric(values) -> bool:
+    return all(order(v)[0] == 0 and v > 0 for v in values)
+
+
+def drift_views(axes: list[str], size_axes: list[str], cells: list[dict], lower: bool, opts: Options) -> list[dict]:
+    """For each hyperparameter of OPTIMUM_AXES and each numeric size axis, per value of the remaining axes with >= 2
+    scales: how the optimum moves with the scale (fits.optimum_drift)."""
+    out = []
+    for hp in (a for a in OPTIMUM_AXES if a in axes):
+        k = axes.index(hp)
+        for scale_axis in size_axes:
+            j = axes.index(scale_axis)
+            if not _numeric({c["values"][j] for c in cells}):
+                continue
+            others = [a for a in axes if a not in (hp, scale_axis)]
+            for ctx, cs in group(cells, axes, others).items():
+                by_scale = group(sorted(cs, key=lambda c: c["values"][j]), axes, [scale_axis])
+                if len(by_scale) < 2:
+                    continue
+                cols = [sorted(by_scale[sc], key=lambda c: c["values"][k]) for sc in by_scale]
+                fit = fits.optimum_drift(
+                    [sc[0] for sc in by_scale],
+                    [[c["values"][k] for c in col] for col in cols],
+                    [[c["finals"] for c in col] for col in cols],
+                    lower,
+                    n_boot=opts.bootstrap,
+                    seed=opts.seed,
+                )
+                context = {"hyperparameter": hp, "scale": scale_axis, "context": dict(zip(others, ctx))}
+                out.append({**context, "label": label(others, ctx), **fit})
     return out
 
 
