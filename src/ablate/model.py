@@ -4,8 +4,10 @@ Read top to bottom: norms, rotary positions, attention (MHA/GQA/MQA, optional QK
 feed-forward (SwiGLU/GeLU/ReLU), block, model. Each module initialises its own weights (`init_weights`). The model's
 entry points are `forward` (logits), `loss` (training), `per_token_loss` (validation) and `stability_stats`
 (diagnostics); it knows nothing of parallelism (see parallel.py, which registers the last three with FSDP2).
-Beside attention, latent attention (attention="mla"); beside the feed-forward, a mixture of experts (ffn="moe": its
-router and experts in moe.py).
+Beside attention, latent attention (attention="mla"); beside the feed-forward, a mixture of experts (ffn="moe": the
+layer, its router and experts in components/moe.py). model.parametrization's multipliers (components/
+parametrization.py) enter at four places: the hidden matrices' init, the attention scale, each residual branch and
+the logits (on the final norm's output).
 """
 
 from __future__ import annotations
