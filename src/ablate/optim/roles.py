@@ -117,7 +117,7 @@ def param_groups(model: nn.Module, cfg: OptimConfig, lr_multipliers: dict[str, f
                 by_multiplier.setdefault(multipliers.get(name, 1.0), []).append(params[name])
         # no empty groups: DCP's optimizer state dict refuses more than one
         for multiplier, mine in by_multiplier.items():
-            scale = getattr(cfg, role.lr_scale) if multiplier == 1.0 else getattr(cfg, role.lr_scale) * multiplier
+            scale = getattr(cfg, role.lr_scale) * multiplier  # x 1.0 leaves a float as it is: sp's groups unchanged
             groups.append(
                 {
                     "params": mine,

@@ -36,7 +36,7 @@ def _powers(ncp: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
     if not ok.any():
         return out
     big = np.minimum(df[ok], 1e7)  # beyond this the t is the normal to far below 1e-3
-    crit = np.array([_t_quantile(1 - alpha / 2, d) for d in big.tolist()])[:, None]
+    crit = np.array([t_quantile(1 - alpha / 2, d) for d in big.tolist()])[:, None]
     bound = crit * np.sqrt(np.stack([_chi2_grid(d) for d in big.tolist()]) / big[:, None])
     shift = ncp[ok][:, None]
     out[ok] = (stats.norm.sf(bound - shift) + stats.norm.cdf(-bound - shift)).mean(axis=1)
@@ -44,7 +44,7 @@ def _powers(ncp: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4096)
-def _t_quantile(q: float, df: float) -> float:
+def t_quantile(q: float, df: float) -> float:
     """The t's q quantile on df degrees of freedom, kept: seeds-needed searches and simulated families ask the same
     few (q, df) thousands of times."""
     return float(stats.t.ppf(q, df))

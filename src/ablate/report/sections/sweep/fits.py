@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from ablate.report.stats.power import t_quantile
 from ablate.report.stats.power_law import power_law_params
 
 MINICPM_COEF, MINICPM_EXP = 1.2110e9, 6.2393  # MiniCPM: optimal batch in tokens = 1.2110e9 / L^6.2393 (C4 loss)
@@ -192,6 +193,7 @@ def lr_optimum(
 # ---------------------------------------------------------------------------------------------------------------
 # the optimum's drift along a scale axis
 
+Z_975 = 1.959963984540054  # the normal distribution's 97.5% quantile
 DRIFT_MIN_SHARE = 0.9  # the least share of replicates with every scale's optimum inside its grid for a verdict
 
 
@@ -265,9 +267,7 @@ def _widened(ci: list[float] | None, at: float, df: float) -> list[float] | None
     is estimated from df seed degrees of freedom (2 seeds: 1 per cell), not known."""
     if ci is None or not math.isfinite(df):
         return ci
-    from scipy import stats
-
-    k = float(stats.t.ppf(0.975, df) / stats.norm.ppf(0.975))
+    k = t_quantile(0.975, df) / Z_975
     return [at + (ci[0] - at) * k, at + (ci[1] - at) * k]
 
 
