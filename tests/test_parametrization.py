@@ -262,3 +262,15 @@ def test_the_example_sweeps_both_parametrizations_at_four_widths():
     assert {r.model.base_width for r in runs} == {32}
     lrs = sorted({r.optim.lr for r in runs})
     assert all(b / a == pytest.approx(2) for a, b in zip(lrs, lrs[1:]))
+
+
+def test_a_score_mod_takes_the_parametrizations_attention_scale():
+    """The written-out scores of modified_attention (a score_mod's path off CUDA) use μP's scale as SDPA does."""
+    from ablate.model import modified_attention
+
+    q, k, v = torch.randn(3, 2, 2, 5, 8, generator=torch.Generator().manual_seed(0))
+    got = modified_attention(q, k, v, lambda score, b, h, q_idx, kv_idx: score, scale=0.05)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.05)
+    torch.testing.assert_close(got, want)
+    default = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert not torch.allclose(got, default)
