@@ -2,7 +2,7 @@
 its names known, its data files readable, what it asks of this machine present, and its device, dtype and batch
 schedule resolved) that experiment loading makes, sweeps carry and train() takes as it is.
 
-The checks config.py cannot make alone: optim.name and model.ffn/norm/score_mod against the registry (with their
+The checks ablate.config cannot make alone: optim.name and model.ffn/norm/score_mod against the registry (with their
 options and, for a user's component, its shapes on the meta device), eval.tasks and eval.metrics against the suite,
 a GPU for train.device='cuda', float8 matmuls for train.float8, every step's batch a multiple of the world size.
 Nothing here trains: experiment loading imports this module and no training module.

@@ -13,7 +13,7 @@ run) takes today's default, as RunConfig.from_dict gives it. tests/test_report_f
 
 from __future__ import annotations
 
-# ModelConfig's defaults of the fields the count reads (src/ablate/config.py)
+# ModelConfig's defaults of the fields the count reads (src/ablate/config/__init__.py)
 MODEL_DEFAULTS = {
     "vocab_size": 8192,
     "d_model": 128,

@@ -1,4 +1,5 @@
-"""Typed run configuration: dataclasses, validation, identity hash.
+"""Typed run configuration: dataclasses, validation, identity hash (errors, annotation checks and the batch
+schedule's rules in this folder's other modules).
 
 Every field is checked against its annotation (and a Literal's allowed values) before any compute starts, and a
 failure names the field and what it accepts. Fields are replaced with dotted overrides ({"model.n_kv_heads": 1}) by
@@ -10,20 +11,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from ablate.config.batch_rules import parse_batch_stages, validate_batch_schedule  # noqa: F401
+from ablate.config.errors import ConfigError, ExperimentError  # noqa: F401 (the API: ablate.config.*)
+from ablate.config.errors import require as _require
+from ablate.config.field_types import describe_type, matches_type  # noqa: F401
 from ablate.text import FOLDER_NAME_RULE, folder_name_problem
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message names the field and the allowed values."""
-
-
-class ExperimentError(ValueError):
-    """An experiment file, or the runs it gives, that cannot load; the message names the file (and line)."""
 
 
 class _Identity:
@@ -328,43 +324,6 @@ def _build(section_cls, value: Any, where: str):
     return section_cls(**value)
 
 
-def describe_type(tp) -> str:
-    """An annotation in words, for error messages: "one of 'cf', 'mcf'", "int or None"."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe_type(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"a list of {describe_type(typing.get_args(tp)[0])}"
-    if origin is dict:
-        key_tp, value_tp = typing.get_args(tp)
-        return f"a dict of {describe_type(key_tp)} -> {describe_type(value_tp)}"
-    return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
-
-
-def matches_type(value, tp) -> bool:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return value in typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(matches_type(value, a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return value is None
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is list:
-        return isinstance(value, list) and all(matches_type(v, typing.get_args(tp)[0]) for v in value)
-    if origin is dict:
-        key_tp, value_tp = typing.get_args(tp)
-        return isinstance(value, dict) and all(
-            matches_type(k, key_tp) and matches_type(v, value_tp) for k, v in value.items()
-        )
-    return isinstance(value, tp)
-
-
 def _check_types(obj, where: str) -> None:
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
@@ -377,11 +336,6 @@ def _check_types(obj, where: str) -> None:
             raise ConfigError(
                 f"{where}.{f.name}: got {value!r} ({type(value).__name__}); allowed: {describe_type(hints[f.name])}"
             )
-
-
-def _require(ok: bool, field_name: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{field_name}: {message}")
 
 
 def validate(run: RunConfig) -> RunConfig:
@@ -447,7 +401,7 @@ def validate(run: RunConfig) -> RunConfig:
         f"{t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}",
     )
     _require(t.peak_flops is None or t.peak_flops > 0, "train.peak_flops", "must be None or > 0")
-    _validate_batch_schedule(t)
+    validate_batch_schedule(t)
     _require(t.spike_window >= 8, "train.spike_window", "must be >= 8 (losses the robust z-score is taken over)")
     _require(t.spike_threshold > 0, "train.spike_threshold", "must be > 0")
     _require(t.monitor_every >= 0, "train.monitor_every", "must be >= 0 (0: every train.log_every)")
@@ -470,66 +424,6 @@ def validate(run: RunConfig) -> RunConfig:
 
 SEED_LIMIT = 2**32  # numpy's and torch's generators all take it (seed + rank stays far below torch's 2**63)
 REPORT_FILES = ("report.json", "report.md", "report.html")  # written into runs/<experiment>/ by `ablate report`
-
-
-def parse_batch_stages(text: str) -> list[tuple[int, int]]:
-    """'0:8,200000:16' -> [(0, 8), (200000, 16)]: (tokens seen, global batch from there on); ConfigError if bad."""
-    where, allowed = "train.batch_stages", "allowed: 'tokens:batch,...' starting at 0 with increasing tokens"
-    stages = []
-    for part in text.split(","):
-        tokens, sep, batch = part.strip().partition(":")
-        try:
-            stages.append((int(tokens), int(batch)))
-        except ValueError:
-            raise ConfigError(f"{where}: cannot read {part.strip()!r}; {allowed}, e.g. '0:8,200000:16'") from None
-        _require(bool(sep) and stages[-1][1] > 0, where, f"{part.strip()!r}: {allowed}, batches > 0")
-    _require(stages[0][0] == 0 and all(a[0] < b[0] for a, b in zip(stages, stages[1:])), where, f"{text!r}: {allowed}")
-    return stages
-
-
-def _validate_batch_schedule(t: TrainConfig) -> None:
-    kind = t.batch_schedule
-    _require(t.max_tokens >= 0, "train.max_tokens", "must be >= 0 (0: max_steps x global_batch x seq_len)")
-    if kind in ("ramp", "dynamic"):
-        _require(
-            0 < t.batch_start <= t.global_batch,
-            "train.batch_start",
-            f"{kind}: must be in (0, train.global_batch={t.global_batch}], got {t.batch_start}",
-        )
-        _require(t.batch_ramp_tokens > 0, "train.batch_ramp_tokens", f"{kind}: must be > 0")
-        # the schedule's batches are whole micro-batches: another start would be rounded (4 with micro_batch 16
-        # trains at 16 from the first step, and the ramp is gone without a word)
-        rounded = max(t.micro_batch, t.batch_start // t.micro_batch * t.micro_batch)
-        _require(
-            t.batch_start % t.micro_batch == 0,
-            "train.batch_start",
-            f"{kind}: {t.batch_start} is not a multiple of train.micro_batch={t.micro_batch} (the schedule's "
-            f"batches are whole micro-batches: it would start at {rounded}); allowed: multiples of "
-            f"{t.micro_batch} up to {t.global_batch}, or a smaller train.micro_batch",
-        )
-    if kind == "stages":
-        _require(bool(t.batch_stages.strip()), "train.batch_stages", "stages: needs a table, e.g. '0:8,200000:16'")
-        batches = [b for _, b in parse_batch_stages(t.batch_stages)]
-        bad = [b for b in batches if b > t.global_batch]
-        _require(
-            not bad,
-            "train.batch_stages",
-            f"batches {bad} exceed train.global_batch={t.global_batch} (the "
-            f"largest batch, which data preparation and memory are checked against)",
-        )
-        bad = [b for b in batches if b % t.micro_batch]
-        _require(
-            not bad,
-            "train.batch_stages",
-            f"batches {bad} are not multiples of train.micro_batch="
-            f"{t.micro_batch}; allowed: multiples of {t.micro_batch}, or a smaller train.micro_batch",
-        )
-    else:
-        _require(
-            not t.batch_stages.strip(),
-            "train.batch_stages",
-            f"only read when batch_schedule='stages', not {kind!r}; allowed here: ''",
-        )
 
 
 def _validate_moe_mla(m: ModelConfig) -> None:
