@@ -22,7 +22,7 @@ from ablate.optim import assign_roles, build_optimizer
 from ablate.optim.muon import newton_schulz, update_scale
 from ablate.setup.checks import check_run
 from ablate.training.callbacks.experts import ExpertBalance
-from ablate.training.trainer import standard_callbacks
+from ablate.training.callbacks.standard import standard_callbacks
 from conftest import TINY, run_cli
 
 D_MODEL, EXPERTS = 16, 4

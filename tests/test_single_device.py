@@ -260,3 +260,29 @@ def test_world_one_has_no_process_group_and_no_collectives():
     value = torch.ones(3)
     assert d.sum_tensor(value) is value and d.gather_objects("x") == ["x"] and d.first_of(None) is None
     assert d.broadcast_object({"a": 1}) == {"a": 1} and d.mean(2.5) == 2.5
+
+
+class OpsDispatched(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_one_pass_step_dispatches_nothing_beside_the_models_loss_and_backward(tmp_path):
+    """accumulate() of a step's one pass adds no op to the model's loss and its backward (before: a zeros to start
+    the sum from, the division by a share of 1 in forward and backward, and the add: 5 ops a step); two passes
+    divide each by its share."""
+    trainer = tiny_trainer(tmp_path, **{"train.global_batch": 4, "train.micro_batch": 4})
+    ((parts, share),) = list(trainer.passes(4))
+    assert share == 1
+    with OpsDispatched() as bare:
+        loss, _ = trainer.model.loss(*parts)
+        loss.backward()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    with OpsDispatched() as accumulated:
+        trainer.accumulate([(parts, share)])
+    assert accumulated.count == bare.count

@@ -42,6 +42,7 @@ LAYERS = [
     {"training.callbacks", "eval.load"},  # eval.load: a run folder or checkpoint as an eval-mode model
     {"eval.checkpoints", "eval.export", "eval.lm_eval_model"},  # every checkpoint scored; transformers; lm-eval
     {"training.figures", "training.interrupt"},  # a step's figures on their way to the callbacks; Ctrl-C
+    {"training.graphs"},  # a step replayed from CUDA graphs (train.cuda_graphs): the figures it stages
     {"training.trainer"},  # the Trainer and its step, above every callback it runs
     {"training.stack"},  # runs of one shape stepped as one stacked model (members are Trainers)
     {"training.run"},  # the run's life and train()

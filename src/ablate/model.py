@@ -327,6 +327,11 @@ def moe_layer(cfg: ModelConfig, layer_index: int) -> nn.Module:
 for _name in ("swiglu", "gelu", "relu"):
     registry.register("ffn", _name, FeedForward)
 registry.register("ffn", "moe", moe_layer)
+# read by setup.checks.cuda_graphs_refusal: a component says so where its forward cannot be captured
+moe_layer.cuda_graphs = False
+moe_layer.cuda_graphs_why = (
+    "its routing's shapes follow the data (without torch._grouped_mm the experts' row counts are read on the host)"
+)
 
 
 def init_component(module: nn.Module, std: float, generator: torch.Generator | None) -> None:

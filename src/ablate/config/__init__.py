@@ -182,6 +182,7 @@ class TrainConfig(_Identity):
     # bookkeeping: never changes the trained numbers
     identity_omits: ClassVar[tuple[str, ...]] = (
         *("log_every", "val_every", "monitor_every", "ckpt_every", "keep_checkpoints", "keep_steps", "peak_flops"),
+        "cuda_graphs",  # replays the kernels the step launches, on the same memory (training.graphs)
     )
     identity_added_later: ClassVar[tuple[str, ...]] = (
         *(f"batch_{n}" for n in ("schedule", "start", "ramp_tokens", "stages", "lr_scaling")),
@@ -201,6 +202,10 @@ class TrainConfig(_Identity):
     # the first step's compile (the ~10M model of bench_train.py: 1.2-1.3x the eager step), off for fp32 (eager fp32
     # runs stay bit-identical); on GPU where a first compile is under a tenth of the run, and always with float8.
     compile: bool | Literal["auto"] = "auto"
+    # CUDA graphs for the step (training.graphs): True replays each step from captured graphs (world size 1, a CUDA
+    # device, an optimizer whose class says captures_step; refused by name elsewhere); "auto" turns them on only on
+    # the GPUs where a lease found the losses bit for bit those of the un-graphed step (setup.auto)
+    cuda_graphs: bool | Literal["auto"] = "auto"
     log_every: int = 10
     val_every: int = 100  # 0: only at the end
     ckpt_every: int = 100  # 0: only at the end

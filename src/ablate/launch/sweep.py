@@ -110,7 +110,7 @@ def file_callbacks(path: str | Path, runs: list[CheckedRun]) -> list:
 
     found = experiment_callbacks(path)
     if found:
-        from ablate.training.trainer import run_callbacks
+        from ablate.training.callbacks.standard import run_callbacks
 
         for run in runs:
             try:

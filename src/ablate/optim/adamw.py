@@ -14,6 +14,9 @@ class AdamW(torch.optim.AdamW):
     # The fused kernel skips a whole update on the device where `found_inf` (set before step()) is 1: weights,
     # moments and step count stay as they were. The trainer then skips a non-finite step without a host read.
     takes_found_inf = True
+    # The same fused step replays from a CUDA graph (training.graphs): no host reads, and the learning rate taken from
+    # a tensor in the group where the graph puts one (bit for bit the float's, tests/test_cuda_graphs.py)
+    captures_step = True
 
     def __init__(self, groups: list[dict], cfg: OptimConfig):
         # The fused kernel (CPU and CUDA, FSDP2's DTensors included) makes one pass over each parameter instead of

@@ -53,30 +53,32 @@ GPU_COMPILE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
-class Compile:
+class Choice:
+    """An "auto" setting resolved (train.compile, train.cuda_graphs)."""
+
     on: bool
     why: str  # said once at the run's start when "auto" decided
 
 
 def compile_blocks(
     setting: bool | str, on: torch.device, bf16: bool, seconds_at_peak: float, float8: bool = False
-) -> Compile:
+) -> Choice:
     """train.compile resolved. `seconds_at_peak`: the run's model FLOPs over the device's peak."""
     if setting != "auto":
-        return Compile(bool(setting), "")
+        return Choice(bool(setting), "")
     if on.type == "cuda":
         if float8:
-            return Compile(True, "compiled: float8 matmuls are slower than bf16 without compile")
+            return Choice(True, "compiled: float8 matmuls are slower than bf16 without compile")
         run_seconds = seconds_at_peak / GPU_EAGER_MFU
         if GPU_COMPILE_SECONDS < GPU_COMPILE_SHARE * run_seconds:
-            return Compile(
+            return Choice(
                 True,
                 f"compiled: a first compile (~{GPU_COMPILE_SECONDS:.0f} s) is under "
                 f"{GPU_COMPILE_SHARE:.0%} of the run (~{run_seconds:.0f} s eager)",
             )
-        return Compile(False, f"eager: the run (~{run_seconds:.0f} s) is too short to repay a first compile")
+        return Choice(False, f"eager: the run (~{run_seconds:.0f} s) is too short to repay a first compile")
     # fp32 on CPU stays eager: compile changes fp32 losses in their last digits, eager runs stay bit-identical
-    return Compile(bf16 and seconds_at_peak >= AUTO_COMPILE_SECONDS_AT_PEAK, "")
+    return Choice(bf16 and seconds_at_peak >= AUTO_COMPILE_SECONDS_AT_PEAK, "")
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,9 @@ class RunChoices:
     device: torch.device
     bf16: bool
     kernels: str  # what runs: "triton" or "torch"
-    compile: Compile
+    compile: Choice
     inductor_blocks: bool = False  # compiled blocks with kernels="auto": RMSNorm, SwiGLU, RoPE fused by Inductor
+    cuda_graphs: Choice = Choice(False, "")  # train.cuda_graphs resolved (training.graphs)
 
     @property
     def compute_dtype(self) -> torch.dtype:
@@ -99,16 +102,47 @@ class RunChoices:
         return f"{self.device.type}, {precision}, {kernels}, {'compiled' if self.compile.on else 'eager'}"
 
 
-def for_run(run: RunConfig, on: torch.device | None = None, seconds_at_peak: float | None = None) -> RunChoices:
+def for_run(
+    run: RunConfig,
+    on: torch.device | None = None,
+    seconds_at_peak: float | None = None,
+    graphs_refusal: str | None = "not asked",
+) -> RunChoices:
     """Every auto of `run` on device `on` (train.device resolved when None). `seconds_at_peak` (the run's FLOPs
-    over the peak) decides compile "auto"; None: taken as long enough (plans, which know no peak yet)."""
+    over the peak) decides compile "auto"; None: taken as long enough (plans, which know no peak yet).
+    `graphs_refusal`: why this run's step cannot be captured (setup.checks.cuda_graphs_refusal), None if it can;
+    the default keeps CUDA graphs off (plans)."""
     on = on or device(run.train.device)
     bf16 = uses_bf16(run.train.dtype, on)
     seconds = float("inf") if seconds_at_peak is None else seconds_at_peak
     compiled = compile_blocks(run.train.compile, on, bf16, seconds, run.train.float8)
     kernels = resolved_kernels(run.model.kernels, on.type)
     inductor = compiled.on and run.model.kernels == "auto" and kernels == "triton"
-    return RunChoices(on, bf16, kernels, compiled, inductor)
+    graphs = cuda_graphs(run.train.cuda_graphs, on, graphs_refusal)
+    return RunChoices(on, bf16, kernels, compiled, inductor, graphs)
+
+
+# The GPUs (by the start of torch.cuda.get_device_name) on which a lease found a graphed step's losses bit for bit
+# those of the same step un-graphed (scripts/gpu_acceptance.py, part cuda_graphs): train.cuda_graphs="auto" turns
+# them on there only. None yet: no lease has run that part.
+CUDA_GRAPHS_PROVEN_ON: tuple[str, ...] = ()
+
+
+def cuda_graphs(setting: bool | str, on: torch.device, refusal: str | None) -> Choice:
+    """train.cuda_graphs resolved; `refusal`: why the step cannot be captured, None if it can. True where it
+    cannot is a ConfigError (setup.checks refuses it before any compute; this is the last guard)."""
+    if setting is True:
+        if refusal is not None:
+            raise ConfigError(f"train.cuda_graphs=True: {refusal}; allowed here: False or 'auto'")
+        return Choice(True, "")
+    if setting is False or on.type != "cuda":
+        return Choice(False, "")  # "auto" on a CPU: nothing to say
+    if refusal is not None:
+        return Choice(False, f"off: {refusal}")
+    name = torch.cuda.get_device_name(on)
+    if not name.startswith(CUDA_GRAPHS_PROVEN_ON) or not CUDA_GRAPHS_PROVEN_ON:
+        return Choice(False, f"off: not yet proven bit for bit on {name} (scripts/gpu_acceptance.py measures it)")
+    return Choice(True, f"on: a graphed step's losses were found bit for bit the eager step's on {name}")
 
 
 def eval_device(choice: str) -> torch.device:

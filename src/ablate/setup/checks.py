@@ -56,6 +56,10 @@ def check_run(run: RunConfig | CheckedRun, world: int | None = None, prechecked:
         check_float8(device)
     plan = run_batch_plan(run)
     check_plan(plan, world, run.train)
+    if run.train.cuda_graphs is True:
+        refusal = cuda_graphs_refusal(run, device, world)
+        if refusal is not None:
+            raise ConfigError(f"train.cuda_graphs=True: {refusal}; allowed here: False or 'auto'")
     return CheckedRun(run, world, device, uses_bf16(run.train.dtype, device), tuple(plan))
 
 
@@ -81,6 +85,40 @@ def check_registered_names(run: RunConfig) -> RunConfig:
         if task_code != run.eval.task_code:
             run = replace(run, eval=replace(run.eval, task_code=task_code))
     return run
+
+
+def cuda_graphs_refusal(run: RunConfig, device: torch.device, world: int) -> str | None:
+    """Why this run's step cannot be replayed from CUDA graphs (training.graphs), None if it can: what a capture
+    needs (a CUDA device, world size 1, a capturable optimizer step, static shapes and no host reads inside the
+    step) and what no lease has shown captured bit for bit yet."""
+    from ablate.components import registry
+    from ablate.setup.components import used
+
+    if device.type != "cuda":
+        return f"CUDA graphs need a CUDA device, and this run trains on {device.type}"
+    if world > 1:
+        return f"world size {world}: FSDP2's collectives and hooks are not captured (world size 1 only)"
+    optimizer = registry.lookup("optimizer", run.optim.name)
+    if not getattr(optimizer.obj, "captures_step", False):
+        return (
+            f"optim.name={run.optim.name!r} ({optimizer.qualname}) does not say its step can be captured (a class "
+            f"attribute captures_step = True: a step with no host reads, its learning rate read from the group's "
+            f"tensor)"
+        )
+    for kind, name in used(run).items():
+        entry = registry.lookup(kind, name)
+        if getattr(entry.obj, "cuda_graphs", True) is False:
+            why = getattr(entry.obj, "cuda_graphs_why", "it says its forward cannot be captured")
+            return f"{registry.FIELD_OF[kind]}={name!r} ({entry.qualname}): {why}"
+    unproven = {
+        "model.dropout": run.model.dropout > 0,
+        "train.float8": run.train.float8,
+        "data.doc_mask": run.data.doc_mask,
+    }
+    for field_name, is_set in unproven.items():
+        if is_set:
+            return f"{field_name} is set, and a step with it has not been shown captured bit for bit yet"
+    return None
 
 
 FLOAT8_MIN_CAPABILITY = (8, 9)  # float8 tensor cores: Ada (8.9), Hopper (9.0) and newer

@@ -30,6 +30,15 @@ class PendingStep:
     over: bool = False  # the step is over: trainer.step counts it
 
 
+def figure_tensors(
+    loss: torch.Tensor, grad_norm: torch.Tensor, stop: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step's figures as one float64 tensor [loss, grad norm(, Ctrl-C flags)], and its non-finite flag (1.0 where
+    the loss or the gradient is not finite: the fused optimizer's found_inf), both on the device."""
+    figures = torch.stack([loss, grad_norm.double(), *([] if stop is None else [stop])])
+    return figures, (~torch.isfinite(figures[:2]).all()).float()  # one isfinite of both: 5 ops fewer than two
+
+
 class StepFigures:
     """The steps whose figures are on their way, oldest first, and the newest figures read (`last`)."""
 
@@ -42,9 +51,10 @@ class StepFigures:
     ) -> PendingStep:
         """Step `step`'s figures, left on the device: its loss over ranks (float64), its grad norm, and, above world
         size 1, the Ctrl-C flags summed over ranks."""
-        nonfinite = (~(torch.isfinite(loss) & torch.isfinite(grad_norm))).float()
-        figures = torch.stack([loss, grad_norm.double(), *([] if stop is None else [stop])])
-        pending = PendingStep(step, tokens, figures, nonfinite)
+        return self.add(PendingStep(step, tokens, *figure_tensors(loss, grad_norm, stop)))
+
+    def add(self, pending: PendingStep) -> PendingStep:
+        """A step whose figures are made (a graphed step's, training.graphs), on its way; returned."""
         self.pending.append(pending)
         return pending
 

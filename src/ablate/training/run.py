@@ -27,7 +27,8 @@ from ablate.setup.checks import CheckedRun, check_run
 from ablate.training.callbacks import Callback, Divergence
 from ablate.training.callbacks.metrics import reset_peak_memory
 from ablate.training.parallel import free_memory, init_distributed
-from ablate.training.trainer import Trainer, run_callbacks
+from ablate.training.callbacks.standard import run_callbacks
+from ablate.training.trainer import Trainer
 
 
 SOURCE = "source"  # a run folder's copy of the user code it trained with

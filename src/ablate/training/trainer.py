@@ -1,19 +1,18 @@
 """The Trainer: one run's model, optimizer and data, its step, and the callbacks (ablate.training.callbacks) around it.
 
-Top to bottom: the run's callbacks; building the model, optimizer and data; what callbacks may call (log, say);
-the step, and acting on the callbacks' verdicts; checkpoint state (resume_state, restore, roll_back); the loop
-(fit) and a branch's start; summary.json's figures. The run's life around the Trainer (its folder, lock, identity,
+Top to bottom: building the model, optimizer and data; what callbacks may call (log, say); the step, and acting on
+the callbacks' verdicts; checkpoint state (resume_state, restore, roll_back); the loop (fit) and a branch's start;
+summary.json's figures. A run's callbacks are made by ablate.training.callbacks.standard; a step replayed from CUDA
+graphs is ablate.training.graphs'. The run's life around the Trainer (its folder, lock, identity,
 failures) is ablate.training.run's.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from functools import cache
 from pathlib import Path
-from collections.abc import Sequence
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -27,16 +26,13 @@ from ablate.kernels import loss_chunks
 from ablate.model import Transformer
 from ablate.optim import build_optimizer, lr_factor, set_lr
 from ablate.setup import auto
-from ablate.setup.checks import CheckedRun
+from ablate.setup.checks import CheckedRun, cuda_graphs_refusal
 from ablate.training import checkpoint
 from ablate.training.callbacks import TAKE, Callback, CallbackStateError, Divergence, StepValues, Verdict
-from ablate.training.callbacks.checkpointing import Checkpointer
-from ablate.training.callbacks.experts import ExpertBalance
-from ablate.training.callbacks.metrics import MetricsChannel, TrainMetrics, peak_memory_bytes
-from ablate.training.callbacks.nonfinite import NonFiniteGuard
-from ablate.training.callbacks.stability import LossSpikes, StabilityMonitors
-from ablate.training.callbacks.validation import Validation
+from ablate.training.callbacks.metrics import MetricsChannel, peak_memory_bytes
+from ablate.training.callbacks.standard import standard_callbacks
 from ablate.training.figures import PendingStep, StepFigures
+from ablate.training.graphs import StepGraphs
 from ablate.training.interrupt import CtrlC
 from ablate.training.parallel import (
     Dist,
@@ -47,55 +43,6 @@ from ablate.training.parallel import (
     peak_flops_source,
     seed_everything,
 )
-
-
-def standard_callbacks(run: RunConfig) -> list[Callback]:
-    """Every run's callbacks, set from its config, in their order; the eval suite for runs that name tasks."""
-    t, e = run.train, run.eval
-    found: list[Callback] = [
-        NonFiniteGuard(),
-        LossSpikes(t.spike_threshold, t.spike_window, t.spike_policy),
-        StabilityMonitors(t.monitor_every or t.log_every, t.micro_batch, run.data.doc_mask),
-        Validation(t.val_every, run.data.val_sequences, t.micro_batch),
-        TrainMetrics(t.log_every),
-        Checkpointer(t.ckpt_every, t.keep_checkpoints, t.keep_steps),
-    ]
-    if run.model.ffn == "moe":
-        found.append(ExpertBalance(t.log_every, update_bias=run.model.moe_balance == "bias"))
-    if e.tasks.strip():  # lazily: runs without tasks never load the suite
-        from ablate.training.callbacks.evals import EvalSuite
-
-        found.append(EvalSuite(e.tasks, e.format, e.limit, e.batch_size, e.every, e.every_tokens, e.metrics))
-    return sorted(found, key=lambda c: c.order)
-
-
-def run_callbacks(run: RunConfig, extra: Sequence[Callback] = ()) -> list[Callback]:
-    """The standard callbacks, then a fresh copy of each of `extra` (the user's: state never passes from one run to
-    the next), each named apart (a name keys its state in checkpoints). Raises ConfigError naming the culprit."""
-    if not isinstance(extra, (list, tuple)):
-        raise ConfigError(f"callbacks: a {type(extra).__name__}; allowed: a list of ablate.training.callbacks.Callback")
-    found = standard_callbacks(run)
-    for i, callback in enumerate(extra):
-        if not isinstance(callback, Callback):
-            raise ConfigError(
-                f"callbacks[{i}]: a {type(callback).__name__}; allowed: an instance of a subclass of "
-                f"ablate.training.callbacks.Callback"
-            )
-        same = next((c for c in found if c.name == callback.name), None)
-        if same is not None:
-            raise ConfigError(
-                f"callbacks[{i}]: {type(callback).__name__} is named {callback.name!r}, as is "
-                f"{type(same).__name__}; allowed: a name no other callback of the run has (set `name` "
-                f"on the class; taken: {', '.join(sorted(c.name for c in found))})"
-            )
-        try:
-            found.append(copy.deepcopy(callback))
-        except Exception as exc:
-            raise ConfigError(
-                f"callbacks[{i}]: {type(callback).__name__} cannot be copied for a run ({exc}); make "
-                f"what does not copy (open files, locks) in pre_train instead of __init__"
-            ) from None
-    return found
 
 
 def loss_chunks_for(run: RunConfig, device: torch.device, rows: int, compiled: bool) -> int | None:
@@ -179,6 +126,10 @@ class Trainer:
         self.reads_every_step = not self.skips_on_device
         self.figures = StepFigures()  # each step's loss and grad norm, on their way to the callbacks
         self.ctrl_c = CtrlC()
+        # train.cuda_graphs: each step replayed from CUDA graphs (training.graphs), where setup.auto turned them on
+        self.graphs = StepGraphs(self) if self.choices.cuda_graphs.on else None
+        if self.choices.cuda_graphs.why:
+            self.say(f"train.cuda_graphs=auto: {self.choices.cuda_graphs.why}")
 
     def _build_model(self, param_dtype) -> Transformer:
         """The model made ready for the world size (training.parallel), its weights initialised once on rank 0
@@ -189,7 +140,8 @@ class Trainer:
         with torch.device(d.device if d.world == 1 else "meta"):
             model = Transformer(run.model, max_seq_len=self.seq_len)
         run_flops = model.flops_per_token(self.seq_len) * sum(self.batch_plan) * self.seq_len
-        self.choices = auto.for_run(run, d.device, run_flops / (self.peak_flops * d.world))  # seconds per device
+        seconds_at_peak = run_flops / (self.peak_flops * d.world)  # per device
+        self.choices = auto.for_run(run, d.device, seconds_at_peak, cuda_graphs_refusal(run, d.device, d.world))
         self.compiled = self.choices.compile.on
         if self.choices.compile.why:
             self.say(f"train.compile=auto: {self.choices.compile.why}")
@@ -236,7 +188,12 @@ class Trainer:
         start = time.perf_counter()
         batch = self.batch_plan[self.step]
         lr = self.set_step_lr(batch)
+        if self.graphs is not None and self.graphs.ready():
+            self.graphs.train_step(batch, lr, start)  # the same step, replayed from CUDA graphs
+            return
         self.finish_step(self.forward_backward(batch), batch, lr, start)
+        if self.graphs is not None:
+            self.graphs.saw_eager_step()
 
     def set_step_lr(self, batch: int) -> float:
         """This step's learning rate (schedule x batch scaling) set on the optimizer, and returned."""
@@ -259,11 +216,17 @@ class Trainer:
         """Clipping by this run's own norm, the figures staged, the callbacks' verdict: the step's PendingStep, its
         `take` set where the update is to be taken; None where the run rolled back. Raises Divergence on a verdict
         to stop, KeyboardInterrupt on a Ctrl-C (before any update)."""
-        d = self.dist
+        return self.judge(self.stage_figures(loss_sum, self.clip_gradients(), batch), batch, lr)
+
+    def clip_gradients(self) -> torch.Tensor:
+        """The gradients clipped by this run's own norm (optim.grad_clip); their norm before, on the device."""
         max_norm = self.run.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        pending = self.stage_figures(loss_sum, grad_norm, batch)
+        return grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+
+    def judge(self, pending: PendingStep, batch: int, lr: float) -> PendingStep | None:
+        """decide_update once the step's figures are staged: the callbacks' verdict (see decide_update)."""
+        d = self.dist
         if self.reads_every_step:
             self.figures.read()
         if pending.stop or (d.world == 1 and self.ctrl_c.requested):
@@ -307,18 +270,38 @@ class Trainer:
     def forward_backward(self, batch: int) -> torch.Tensor:
         """This rank's passes of the step's `batch` sequences, forward and backward; the sum of their
         cross-entropies (each pass weighted by its share), on the device."""
-        loss_sum = torch.zeros((), device=self.dist.device)
-        for (inputs, targets, doc_ids), share in self.passes(batch):
+        return self.accumulate(self.passes(batch))
+
+    def accumulate(self, passes) -> torch.Tensor:
+        """Forward and backward of each of `passes` ((inputs, targets, doc_ids or None), share), the gradients
+        summed on the parameters; the sum of their cross-entropies (each divided by its share), on the device."""
+        loss_sum = None
+        for (inputs, targets, doc_ids), share in passes:
             loss, ce = self.model.loss(inputs, targets, doc_ids)
-            (loss / share).backward()  # share: see rank_micro_batches
-            loss_sum += ce / share
-        return loss_sum
+            if share != 1:  # share: see rank_micro_batches. A step's one pass is not divided (x / 1 is x, in 2 ops)
+                loss, ce = loss / share, ce / share
+            loss.backward()
+            loss_sum = ce.float() if loss_sum is None else loss_sum + ce  # 0 + x is x: no zeros to start from
+        return loss_sum if loss_sum is not None else torch.zeros((), device=self.dist.device)
 
     def passes(self, batch: int):
         """This rank's passes of the step's `batch` sequences from the run's own sampler: ((inputs, targets,
         doc_ids or None), share) each, on the device."""
-        t, d = self.run.train, self.dist
+        d = self.dist
         on_gpu = d.device.type == "cuda"
+        for parts, share in self.host_passes(batch):
+            # pinned, the copies to a GPU run while the host goes on (a pageable non_blocking copy still waits)
+            yield (
+                [
+                    (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) if x is not None else None
+                    for x in parts
+                ],
+                share,
+            )
+
+    def host_passes(self, batch: int):
+        """passes(batch) before their copy to the device: on the host, doc_ids None without data.doc_mask."""
+        t, d = self.run.train, self.dist
         passes = rank_micro_batches(
             self.sampler.take(batch),
             d.world,
@@ -328,14 +311,7 @@ class Trainer:
         )
         doc_mask = self.run.data.doc_mask
         for (inputs, targets, doc_ids), share in passes:
-            # pinned, the copies to a GPU run while the host goes on (a pageable non_blocking copy still waits)
-            yield (
-                [
-                    (x.pin_memory() if on_gpu else x).to(d.device, non_blocking=True) if x is not None else None
-                    for x in (inputs, targets, doc_ids if doc_mask else None)
-                ],
-                share,
-            )
+            yield [inputs, targets, doc_ids if doc_mask else None], share
 
     def stage_figures(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor, batch: int) -> PendingStep:
         """This step's figures, left on the device: the loss over ranks (in float64, as it always was) and the grad
@@ -408,6 +384,8 @@ class Trainer:
         DamagedCheckpointError when the checkpoint's own files are not whole (resume then tries an older
         one), CallbackStateError when a callback cannot take its state back (the run fails; nothing is set aside)."""
         meta = checkpoint.load_checkpoint(ckpt, self.model, self.optimizer, self.dist)
+        if self.graphs is not None:
+            self.graphs.forget()  # the optimizer's state may be new tensors, which no graph reads
         try:
             self.step, self.tokens = meta["step"], meta["tokens"]
             if not keep_data_position:
