@@ -34,7 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_acceptance_measure as measure  # noqa: E402
+import gpu_acceptance_stacks as stacks  # noqa: E402
 import gpu_bundle  # noqa: E402
+
+stack_bench_plans = stacks.stack_bench_plans  # tests/test_bench_scripts.py checks every row
 
 REPO = measure.REPO
 VERDICT = re.compile(r"^(PASS|FAIL|INFO)  ")
@@ -174,6 +177,26 @@ PARTS = (
                 60,
                 "the quickstart's 9 runs as 3 stacks (ablate run experiments/quickstart.py --stack 3): <= 10 s of "
                 "training (each stack's wall time, summed)",
+            ),
+        ),
+    ),
+    Part(
+        5,
+        "a later lease: CUDA graphs, the K = 3 stack, stacked evaluation (issue 58)",
+        (
+            Step(
+                "cuda_graphs",
+                300,
+                "scripts/bench_cuda_graphs.py: ~10M and GPT-2 small, compiled and eager, train.cuda_graphs=True "
+                "against False: losses and grad norms bit for bit over 10 steps (then auto may list this GPU in "
+                "setup.auto.CUDA_GRAPHS_PROVEN_ON), and the step time of each",
+            ),
+            Step(
+                "stack_k3",
+                150,
+                "the K = 3 divergence's suspects: ~10M bf16 eager stacks of 3 in a fresh process, after a stack of 8 "
+                "in the same one, and at loss chunk counts 1, 4 and 7 (uneven rows), 8 steps each: every member's "
+                "loss and grad norm finite, the chunk count said",
             ),
         ),
     ),
@@ -334,65 +357,6 @@ def step_profile(key: str, smoke: bool) -> None:
             say("info", f"{check}, most device time a step", top)
 
 
-def stack_bench_plans(smoke: bool) -> list[tuple[str, int, bool | str]]:
-    """stack_bench's rows: (size, K, train.compile) each."""
-    sizes = ("quickstart",) if smoke else ("10M", "quickstart")
-    plans = [(size, k, "auto") for size in sizes for k in ((1, 2) if smoke else (1, 2, 3, 4, 8, 16))]
-    return plans + ([] if smoke else [("10M", k, True) for k in (4, 8)])
-
-
-def step_stack_bench(smoke: bool) -> None:
-    """bench_stack.py's sides in this process, a line per size and K; a row that fails (a stack whose members all
-    diverged, say) is said as a failure and the others go on."""
-    import bench_stack
-
-    device = "cpu" if smoke else "cuda"
-    steps, warmup = (1, 1) if smoke else (5, 3)
-    for size, k, compile_setting in stack_bench_plans(smoke):
-        bench_stack.COMPILE = compile_setting
-        check = f"stack of {k}, {size}, train.compile={compile_setting}"
-        try:
-            rates = bench_stack.in_process(size, k, steps, warmup, device)
-            if k in (2, 4) and compile_setting == "auto":
-                rates["side by side"] = bench_stack.side_by_side(size, k, steps, warmup, device)
-        except Exception as exc:
-            say(judge(False, not smoke), check, f"{type(exc).__name__}: {str(exc)[:300]}")
-            continue
-        figures = ", ".join(f"{name} {rate:,.0f} tok/s" for name, rate in rates.items())
-        if k == 1:
-            say("info", check, figures)
-            continue
-        big, by_side = rates["stacked"] / rates["K x batch"], rates.get("side by side")
-        ok = big >= 0.9 and (by_side is None or rates["stacked"] > by_side)
-        versus = f"; {rates['stacked'] / by_side:.2f}x side by side" if by_side else ""
-        say(judge(ok, not smoke), f"{check}: >= 90% of one run at K x batch", f"{big:.2f}x{versus} ({figures})")
-
-
-def step_quickstart_stacked(smoke: bool) -> None:
-    """`ablate run experiments/quickstart.py --stack 3` in a fresh process, as a user starts it; the training time is
-    each stack's wall time (its members', summary.json's wall_seconds), summed over the stacks."""
-    # the smoke: one variant's 3 seeds, 2 steps each, on CPU (that the step runs, not its figure)
-    settings = ["--only", "baseline", "--set", "train.max_steps=2"] if smoke else ["--set", "train.device=cuda"]
-    with tempfile.TemporaryDirectory(prefix="gpu_acceptance_quickstart_") as tmp:
-        command = [sys.executable, "-m", "ablate", "run", str(REPO / "experiments" / "quickstart.py"), "--stack", "3"]
-        start = time.time()
-        done = subprocess.run([*command, *settings, "--out", tmp], capture_output=True, text=True, cwd=REPO)
-        elapsed = time.time() - start
-        if done.returncode != 0:
-            say(judge(False, not smoke), "the quickstart as 3 stacks", done.stderr[-500:] or done.stdout[-500:])
-            return
-        stacks: dict[str, float] = {}
-        for path in Path(tmp).glob("quickstart/*/seed*/summary.json"):
-            summary = json.loads(path.read_text())
-            stacks[summary["variant"]] = max(stacks.get(summary["variant"], 0.0), summary["wall_seconds"])
-    training = sum(stacks.values())
-    say(
-        judge(training <= 10 and len(stacks) == 3, not smoke),
-        "the quickstart's 9 runs as 3 stacks, training <= 10 s",
-        f"{training:.1f} s of training over {len(stacks)} stacks ({elapsed:.1f} s for the whole command)",
-    )
-
-
 MEASUREMENTS = {
     "bench": step_bench,
     "speed_gpt2": lambda smoke: step_speed("gpt2", smoke),
@@ -400,8 +364,10 @@ MEASUREMENTS = {
     "speed_350M": lambda smoke: step_speed("350M", smoke),
     "packing": lambda smoke: step_packing(smoke, STEPS["packing"].seconds - 5 if not smoke else 120),
     "profile_gpt2": lambda smoke: step_profile("gpt2", smoke),
-    "stack_bench": step_stack_bench,
-    "quickstart_stacked": step_quickstart_stacked,
+    "stack_bench": stacks.step_stack_bench,
+    "quickstart_stacked": stacks.step_quickstart_stacked,
+    "cuda_graphs": stacks.step_cuda_graphs,
+    "stack_k3": stacks.step_stack_k3,
 }
 
 

@@ -20,6 +20,7 @@ SCRIPTS = {
         ["RUN", "--tasks", "copa,lambada"],
         "ratio in-training evaluation/training time, 1 evaluation(s) per run",
     ),
+    "bench_cuda_graphs": ([], "ratio step time un-graphed / graphed, smoke, compile=False"),
     "bench_kernels": ([], "ratio peak memory chunked/naive"),
     "bench_nanogpt": ([], "ratio tokens/s ablate / nanoGPT-style, smoke bf16"),
     "bench_plan": ([], "ratio estimate/measured furthest from 1, of 1 rows"),
