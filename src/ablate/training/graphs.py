@@ -22,6 +22,8 @@ the ordinary step does; the capture itself only a GPU can show.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ablate.training.figures import PendingStep, figure_tensors
@@ -137,21 +139,16 @@ class _CapturedStep:
         t.optimizer.found_inf = nonfinite  # what Trainer.judge sets where the update is taken; B reads it here
         return figures, nonfinite
 
+    @contextlib.contextmanager
     def _update_settings(self):
         """B's settings around the optimizer's step: each group's learning rate as its tensor, and (for a capture)
         capturable, which torch's optimizers ask before a captured step; the groups' own values back after."""
-        groups, lrs = self.trainer.optimizer.param_groups, self.lrs
-        capture = self.capture
-
-        class Settings:
-            def __enter__(self):
-                self.before = [(group["lr"], group.get("capturable", False)) for group in groups]
-                for group, lr in zip(groups, lrs):
-                    group["lr"] = lr
-                    group["capturable"] = group.get("capturable", False) or capture
-
-            def __exit__(self, *exc):
-                for group, (lr, capturable) in zip(groups, self.before):
-                    group["lr"], group["capturable"] = lr, capturable
-
-        return Settings()
+        groups = self.trainer.optimizer.param_groups
+        before = [(group["lr"], group.get("capturable", False)) for group in groups]
+        for group, lr, (_, capturable) in zip(groups, self.lrs, before):
+            group["lr"], group["capturable"] = lr, capturable or self.capture
+        try:
+            yield
+        finally:
+            for group, (lr, capturable) in zip(groups, before):
+                group["lr"], group["capturable"] = lr, capturable
