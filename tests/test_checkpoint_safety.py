@@ -231,6 +231,18 @@ def test_peak_is_the_best_this_machine_has_measured(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["peak_flops.json"]  # written by rename, nothing left over
 
 
+def test_peak_measurement_drops_a_size_too_slow_to_repeat(monkeypatch):
+    # bf16 on a CPU without bf16 units: a fixed count of large matmuls once took minutes before a run's first step
+    sizes = []
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: sizes.append(a.shape[0]) or real_mm(a, b))
+    peak = parallel.measure_peak_flops(torch.device("cpu"), torch.float32, sizes=(16, 8), seconds=0.0, rounds=3)
+    assert sizes == [8] and peak > 0  # the smallest size timed once; it and every larger one dropped after
+    sizes.clear()
+    parallel.measure_peak_flops(torch.device("cpu"), torch.float32, sizes=(8, 16), seconds=0.05, rounds=2)
+    assert sizes.count(8) > 2 and sizes.count(16) > 2  # quick sizes repeat until their time is up, every round
+
+
 def test_metrics_log_no_mfu_above_one(tmp_path, capsys):
     run = load_experiment(
         TINY, only=["mha"], overrides={"train.max_steps": "2", "train.ckpt_every": "0", "train.peak_flops": "1.0"}

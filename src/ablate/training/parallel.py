@@ -270,24 +270,36 @@ def measure_peak_flops(
 ) -> float:
     """The best square-matmul throughput seen on `device` for `dtype` (FLOP/s): `rounds` rounds over a few sizes
     for `seconds` each, so that one busy moment does not set the peak that MFU is measured against (training logs
-    and scripts/bench_train.py use the same)."""
+    and scripts/bench_train.py use the same). A size whose one matmul already takes longer than `seconds` is timed
+    that once and then dropped with every larger size: bf16 on a CPU without bf16 units runs ~100x slower than
+    fp32, and a fixed count of 2048^3 matmuls there took minutes before a run's first step."""
     import time
 
-    best = 0.0
+    def one_matmul_seconds(a: torch.Tensor, b: torch.Tensor) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    best, usable = 0.0, sorted(sizes)
     for _round in range(rounds):
-        for size in sizes:
+        for size in list(usable):
             a = torch.randn(size, size, device=device).to(dtype)
             b = torch.randn(size, size, device=device).to(dtype)
             deadline = time.perf_counter() + seconds
-            while time.perf_counter() < deadline:
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                for _ in range(4):
-                    torch.mm(a, b)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
+            while True:
+                took = one_matmul_seconds(a, b)
+                best = max(best, 2 * size**3 / took)
+                if took > seconds:  # too slow to repeat: this size and the larger ones are left out from here on
+                    usable = [kept for kept in usable if kept < size]
+                    break
+                if time.perf_counter() >= deadline:
+                    break
+            if size not in usable:
+                break
     return best
 
 
