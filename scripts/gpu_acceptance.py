@@ -198,6 +198,12 @@ PARTS = (
                 "in the same one, and at loss chunk counts 1, 4 and 7 (uneven rows), 8 steps each: every member's "
                 "loss and grad norm finite, the chunk count said",
             ),
+            Step(
+                "stack_eval",
+                90,
+                "scripts/bench_stack_eval.py: ~10M and the quickstart's size, K = 2, 4, 8 models scored in one "
+                "stacked pass against member by member: >= 0.8 x K the throughput at K = 8",
+            ),
         ),
     ),
 )
@@ -368,6 +374,7 @@ MEASUREMENTS = {
     "quickstart_stacked": stacks.step_quickstart_stacked,
     "cuda_graphs": stacks.step_cuda_graphs,
     "stack_k3": stacks.step_stack_k3,
+    "stack_eval": stacks.step_stack_eval,
 }
 
 

@@ -1,4 +1,5 @@
-"""The acceptance's stack and CUDA-graph measurements (scripts/gpu_acceptance.py parts 4 and 5), one process each."""
+"""The acceptance's stack, CUDA-graph and stacked-eval measurements (scripts/gpu_acceptance.py parts 4 and 5), one
+process each."""
 
 from __future__ import annotations
 
@@ -81,6 +82,13 @@ def step_cuda_graphs(smoke: bool) -> None:
     import bench_cuda_graphs
 
     bench_cuda_graphs.main(["--smoke"] if smoke else ["--device", "cuda"])
+
+
+def step_stack_eval(smoke: bool) -> None:
+    """scripts/bench_stack_eval.py in this process: its verdict lines are the step's."""
+    import bench_stack_eval
+
+    bench_stack_eval.main(["--smoke"] if smoke else ["--device", "cuda"])
 
 
 def step_stack_k3(smoke: bool) -> None:

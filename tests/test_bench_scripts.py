@@ -22,6 +22,7 @@ SCRIPTS = {
     ),
     "bench_cuda_graphs": ([], "ratio step time un-graphed / graphed, smoke, compile=False"),
     "bench_kernels": ([], "ratio peak memory chunked/naive"),
+    "bench_stack_eval": ([], "ratio stacked / member-by-member requests a second, smoke K=2"),
     "bench_nanogpt": ([], "ratio tokens/s ablate / nanoGPT-style, smoke bf16"),
     "bench_plan": ([], "ratio estimate/measured furthest from 1, of 1 rows"),
     "bench_stack": ([], "ratio tokens/s stacked / one after another, K=2"),

@@ -44,6 +44,7 @@ LAYERS = [
     {"training.figures", "training.interrupt"},  # a step's figures on their way to the callbacks; Ctrl-C
     {"training.graphs"},  # a step replayed from CUDA graphs (train.cuda_graphs): the figures it stages
     {"training.trainer"},  # the Trainer and its step, above every callback it runs
+    {"training.stack_eval"},  # a stack's members scored by the task suite in one pass (their EvalSuites record)
     {"training.stack"},  # runs of one shape stepped as one stacked model (members are Trainers)
     {"training.run"},  # the run's life and train()
     {"launch.sweep", "cost.plan", "launch.study"},  # study: the rounds of `ablate run --until-decided`

@@ -12,6 +12,10 @@ request is counted as truncated.
 
 Under FSDP every rank scores its share of the batches, runs the same number of forward passes (padding with a
 dummy batch), and the per-request sums are added up over ranks.
+
+A stack of K models of one shape (`ablate run --stack K`; LogitsModel.members, built by training.stack_eval) is
+scored in one pass over the same rows (score_members): its forward returns every member's hidden states with a
+leading dimension of K, and the rest runs on each member's slice as on one model's.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class LogitsModel:
     head: Callable[[torch.Tensor], torch.Tensor] | None = None  # if set, forward returns hidden states and this
     # maps the few that are scored to logits (the vocabulary projection is most of a small model's cost)
     selects: bool = False  # forward(..., select=(batch index, position index)) returns logits at those only
+    members: int | None = None  # a stack of this many models of one shape (score_members): forward and head take
+    # and return a leading dimension of the members, every member on the same rows; None: one model
 
 
 def for_transformer(model, max_len: int | None = None, device=None, autocast=None) -> LogitsModel:
@@ -251,21 +257,22 @@ def _score_batch(lm: LogitsModel, batch: list[_Row], sums: torch.Tensor, misses:
     out = lm.forward(*args, select=(b_idx, p_idx)) if lm.selects else lm.forward(*args)
     if not targets:
         return
-    picked = out if lm.selects else out[b_idx, p_idx]
+    picked = out if lm.selects else out[..., b_idx, p_idx, :]  # (T, d) or a stack's (K, T, d)
     # A few hundred scored positions at a time: their vocabulary-wide logits stay in cache. log_softmax is one fused
     # kernel on CPU (logsumexp is five: measured 30% of the engine's time), and its values are summed in fp32 or
-    # wider whatever the matmuls ran in.
+    # wider whatever the matmuls ran in. A stack's members share the rows: every index below applies to each
+    # member's slice (its own row of `sums` and `misses`), the same ops on the same values as its model alone.
     for start in range(0, len(wanted), SCORE_CHUNK):
-        logits = picked[start : start + SCORE_CHUNK]
+        logits = picked[..., start : start + SCORE_CHUNK, :]
         if lm.head is not None:
             logits = lm.head(logits)
         logits = logits.float()
         chunk = slice(start, start + SCORE_CHUNK)
-        target = wanted[chunk, None]
-        missed = logits.gather(1, target)[:, 0] < logits.amax(-1)
-        logprob = torch.log_softmax(logits, -1).gather(1, target)[:, 0]
-        sums.index_add_(0, request[chunk], logprob.to(sums.dtype))
-        misses.index_add_(0, request[chunk], missed.to(misses.dtype))
+        target = wanted[chunk, None].expand(*logits.shape[:-1], 1)
+        missed = logits.gather(-1, target)[..., 0] < logits.amax(-1)
+        logprob = torch.log_softmax(logits, -1).gather(-1, target)[..., 0]
+        sums.index_add_(-1, request[chunk], logprob.to(sums.dtype))
+        misses.index_add_(-1, request[chunk], missed.to(misses.dtype))
 
 
 def _planned(distinct, max_len: int, shares_prefix: bool, batch_size: int):
@@ -294,6 +301,24 @@ def _batches(rows: list[_Row], batch_size: int) -> list[list[_Row]]:
 
 def score(lm: LogitsModel, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int = 32) -> list[Scored]:
     """Score every (context ids, continuation ids); under torch.distributed the rows are split over ranks."""
+    if lm.members is not None:
+        raise ValueError(f"score: a stack of {lm.members} models (LogitsModel.members); score_members scores it")
+    return _score(lm, encoded, batch_size)[0]
+
+
+def score_members(
+    lm: LogitsModel, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int = 32
+) -> list[list[Scored]]:
+    """A stack's members (LogitsModel.members) scored in one pass over the rows: per member, what `score` gives
+    for its model alone (the same rows, batches and ops on each member's slice: on CPU in fp32 bit for bit where
+    the stacked forward is, tests/test_stack_eval.py)."""
+    if lm.members is None:
+        raise ValueError("score_members: one model (LogitsModel.members is None); score scores it")
+    return _score(lm, encoded, batch_size)
+
+
+def _score(lm: LogitsModel, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int) -> list[list[Scored]]:
+    """Each member's scores (one model: a list of one)."""
     if batch_size < 1:
         raise ValueError(f"batch_size: {batch_size}; allowed: >= 1")
     distinct, first = dedupe(encoded)
@@ -303,9 +328,11 @@ def score(lm: LogitsModel, encoded: Sequence[tuple[list[int], list[int]]], batch
     rank = dist.get_rank() if world > 1 else 0
     mine = batches[rank::world]
     passes = -(-len(batches) // world)  # the same count on every rank, as FSDP needs
-    # per distinct request: its summed log-probability (fp64), and how many of its tokens were not the argmax
-    sums = torch.zeros(len(distinct), dtype=torch.float64, device=lm.device)
-    misses = torch.zeros(len(distinct), dtype=torch.int64, device=lm.device)
+    # per member and distinct request: its summed log-probability (fp64), and how many of its tokens were not the
+    # argmax; one model's are (requests,), a stack's (members, requests)
+    shape = (len(distinct),) if lm.members is None else (lm.members, len(distinct))
+    sums = torch.zeros(shape, dtype=torch.float64, device=lm.device)
+    misses = torch.zeros(shape, dtype=torch.int64, device=lm.device)
     # one autocast region for every pass: autocast casts each weight to bf16 once per region, not once per call
     with lm.autocast:
         for k in range(passes):
@@ -314,5 +341,8 @@ def score(lm: LogitsModel, encoded: Sequence[tuple[list[int], list[int]]], batch
     if world > 1:  # each request was scored on one rank: the others hold zeros for it
         dist.all_reduce(sums)
         dist.all_reduce(misses)
-    sums, misses = sums.tolist(), misses.tolist()
-    return [Scored(sums[i], misses[i] == 0, scored_tokens[i], truncated[i]) for i in first]
+    per_member = zip(sums.reshape(-1, len(distinct)).tolist(), misses.reshape(-1, len(distinct)).tolist())
+    return [
+        [Scored(logprobs[i], missed[i] == 0, scored_tokens[i], truncated[i]) for i in first]
+        for logprobs, missed in per_member
+    ]
