@@ -16,10 +16,9 @@ records them (the same files, scalars and summary) instead of scoring again.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
-
-from dataclasses import dataclass
 
 from ablate import rundir
 from ablate.eval import engine, suite
