@@ -212,7 +212,8 @@ def per_token_cross_entropy(
     """Cross-entropy of each position (fp32, shaped like targets, 0 where ignored) of hidden @ weight.T, never
     holding more than a chunk of logits: validation's per-sequence losses."""
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    out = torch.empty(flat_targets.shape, dtype=torch.float32, device=hidden.device)
+    # new_empty, not torch.empty: under vmap (a stack's validation, training.stack_eval) one row of it a member
+    out = flat_hidden.new_empty(flat_targets.shape, dtype=torch.float32)
     chunk_rows = chunk_rows or default_chunk_rows(*flat_hidden.shape, weight.shape[0])
     chunked_linear_cross_entropy(
         flat_hidden,

@@ -21,6 +21,7 @@ SCRIPTS = {
         "ratio in-training evaluation/training time, 1 evaluation(s) per run",
     ),
     "bench_cuda_graphs": ([], "ratio step time un-graphed / graphed, smoke, compile=False"),
+    "bench_fixed_costs": (["--imports", "3"], "ratio fixed costs / wall time, stacks"),
     "bench_kernels": ([], "ratio peak memory chunked/naive"),
     "bench_stack_eval": ([], "ratio stacked / member-by-member requests a second, smoke K=2"),
     "bench_nanogpt": ([], "ratio tokens/s ablate / nanoGPT-style, smoke bf16"),

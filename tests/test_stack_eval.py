@@ -16,6 +16,16 @@ from ablate.training import stack_eval
 from ablate.training.stack import Stack, StackedTrainer
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Bit for bit holds on one CPU thread (as pytest -n gives each worker): with more, a batched matmul and the
+    member's own split their sums over the threads differently."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _requests(count: int = 24, seed: int = 3) -> list[tuple[list[int], list[int]]]:
     """(context, continuation) ids: groups of four continuations of one context (the engine's shared-prefix rows),
     contexts of different lengths, one longer than the model's 16 positions (cut from the left)."""
@@ -124,3 +134,68 @@ def test_members_due_at_different_steps_score_alone(tmp_path):
         assert _evals(member) == _evals(alone)
     assert [r["step"] for r in _evals(members[0])] == [2, 2, 4, 4]
     assert [r["step"] for r in _evals(members[2])] == [4, 4]
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_stacked_validation_losses_equal_each_members_own(shape):
+    """One vmapped per_token_loss over the stack gives each member's validation losses of its own model, bit for
+    bit in fp32 (dense, grouped-query, latent attention, experts, an untied head with QK-norm), a subset too."""
+    models = _models(shape)
+    alone = [copy.deepcopy(m).eval() for m in models]
+    stack = Stack(models)
+    g = torch.Generator().manual_seed(5)
+    inputs, targets = torch.randint(0, VOCAB, (2, 3, 16), generator=g)
+    targets[1, 10:] = -100  # a window ending early: ignored positions
+    with torch.no_grad():
+        want = [model.per_token_loss(inputs, targets) for model in alone]
+        with stack_eval.eval_mode(stack.loss_module):
+            got = stack_eval.stacked_token_losses(stack, [0, 1, 2])(inputs, targets)
+            subset = stack_eval.stacked_token_losses(stack, [2, 1])(inputs, targets)
+    assert got.shape == (3, 3, 16) and all(torch.equal(got[k], want[k]) for k in range(3))
+    assert torch.equal(subset[0], want[2]) and torch.equal(subset[1], want[1])
+    assert not torch.equal(want[0], want[1]) and (want[0][1, 10:] == 0).all()
+
+
+def _val_rows(trainer) -> list[dict]:
+    trainer.end()
+    return [r for r in rundir.read_jsonl(trainer.run_dir / rundir.METRICS) if "val/loss" in r]
+
+
+def test_a_stacked_runs_validation_equals_its_lone_runs_in_one_pass(tmp_path, monkeypatch):
+    """Three seeds validating every 2, 4 and 4 of 4 steps: at step 2 the first validates alone, at step 4 all
+    three in one stacked pass; every member's val/loss, val/bpb, per-document items and summary equal its lone
+    run's, bit for bit."""
+    from ablate.training.callbacks.validation import Validation
+
+    steps, cadences = 4, (2, 4, 4)
+    lone = [
+        t for s, e in enumerate(cadences) for t in _trainers(tmp_path / "lone", steps, (s,), **{"train.val_every": e})
+    ]
+    for trainer in lone:
+        for _ in range(steps):
+            trainer.train_step()
+    members = [
+        t for s, e in enumerate(cadences) for t in _trainers(tmp_path / "stack", steps, (s,), **{"train.val_every": e})
+    ]
+    passes, document_nats = [], Validation.document_nats
+
+    def recorded(self, trainer, per_token_loss=None):
+        nats = document_nats(self, trainer, per_token_loss)
+        passes.append((trainer.step if per_token_loss is None else trainer.step + 1, nats.shape))
+        return nats
+
+    monkeypatch.setattr(Validation, "document_nats", recorded)
+    stacked = StackedTrainer(members)
+    for _ in range(steps):
+        stacked.train_step()
+    assert not stacked.failed
+    documents = passes[0][1][0]
+    assert passes == [(2, (documents,)), (4, (3, documents))] and documents > 1
+    for alone, member in zip(lone, members):
+        assert member.summary()["final_val_loss"] == alone.summary()["final_val_loss"]
+        assert _val_rows(member) == _val_rows(alone)
+        items = [name for name in _items(member) if name.endswith("val_loss.jsonl")]
+        assert items and all(_items(member)[name] == _items(alone)[name] for name in items)
+    assert [r["step"] for r in _val_rows(members[0])] == [2, 4] and len(
+        {_val_rows(m)[-1]["val/loss"] for m in members}
+    ) == 3

@@ -327,9 +327,12 @@ def _one_after_another(groups: list[list], out: str, callbacks: list, progress) 
             print(f"stack of {len(group)}: {', '.join(sweep.run_label(r.config) for r in group)}", flush=True)
         for k, run in enumerate(group, first):
             progress(k, run, "started", str(rundir.run_dir_for(out, run.config)))
-        outcomes = (
-            sweep.attempt_stack(group, out, callbacks) if len(group) > 1 else [sweep.attempt(group[0], out, callbacks)]
-        )
+        with sweep.survivors_frozen():  # the collection after each run walks only that run's objects
+            outcomes = (
+                sweep.attempt_stack(group, out, callbacks)
+                if len(group) > 1
+                else [sweep.attempt(group[0], out, callbacks)]
+            )
         for k, (run, (state, message)) in enumerate(zip(group, outcomes), first):
             progress(k, run, state, message)
             states.append(state)

@@ -125,13 +125,49 @@ def file_sha256(path: str) -> str:
 
 def validation_figures(tokenizer_path: str, val_tokens, val_doc_starts, max_tokens: int = RUN_FIGURES_MAX_TOKENS):
     """The run's tokenizer figures on its validation documents (decoded from its token file; the first ones up to
-    max_tokens), with the tokenizer file's sha256: what tells runs of different tokenizers apart."""
-    from tokenizers import Tokenizer
+    max_tokens), with the tokenizer file's sha256: what tells runs of different tokenizers apart. Worked out once
+    per process for a tokenizer and documents of the same content (the members of a stack, runs one after another
+    on one data config): a copy of the figures each call."""
+    sha256 = file_sha256(tokenizer_path)
+    doc_starts = np.asarray(val_doc_starts, dtype=np.int64)
+    count = int(np.searchsorted(doc_starts, max_tokens))  # the documents read: those starting before max_tokens
+    end = int(doc_starts[count]) if count < len(doc_starts) else len(val_tokens)
+    key = ("figures", sha256, content_sha256(val_tokens[:end], doc_starts[:count]), max_tokens)
+    found = _MEMO.get(key)
+    if found is None:
+        from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(tokenizer_path)
-    docs = _documents(val_tokens, val_doc_starts, max_tokens)
-    texts = (t for ids in docs if (t := tok.decode(ids, skip_special_tokens=True)).strip())
-    return {**figures(tok, count_text(tok, texts)), "sha256": file_sha256(tokenizer_path)}
+        tok = Tokenizer.from_file(tokenizer_path)
+        docs = _documents(val_tokens, val_doc_starts, max_tokens)
+        texts = (t for ids in docs if (t := tok.decode(ids, skip_special_tokens=True)).strip())
+        found = _remember(key, {**figures(tok, count_text(tok, texts)), "sha256": sha256})
+    return dict(found)
+
+
+# What a process worked out from a tokenizer file and a split's tokens, keyed by their content (sha256), not by
+# path or object: each member of a stack opens the cache's files anew, and a cache folder rebuilt in place is other
+# content. A few entries (one per tokenizer and split a sweep uses), the oldest dropped first.
+_MEMO: dict[tuple, object] = {}
+_MEMO_ENTRIES = 8
+
+
+def _remember(key: tuple, value):
+    _MEMO[key] = value
+    while len(_MEMO) > _MEMO_ENTRIES:
+        del _MEMO[next(iter(_MEMO))]
+    return value
+
+
+def content_sha256(*arrays) -> str:
+    """sha256 over the arrays' dtypes, shapes and bytes (a memory-mapped token file is read once, ~1 GB/s)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
 
 
 VAL_BYTES_PER_TOKEN = 4  # the validation documents' byte budget: data.val_sequences x seq_len x this
@@ -165,7 +201,17 @@ class ValDocuments:
 
 def validation_documents(tokenizer_path: str, val, budget: int) -> ValDocuments:
     """The first documents of `val` (a TokenData) whose text reaches `budget` UTF-8 bytes, per source of a mixture
-    held out per source (budget / sources each); all of them where the split holds less."""
+    held out per source (budget / sources each); all of them where the split holds less. Chosen once per process
+    for a tokenizer and split of the same content (the members of a stack): the arrays returned are read-only."""
+    source_starts = () if val.source_starts is None else val.source_starts
+    key = ("documents", file_sha256(tokenizer_path), content_sha256(val.tokens, val.doc_starts, source_starts), budget)
+    found = _MEMO.get(key)
+    if found is None:
+        found = _remember(key, _validation_documents(tokenizer_path, val, budget))
+    return found
+
+
+def _validation_documents(tokenizer_path: str, val, budget: int) -> ValDocuments:
     import hashlib
 
     from tokenizers import Tokenizer
@@ -186,5 +232,7 @@ def validation_documents(tokenizer_path: str, val, budget: int) -> ValDocuments:
             digest.update(raw)
             picked.append((start, end, len(raw)))
             total += len(raw)
-    starts, ends, n_bytes = (np.array(col, dtype=np.int64) for col in zip(*picked)) if picked else ([],) * 3
-    return ValDocuments(starts, ends, n_bytes, digest.hexdigest())
+    columns = [np.array(col, dtype=np.int64) for col in zip(*picked)] if picked else [np.zeros(0, np.int64)] * 3
+    for col in columns:
+        col.flags.writeable = False  # shared by every run of the process that scores these documents
+    return ValDocuments(*columns, digest.hexdigest())

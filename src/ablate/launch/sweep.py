@@ -15,6 +15,7 @@ An experiment file's own `callbacks` reach every run: a worker is given the file
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -37,6 +38,24 @@ RESULT_ENV = "ABLATE_RESULT"  # a worker writes its final state there, so the pa
 
 def run_label(run: RunConfig) -> str:
     return f"{run.name} seed{run.train.seed}"
+
+
+@contextlib.contextmanager
+def survivors_frozen():
+    """Around each run (or stack) of a process: every object alive at its start (the modules torch and ablate
+    imported, ~300k objects; what earlier runs left cached) waits in the collector's permanent generation until it
+    ends, so the full collections during it and the one that frees it (training.parallel.free_memory) walk only
+    what the run made: ~0.3 s less a run on a 2-core CPU (scripts/bench_fixed_costs.py). Nothing alive is dropped;
+    the run's own objects are collected as before. Where something else froze objects already, left as it is
+    (gc.unfreeze would thaw theirs too)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def attempt(run: RunConfig | CheckedRun, out_root: str | Path, callbacks: Sequence = ()) -> tuple[str, str]:
@@ -163,7 +182,8 @@ def _in_worker(runs: list, out_root: str, threads: int | None, experiment_file: 
     runs = [RunConfig.from_dict(run) if isinstance(run, dict) else run for run in runs]
     try:
         callbacks = experiment_callbacks(experiment_file) if experiment_file else []
-        outcomes = attempt_stack(runs, out_root, callbacks) if stacked else [attempt(runs[0], out_root, callbacks)]
+        with survivors_frozen():
+            outcomes = attempt_stack(runs, out_root, callbacks) if stacked else [attempt(runs[0], out_root, callbacks)]
     except ExperimentError as exc:  # checked before the sweep began; the file changed since
         outcomes = [("failed", str(exc))] * len(runs)
     except KeyboardInterrupt:  # train() recorded where each stopped; the parent tells the user

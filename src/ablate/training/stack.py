@@ -25,8 +25,8 @@ take theirs (batched where their optimizer's class has a stacked_step, Muon's; e
 otherwise, AdamW's fused kernel); then each member's complete_step (its counters and callbacks). A member that
 diverges is masked: its row is still computed (on another member's batch) but never stepped again, and the
 others go on. Members at different steps (resumed from checkpoints of different steps, or one rolled back by its
-spike policy) step alone until they are at one step again. Members due to score the task suite at one step score it
-in one stacked pass (training.stack_eval), each member's EvalSuite recording its own results.
+spike policy) step alone until they are at one step again. Members due to validate or score the task suite at one step
+do it in one stacked pass (training.stack_eval), each member's callback recording its own results.
 
 Not yet: Triton kernels under vmap, FSDP2 (a stack is one device's: ablate run refuses --stack under torchrun).
 """
@@ -339,8 +339,10 @@ class StackedTrainer:
         seconds = self.last_step_seconds
         decided = self._decide(active, loss_sum, batch, lrs)
         self._update([k for k, pending in decided.items() if pending.take])
-        # the members due to score the task suite at this step scored in one pass (their EvalSuites record it)
-        evals = stack_eval.score_together(self.stack, {k: self.members[k] for k in decided}, batch)
+        # the members due to validate or score the task suite at this step, each in one pass (their callbacks record)
+        completing = {k: self.members[k] for k in decided}
+        evals = stack_eval.validate_together(self.stack, completing, batch)
+        evals += stack_eval.score_together(self.stack, completing, batch)
         for k, pending in decided.items():
             self._guarded(k, lambda k=k, p=pending: self.members[k].complete_step(p, batch, start, seconds))
         callbacks = evals + sum(self.members[k].post_step_seconds for k in decided)  # evals, checkpoints: not the step

@@ -1,11 +1,11 @@
-"""A stack's members scored by the cloze task suite in one pass (issue 58 part 4): where a stack's members reach an
-eval step together, one engine pass over the rows runs every member's forward at once, instead of K passes one
-member after another.
+"""A stack's members scored by the cloze task suite, and validated, in one pass (issue 58 parts 4 and 5): where a
+stack's members reach an eval or validation step together, one pass over the rows runs every member's forward at
+once, instead of K passes one member after another.
 
 The engine's model for a stack (for_stack) is torch.func.vmap over functional_call of the stack's twin (member 0's
 structure on the meta device, torch kernels: training.stack), the members' tensors swapped in: every member runs on
 the same rows (the same tokens, positions and tree masks), its hidden states and logits a slice of a leading
-dimension of K, and engine.score_members reads each member's scores off its slice. On CPU in fp32 every score
+dimension of K, and engine.score_members reads each member's scores off its slice. On one CPU thread in fp32 every score
 equals the member's own pass bit for bit for dense, grouped-query, latent and mixture-of-experts models
 (tests/test_stack_eval.py). A hand-batched model (model.py's layers with a (K, ...) weight path of their own) is
 not built: vmap already dispatches a stacked pass's operators once for all members, but for CPU attention's loop
@@ -18,6 +18,11 @@ they score (EvalSuite.scoring_key), scores each group of two or more in one pass
 member's results; its post_step records them as its own. A member alone in its group, or not due, scores itself in
 its post_step as a lone run does: nothing is skipped, and a result handed for a step its post_step does not act at
 is dropped.
+
+validate_together does the same for the held-out loss: the members whose Validation acts at the step and shares a
+scoring_key (the same documents, tokens and pass size) have their documents' losses computed by one vmapped
+per_token_loss a pass (stacked_token_losses), each Validation handed its member's row; bit for bit each member's own
+in fp32 on one CPU thread.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from torch.func import functional_call, vmap
 
 from ablate.eval import engine, suite
 from ablate.training.callbacks.evals import EvalSuite, Handed
+from ablate.training.callbacks.validation import Validation
 
 
 class _Hidden(nn.Module):
@@ -44,6 +50,17 @@ class _Hidden(nn.Module):
 
     def forward(self, tokens, positions, attn_mask):
         return self.model.hidden_states(tokens, positions=positions, attn_mask=attn_mask)
+
+
+class _TokenLosses(nn.Module):
+    """The member model's validation losses (per_token_loss) as its forward, for functional_call."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, targets):
+        return self.model.per_token_loss(tokens, targets, None)
 
 
 class _Head(nn.Module):
@@ -77,12 +94,7 @@ def for_stack(
     chosen = list(range(stack.size)) if members is None else list(members)
     if not chosen or any(not 0 <= k < stack.size for k in chosen):
         raise ValueError(f"for_stack: members {chosen}; allowed: one or more of 0..{stack.size - 1}")
-    every = chosen == list(range(stack.size))
-    index = torch.tensor(chosen, device=next(iter(stack.params.values())).device)
-    tensors = {
-        f"model.{name}": (t if every else t.detach()[index])
-        for name, t in (*stack.params.items(), *stack.buffers.items())
-    }
+    tensors = _member_tensors(stack, chosen)
     twin = stack.loss_module.model
     hidden, head = _Hidden(twin), _Head(twin)
 
@@ -102,7 +114,7 @@ def for_stack(
     return engine.LogitsModel(
         forward,
         max_len or twin.max_seq_len,
-        torch.device(device) if device is not None else index.device,
+        torch.device(device) if device is not None else next(iter(stack.params.values())).device,
         True,
         autocast or contextlib.nullcontext(),
         head=project,
@@ -137,22 +149,27 @@ def after_step(trainer, batch: int) -> AfterStep:
     return AfterStep(trainer.step + 1, trainer.max_steps, trainer.tokens + tokens, tokens)
 
 
+def _shared_passes(trainers: dict, batch: int, kind: type) -> list[tuple[list[int], list]]:
+    """The groups of two or more members whose callback of `kind` (EvalSuite, Validation) acts at the step they
+    complete and shares a scoring_key: (their member indices, sorted; their (index, callback) pairs). A member
+    alone in its group is left out: its post_step does the work as a lone run's does."""
+    groups: dict[tuple, list] = {}
+    for k, trainer in trainers.items():
+        coming = after_step(trainer, batch)
+        for callback in trainer.callbacks:
+            if isinstance(callback, kind) and callback.acts_at(coming):
+                groups.setdefault(callback.scoring_key(trainer), []).append((k, callback))
+    shared = [(sorted({k for k, _ in due}), due) for due in groups.values()]
+    return [(members, due) for members, due in shared if len(members) > 1]
+
+
 def score_together(stack, trainers: dict, batch: int) -> float:
     """Before the members' complete_step of a stacked step of `batch` sequences (trainers: member index -> its
     Trainer, those completing the step): each group of two or more members whose EvalSuites act at that step and
     share a scoring_key scored in one pass, every callback of the group handed its member's results. Returns the
     seconds it took (the members' evaluation, not the step's)."""
     start = time.perf_counter()
-    groups: dict[tuple, list[tuple[int, EvalSuite]]] = {}
-    for k, trainer in trainers.items():
-        coming = after_step(trainer, batch)
-        for callback in trainer.callbacks:
-            if isinstance(callback, EvalSuite) and callback.acts_at(coming):
-                groups.setdefault(callback.scoring_key(trainer), []).append((k, callback))
-    for due in groups.values():
-        members = sorted({k for k, _ in due})
-        if len(members) < 2:  # alone: its post_step scores it as a lone run's does
-            continue
+    for members, due in _shared_passes(trainers, batch, EvalSuite):
         first = trainers[members[0]]
         lm = for_stack(stack, members, max_len=first.seq_len, device=first.dist.device)
         pass_start = time.perf_counter()
@@ -162,4 +179,47 @@ def score_together(stack, trainers: dict, batch: int) -> float:
         for k, callback in due:
             step = after_step(trainers[k], batch).step
             callback.hand(Handed(step, scored[members.index(k)], seconds, len(members)))
+    return time.perf_counter() - start
+
+
+def _member_tensors(stack, members: list[int]) -> dict[str, torch.Tensor]:
+    """`members`' tensors as the stack holds them now, named for a wrapper of the twin (`model.` first): all
+    members in place, a subset copied out (an index)."""
+    if members == list(range(stack.size)):
+        return {f"model.{name}": t for name, t in (*stack.params.items(), *stack.buffers.items())}
+    index = torch.tensor(members, device=next(iter(stack.params.values())).device)
+    return {f"model.{name}": t.detach()[index] for name, t in (*stack.params.items(), *stack.buffers.items())}
+
+
+def stacked_token_losses(stack, members: list[int]):
+    """(inputs, targets) -> the (K, B, S) validation losses of `members` of `stack`, every member on the same
+    rows: one vmapped per_token_loss, under the stack's autocast as the members' own validation runs."""
+    tensors, losses = _member_tensors(stack, members), _TokenLosses(stack.loss_module.model)
+
+    def member_losses(member_tensors, inputs, targets):
+        return functional_call(losses, member_tensors, (inputs, targets))
+
+    def per_token_loss(inputs, targets):
+        cast = (
+            torch.autocast(inputs.device.type, dtype=stack.compute_dtype)
+            if stack.compute_dtype is not None
+            else contextlib.nullcontext()
+        )
+        with cast, _vmap_costs_quiet():
+            return vmap(member_losses, in_dims=(0, None, None))(tensors, inputs, targets)
+
+    return per_token_loss
+
+
+def validate_together(stack, trainers: dict, batch: int) -> float:
+    """As score_together, for the held-out loss: each group of two or more members whose Validation acts at the
+    coming step and shares a scoring_key has its documents' losses computed in one vmapped pass, each callback
+    handed its member's row. Returns the seconds it took (the members' validation, not the step's)."""
+    start = time.perf_counter()
+    for members, due in _shared_passes(trainers, batch, Validation):
+        first, callback = trainers[members[0]], due[0][1]
+        with eval_mode(stack.loss_module), torch.no_grad():
+            nats = callback.document_nats(first, stacked_token_losses(stack, members))
+        for k, member_callback in due:
+            member_callback.hand(after_step(trainers[k], batch).step, nats[members.index(k)])
     return time.perf_counter() - start

@@ -20,9 +20,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ablate.report.inputs.runs import Point, Run, TaskInfo
-from ablate.report.schema import ItemMismatch
+
+# The report schema is imported where a mismatch is made (match): every command's parser reads MAX_TOKEN_GAP from
+# here (report.options), and the whole schema took ~0.1 s of each command's start.
+if TYPE_CHECKING:
+    from ablate.report.schema import ItemMismatch
 
 MAX_TOKEN_GAP = 0.05  # default --max-token-gap: compared points further apart in tokens (relative) are not compared
 
@@ -134,6 +139,8 @@ def match(runs: list[Run], task: TaskInfo, metric: str, min_share: float, averag
     """The evaluations and items a comparison of `runs` on (task, metric) uses. min_share: the intersection of
     item ids must hold at least this share of the smallest run's items (and >= 2 items) to be used. average_last:
     each run's last this many evaluations up to the compared one are averaged."""
+    from ablate.report.schema import ItemMismatch
+
     key = (task.key, metric)
     points, tokens, at_last = final_points(runs, key)
     windows = {r.label: _window(r.scores[key], points[r.label], average_last) for r in runs}

@@ -29,6 +29,10 @@ class Validation(Callback):
         self.every, self.sequences, self.micro_batch = every, sequences, micro_batch
         self.last_val_loss = self.last_val_bpb = math.nan
         self.docs: tokenizer_stats.ValDocuments | None = None  # fixed: chosen once per process
+        self.handed: tuple[int, np.ndarray] | None = None  # (step, document nats) a stack scored for this member
+
+    def pre_train(self, trainer: TrainerView) -> None:
+        self.handed = None  # nothing a stack scored before a rollback or resume
 
     def acts_at(self, trainer: TrainerView) -> bool:
         return due(trainer.step, self.every, trainer.max_steps)
@@ -43,9 +47,23 @@ class Validation(Callback):
             self.docs = tokenizer_stats.validation_documents(trainer.data.tokenizer_path, trainer.data.val, budget)
         return self.docs
 
+    def scoring_key(self, trainer: TrainerView) -> tuple:
+        """What this callback's document losses depend on besides the model (a stack's members sharing a key are
+        scored in one pass, training.stack_eval; their sequence length and device the stack shares): the
+        tokenizer's file, the documents' token ids and places, the passes' size and the end of a document."""
+        docs, val = self.documents(trainer), trainer.data.val
+        ids = tokenizer_stats.content_sha256(*(val.tokens[a:b] for a, b in zip(docs.starts, docs.ends)))
+        path = trainer.data.tokenizer_path
+        return (tokenizer_stats.file_sha256(path), ids, docs.starts.tobytes(), self.micro_batch, trainer.data.eos_id)
+
+    def hand(self, step: int, nats: np.ndarray) -> None:
+        """A stack's document losses for this member at `step` (training.stack_eval), for its coming post_step."""
+        self.handed = (step, nats)
+
     def validate(self, trainer: TrainerView) -> None:
         docs = self.documents(trainer)
-        nats = self.document_nats(trainer)
+        handed, self.handed = self.handed, None
+        nats = handed[1] if handed is not None and handed[0] == trainer.step else self.document_nats(trainer)
         tokens, n_bytes, count = docs.ends - docs.starts, docs.n_bytes, len(nats)
         self.last_val_loss = float(nats.sum() / tokens.sum()) if count else math.nan
         self.last_val_bpb = float(nats.sum() / (math.log(2) * n_bytes.sum())) if n_bytes.sum() else math.nan
@@ -60,15 +78,18 @@ class Validation(Callback):
         trainer.say(f"step {trainer.step} val_loss {self.last_val_loss:.4f}")
 
     @torch.no_grad()
-    def document_nats(self, trainer: TrainerView) -> np.ndarray:
+    def document_nats(self, trainer: TrainerView, per_token_loss=None) -> np.ndarray:
         """Summed token losses of each validation document, its windows split over ranks for the forward passes
-        and gathered on every rank. Every rank runs the same number of forward passes, as FSDP2 needs."""
+        and gathered on every rank. Every rank runs the same number of forward passes, as FSDP2 needs.
+        per_token_loss: (inputs, targets) -> their (B, S) losses (None: the trainer's model, in eval mode), or a
+        stack's (K, B, S) (training.stack_eval): then a (K, documents) array, one row of every member's."""
         d, size, docs = trainer.dist, self.micro_batch, self.documents(trainer)
         windows = docs.windows(trainer.seq_len)
         mine = list(range(d.rank, len(windows), d.world))
         passes = -(-len(windows) // (size * d.world))
-        nats = {}
-        trainer.model.eval()
+        sums = []  # each pass's window sums, left on the device: one read for the whole validation, not one a pass
+        if per_token_loss is None:
+            trainer.model.eval()
         for k in range(passes):
             part = mine[k * size : (k + 1) * size]
             chunk = [windows[i] for i in part] or windows[:1]  # a rank with nothing left runs one and keeps nothing
@@ -77,14 +98,21 @@ class Validation(Callback):
                 for x in trainer.data.val.document_batch(chunk, trainer.seq_len, trainer.data.eos_id)
             ]
             # one document per window: no mask to apply; a chunk of logits at a time: a 50k vocabulary never is whole
-            per_token = trainer.model.per_token_loss(inputs, targets, None)
-            nats.update(zip(part, per_token.sum(dim=1).tolist()))
-        trainer.model.train()
-        out = np.zeros(len(docs.starts))
-        for part in d.gather_objects(nats):
-            for i, value in part.items():
-                out[windows[i][0]] += value
-        return out
+            if per_token_loss is None:
+                per_token = trainer.model.per_token_loss(inputs, targets, None)
+            else:
+                per_token = per_token_loss(inputs, targets)
+            sums.append(per_token.sum(dim=-1)[..., : len(part)])
+        if per_token_loss is None:
+            trainer.model.train()
+        members = torch.cat(sums, dim=-1).tolist() if sums else []
+        stacked = bool(sums) and sums[0].dim() == 2
+        out = np.zeros((len(members) if stacked else 1, len(docs.starts)))
+        for row, values in zip(out, members if stacked else [members]):
+            for part in d.gather_objects(dict(zip(mine, values))):
+                for i, value in part.items():
+                    row[windows[i][0]] += value
+        return out if stacked else out[0]
 
     def state_dict(self) -> dict:
         return {"last_val_loss": self.last_val_loss, "last_val_bpb": self.last_val_bpb}
