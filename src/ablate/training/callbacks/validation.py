@@ -83,13 +83,20 @@ class Validation(Callback):
         and gathered on every rank. Every rank runs the same number of forward passes, as FSDP2 needs.
         per_token_loss: (inputs, targets) -> their (B, S) losses (None: the trainer's model, in eval mode), or a
         stack's (K, B, S) (training.stack_eval): then a (K, documents) array, one row of every member's."""
+        if per_token_loss is not None:
+            return self._nats(trainer, per_token_loss)
+        trainer.model.eval()
+        try:
+            return self._nats(trainer, lambda inputs, targets: trainer.model.per_token_loss(inputs, targets, None))
+        finally:
+            trainer.model.train()
+
+    def _nats(self, trainer: TrainerView, per_token_loss) -> np.ndarray:
         d, size, docs = trainer.dist, self.micro_batch, self.documents(trainer)
         windows = docs.windows(trainer.seq_len)
         mine = list(range(d.rank, len(windows), d.world))
         passes = -(-len(windows) // (size * d.world))
         sums = []  # each pass's window sums, left on the device: one read for the whole validation, not one a pass
-        if per_token_loss is None:
-            trainer.model.eval()
         for k in range(passes):
             part = mine[k * size : (k + 1) * size]
             chunk = [windows[i] for i in part] or windows[:1]  # a rank with nothing left runs one and keeps nothing
@@ -98,18 +105,12 @@ class Validation(Callback):
                 for x in trainer.data.val.document_batch(chunk, trainer.seq_len, trainer.data.eos_id)
             ]
             # one document per window: no mask to apply; a chunk of logits at a time: a 50k vocabulary never is whole
-            if per_token_loss is None:
-                per_token = trainer.model.per_token_loss(inputs, targets, None)
-            else:
-                per_token = per_token_loss(inputs, targets)
-            sums.append(per_token.sum(dim=-1)[..., : len(part)])
-        if per_token_loss is None:
-            trainer.model.train()
-        members = torch.cat(sums, dim=-1).tolist() if sums else []
-        stacked = bool(sums) and sums[0].dim() == 2
-        out = np.zeros((len(members) if stacked else 1, len(docs.starts)))
-        for row, values in zip(out, members if stacked else [members]):
-            for part in d.gather_objects(dict(zip(mine, values))):
+            sums.append(per_token_loss(inputs, targets).sum(dim=-1)[..., : len(part)])
+        stacked = bool(sums) and sums[0].dim() == 2  # a stack's (K, windows) sums: a row of nats per member
+        values = torch.cat(sums, dim=-1).tolist() if sums else []
+        out = np.zeros((len(values) if stacked else 1, len(docs.starts)))
+        for row, member_values in zip(out, values if stacked else [values]):
+            for part in d.gather_objects(dict(zip(mine, member_values))):
                 for i, value in part.items():
                     row[windows[i][0]] += value
         return out if stacked else out[0]
