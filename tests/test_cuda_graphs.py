@@ -118,3 +118,15 @@ def test_auto_keeps_cuda_graphs_off_on_cpu_and_where_no_lease_proved_them(tmp_pa
 
 def test_cuda_graphs_do_not_change_a_runs_identity():
     assert _run(**{"train.cuda_graphs": False}).identity() == _run().identity()
+
+
+def test_a_stack_says_its_steps_are_not_captured_where_its_members_graphs_are_on(tmp_path, capsys):
+    """ "auto" turned on where proven: a member's graphs serve its steps alone, and the stack says its own are not
+    captured (train.cuda_graphs=True never enters a stack: test_stack_run)."""
+    from ablate.training.stack import StackedTrainer
+
+    members = [tiny_trainer(tmp_path / f"seed{s}", **{"train.seed": s}) for s in (0, 1)]
+    members[1].graphs = StepGraphs(members[1], capture=False)
+    StackedTrainer(members)
+    said = capsys.readouterr()
+    assert (said.out + said.err).count("a stack's steps are not captured yet") == 1

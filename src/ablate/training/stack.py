@@ -28,7 +28,8 @@ others go on. Members at different steps (resumed from checkpoints of different 
 spike policy) step alone until they are at one step again. Members due to validate or score the task suite at one step
 do it in one stacked pass (training.stack_eval), each member's callback recording its own results.
 
-Not yet: Triton kernels under vmap, FSDP2 (a stack is one device's: ablate run refuses --stack under torchrun).
+Not yet: Triton kernels under vmap, CUDA graphs for the stacked step (a run with train.cuda_graphs=True trains
+alone), FSDP2 (a stack is one device's: ablate run refuses --stack under torchrun).
 """
 
 from __future__ import annotations
@@ -202,6 +203,11 @@ def stack_key(checked) -> tuple | str:
         return "train.float8's matmuls have no batching rule under vmap"
     if run.model.dropout:
         return "model.dropout draws its masks from the one random stream a stack shares: not the lone run's masks"
+    if run.train.cuda_graphs is True:
+        return (
+            "train.cuda_graphs=True: a stack's step is not captured in CUDA graphs yet (training.graphs captures "
+            "a lone run's step)"
+        )
     refusing = _unstackable_component(run)
     if refusing:
         return refusing
@@ -270,6 +276,9 @@ class StackedTrainer:
         self.last_step_seconds: float | None = None  # the previous stacked step's, from its start to its last update
         self.stack = Stack([t.model for t in members], compute_dtype=first.compute_dtype, compile=first.compiled)
         self.failed: dict[int, Divergence] = {}
+        for t in members:
+            if t.graphs is not None:  # "auto" turned them on: they serve a member's steps alone, not the stack's
+                t.say("train.cuda_graphs: a stack's steps are not captured yet; only this run's steps alone are")
 
     def fit(self) -> list[dict | None]:
         """Every member trained to its last step, as Trainer.fit trains one: each resumed from its own newest
