@@ -186,10 +186,11 @@ PARTS = (
         (
             Step(
                 "cuda_graphs",
-                300,
+                330,
                 "scripts/bench_cuda_graphs.py: ~10M and GPT-2 small, compiled and eager, train.cuda_graphs=True "
                 "against False: losses and grad norms bit for bit over 10 steps (then auto may list this GPU in "
-                "setup.auto.CUDA_GRAPHS_PROVEN_ON), and the step time of each",
+                "setup.auto.CUDA_GRAPHS_PROVEN_ON), and the step time of each; then eager stacks (the quickstart's "
+                "size at K = 8, ~10M at K = 4) graphed against un-graphed: every member bit for bit, the step time",
             ),
             Step(
                 "stack_k3",

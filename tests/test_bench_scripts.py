@@ -20,7 +20,10 @@ SCRIPTS = {
         ["RUN", "--tasks", "copa,lambada"],
         "ratio in-training evaluation/training time, 1 evaluation(s) per run",
     ),
-    "bench_cuda_graphs": ([], "ratio step time un-graphed / graphed, smoke, compile=False"),
+    "bench_cuda_graphs": (
+        [],
+        "ratio step time un-graphed / graphed, a stack of 2, quickstart, eager",
+    ),  # after the lone one
     "bench_fixed_costs": (["--imports", "3"], "ratio fixed costs / wall time, stacks"),
     "bench_kernels": ([], "ratio peak memory chunked/naive"),
     "bench_stack_eval": ([], "ratio stacked / member-by-member requests a second, smoke K=2"),

@@ -13,11 +13,19 @@ copies its batch into A's input buffers, replays A, copies its figures out (they
 asks the callbacks, fills the learning rate into B's tensors and replays B.
 
 A graph is captured per batch size (a batch ramp gets one per size, the sizes behind it dropped), after the run's
-first eager steps in this process (the compile, the optimizer's state, cuBLAS's workspaces: nothing may be set up
-inside a capture), and dropped whenever a checkpoint is restored (a restore may give the optimizer new tensors). On
-a CPU the same static step runs without capture (`capture=False`): what tests/test_cuda_graphs.py checks there is
-that the graphed step's structure (its buffers, tensor learning rates, found_inf, figures) trains bit for bit as
-the ordinary step does; the capture itself only a GPU can show.
+first eager steps at that size in this process (the compile and its recompile for a new shape, the optimizer's
+state, cuBLAS's workspaces: nothing may be set up inside a capture), and dropped whenever a checkpoint is restored
+(a restore may give the optimizer new tensors).
+
+A stack (training.stack.StackedTrainer, whose members all have graphs on) is captured the same way, by StackGraphs:
+A is every pass's stacked forward and backward, the members' slices of the gradients, and each stepping member's
+clipping, figures and found_inf; on the host each member's verdict, as the eager stack asks it; B is the update of
+the members that take theirs, captured for each set of them (one, almost always). A's graph is per batch size and
+set of stepping members (a member masked as diverged changes it); any member's rollback drops them all.
+
+On a CPU the same static steps run without capture (`capture=False`): what tests/test_cuda_graphs.py checks there
+is that the graphed step's structure (its buffers, tensor learning rates, found_inf, figures) trains bit for bit as
+the ordinary step does, a lone run's and a stack's; the capture itself only a GPU can show.
 """
 
 from __future__ import annotations
@@ -33,27 +41,34 @@ from ablate.training.figures import PendingStep, figure_tensors
 EAGER_STEPS_BEFORE_CAPTURE = 3
 
 
-class StepGraphs:
+class _Graphs:
+    """What a lone run's graphs and a stack's share: the eager warm-up before a capture, counted per batch size."""
+
+    def __init__(self, capture: bool):
+        self.capture = capture
+        self.steps: dict = {}
+        self.eager_steps: dict[int, int] = {}  # batch size -> ordinary steps at it in this process since forget()
+        self.captures = 0  # A graphs captured in all (a test reads it)
+
+    def ready(self, batch: int) -> bool:
+        """Whether a step of `batch` sequences now runs from graphs (after the warm-up's eager steps at that size)."""
+        return self.eager_steps.get(batch, 0) >= EAGER_STEPS_BEFORE_CAPTURE
+
+    def saw_eager_step(self, batch: int) -> None:
+        self.eager_steps[batch] = self.eager_steps.get(batch, 0) + 1
+
+    def forget(self) -> None:
+        """Every graph dropped: a checkpoint was restored, and the optimizer's state may be new tensors."""
+        self.steps, self.eager_steps = {}, {}
+
+
+class StepGraphs(_Graphs):
     """The captured steps of one Trainer, by batch size. `capture=False`: the static step without CUDA graphs
     (CPU tests of its structure)."""
 
     def __init__(self, trainer, capture: bool = True):
+        super().__init__(capture)
         self.trainer = trainer
-        self.capture = capture
-        self.steps: dict[int, _CapturedStep] = {}
-        self.eager_steps = 0  # ordinary steps taken in this process since the last forget()
-        self.captures = 0  # graphs captured in all (a test reads it)
-
-    def ready(self) -> bool:
-        """Whether steps now run from graphs (after the warm-up's eager steps)."""
-        return self.eager_steps >= EAGER_STEPS_BEFORE_CAPTURE
-
-    def saw_eager_step(self) -> None:
-        self.eager_steps += 1
-
-    def forget(self) -> None:
-        """Every graph dropped: a checkpoint was restored, and the optimizer's state may be new tensors."""
-        self.steps, self.eager_steps = {}, 0
 
     def train_step(self, batch: int, lr: float, start: float) -> None:
         """The step from its graphs (captured first for a new batch size): A replayed, the callbacks' verdict, B
@@ -93,7 +108,7 @@ class _CapturedStep:
             for parts, share in host_passes
         ]
         # the learning rate B reads: one tensor per group, filled before each replay (float64, as a Python float)
-        self.lrs = [torch.zeros((), dtype=torch.float64, device=device) for _ in t.optimizer.param_groups]
+        self.lrs = lr_tensors(t.optimizer, device)
         self.figures = self.nonfinite = None
         if not capture:
             return
@@ -103,16 +118,14 @@ class _CapturedStep:
         with torch.cuda.graph(self.graph_gradients, pool=self.pool):
             self.figures, self.nonfinite = self._gradients()
         self.graph_update = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph_update, pool=self.pool), self._update_settings():
+        with torch.cuda.graph(self.graph_update, pool=self.pool), tensor_lrs(t.optimizer, self.lrs, capture):
             t.optimizer.step()
 
     def load(self, host_passes) -> None:
         """The step's batch copied into A's input buffers (pinned on a GPU: the copies do not wait)."""
-        on_gpu = self.trainer.dist.device.type == "cuda"
         for (parts, _), (buffers, _) in zip(host_passes, self.passes, strict=True):
             for part, buffer in zip(parts, buffers):
-                if buffer is not None:
-                    buffer.copy_(part.pin_memory() if on_gpu else part, non_blocking=on_gpu)
+                copy_in(part, buffer)
 
     def replay_gradients(self) -> None:
         if self.capture:
@@ -122,12 +135,11 @@ class _CapturedStep:
 
     def replay_update(self) -> None:
         t = self.trainer
-        for lr, group in zip(self.lrs, t.optimizer.param_groups):
-            lr.fill_(group["lr"])
+        fill_lrs(t.optimizer, self.lrs)
         if self.capture:
             self.graph_update.replay()
         else:
-            with self._update_settings():
+            with tensor_lrs(t.optimizer, self.lrs, self.capture):
                 t.optimizer.step()
 
     def _gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,16 +151,163 @@ class _CapturedStep:
         t.optimizer.found_inf = nonfinite  # what Trainer.judge sets where the update is taken; B reads it here
         return figures, nonfinite
 
+
+class StackGraphs(_Graphs):
+    """The captured steps of a StackedTrainer, by batch size and the members stepping (`steps`). `capture=False`:
+    the static stacked step without CUDA graphs (CPU tests of its structure)."""
+
+    def __init__(self, stacked, capture: bool = True):
+        if stacked.stack.has_routers:
+            raise NotImplementedError(
+                "StackGraphs: a stack whose model has routers (model.ffn='moe') hands each member its routing "
+                "statistics on the host during the pass, which a capture cannot replay"
+            )
+        super().__init__(capture)
+        self.stacked = stacked
+
+    def decide(self, active: list[int], batch: int, lrs: dict[int, float]) -> dict:
+        """The stacked step of the `active` members from its graphs (A captured first for a new batch size or set of
+        members): A replayed, each member's verdict (StackedTrainer.decide), B for the members taking their update.
+        Returns the members' PendingSteps, as StackedTrainer.decide does."""
+        s = self.stacked
+        members = s.members
+        host = {k: list(members[k].host_passes(batch)) for k in active}
+        rows = [host.get(k, host[active[0]]) for k in range(len(members))]  # the others: any batch, as eagerly
+        key = (batch, tuple(active))
+        if key not in self.steps:
+            later = set(members[active[0]].batch_plan[members[active[0]].step :])
+            # as a lone run's: sizes behind dropped; and a member masked since, the graphs of the old set
+            self.steps = {
+                held: graphed for held, graphed in self.steps.items() if held[0] in later and held[1] == key[1]
+            }
+            self.steps[key] = _CapturedStackStep(s, active, rows, self.capture)
+            self.captures += 1
+        graphed = self.steps[key]
+        graphed.load(rows)
+        graphed.replay_gradients()
+
+        def judge(k):
+            t = members[k]
+            staged = PendingStep(
+                t.step + 1, t.tokens + batch * t.seq_len, graphed.figures[k].clone(), graphed.nonfinite[k]
+            )
+            return t.judge(t.figures.add(staged), batch, lrs[k])
+
+        decided = s.decide(active, judge)
+        graphed.replay_update(tuple(k for k, pending in decided.items() if pending.take))
+        return decided
+
+
+class _CapturedStackStep:
+    """A stack's graph A for one batch size and set of stepping members, its graphs B by the members taking their
+    update, and the buffers they read and write."""
+
+    def __init__(self, stacked, active: list[int], rows: list[list], capture: bool):
+        """`rows`: each member's passes as Trainer.host_passes gives them (the members not stepping: another's), whose
+        shapes and dtypes the stacked buffers take."""
+        self.stacked, self.active, self.capture = stacked, list(active), capture
+        device, size = stacked.members[0].dist.device, len(rows)
+        self.passes = [
+            ([None if part is None else part.new_empty((size, *part.shape), device=device) for part in parts], share)
+            for parts, share in rows[0]
+        ]
+        self.lrs = {k: lr_tensors(stacked.members[k].optimizer, device) for k in self.active}
+        self.updates: dict[tuple[int, ...], torch.cuda.CUDAGraph] = {}  # B, by the members taking their update
+        self.figures = self.nonfinite = None
+        if not capture:
+            return
+        self.pool = torch.cuda.graph_pool_handle()
+        stacked.stack.zero_grad()  # A's first backward writes the gradients B reads: in A's pool
+        self.graph_gradients = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph_gradients, pool=self.pool):
+            self.figures, self.nonfinite = self._gradients()
+        self.grads = {name: param.grad for name, param in stacked.stack.params.items()}
+
+    def load(self, rows: list[list]) -> None:
+        """The members' batches copied into A's stacked buffers, one copy per buffer."""
+        for i, (buffers, _) in enumerate(self.passes):
+            for j, buffer in enumerate(buffers):
+                if buffer is not None:
+                    copy_in(torch.stack([row[i][0][j] for row in rows]), buffer)
+
+    def replay_gradients(self) -> None:
+        if not self.capture:
+            self.figures, self.nonfinite = self._gradients()
+            return
+        self.graph_gradients.replay()
+        # the gradients A wrote, on the parameters again (the last step's zero_grad let them go): a B captured
+        # later reads them there
+        for name, param in self.stacked.stack.params.items():
+            param.grad = self.grads[name]
+        self.stacked.stack.member_grads()
+
+    def replay_update(self, taking: tuple[int, ...]) -> None:
+        """B for the members in `taking` (none: nothing), captured the first time those members take it."""
+        if not taking:
+            return
+        members = self.stacked.members
+        for k in taking:
+            fill_lrs(members[k].optimizer, self.lrs[k])
+        if not self.capture:
+            with self._update_settings(taking):
+                self.stacked.update(list(taking))
+            return
+        if taking not in self.updates:
+            self.updates[taking] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.updates[taking], pool=self.pool), self._update_settings(taking):
+                self.stacked.update(list(taking))
+        self.updates[taking].replay()
+
+    def _gradients(self) -> tuple[dict, dict]:
+        """A: what the eager stacked step does before its verdicts, from the buffers: member index -> its figures
+        and its non-finite flag (which its optimizer's found_inf is)."""
+        stacked = self.stacked
+        loss_sum = stacked.backward(self.passes)
+        stacked.stack.member_grads()
+        figures, nonfinite = {}, {}
+        for k in self.active:
+            t = stacked.members[k]
+            figures[k], nonfinite[k] = figure_tensors(loss_sum[k].double(), t.clip_gradients())
+            t.optimizer.found_inf = nonfinite[k]  # what Trainer.judge sets where the update is taken
+        return figures, nonfinite
+
     @contextlib.contextmanager
-    def _update_settings(self):
-        """B's settings around the optimizer's step: each group's learning rate as its tensor, and (for a capture)
-        capturable, which torch's optimizers ask before a captured step; the groups' own values back after."""
-        groups = self.trainer.optimizer.param_groups
-        before = [(group["lr"], group.get("capturable", False)) for group in groups]
-        for group, lr, (_, capturable) in zip(groups, self.lrs, before):
-            group["lr"], group["capturable"] = lr, capturable or self.capture
-        try:
+    def _update_settings(self, taking: tuple[int, ...]):
+        """B's settings (tensor_lrs) on every taking member's optimizer."""
+        with contextlib.ExitStack() as settings:
+            for k in taking:
+                settings.enter_context(tensor_lrs(self.stacked.members[k].optimizer, self.lrs[k], self.capture))
             yield
-        finally:
-            for group, (lr, capturable) in zip(groups, before):
-                group["lr"], group["capturable"] = lr, capturable
+
+
+def copy_in(host: torch.Tensor | None, buffer: torch.Tensor | None) -> None:
+    """A host tensor copied into a graph's input buffer (pinned on a GPU: the copy does not wait)."""
+    if buffer is not None:
+        on_gpu = buffer.device.type == "cuda"
+        buffer.copy_(host.pin_memory() if on_gpu else host, non_blocking=on_gpu)
+
+
+def lr_tensors(optimizer, device: torch.device) -> list[torch.Tensor]:
+    """The learning rates a captured update reads: one tensor per group, filled before each replay (float64, as a
+    Python float)."""
+    return [torch.zeros((), dtype=torch.float64, device=device) for _ in optimizer.param_groups]
+
+
+def fill_lrs(optimizer, lrs: list[torch.Tensor]) -> None:
+    for lr, group in zip(lrs, optimizer.param_groups):
+        lr.fill_(group["lr"])
+
+
+@contextlib.contextmanager
+def tensor_lrs(optimizer, lrs: list[torch.Tensor], capture: bool):
+    """B's settings around an optimizer's step: each group's learning rate as its tensor, and (for a capture)
+    capturable, which torch's optimizers ask before a captured step; the groups' own values back after."""
+    groups = optimizer.param_groups
+    before = [(group["lr"], group.get("capturable", False)) for group in groups]
+    for group, lr, (_, capturable) in zip(groups, lrs, before):
+        group["lr"], group["capturable"] = lr, capturable or capture
+    try:
+        yield
+    finally:
+        for group, (lr, capturable) in zip(groups, before):
+            group["lr"], group["capturable"] = lr, capturable

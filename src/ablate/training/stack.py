@@ -28,8 +28,9 @@ others go on. Members at different steps (resumed from checkpoints of different 
 spike policy) step alone until they are at one step again. Members due to validate or score the task suite at one step
 do it in one stacked pass (training.stack_eval), each member's callback recording its own results.
 
-Not yet: Triton kernels under vmap, CUDA graphs for the stacked step (a run with train.cuda_graphs=True trains
-alone), FSDP2 (a stack is one device's: ablate run refuses --stack under torchrun).
+Where every member has train.cuda_graphs on, the stacked step is replayed from CUDA graphs (training.graphs.
+StackGraphs). Not yet: Triton kernels under vmap, FSDP2 (a stack is one device's: ablate run refuses --stack under
+torchrun).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from ablate.components.moe import Router
 from ablate.optim import stacked_step_of
 from ablate.training import stack_eval
 from ablate.training.callbacks import Divergence
+from ablate.training.graphs import StackGraphs
 from ablate.training.parallel import seed_everything
 
 
@@ -178,6 +180,10 @@ class Stack:
                 grad = self.params[name].grad
                 param.grad = None if grad is None else grad[k]
 
+    @property
+    def has_routers(self) -> bool:
+        return bool(self._routers)
+
     def zero_grad(self) -> None:
         for param in self.params.values():
             param.grad = None
@@ -192,8 +198,8 @@ VALUE_ONLY_MODEL_FIELDS = ("init_std",)
 
 def stack_key(checked) -> tuple | str:
     """What runs must share to be trained as one stack (their model but its init scale, sequence length, batch
-    plan, micro batch, device, dtype and compile), or why this run cannot be stacked at all. Everything else may
-    differ: seeds, data, optimizer and schedule (each member has its own), callbacks, evals, cadences."""
+    plan, micro batch, device, dtype, compile and cuda_graphs), or why this run cannot be stacked at all. Everything
+    else may differ: seeds, data, optimizer and schedule (each member has its own), callbacks, evals, cadences."""
     run = checked.config
     if run.branch:
         return "a branch starts from its parent's checkpoint, which a stack would have to train first"
@@ -203,11 +209,6 @@ def stack_key(checked) -> tuple | str:
         return "train.float8's matmuls have no batching rule under vmap"
     if run.model.dropout:
         return "model.dropout draws its masks from the one random stream a stack shares: not the lone run's masks"
-    if run.train.cuda_graphs is True:
-        return (
-            "train.cuda_graphs=True: a stack's step is not captured in CUDA graphs yet (training.graphs captures "
-            "a lone run's step)"
-        )
     refusing = _unstackable_component(run)
     if refusing:
         return refusing
@@ -221,6 +222,7 @@ def stack_key(checked) -> tuple | str:
         t.device,
         t.dtype,
         t.compile,
+        t.cuda_graphs,
     )
 
 
@@ -256,6 +258,16 @@ def plan_stacks(runs: list, size: int) -> tuple[list[list], list[str]]:
     return stacks, alone
 
 
+def _stacked_passes(rows: list[list]) -> list:
+    """Each member's passes (`rows`, member k's at k) as the stack's: per pass its [inputs, targets, doc_ids or
+    None] stacked over the members, and its share."""
+    stacked = []
+    for i, (_, share) in enumerate(rows[0]):
+        parts = [row[i][0] for row in rows]  # each member's [inputs, targets, doc_ids or None]
+        stacked.append(([None if parts[0][j] is None else torch.stack([p[j] for p in parts]) for j in range(3)], share))
+    return stacked
+
+
 class StackedTrainer:
     """Member Trainers of one shape (the same batch plan, sequence length, micro batch and device, at world size
     1) stepped as one Stack. `failed`: member index -> the Divergence that masked it."""
@@ -276,9 +288,18 @@ class StackedTrainer:
         self.last_step_seconds: float | None = None  # the previous stacked step's, from its start to its last update
         self.stack = Stack([t.model for t in members], compute_dtype=first.compute_dtype, compile=first.compiled)
         self.failed: dict[int, Divergence] = {}
-        for t in members:
-            if t.graphs is not None:  # "auto" turned them on: they serve a member's steps alone, not the stack's
-                t.say("train.cuda_graphs: a stack's steps are not captured yet; only this run's steps alone are")
+        # train.cuda_graphs: the stacked step from CUDA graphs where every member's are on (stack_key keeps True
+        # with True; "auto" may differ by member, e.g. an optimizer that cannot be captured)
+        graphed = [t.graphs is not None for t in members]
+        self.graphs = StackGraphs(self) if all(graphed) else None
+        if any(graphed) and not all(graphed):
+            without = ", ".join(f"{t.run.name} seed {t.run.train.seed}" for t in members if t.graphs is None)
+            for t in members:
+                if t.graphs is not None:
+                    t.say(
+                        f"train.cuda_graphs: the stack's steps run un-graphed ({without} has them off); only this "
+                        f"run's steps alone are captured"
+                    )
 
     def fit(self) -> list[dict | None]:
         """Every member trained to its last step, as Trainer.fit trains one: each resumed from its own newest
@@ -331,23 +352,22 @@ class StackedTrainer:
             return
         batch = self.members[active[0]].batch_plan[steps[active[0]]]
         lrs = {k: self.members[k].set_step_lr(batch) for k in active}
-        passes = {k: list(self.members[k].passes(batch)) for k in active}
-        rows = [passes.get(k, passes[active[0]]) for k in range(len(self.members))]  # the others: any batch
-        loss_sum = torch.zeros(len(self.members), device=self.members[0].dist.device)
-        for i, (_, share) in enumerate(rows[0]):
-            parts = [row[i][0] for row in rows]  # each member's [inputs, targets, doc_ids or None]
-            inputs, targets, doc_ids = (
-                None if parts[0][j] is None else torch.stack([p[j] for p in parts]) for j in range(3)
-            )
-            loss, ce = self.stack.loss(inputs, targets, doc_ids)
-            (loss / share).sum().backward()  # members' rows never mix: each slice's gradient is its own loss's
-            loss_sum = loss_sum + ce.detach() / share
-        self.stack.member_grads()
         # each member's step took the whole stack's: the previous stacked step's time (this one's is not over
         # while its members' callbacks run), the time so far on the first
         seconds = self.last_step_seconds
-        decided = self._decide(active, loss_sum, batch, lrs)
-        self._update([k for k, pending in decided.items() if pending.take])
+        if self.graphs is not None and self.graphs.ready(batch):
+            decided = self.graphs.decide(active, batch, lrs)  # the same step, replayed from CUDA graphs
+        else:
+            passes = {k: list(self.members[k].passes(batch)) for k in active}
+            rows = [passes.get(k, passes[active[0]]) for k in range(len(self.members))]  # the others: any batch
+            loss_sum = self.backward(_stacked_passes(rows))
+            self.stack.member_grads()
+            decided = self.decide(active, lambda k: self.members[k].decide_update(loss_sum[k], batch, lrs[k]))
+            self.update([k for k, pending in decided.items() if pending.take])
+            if self.graphs is not None:
+                self.graphs.saw_eager_step(batch)
+        if self.graphs is not None and any(k not in decided and k not in self.failed for k in active):
+            self.graphs.forget()  # a member rolled back: its optimizer's state may be new tensors
         # the members due to validate or score the task suite at this step, each in one pass (their callbacks record)
         completing = {k: self.members[k] for k in decided}
         evals = stack_eval.validate_together(self.stack, completing, batch)
@@ -360,14 +380,26 @@ class StackedTrainer:
             self.stack.forget_routing(k)
         self.stack.zero_grad()
 
-    def _decide(self, active: list[int], loss_sum: torch.Tensor, batch: int, lrs: dict) -> dict:
-        """Each active member's decide_update (its clipping, figures and verdict): member index -> its PendingStep,
-        for the members that go on to an update or its skip (not those rolled back or masked as diverged). A
-        Ctrl-C stops them all before any update: the figures the members before it staged are dropped."""
+    def backward(self, passes: list) -> torch.Tensor:
+        """Forward and backward of each of the step's `passes` (([inputs, targets, doc_ids or None] stacked over the
+        members, (K, ...) each), share), the stacked gradients summed; the (K,) sums of the members' cross-entropies
+        (each divided by its share), on the device."""
+        loss_sum = torch.zeros(len(self.members), device=self.members[0].dist.device)
+        for (inputs, targets, doc_ids), share in passes:
+            loss, ce = self.stack.loss(inputs, targets, doc_ids)
+            (loss / share).sum().backward()  # members' rows never mix: each slice's gradient is its own loss's
+            loss_sum = loss_sum + ce.detach() / share
+        return loss_sum
+
+    def decide(self, active: list[int], decide_member) -> dict:
+        """Each active member's verdict, `decide_member(k)` (its decide_update: its clipping, figures and verdict):
+        member index -> its PendingStep, for the members that go on to an update or its skip (not those rolled back
+        or masked as diverged). A Ctrl-C stops them all before any update: the figures the members before it staged
+        are dropped."""
         decided = {}
         try:
             for k in active:
-                pending = self._guarded(k, lambda k=k: self.members[k].decide_update(loss_sum[k], batch, lrs[k]))
+                pending = self._guarded(k, lambda k=k: decide_member(k))
                 if pending is not None:
                     decided[k] = pending
         except KeyboardInterrupt:
@@ -376,7 +408,7 @@ class StackedTrainer:
             raise
         return decided
 
-    def _update(self, taking: list[int]) -> None:
+    def update(self, taking: list[int]) -> None:
         """The update of the members that take it: one batched step where their optimizer's class has one
         (Muon.stacked_step: Newton-Schulz over the stack), else each optimizer's own step."""
         optimizers = [self.members[k].optimizer for k in taking]

@@ -188,12 +188,12 @@ class Trainer:
         start = time.perf_counter()
         batch = self.batch_plan[self.step]
         lr = self.set_step_lr(batch)
-        if self.graphs is not None and self.graphs.ready():
+        if self.graphs is not None and self.graphs.ready(batch):
             self.graphs.train_step(batch, lr, start)  # the same step, replayed from CUDA graphs
             return
         self.finish_step(self.forward_backward(batch), batch, lr, start)
         if self.graphs is not None:
-            self.graphs.saw_eager_step()
+            self.graphs.saw_eager_step(batch)
 
     def set_step_lr(self, batch: int) -> float:
         """This step's learning rate (schedule x batch scaling) set on the optimizer, and returned."""
