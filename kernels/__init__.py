@@ -145,6 +145,7 @@ def loss_chunks(
     free_bytes: int,
     logit_bytes: int = 2,
     compiled: bool = False,
+    members: int = 1,
 ) -> int | None:
     """How many chunks the loss cuts `rows` rows of width `width` into, for a vocabulary of `vocab`, on a device of
     `device_type` with `free_bytes` free (logits of `logit_bytes` bytes an element: bf16's 2). None on an eager CPU:
@@ -156,11 +157,17 @@ def loss_chunks(
     1 chunk if W <= ONE_CHUNK_BYTES (256 MiB), else at least MIN_GPU_CHUNKS (4: a chunk holds <= 25% of W); more
     while a chunk's share of W exceeds FREE_MEMORY_SHARE (1/16) of the free memory; never more chunks than the CPU
     rule cuts (chunks of >= 256 rows: thinner matmuls waste more time than they save). GPT-2 small's step (16 x 1024
-    rows, vocab 50304, bf16: W = 7.7 GiB) gets 4 chunks with 80 GiB free, where the CPU rule gives 64."""
+    rows, vocab 50304, bf16: W = 7.7 GiB) gets 4 chunks with 80 GiB free, where the CPU rule gives 64.
+
+    `members`: a stack's (training.stack), whose loss runs every member's chunk at once (batched over the members):
+    the free-memory rule then takes members x W, while the fewest chunks and the cap stay a lone run's (a small
+    model's stack keeps its one chunk, one pass of launches, where memory allows it; each member's matmul is as
+    thin as a lone run's)."""
     if device_type != "cuda" and not compiled:
         return None
-    working_set = rows * vocab * (logit_bytes + LOSS_STEP_FP32_BYTES)
-    fewest = 1 if working_set <= ONE_CHUNK_BYTES else MIN_GPU_CHUNKS
+    member_working_set = rows * vocab * (logit_bytes + LOSS_STEP_FP32_BYTES)
+    working_set = members * member_working_set
+    fewest = 1 if member_working_set <= ONE_CHUNK_BYTES else MIN_GPU_CHUNKS
     for_memory = math.ceil(working_set / max(1.0, free_bytes * FREE_MEMORY_SHARE))
     most = math.ceil(rows / reference.default_chunk_rows(rows, width, vocab))
     return max(1, min(max(fewest, for_memory), most))

@@ -62,6 +62,31 @@ def test_a_compiled_loss_on_cpu_takes_a_handful_of_chunks():
     assert loss_chunks(*MODEL_10M, "cpu", 16 * GiB) is None  # eager: the cache rule
 
 
+def test_a_stacks_loss_is_chunked_for_every_members_chunk_at_once():
+    """A stack's loss (training.stack) holds each member's chunk at once: on a GPU its free-memory rule counts K x
+    the working set, while its fewest chunks and its cap stay a lone run's; the CPU keeps its rows rule (each
+    member's chunks its lone run's, bit for bit)."""
+    rows, _, vocab = MODEL_10M
+    free = 80 * GiB
+    assert loss_chunks(*MODEL_10M, "cuda", free, members=1) == loss_chunks(*MODEL_10M, "cuda", free) == 4
+    sixteen = loss_chunks(*MODEL_10M, "cuda", free, members=16)  # 16 x 2.5 GiB: 8 chunks of 5 GiB, 1/16 of 80
+    assert sixteen == 8 and 16 * rows * vocab * (2 + kernels.LOSS_STEP_FP32_BYTES) / sixteen <= free / 16
+    assert loss_chunks(*TINY, "cuda", free, members=16) == 1  # a small model's stack: still one pass of launches
+    assert loss_chunks(*TINY, "cuda", 2 * GiB, members=16) == 16  # 2.5 GiB in 128 MiB shares: capped at 16
+    assert loss_chunks(*GPT2_SMALL, "cuda", 2 * GiB, members=16) == 64  # the cap: a member's rows, as alone
+    assert loss_chunks(*TINY, "cpu", free, members=16) is None
+
+
+def test_a_cpu_stack_keeps_its_members_chunk_count(tmp_path):
+    from conftest import tiny_trainer
+
+    from ablate.training.stack import StackedTrainer
+
+    members = [tiny_trainer(tmp_path / f"seed{s}", **{"train.seed": s}) for s in (0, 1)]
+    assert members[0].stacked_loss_chunks(16) is members[0].model.loss_chunks is None
+    assert StackedTrainer(members).stack.loss_module.model.loss_chunks is None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # ops of a GPT-2-small step (forward, loss, backward) on the meta device
 

@@ -66,16 +66,17 @@ class _Loss(nn.Module):
         return type(self.model).loss(self.model, tokens, targets, doc_ids)
 
 
-def _torch_kernels_twin(model: nn.Module) -> nn.Module:
+def _torch_kernels_twin(model: nn.Module, loss_chunks: int | None) -> nn.Module:
     """The code vmap runs: a copy of `model`'s structure on the meta device whose ops take their torch references
     (the Triton kernels, "auto"'s choice on a GPU, have no batching rule). functional_call swaps every parameter
-    and buffer in, so the twin holds no storage; a model without a `cfg` of kernels is its own twin."""
+    and buffer in, so the twin holds no storage; a model without a `cfg` of kernels is its own twin.
+    `loss_chunks`: the stacked loss's chunk count."""
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(cfg, "kernels"):
         return model
     with torch.device("meta"):
         twin = type(model)(dataclasses.replace(cfg, kernels="torch"), max_seq_len=model.max_seq_len)
-    twin.loss_chunks = model.loss_chunks
+    twin.loss_chunks = loss_chunks
     return twin
 
 
@@ -84,7 +85,14 @@ class Stack:
     the members' own tensors now view. loss() runs every member on its own batch; after backward, member_grads()
     hands each member its slice of the gradients, so its own optimizer steps it as a lone run's would."""
 
-    def __init__(self, models: list[nn.Module], compute_dtype: torch.dtype | None = None, compile: bool = False):
+    def __init__(
+        self,
+        models: list[nn.Module],
+        compute_dtype: torch.dtype | None = None,
+        compile: bool = False,
+        loss_chunks: int | None | str = "member",
+    ):
+        """`loss_chunks`: the stacked loss's chunk count; "member": model 0's own."""
         if not models:
             raise ValueError("Stack: no models; allowed: one or more models of one structure")
         shapes = [[(n, tuple(t.shape)) for n, t in (*m.named_parameters(), *m.named_buffers())] for m in models]
@@ -100,7 +108,8 @@ class Stack:
                 "runs the torch references, compiled where train.compile is on) or 'torch'"
             )
         self.models = list(models)
-        self.loss_module = _Loss(_torch_kernels_twin(models[0]))  # member 0's structure, its tensors swapped in
+        chunks = getattr(models[0], "loss_chunks", None) if loss_chunks == "member" else loss_chunks
+        self.loss_module = _Loss(_torch_kernels_twin(models[0], chunks))  # member 0's structure, its tensors in
         self.params = self._share([dict(m.named_parameters()) for m in models], parameters=True)
         self.buffers = self._share([dict(m.named_buffers()) for m in models], parameters=False)
         self._routers = [m for m in self.loss_module.modules() if isinstance(m, Router)]  # the twin's, in order
@@ -286,7 +295,12 @@ class StackedTrainer:
                 )
         self.members = list(members)
         self.last_step_seconds: float | None = None  # the previous stacked step's, from its start to its last update
-        self.stack = Stack([t.model for t in members], compute_dtype=first.compute_dtype, compile=first.compiled)
+        self.stack = Stack(
+            [t.model for t in members],
+            compute_dtype=first.compute_dtype,
+            compile=first.compiled,
+            loss_chunks=first.stacked_loss_chunks(len(members)),
+        )
         self.failed: dict[int, Divergence] = {}
         # train.cuda_graphs: the stacked step from CUDA graphs where every member's are on (stack_key keeps True
         # with True; "auto" may differ by member, e.g. an optimizer that cannot be captured)

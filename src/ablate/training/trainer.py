@@ -45,13 +45,16 @@ from ablate.training.parallel import (
 )
 
 
-def loss_chunks_for(run: RunConfig, device: torch.device, rows: int, compiled: bool) -> int | None:
+def loss_chunks_for(run: RunConfig, device: torch.device, rows: int, compiled: bool, members: int = 1) -> int | None:
     """How many chunks the training loss splits a pass's `rows` into on `device` (ablate.kernels.loss_chunks, from
-    the device's free memory before the model is built); None: the CPU rule (a chunk sized for the caches)."""
+    the device's free memory now: for a run, before its model is built); None: the CPU rule (a chunk sized for the
+    caches). `members`: a stack's, whose loss holds every member's chunk at once."""
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_memory()
     logit_bytes = 2 if auto.uses_bf16(run.train.dtype, device) else 4
     m = run.model
-    return loss_chunks(rows, m.d_model, m.vocab_size, device.type, free, logit_bytes=logit_bytes, compiled=compiled)
+    return loss_chunks(
+        rows, m.d_model, m.vocab_size, device.type, free, logit_bytes=logit_bytes, compiled=compiled, members=members
+    )
 
 
 def available_memory() -> int:
@@ -145,8 +148,8 @@ class Trainer:
         self.compiled = self.choices.compile.on
         if self.choices.compile.why:
             self.say(f"train.compile=auto: {self.choices.compile.why}")
-        rows = largest_pass(self.batch_plan, d.world, run.train.micro_batch) * self.seq_len
-        model.loss_chunks = loss_chunks_for(run, d.device, rows, self.compiled and d.world == 1)
+        self.loss_rows = largest_pass(self.batch_plan, d.world, run.train.micro_batch) * self.seq_len  # a pass's
+        model.loss_chunks = loss_chunks_for(run, d.device, self.loss_rows, self.compiled and d.world == 1)
         parallelize(model, d, param_dtype=param_dtype, compile_model=self.compiled, float8=run.train.float8)
         if d.world > 1:
             model.to_empty(device=d.device)
@@ -165,6 +168,14 @@ class Trainer:
         return model
 
     # -- what callbacks call -----------------------------------------------------------------------------------
+
+    def stacked_loss_chunks(self, members: int) -> int | None:
+        """The loss's chunk count for a stack of `members` runs of this one's shape (training.stack): on a GPU sized
+        for every member's chunk at once, from the free memory now; elsewhere this run's own (the CPU's count keeps
+        each member's chunks those of its lone run, bit for bit)."""
+        if self.dist.device.type != "cuda":
+            return self.model.loss_chunks
+        return loss_chunks_for(self.run, self.dist.device, self.loss_rows, self.compiled, members=members)
 
     def log(self, fields: dict, *, tensorboard_only: bool = False, at: StepValues | None = None) -> None:
         """Metrics of this step (or of the earlier step `at`): a metrics.jsonl line and TensorBoard scalars (rank 0)."""
