@@ -199,3 +199,81 @@ def test_a_stacked_runs_validation_equals_its_lone_runs_in_one_pass(tmp_path, mo
     assert [r["step"] for r in _val_rows(members[0])] == [2, 4] and len(
         {_val_rows(m)[-1]["val/loss"] for m in members}
     ) == 3
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_stacked_stability_values_equal_each_members_own(shape):
+    """One vmapped stability_values over the stack gives each member's attention logit maxima and output logit
+    norms of its own model, bit for bit in fp32, with document masks and without, a subset too."""
+    models = _models(shape)
+    alone = [copy.deepcopy(m) for m in models]
+    stack = Stack(models)
+    g = torch.Generator().manual_seed(6)
+    tokens = torch.randint(0, VOCAB, (2, 16), generator=g)
+    doc_ids = torch.randint(0, 2, (2, 16), generator=g).cumsum(-1)
+    for docs in (None, doc_ids):
+        with torch.no_grad():
+            want = [model.stability_values(tokens, docs) for model in alone]
+            got = stack_eval.stacked_stability_values(stack, [0, 1, 2])(tokens, docs)
+            subset = stack_eval.stacked_stability_values(stack, [2, 0])(tokens, docs)
+        assert got.shape == (3, len(models[0].layers) + 1) and all(torch.equal(got[k], want[k]) for k in range(3))
+        assert torch.equal(subset[0], want[2]) and torch.equal(subset[1], want[0])
+        assert not torch.equal(want[0], want[1])
+
+
+def _stability_rows(trainer) -> list[dict]:
+    trainer.end()
+    rows = rundir.read_jsonl(trainer.run_dir / rundir.METRICS)
+    return [
+        {k: v for k, v in r.items() if k.startswith("stability/") or k == "step"}
+        for r in rows
+        if "stability/output_logit_norm" in r
+    ]
+
+
+def test_a_stacked_runs_stability_monitors_equal_its_lone_runs_in_one_pass(tmp_path, monkeypatch):
+    """Three seeds monitoring every 2, 4 and 4 of 4 steps: at step 2 the first measures its logits alone, at step 4
+    all three in one stacked pass; every member's stability figures (logit maxima and norms, update ratios) equal
+    its lone run's, bit for bit."""
+    from ablate.model import Transformer
+
+    steps, cadences = 4, (2, 4, 4)
+
+    def trainers(root):
+        return [
+            t
+            for s, e in enumerate(cadences)
+            for t in _trainers(root, steps, (s,), **{"train.monitor_every": e, "train.log_every": e})
+        ]
+
+    lone = trainers(tmp_path / "lone")
+    for trainer in lone:
+        for _ in range(steps):
+            trainer.train_step()
+    members = trainers(tmp_path / "stack")
+    alone_calls, stacked_passes = [], []
+    stability_stats, stacked_values = Transformer.stability_stats, stack_eval.stacked_stability_values
+
+    def counted_alone(self, *args):
+        alone_calls.append(members.index(next(m for m in members if m.model is self)))
+        return stability_stats(self, *args)
+
+    def counted_stacked(stack, chosen):
+        stacked_passes.append(list(chosen))
+        return stacked_values(stack, chosen)
+
+    monkeypatch.setattr(Transformer, "stability_stats", counted_alone)
+    monkeypatch.setattr(stack_eval, "stacked_stability_values", counted_stacked)
+    stacked = StackedTrainer(members)
+    for _ in range(steps):
+        stacked.train_step()
+    assert not stacked.failed
+    assert alone_calls == [0] and stacked_passes == [[0, 1, 2]]
+    for alone, member in zip(lone, members):
+        assert _stability_rows(member) == _stability_rows(alone)
+    rows = [_stability_rows(m) for m in members]
+    assert [r["step"] for r in rows[0]] == [2, 4] and [r["step"] for r in rows[1]] == [4]
+    assert (
+        "stability/update_ratio/layer0" in rows[0][-1]
+        and len({r[-1]["stability/output_logit_norm"] for r in rows}) == 3
+    )

@@ -77,6 +77,13 @@ def stats_chunk_elements(device: torch.device) -> int:
     return STATS_CHUNK_ELEMENTS if device.type == "cpu" else GPU_STATS_CHUNK_ELEMENTS
 
 
+def stability_fields(values: list[float], positions: int) -> dict[str, float]:
+    """Transformer.stability_values read to the host, by name (`positions`: the tokens they were measured on)."""
+    *maxima, norm_sum = values
+    stats = {"max_attention_logit": max(maxima), "output_logit_norm": norm_sum / positions}
+    return stats | {f"attention_logit_max/layer{i}": value for i, value in enumerate(maxima)}
+
+
 def attention_logit_max(
     q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None = None, scale: float | None = None
 ) -> torch.Tensor:
@@ -532,6 +539,11 @@ class Transformer(nn.Module):
         pre-softmax q.k/sqrt(head_dim) over every layer, head and allowed (query, key) pair (and per layer,
         `attention_logit_max/layer{i}`), and `output_logit_norm`, the mean over positions of the L2 norm of the
         output logits. Computed in eval mode (no dropout, so no random draws: training stays reproducible)."""
+        return stability_fields(self.stability_values(tokens, doc_ids).tolist(), tokens.numel())  # one device read
+
+    def stability_values(self, tokens, doc_ids=None) -> torch.Tensor:
+        """stability_stats' figures on the device: each layer's attention logit max, then the output logits' norms
+        summed over positions (a stack computes them for its members in one vmapped pass, training.stack_eval)."""
         was_training = self.training
         self.eval()
         try:
@@ -548,10 +560,7 @@ class Transformer(nn.Module):
             )
         finally:
             self.train(was_training)
-        *maxima, norm_sum = torch.stack([*layer_maxima, norm_sum]).tolist()  # one device read for all of them
-        stats = {"max_attention_logit": max(maxima), "output_logit_norm": norm_sum / hidden.shape[0]}
-        stats.update({f"attention_logit_max/layer{i}": value for i, value in enumerate(maxima)})
-        return stats
+        return torch.stack([*layer_maxima, norm_sum])
 
     def routers(self) -> dict[int, Router]:
         """The MoE layers' routers by layer index."""

@@ -25,8 +25,9 @@ take theirs (batched where their optimizer's class has a stacked_step, Muon's; e
 otherwise, AdamW's fused kernel); then each member's complete_step (its counters and callbacks). A member that
 diverges is masked: its row is still computed (on another member's batch) but never stepped again, and the
 others go on. Members at different steps (resumed from checkpoints of different steps, or one rolled back by its
-spike policy) step alone until they are at one step again. Members due to validate or score the task suite at one step
-do it in one stacked pass (training.stack_eval), each member's callback recording its own results.
+spike policy) step alone until they are at one step again. Members due to validate, score the task suite or measure
+their stability monitors' logits at one step do it in one stacked pass (training.stack_eval), each member's callback
+recording its own results.
 
 Where every member has train.cuda_graphs on, the stacked step is replayed from CUDA graphs (training.graphs.
 StackGraphs). Not yet: Triton kernels under vmap, FSDP2 (a stack is one device's: ablate run refuses --stack under
@@ -166,15 +167,16 @@ class Stack:
                 router.step_stats = None
             return loss, ce, stats
 
-        cast = (
-            torch.autocast(tokens.device.type, dtype=self.compute_dtype)
-            if self.compute_dtype is not None
-            else contextlib.nullcontext()
-        )
-        with cast:
+        with self.cast(tokens.device.type):
             return vmap(member, in_dims=(0, 0, 0, None if doc_ids is None else 0), randomness="different")(
                 named, tokens, targets, doc_ids
             )
+
+    def cast(self, device_type: str):
+        """The members' autocast around a stacked call: bf16 where they compute in it, else nothing."""
+        if self.compute_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type, dtype=self.compute_dtype)
 
     def forget_routing(self, k: int) -> None:
         """Member k's routing statistics of this step dropped (its row ran on another member's batch)."""
@@ -386,6 +388,7 @@ class StackedTrainer:
         completing = {k: self.members[k] for k in decided}
         evals = stack_eval.validate_together(self.stack, completing, batch)
         evals += stack_eval.score_together(self.stack, completing, batch)
+        evals += stack_eval.monitor_together(self.stack, completing, batch)
         for k, pending in decided.items():
             self._guarded(k, lambda k=k, p=pending: self.members[k].complete_step(p, batch, start, seconds))
         callbacks = evals + sum(self.members[k].post_step_seconds for k in decided)  # evals, checkpoints: not the step

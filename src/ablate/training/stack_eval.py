@@ -22,7 +22,8 @@ is dropped.
 validate_together does the same for the held-out loss: the members whose Validation acts at the step and shares a
 scoring_key (the same documents, tokens and pass size) have their documents' losses computed by one vmapped
 per_token_loss a pass (stacked_token_losses), each Validation handed its member's row; bit for bit each member's own
-in fp32 on one CPU thread.
+in fp32 on one CPU thread. monitor_together, for StabilityMonitors' logit figures on their fixed micro-batch: one
+vmapped stability_values (stacked_stability_values) and one device read for the group, bit for bit likewise.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from torch.func import functional_call, vmap
 
 from ablate.eval import engine, suite
 from ablate.training.callbacks.evals import EvalSuite, Handed
+from ablate.training.callbacks.stability import StabilityMonitors
 from ablate.training.callbacks.validation import Validation
 
 
@@ -61,6 +63,17 @@ class _TokenLosses(nn.Module):
 
     def forward(self, tokens, targets):
         return self.model.per_token_loss(tokens, targets, None)
+
+
+class _StabilityValues(nn.Module):
+    """The member model's stability_values (StabilityMonitors' logit figures) as its forward, for functional_call."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, doc_ids):
+        return self.model.stability_values(tokens, doc_ids)
 
 
 class _Head(nn.Module):
@@ -191,24 +204,25 @@ def _member_tensors(stack, members: list[int]) -> dict[str, torch.Tensor]:
     return {f"model.{name}": t.detach()[index] for name, t in (*stack.params.items(), *stack.buffers.items())}
 
 
+def _members_on_the_same_rows(stack, members: list[int], wrapper: nn.Module):
+    """(*inputs) -> `wrapper`'s forward for each of `members` of `stack` ((K, ...) outputs), every member on the same
+    inputs: one vmapped functional_call, under the stack's autocast as the members' own entry points run."""
+    tensors = _member_tensors(stack, members)
+
+    def member(member_tensors, *inputs):
+        return functional_call(wrapper, member_tensors, inputs)
+
+    def call(*inputs):
+        with stack.cast(inputs[0].device.type), _vmap_costs_quiet():
+            return vmap(member, in_dims=(0, *(None for _ in inputs)))(tensors, *inputs)
+
+    return call
+
+
 def stacked_token_losses(stack, members: list[int]):
     """(inputs, targets) -> the (K, B, S) validation losses of `members` of `stack`, every member on the same
-    rows: one vmapped per_token_loss, under the stack's autocast as the members' own validation runs."""
-    tensors, losses = _member_tensors(stack, members), _TokenLosses(stack.loss_module.model)
-
-    def member_losses(member_tensors, inputs, targets):
-        return functional_call(losses, member_tensors, (inputs, targets))
-
-    def per_token_loss(inputs, targets):
-        cast = (
-            torch.autocast(inputs.device.type, dtype=stack.compute_dtype)
-            if stack.compute_dtype is not None
-            else contextlib.nullcontext()
-        )
-        with cast, _vmap_costs_quiet():
-            return vmap(member_losses, in_dims=(0, None, None))(tensors, inputs, targets)
-
-    return per_token_loss
+    rows: one vmapped per_token_loss."""
+    return _members_on_the_same_rows(stack, members, _TokenLosses(stack.loss_module.model))
 
 
 def validate_together(stack, trainers: dict, batch: int) -> float:
@@ -222,4 +236,24 @@ def validate_together(stack, trainers: dict, batch: int) -> float:
             nats = callback.document_nats(first, stacked_token_losses(stack, members))
         for k, member_callback in due:
             member_callback.hand(after_step(trainers[k], batch).step, nats[members.index(k)])
+    return time.perf_counter() - start
+
+
+def stacked_stability_values(stack, members: list[int]):
+    """(tokens, doc_ids) -> the (K, layers + 1) stability_values of `members` of `stack`, every member on the same
+    rows: one vmapped pass."""
+    return _members_on_the_same_rows(stack, members, _StabilityValues(stack.loss_module.model))
+
+
+def monitor_together(stack, trainers: dict, batch: int) -> float:
+    """As score_together, for StabilityMonitors' logit figures: each group of two or more members whose monitors act
+    at the coming step on the same fixed micro-batch has its stability_values computed in one vmapped pass (one
+    device read for all), each callback handed its member's row. Returns the seconds it took (not the step's)."""
+    start = time.perf_counter()
+    for members, due in _shared_passes(trainers, batch, StabilityMonitors):
+        inputs = due[0][1].fixed_inputs(trainers[members[0]])
+        with torch.no_grad():
+            rows = stacked_stability_values(stack, members)(*inputs).tolist()
+        for k, callback in due:
+            callback.hand(after_step(trainers[k], batch).step, rows[members.index(k)])
     return time.perf_counter() - start

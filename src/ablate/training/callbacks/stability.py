@@ -21,6 +21,8 @@ import statistics
 
 import torch
 
+from ablate.data.tokenizer_stats import content_sha256
+from ablate.model import stability_fields
 from ablate.training.callbacks.base import TAKE, Callback, StepValues, TrainerView, Verdict, due
 
 MAX_ROLLBACKS = 5  # a run that has rolled back this often ends as diverged rather than loop
@@ -215,12 +217,15 @@ class StabilityMonitors(Callback):
         self.groups: dict[str, list[torch.nn.Parameter]] = {}
         self.before: tuple[int, dict[str, list[torch.Tensor]]] | None = None  # (step, the shards before its update)
         self.inputs: tuple[torch.Tensor, torch.Tensor | None] | None = None  # the fixed micro-batch, made once
+        self.inputs_sha256 = ""  # of the fixed micro-batch: what a stack's members share to be measured in one pass
+        self.handed: tuple[int, list[float]] | None = None  # (step, stability_values) a stack measured for this member
 
     def pre_train(self, trainer: TrainerView) -> None:
         # the sharded parameters the optimizer updates: no forward has run since the last load or backward, so
         # FSDP2 has them registered (a forward leaves the last block's whole ones in their place until backward)
         self.groups = parameter_groups(trainer.model)
         self.before = None
+        self.handed = None  # nothing a stack measured before a rollback or resume
 
     def before_update(self, trainer: TrainerView) -> Verdict:
         step = trainer.step + 1
@@ -259,9 +264,30 @@ class StabilityMonitors(Callback):
         return {f"stability/update_ratio/{name}": ratio for name, ratio in zip(self.groups, ratios)}
 
     def logit_stats(self, trainer: TrainerView) -> dict[str, float]:
-        """Transformer.stability_stats on the fixed micro-batch; every rank calls it (FSDP2 gathers the weights)."""
+        """Transformer.stability_stats on the fixed micro-batch; every rank calls it (FSDP2 gathers the weights).
+        A stack's values for this step, where it handed them, instead."""
+        inputs = self.fixed_inputs(trainer)
+        handed, self.handed = self.handed, None
+        if handed is not None and handed[0] == trainer.step:
+            return stability_fields(handed[1], inputs[0].numel())
+        return trainer.model.stability_stats(*inputs)
+
+    def fixed_inputs(self, trainer: TrainerView) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The fixed micro-batch (the first `micro_batch` validation sequences) on the device, made once."""
         if self.inputs is None:
             count = min(self.micro_batch, trainer.data.val.num_sequences(trainer.seq_len))
             inputs, _, doc_ids = trainer.data.val.batch(list(range(count)), trainer.seq_len)
+            doc_ids = doc_ids if self.doc_mask else None
+            self.inputs_sha256 = content_sha256(*(t.numpy() for t in (inputs, doc_ids) if t is not None))
             self.inputs = (inputs.to(trainer.dist.device), doc_ids.to(trainer.dist.device) if self.doc_mask else None)
-        return trainer.model.stability_stats(*self.inputs)
+        return self.inputs
+
+    def scoring_key(self, trainer: TrainerView) -> tuple:
+        """What the logit figures depend on besides the model (a stack's members sharing a key are measured in one
+        pass, training.stack_eval): the fixed micro-batch's tokens and document ids."""
+        self.fixed_inputs(trainer)
+        return (self.inputs_sha256, self.doc_mask)
+
+    def hand(self, step: int, values: list[float]) -> None:
+        """A stack's stability_values for this member at `step` (training.stack_eval), for its coming post_step."""
+        self.handed = (step, values)
