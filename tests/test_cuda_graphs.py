@@ -20,6 +20,7 @@ from ablate.setup.overrides import apply_overrides
 from ablate.training import graphs
 from ablate.training.graphs import StackGraphs, StepGraphs
 from conftest import TINY, tiny_trainer
+from test_moe import HostReads
 from test_single_device import poison
 
 
@@ -231,3 +232,35 @@ def test_a_stack_is_graphed_where_every_members_graphs_are_on_and_says_where_not
     assert isinstance(StackedTrainer(members).graphs, StackGraphs)
     with pytest.raises(NotImplementedError, match="routers"):
         StackGraphs(SimpleNamespace(stack=Stack(_models("moe"))), capture=False)
+
+
+def test_what_graph_a_holds_reads_nothing_back_to_the_host(tmp_path, monkeypatch):
+    """Graph A of a lone run and of a stack (every pass's forward and backward, two accumulated passes here, the
+    stack's gradient slices, clipping, the figures, found_inf) dispatches no op that reads a tensor back to the host
+    and calls no .tolist(): a capture could hold none of them. (B is torch's fused AdamW, capturable under a
+    capture; on CPU its uncapturable path reads the step count, so it is not watched here.)"""
+    found, ran = [], []
+    real_tolist = torch.Tensor.tolist
+
+    def watched(original):
+        def gradients(self):
+            monkeypatch.setattr(torch.Tensor, "tolist", lambda t: found.append("tolist") or real_tolist(t))
+            try:
+                with HostReads() as reads:
+                    result = original(self)
+            finally:
+                monkeypatch.setattr(torch.Tensor, "tolist", real_tolist)
+            found.extend(reads.found)
+            ran.append(type(self).__name__)
+            return result
+
+        return gradients
+
+    for captured in (graphs._CapturedStep, graphs._CapturedStackStep):
+        monkeypatch.setattr(captured, "_gradients", watched(captured._gradients))
+    fields = {"train.global_batch": 8, "train.micro_batch": 4, "optim.grad_clip": 0.5}
+    lone = tiny_trainer(tmp_path / "lone", **{"train.max_steps": 5, **fields})
+    _train(lone, graphed=True)
+    _stack_to_the_end(_stacked(tmp_path / "stack", True, 5, seeds=(0, 1), **fields))
+    assert ran == ["_CapturedStep"] * 2 + ["_CapturedStackStep"] * 2  # the steps after the warm-up
+    assert found == []
