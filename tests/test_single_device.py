@@ -61,18 +61,22 @@ class HostReads(TorchDispatchMode):
             self.reads.append("_local_scalar_dense")
         return func(*args, **(kwargs or {}))
 
+    def per_call(self, step, calls: int) -> list[int]:
+        """The reads of each of `calls` calls of `step`."""
+        counts = []
+        for _ in range(calls):
+            with self:
+                step()
+            counts.append(len(self.reads))
+            self.reads.clear()
+        return counts
+
 
 def test_an_ordinary_step_reads_nothing_and_a_logging_step_reads_its_figures_once(tmp_path, monkeypatch):
     """With the default callbacks (log_every 4 here: steps 1-3 are ordinary), no step but the logging one reads a
     value from the device; that one reads the pending steps' figures in one go (then the log line's own)."""
     trainer = tiny_trainer(tmp_path, **{"train.max_steps": 8, "train.log_every": 4, "train.monitor_every": 4})
-    counter = HostReads(monkeypatch)
-    reads_per_step = []
-    for _ in range(4):
-        with counter:
-            trainer.train_step()
-        reads_per_step.append(len(counter.reads))
-        counter.reads.clear()
+    reads_per_step = HostReads(monkeypatch).per_call(trainer.train_step, 4)
     monkeypatch.undo()
     assert reads_per_step[:3] == [0, 0, 0], reads_per_step
     assert reads_per_step[3] > 0  # the logging step: figures, monitors, memory

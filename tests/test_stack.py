@@ -325,3 +325,23 @@ def test_a_bf16_stack_of_three_trains_and_reads_no_uninitialised_memory(tmp_path
     assert all(m.step == 8 for m in plain.members) and len({tuple(row) for row in losses}) == 8
     _, poisoned_losses = train(True)
     assert poisoned_losses == losses
+
+
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "static-graphs"])
+def test_an_ordinary_stacked_step_reads_nothing_from_the_device(tmp_path, monkeypatch, graphed):
+    """Three members with the default callbacks (log and monitor every 4): no stacked step but the logging one
+    reads a value from the device, eager or from the stack's graphs (capture=False here: after the warm-up's
+    three eager steps, step 4 on); each member's logging step reads its pending figures."""
+    from test_single_device import HostReads
+
+    from ablate.training.graphs import StackGraphs
+
+    fields = {"train.log_every": 4, "train.monitor_every": 4}
+    stacked = StackedTrainer(_trainers(tmp_path, 8, **fields))
+    if graphed:
+        stacked.graphs = StackGraphs(stacked, capture=False)
+    reads_per_step = HostReads(monkeypatch).per_call(stacked.train_step, 8)
+    monkeypatch.undo()
+    assert [reads_per_step[i] for i in (0, 1, 2, 4, 5, 6)] == [0] * 6, reads_per_step
+    assert reads_per_step[3] > 0 and reads_per_step[7] > 0
+    assert not graphed or stacked.graphs.captures == 1
