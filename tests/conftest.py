@@ -2,6 +2,7 @@ import contextlib
 import io
 import os
 import random
+import signal
 import subprocess
 import sys
 import warnings
@@ -17,6 +18,11 @@ TINY = REPO / "tests" / "experiments" / "tiny.py"
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: N workers share the cores, one thread each (and children)
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+
+# Ctrl-C is tested (a run's CtrlC, `ablate run`'s exit 130): a suite started ignoring SIGINT (nohup, `cmd &` without
+# job control) would pass that on to every run and child it starts, and CtrlC keeps an ignored Ctrl-C ignored
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
