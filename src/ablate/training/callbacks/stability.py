@@ -279,7 +279,7 @@ class StabilityMonitors(Callback):
             inputs, _, doc_ids = trainer.data.val.batch(list(range(count)), trainer.seq_len)
             doc_ids = doc_ids if self.doc_mask else None
             self.inputs_sha256 = content_sha256(*(t.numpy() for t in (inputs, doc_ids) if t is not None))
-            self.inputs = (inputs.to(trainer.dist.device), doc_ids.to(trainer.dist.device) if self.doc_mask else None)
+            self.inputs = tuple(None if t is None else t.to(trainer.dist.device) for t in (inputs, doc_ids))
         return self.inputs
 
     def scoring_key(self, trainer: TrainerView) -> tuple:
