@@ -135,10 +135,21 @@ def measure_stack(size: str, members: int, device: str, check_steps: int, blocks
     return ratio
 
 
+def stack_plan(text: str) -> tuple[str, int]:
+    """--stacks' SIZE:K, e.g. quickstart:8."""
+    size, _, members = text.partition(":")
+    sizes = ["quickstart", *sorted(measure.SPECS)]
+    if size not in sizes or not members.isdigit() or int(members) < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: SIZE:K with SIZE one of {sizes} and K >= 1")
+    return size, int(members)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="*", default=["10M", "gpt2"], choices=sorted(measure.SPECS))
-    parser.add_argument("--stacks", nargs="*", default=["quickstart:8", "10M:4"], help="size:K, eager stacks")
+    parser.add_argument(
+        "--stacks", nargs="*", type=stack_plan, default=[("quickstart", 8), ("10M", 4)], help="size:K, eager stacks"
+    )
     parser.add_argument("--compile", nargs="+", default=["true", "false"], choices=["true", "false", "auto"])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--check", type=int, default=10, help="steps compared bit for bit")
@@ -155,14 +166,13 @@ def main(argv: list[str] | None = None) -> None:
             2,
             2,
         )
-        args.stacks = ["quickstart:2"]
+        args.stacks = [("quickstart", 2)]
     for shape in args.shapes:
         for setting in args.compile:
             compile_setting = {"true": True, "false": False}.get(setting, setting)
             measure_shape(shape, args.device, compile_setting, args.check, args.blocks, args.block_steps)
-    for planned in args.stacks:
-        size, members = planned.split(":")
-        measure_stack(size, int(members), args.device, args.check, args.blocks, args.block_steps)
+    for size, members in args.stacks:
+        measure_stack(size, members, args.device, args.check, args.blocks, args.block_steps)
 
 
 if __name__ == "__main__":
